@@ -1,0 +1,47 @@
+"""One exception hierarchy for the whole project, rooted in :class:`RowtimeError`.
+
+Each leaf also derives from the builtin it resembles, so callers may catch either
+(``except ValueError`` keeps working). Messages name what was wrong, the value, and what to do.
+"""
+
+from __future__ import annotations
+
+
+class RowtimeError(Exception):
+    """Root of every error this project raises on purpose."""
+
+
+class InvalidRowtimeError(RowtimeError, ValueError):
+    """A rowtime value that cannot be parsed or is out of range."""
+
+
+class OptionError(RowtimeError, ValueError):
+    """An option (reader, sink, writer, window) with an unknown name, a wrong type or range."""
+
+
+class BoundError(RowtimeError, ValueError):
+    """A rowtime bound that would move a partition's clock backwards."""
+
+
+class LateRowError(RowtimeError, ValueError):
+    """A row whose rowtime is below its partition's clock under the ``reject`` policy."""
+
+
+class HeldRowsOverflowError(RowtimeError, RuntimeError):
+    """``adjust`` would have to hold more rows than ``adjust.maxHeld`` allows."""
+
+
+class SchemaError(RowtimeError, ValueError):
+    """A schema that clashes with a stream's schema or with the columns the project adds."""
+
+
+class StreamNotFoundError(RowtimeError, FileNotFoundError):
+    """No stream exists at the given location."""
+
+
+class WriterLockedError(RowtimeError, RuntimeError):
+    """Another live writer holds the partition."""
+
+
+class CorruptLogError(RowtimeError, RuntimeError):
+    """A log file that cannot be read back as written."""

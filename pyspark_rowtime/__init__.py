@@ -1,0 +1,1 @@
+"""pyspark-rowtime: event time at the edges of Spark."""
