@@ -10,7 +10,6 @@ import argparse
 import time
 
 import numpy as np
-
 from pyspark_rowtime.bounds.plan import StreamPosition, step
 from pyspark_rowtime.bounds.policies import (
     AdjustPolicy,

@@ -9,11 +9,10 @@ import sys
 import numpy as np
 from hypothesis import given, settings
 from hypothesis import strategies as st
-from test_policies import POLICIES, streams, tolerant
-
 from pyspark_rowtime.bounds.bounds import END_OF_STREAM_US
 from pyspark_rowtime.bounds.plan import StreamPosition, bound_to_emit, choose_ends, step
 from pyspark_rowtime.bounds.policies import AdjustPolicy, DropPolicy, PolicyRun, scan_partition
+from test_policies import POLICIES, streams, tolerant
 
 
 def run_steps(policy, parts, schedule):
@@ -106,7 +105,7 @@ def test_a_quiet_partition_holds_the_stream_clock_until_it_sends_a_bound():
     fast = (np.array([10, 20, 30], dtype=np.int64), np.zeros(3, dtype=bool))
     quiet = (np.array([5, 25], dtype=np.int64), np.array([False, True]))
     _, batches = run_steps(policy, [fast, quiet], [[3, 1], [3, 2]])
-    (b0, a0, rows0, bound0), (b1, a1, rows1, bound1) = batches
+    (b0, a0, rows0, bound0), (_b1, a1, rows1, bound1) = batches
     assert (b0, a0, bound0) == (None, 5, 5)
     assert rows0 == [[], [(0, 5)]]
     assert (a1, bound1) == (25, 25)
@@ -125,7 +124,7 @@ def test_choose_ends_shares_the_budget_and_always_progresses():
 def test_adjust_positions_are_small_json_of_primitives():
     policy = AdjustPolicy(unit="msec", range=999)
     t = np.arange(0, 10_000_000, 1000, dtype=np.int64)
-    _, batches = run_steps(policy, [(t, np.zeros(len(t), dtype=bool))], [[len(t)]])
+    _, _batches = run_steps(policy, [(t, np.zeros(len(t), dtype=bool))], [[len(t)]])
     pos = StreamPosition.start([0])
     scan = scan_partition(policy, pos.partitions[0], t, np.zeros(len(t), dtype=bool))
     new, _ = step(policy, pos, [scan])

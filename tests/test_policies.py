@@ -2,14 +2,13 @@
 
 from __future__ import annotations
 
+import itertools
 from datetime import datetime, timezone
 
 import numpy as np
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
-from reference_policy import ReferencePolicy
-
 from pyspark_rowtime.bounds.bounds import END_OF_STREAM_US
 from pyspark_rowtime.bounds.errors import (
     HeldRowsOverflowError,
@@ -27,6 +26,7 @@ from pyspark_rowtime.bounds.policies import (
     RejectPolicy,
     make_policy,
 )
+from reference_policy import ReferencePolicy
 
 BASE_US = int(datetime(2009, 3, 1, 12, 15, tzinfo=timezone.utc).timestamp()) * 1_000_000
 
@@ -206,7 +206,7 @@ def test_vectorised_engine_equals_row_at_a_time_reference(policy, data, cuts):
     run = PolicyRun(policy)
     offsets, rowtimes, discarded = [], [], []
     bounds = sorted({0, len(t), *[min(c, len(t)) for c in cuts]})
-    for lo, hi in zip(bounds, bounds[1:], strict=False):
+    for lo, hi in itertools.pairwise(bounds):
         out = run.push(t[lo:hi], b[lo:hi])
         offsets += out.offsets.tolist()
         rowtimes += out.rowtime_us.tolist()
