@@ -45,3 +45,7 @@ class WriterLockedError(RowtimeError, RuntimeError):
 
 class CorruptLogError(RowtimeError, RuntimeError):
     """A log file that cannot be read back as written."""
+
+
+class WriterClosedError(RowtimeError, ValueError):
+    """A writer used after ``close()`` (like I/O on a closed file, a ValueError)."""

@@ -1,0 +1,167 @@
+"""The public functions for adapter authors, tools and ops (re-exported by ``pyspark_rowtime``).
+
+* :func:`create_stream` makes a stream (a folder) with a payload schema and ops' defaults;
+* :func:`open_writer` appends rows and rowtime bounds to one partition (SQLstream's RowSink);
+* :func:`get_rowtime_bound` reads a stream's clock (SQLstream's ``getRowtimeBound``);
+* :func:`read_stream` returns every record, for tests, tools and small streams.
+
+Locations are local paths or ``file://`` URLs.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+import os
+from collections.abc import Callable
+from typing import Any
+
+import numpy as np
+import pyarrow as pa
+
+from .bounds.time import from_rowtime_us
+from .streams import log as _log
+from .streams.log import ARRIVAL, IS_BOUND, ROWTIME, Stream, open_stream, resolve_location
+from .streams.meta import META_FILE
+from .streams.writer import Writer
+from .streams.writer import open_writer as _open_writer
+
+__all__ = [
+    "create_stream",
+    "get_rowtime_bound",
+    "open_stream",
+    "open_writer",
+    "read_stream",
+    "register_bound_source",
+]
+
+UTC_US = pa.timestamp("us", tz="UTC")
+
+
+def create_stream(
+    location: str | os.PathLike[str],
+    schema: str | pa.Schema,
+    partitions: int = 1,
+    **defaults: Any,
+) -> Stream:
+    """Create a stream at ``location`` and return it opened.
+
+    Args:
+        location: a local path or ``file://`` URL; the folder is created.
+        schema: the payload columns, as a Spark DDL string (``"a INT, b STRING, ts TIMESTAMP"``)
+            or a pyarrow schema (stored in Spark's Arrow form). Columns named ``rowtime`` or
+            ``is_bound``, or starting with ``__``, are refused (the reader and the log add them).
+        partitions: how many partitions (each with its own writer and clock), >= 1.
+        defaults: the ops' defaults for readers: ``order`` (reject|drop|adjust),
+            ``adjust_unit`` (sec|msec|usec), ``adjust_range`` (int >= 0), ``adjust_max_held``
+            (int > 0), ``rowtime_column`` (a payload column), ``rowtime_unit`` (s|ms|us|ns),
+            ``rowtime_format``, ``rowtime_timezone``. Writers use the last three to read rowtimes
+            and check ``order=reject`` at insert time.
+
+    Creating a stream that exists with the same schema and partitions (and defaults, if given)
+    is a no-op; anything different raises (:class:`SchemaError`, :class:`OptionError`).
+    """
+    return _log.create_stream(location, schema, partitions, **defaults)
+
+
+def open_writer(
+    location: str | os.PathLike[str] | Stream,
+    partition: int = 0,
+    heartbeat: Any = None,
+    **options: Any,
+) -> Writer:
+    """A writer for one partition, to use as a context manager.
+
+    ``insert(row, rowtime=None)``, ``insert_arrow(table, rowtime_column=None)``,
+    ``set_rowtime_bound(t, strict=False)``, ``end_stream()``, ``flush()``, ``close()``. Inserts
+    buffer; ``flush()`` makes them durable and visible (returns the committed record count);
+    the buffer is also flushed past a size and on close. ``heartbeat`` (a duration such as
+    ``"1s"``) writes a bound at the arrival time whenever the writer has been idle that long.
+    A second writer on the same partition raises :class:`WriterLockedError` while the first
+    lives. See :mod:`pyspark_rowtime.streams.writer` for the guarantees.
+    """
+    return _open_writer(location, partition, heartbeat, **options)
+
+
+# -- clocks ------------------------------------------------------------------------------------
+
+#: Other kinds of location whose clock get_rowtime_bound reads: (recognises(path), clock_us(path)).
+#: The Parquet sink target registers itself here (register_bound_source), so this module need
+#: not import the sink.
+_BOUND_SOURCES: list[tuple[Callable[[str], bool], Callable[[str], int | None]]] = []
+
+
+def register_bound_source(
+    recognises: Callable[[str], bool], clock_us: Callable[[str], int | None]
+) -> None:
+    """Teach :func:`get_rowtime_bound` another kind of location (e.g. a Parquet sink target).
+
+    ``recognises(path)`` says whether an absolute local path is one; ``clock_us(path)`` returns
+    its clock in microseconds, or None if it has none yet.
+    """
+    _BOUND_SOURCES.append((recognises, clock_us))
+
+
+def rowtime_bound_us(location: str | os.PathLike[str]) -> int | None:
+    """:func:`get_rowtime_bound` in microseconds since the epoch."""
+    path = resolve_location(location)
+    if os.path.isfile(os.path.join(path, META_FILE)):
+        return open_stream(path).stream_clock_us()
+    for recognises, clock_us in _BOUND_SOURCES:
+        if recognises(path):
+            return clock_us(path)
+    return open_stream(path).stream_clock_us()  # raises StreamNotFoundError, saying what to do
+
+
+def get_rowtime_bound(location: str | os.PathLike[str]) -> dt.datetime | None:
+    """The clock of the stream at ``location`` (SQLstream's ``getRowtimeBound``).
+
+    A timezone-aware UTC datetime: every row written later has a rowtime at or above it (for
+    the ``reject`` policy; ``drop`` and ``adjust`` discard rows below it). It is the minimum of
+    the partition clocks, each the highest bound or data rowtime of its partition (SPEC 5), and
+    None while any partition is empty. End of stream is 9999-12-31T23:59:59.999999Z.
+    """
+    clock = rowtime_bound_us(location)
+    return None if clock is None else from_rowtime_us(clock)
+
+
+# -- reading everything ------------------------------------------------------------------------
+
+
+def read_stream(location: str | os.PathLike[str] | Stream) -> pa.Table:
+    """Every record of every partition, partition by partition, in offset order.
+
+    Columns: ``partition`` (int32), ``offset`` (int64), ``arrival`` (timestamp UTC), ``rowtime``
+    (timestamp UTC: the explicit rowtime, the bound of a bound record, null where the writer gave
+    none), ``is_bound`` (bool), then the payload columns (null on bound records). Reads only
+    committed records; meant for tests, tools and small streams (it holds everything at once).
+    """
+    stream = location if isinstance(location, Stream) else open_stream(location)
+    payload = stream.meta.payload_schema
+    schema = pa.schema(
+        [
+            pa.field("partition", pa.int32(), nullable=False),
+            pa.field("offset", pa.int64(), nullable=False),
+            pa.field("arrival", UTC_US, nullable=False),
+            pa.field("rowtime", UTC_US),
+            pa.field("is_bound", pa.bool_(), nullable=False),
+            *(f.with_nullable(True) for f in payload),
+        ]
+    )
+    parts = []
+    for p in range(stream.meta.partitions):
+        end = stream.end_offset(p)
+        if end == 0:
+            continue
+        t = stream.read(p, 0, end)
+        columns = [
+            pa.chunked_array([pa.array(np.full(end, p, dtype=np.int32))]),
+            pa.chunked_array([pa.array(np.arange(end, dtype=np.int64))]),
+            t.column(ARRIVAL).cast(UTC_US),
+            t.column(ROWTIME).cast(UTC_US),
+            t.column(IS_BOUND),
+            *(t.column(f.name) for f in payload),
+        ]
+        parts.append(pa.Table.from_arrays(columns, schema=schema))
+    if not parts:
+        return schema.empty_table()
+    return pa.concat_tables(parts)

@@ -1,0 +1,74 @@
+"""One writer per partition: an ``fcntl.flock`` on a lock file in the partition's folder.
+
+``flock`` belongs to the open file, so the kernel releases it when the holder dies however it
+dies (SIGKILL included): there is never a stale lock to clean up, and the next writer takes over
+at once. Two writers in one process are refused as well (each opens the file anew). The file
+holds the holder's pid, for the error message only.
+
+Caveats: a child forked while a writer is open inherits the lock until it exits or closes the
+descriptor; ``flock`` is not reliable on network filesystems (NFS), where the log is not safe for
+several writers anyway.
+"""
+
+from __future__ import annotations
+
+import fcntl
+import os
+
+from ..bounds.errors import WriterLockedError
+
+LOCK_FILE = "_writer.lock"
+
+
+class PartitionLock:
+    """An exclusive, non-blocking lock on a partition; freed by :meth:`release` or on exit."""
+
+    __slots__ = ("_fd", "path")
+
+    def __init__(self, path: str) -> None:
+        self.path = path
+        self._fd: int | None = None
+
+    def acquire(self, what: str) -> None:
+        """Take the lock or raise :class:`WriterLockedError` naming ``what`` and the holder."""
+        fd = os.open(self.path, os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o644)
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            holder = _read_pid(fd)
+            os.close(fd)
+            who = f"process {holder}" if holder else "another writer (pid not yet recorded)"
+            if holder == os.getpid():
+                who = f"another writer in this process ({holder})"
+            raise WriterLockedError(
+                f"{what} already has a writer: {who} holds {self.path}. One writer per partition "
+                "at a time: close the other writer, wait for it to exit, or write to another "
+                "partition"
+            ) from None
+        except BaseException:
+            os.close(fd)
+            raise
+        os.ftruncate(fd, 0)
+        os.pwrite(fd, f"{os.getpid()}\n".encode(), 0)
+        self._fd = fd
+
+    @property
+    def held(self) -> bool:
+        return self._fd is not None
+
+    def __del__(self) -> None:
+        self.release()
+
+    def release(self) -> None:
+        fd, self._fd = self._fd, None
+        if fd is not None:
+            # The pid is left in the file: harmless, the next holder overwrites it.
+            os.close(fd)  # closing the last descriptor releases the flock
+
+
+def _read_pid(fd: int) -> int | None:
+    try:
+        text = os.pread(fd, 32, 0).decode("ascii", "replace").strip()
+    except OSError:
+        return None
+    return int(text) if text.isdigit() else None

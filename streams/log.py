@@ -1,0 +1,725 @@
+"""The embedded log: a stream is a directory of immutable Arrow IPC segment files.
+
+Layout (format version 1)::
+
+    <stream>/_stream.json                      metadata (streams.meta): schema, partitions, defaults
+    <stream>/partition-0000/_writer.lock       flock'd by the one live writer (streams.lock)
+    <stream>/partition-0000/00000000000000000000-0000001000.arrow   offsets [0, 1000)
+    <stream>/partition-0000/00000000000000001000-0000000001.arrow   offset 1000
+    <stream>/partition-0000/.tmp.<pid>.<uuid>.arrow                 being written; ignored
+
+A segment is an Arrow IPC *file* (random access, memory-mappable) named by its first offset and
+record count. It is written under a temporary name, fsync'd, linked to its final name (which
+fails rather than overwrite), and the directory fsync'd: a reader never sees half a segment and
+a committed segment survives a crash. Its columns are the system columns
+
+* ``__arrival_us`` int64, not null: the writer's clock when it appended the record, made
+  non-decreasing per partition (``max(previous, now)``);
+* ``__rowtime_us`` int64: the explicit rowtime a writer gave, the bound of a bound record, or
+  null (implicit rowtime: the arrival time is the rowtime);
+* ``__is_bound`` bool, not null;
+
+then the payload columns (all nullable in the file: a bound record's payload is null). A
+record's offset is the segment's first offset plus its index in the file.
+
+Each segment's schema metadata (``rowtime.*`` keys, see :class:`SegmentStats`) summarises it:
+the partition clock after it, min/max data rowtime, last bound, last arrival, skew. The clock of
+a partition is read from its last segment's footer alone.
+
+Small segments (a writer that flushes every row, heartbeats) are merged by the writer: sixteen
+consecutive segments of one size class become one (:func:`compact_tail`). The merged segment
+covers exactly the offsets of the ones it replaces and is committed before they are removed, so
+at every moment the directory holds a complete chain from offset 0; where a listing finds both,
+the larger segment wins. A listing that races with a change may see a gap: it is retried.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import threading
+import time
+import urllib.parse
+import uuid
+from collections import OrderedDict
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+import pyarrow as pa
+
+from ..bounds.bounds import merge_clock
+from ..bounds.errors import (
+    CorruptLogError,
+    OptionError,
+    SchemaError,
+    StreamNotFoundError,
+)
+from .ddl import to_ddl
+from .meta import (
+    META_FILE,
+    StreamMeta,
+    fsync_dir,
+    payload_schema,
+    read_meta,
+    validate_defaults,
+    write_meta_once,
+)
+
+__all__ = [
+    "ARRIVAL",
+    "IS_BOUND",
+    "ROWTIME",
+    "SYSTEM_COLUMNS",
+    "SegmentStats",
+    "Stream",
+    "create_stream",
+    "open_stream",
+    "resolve_location",
+]
+
+ARRIVAL = "__arrival_us"
+ROWTIME = "__rowtime_us"
+IS_BOUND = "__is_bound"
+SYSTEM_COLUMNS = (ARRIVAL, ROWTIME, IS_BOUND)
+
+SYSTEM_FIELDS = (
+    pa.field(ARRIVAL, pa.int64(), nullable=False),
+    pa.field(ROWTIME, pa.int64(), nullable=True),
+    pa.field(IS_BOUND, pa.bool_(), nullable=False),
+)
+
+SEGMENT_RE = re.compile(r"(\d{20})-(\d{10})\.arrow\Z")
+TMP_PREFIX = ".tmp."
+
+#: Segments smaller than this many records take part in merging (size classes of 16x).
+COMPACT_BELOW_RECORDS = 1 << 16
+COMPACT_FANIN = 16
+
+_LIST_RETRIES = 50
+
+
+def partition_dirname(partition: int) -> str:
+    return f"partition-{partition:04d}"
+
+
+def segment_name(first: int, count: int) -> str:
+    return f"{first:020d}-{count:010d}.arrow"
+
+
+def segment_schema(payload: pa.Schema) -> pa.Schema:
+    """The columns of every segment of a stream with this payload schema."""
+    return pa.schema([*SYSTEM_FIELDS, *(f.with_nullable(True) for f in payload)])
+
+
+def resolve_location(location: str | os.PathLike[str]) -> str:
+    """An absolute local path for a path or ``file://`` URL."""
+    if isinstance(location, os.PathLike):
+        location = os.fspath(location)
+    if not isinstance(location, str) or not location:
+        raise OptionError(f"a stream location must be a path or a file:// URL, got {location!r}")
+    if "://" in location:
+        url = urllib.parse.urlparse(location)
+        if url.scheme != "file":
+            raise OptionError(
+                f"stream location {location!r}: only local paths and file:// URLs are supported "
+                "by the embedded log (not {url.scheme}://)"
+            )
+        if url.netloc not in ("", "localhost"):
+            raise OptionError(
+                f"stream location {location!r}: a file:// URL names a local path "
+                "(file:///abs/path); remote hosts are not supported"
+            )
+        location = urllib.parse.unquote(url.path)
+    return os.path.abspath(os.path.expanduser(location))
+
+
+# -- segment statistics ----------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class SegmentStats:
+    """What a segment's footer says about it. Times are microseconds since the epoch.
+
+    ``clock_us`` is the partition clock *after* this segment: the highest bound or data rowtime
+    (explicit, or arrival for implicit rows) of the partition up to and including it. The
+    ``*_rowtime_us`` and ``*skew*`` fields cover data rows only and are None without any.
+    """
+
+    first: int
+    count: int
+    rows: int
+    bounds: int
+    clock_us: int
+    last_arrival_us: int
+    min_rowtime_us: int | None = None
+    max_rowtime_us: int | None = None
+    last_bound_us: int | None = None
+    max_skew_us: int | None = None
+    last_row_arrival_us: int | None = None
+    last_row_rowtime_us: int | None = None
+
+    @property
+    def end(self) -> int:
+        return self.first + self.count
+
+    def to_metadata(self) -> dict[bytes, bytes]:
+        out = {}
+        for key, value in self.__dict__.items():
+            if value is not None:
+                out[f"rowtime.{key}".encode()] = str(int(value)).encode()
+        out[b"rowtime.format_version"] = b"1"
+        return out
+
+    @classmethod
+    def from_metadata(cls, metadata: dict[bytes, bytes] | None, where: str) -> SegmentStats:
+        meta = metadata or {}
+        values: dict[str, int | None] = {}
+        try:
+            for name in cls.__dataclass_fields__:
+                raw = meta.get(f"rowtime.{name}".encode())
+                values[name] = int(raw) if raw is not None else None
+            return cls(**values)  # type: ignore[arg-type]
+        except (TypeError, ValueError) as e:
+            raise CorruptLogError(f"segment {where} has no valid rowtime footer: {e}") from e
+
+    @classmethod
+    def compute(
+        cls,
+        first: int,
+        arrival: np.ndarray,
+        rowtime: np.ndarray,
+        has_rowtime: np.ndarray,
+        is_bound: np.ndarray,
+        prev_clock_us: int | None,
+    ) -> SegmentStats:
+        """Statistics of records ``[first, first + len(arrival))`` from their system columns."""
+        n = len(arrival)
+        if n == 0:
+            raise ValueError("a segment holds at least one record")
+        effective = np.where(has_rowtime, rowtime, arrival)
+        data = ~is_bound
+        rows = int(data.sum())
+        clock = int(effective.max())
+        if prev_clock_us is not None and prev_clock_us > clock:
+            clock = prev_clock_us
+        kw: dict[str, Any] = {}
+        if rows:
+            eff_rows = effective[data]
+            arr_rows = arrival[data]
+            kw.update(
+                min_rowtime_us=int(eff_rows.min()),
+                max_rowtime_us=int(eff_rows.max()),
+                max_skew_us=int((arr_rows - eff_rows).max()),
+                last_row_arrival_us=int(arr_rows[-1]),
+                last_row_rowtime_us=int(eff_rows[-1]),
+            )
+        if rows < n:
+            kw["last_bound_us"] = int(effective[is_bound][-1])
+        return cls(
+            first=first,
+            count=n,
+            rows=rows,
+            bounds=n - rows,
+            clock_us=clock,
+            last_arrival_us=int(arrival[-1]),
+            **kw,
+        )
+
+    @staticmethod
+    def merge(parts: Sequence[SegmentStats]) -> SegmentStats:
+        """The statistics of consecutive segments taken as one."""
+        last = parts[-1]
+
+        def pick(values: Iterable[int | None], fn: Any) -> int | None:
+            present = [v for v in values if v is not None]
+            return fn(present) if present else None
+
+        with_rows = [p for p in parts if p.rows]
+        with_bounds = [p for p in parts if p.bounds]
+        return SegmentStats(
+            first=parts[0].first,
+            count=sum(p.count for p in parts),
+            rows=sum(p.rows for p in parts),
+            bounds=sum(p.bounds for p in parts),
+            clock_us=last.clock_us,
+            last_arrival_us=last.last_arrival_us,
+            min_rowtime_us=pick((p.min_rowtime_us for p in parts), min),
+            max_rowtime_us=pick((p.max_rowtime_us for p in parts), max),
+            last_bound_us=with_bounds[-1].last_bound_us if with_bounds else None,
+            max_skew_us=pick((p.max_skew_us for p in parts), max),
+            last_row_arrival_us=with_rows[-1].last_row_arrival_us if with_rows else None,
+            last_row_rowtime_us=with_rows[-1].last_row_rowtime_us if with_rows else None,
+        )
+
+
+@dataclass(frozen=True)
+class Segment:
+    first: int
+    count: int
+    path: str
+
+    @property
+    def end(self) -> int:
+        return self.first + self.count
+
+
+def list_segments(part_dir: str) -> tuple[list[Segment], list[str], list[str]]:
+    """The chain of segments from offset 0 in ``part_dir``, plus leftovers.
+
+    Returns ``(chain, covered, temps)``: ``covered`` are segment files whose offsets a larger
+    segment of the chain already holds (left by an interrupted merge), ``temps`` are temporary
+    files. Raises :class:`CorruptLogError` if the chain has a gap that a fresh listing does not
+    close (a concurrent rename can make one listing miss a file, so it is retried).
+    """
+    for attempt in range(_LIST_RETRIES):
+        by_first: dict[int, Segment] = {}
+        others: list[Segment] = []
+        temps: list[str] = []
+        try:
+            entries = list(os.scandir(part_dir))
+        except FileNotFoundError:
+            raise CorruptLogError(
+                f"partition folder {part_dir} is missing: the stream is damaged"
+            ) from None
+        for entry in entries:
+            name = entry.name
+            m = SEGMENT_RE.match(name)
+            if m is None:
+                if name.startswith(TMP_PREFIX):
+                    temps.append(entry.path)
+                continue
+            seg = Segment(int(m.group(1)), int(m.group(2)), entry.path)
+            prev = by_first.get(seg.first)
+            if prev is None or seg.count > prev.count:
+                if prev is not None:
+                    others.append(prev)
+                by_first[seg.first] = seg
+            else:
+                others.append(seg)
+        chain: list[Segment] = []
+        pos = 0
+        while pos in by_first:
+            seg = by_first.pop(pos)
+            if seg.count <= 0:
+                raise CorruptLogError(f"segment {seg.path} claims {seg.count} records")
+            chain.append(seg)
+            pos = seg.end
+        ahead = [s for s in by_first.values() if s.first > pos]
+        if not ahead:
+            covered = [s.path for s in others] + [s.path for s in by_first.values()]
+            return chain, covered, temps
+        if attempt < _LIST_RETRIES - 1:
+            time.sleep(0.001 * (attempt + 1))
+    gap_end = min(s.first for s in ahead)
+    raise CorruptLogError(
+        f"partition folder {part_dir} has no segment for offsets [{pos}, {gap_end}): records are "
+        "missing (a segment file was removed?); the records from offset "
+        f"{pos} on cannot be read in order"
+    )
+
+
+def _open_table(path: str) -> pa.Table:
+    """A segment as a table whose buffers point into a read-only memory map (no copy)."""
+    with pa.memory_map(path, "r") as source:
+        return pa.ipc.open_file(source).read_all()
+
+
+def write_segment(
+    part_dir: str,
+    stats: SegmentStats,
+    schema: pa.Schema,
+    chunks: Sequence[pa.Table | pa.RecordBatch],
+) -> Segment:
+    """Write records ``[stats.first, stats.end)`` as one committed segment file.
+
+    Temporary file, fsync, link to the final name (fails if it exists: never overwrite a
+    committed segment), directory fsync. On failure the temporary file is removed and nothing
+    is committed.
+    """
+    final = os.path.join(part_dir, segment_name(stats.first, stats.count))
+    tmp = os.path.join(part_dir, f"{TMP_PREFIX}{os.getpid()}.{uuid.uuid4().hex}.arrow")
+    file_schema = schema.with_metadata(stats.to_metadata())
+    try:
+        with pa.OSFile(tmp, "wb") as sink, pa.ipc.new_file(sink, file_schema) as writer:
+            for chunk in chunks:
+                if isinstance(chunk, pa.RecordBatch):
+                    writer.write_batch(chunk)
+                else:
+                    writer.write_table(chunk)
+        fd = os.open(tmp, os.O_RDONLY)
+        try:
+            os.fsync(fd)
+        finally:
+            os.close(fd)
+        try:
+            os.link(tmp, final)
+        except FileExistsError:
+            raise CorruptLogError(
+                f"segment {final} already exists: another process wrote this partition while "
+                "this writer held its lock (is the folder shared over a network filesystem?)"
+            ) from None
+    finally:
+        try:
+            os.unlink(tmp)
+        except FileNotFoundError:
+            pass
+    fsync_dir(part_dir)
+    return Segment(stats.first, stats.count, final)
+
+
+# -- streams ---------------------------------------------------------------------------------
+
+
+class Stream:
+    """A stream opened for reading. Cheap to create; safe to use from several threads.
+
+    Listings are refreshed on every :meth:`end_offset`; segment files are memory-mapped once
+    and cached (they never change), up to ``cache_segments`` of them.
+    """
+
+    def __init__(self, meta: StreamMeta, *, cache_segments: int = 256) -> None:
+        self.meta = meta
+        self.location = meta.location
+        self.file_schema = segment_schema(meta.payload_schema)
+        self._chains: dict[int, list[Segment]] = {}
+        self._tables: OrderedDict[str, pa.Table] = OrderedDict()
+        self._stats: dict[str, SegmentStats] = {}
+        self._cache_segments = cache_segments
+        self._mutex = threading.Lock()
+
+    def __repr__(self) -> str:
+        return f"Stream({self.location!r}, partitions={self.meta.partitions})"
+
+    # -- layout --
+
+    def partition_dir(self, partition: int) -> str:
+        self._check_partition(partition)
+        return os.path.join(self.location, partition_dirname(partition))
+
+    def _check_partition(self, partition: int) -> None:
+        n = self.meta.partitions
+        if isinstance(partition, bool) or not isinstance(partition, int) or not 0 <= partition < n:
+            raise OptionError(
+                f"partition {partition!r} does not exist in stream {self.location}: it has {n} "
+                f"partition{'s' if n != 1 else ''}, numbered 0 to {n - 1}"
+            )
+
+    def segments(self, partition: int, refresh: bool = True) -> list[Segment]:
+        """The committed segments of a partition, in offset order from offset 0."""
+        if refresh or partition not in self._chains:
+            chain, _, _ = list_segments(self.partition_dir(partition))
+            with self._mutex:
+                self._chains[partition] = chain
+            return chain
+        return self._chains[partition]
+
+    # -- offsets and clocks --
+
+    def end_offset(self, partition: int) -> int:
+        """The number of committed records of ``partition`` (the offset the next one gets)."""
+        chain = self.segments(partition)
+        return chain[-1].end if chain else 0
+
+    def stats(self, segment: Segment) -> SegmentStats:
+        """A segment's footer statistics (cached: segments never change)."""
+        cached = self._stats.get(segment.path)
+        if cached is not None:
+            return cached
+        schema = self._table(segment).schema
+        stats = SegmentStats.from_metadata(schema.metadata, segment.path)
+        if (stats.first, stats.count) != (segment.first, segment.count):
+            raise CorruptLogError(
+                f"segment {segment.path} says it holds [{stats.first}, {stats.end}) in its footer"
+            )
+        self._stats[segment.path] = stats
+        return stats
+
+    def partition_stats(self, partition: int) -> list[SegmentStats]:
+        return [self.stats(s) for s in self._stable(partition, lambda c: c)]
+
+    def clock_us(self, partition: int) -> int | None:
+        """The partition clock (SPEC 5): its highest bound or data rowtime (explicit, or the
+        arrival time of implicit rows), in microseconds; None while the partition is empty."""
+
+        def last_clock(chain: list[Segment]) -> int | None:
+            return self.stats(chain[-1]).clock_us if chain else None
+
+        return self._stable(partition, last_clock)
+
+    def stream_clock_us(self) -> int | None:
+        """The stream clock: the minimum of the partition clocks, None if any is empty."""
+        return merge_clock(self.clock_us(p) for p in range(self.meta.partitions))
+
+    # -- reading --
+
+    def _table(self, segment: Segment) -> pa.Table:
+        with self._mutex:
+            table = self._tables.get(segment.path)
+            if table is not None:
+                self._tables.move_to_end(segment.path)
+                return table
+        try:
+            table = _open_table(segment.path)
+        except FileNotFoundError:
+            raise
+        except (OSError, pa.ArrowInvalid) as e:
+            raise CorruptLogError(
+                f"segment {segment.path} cannot be read ({e}): the log is damaged"
+            ) from e
+        if table.num_rows != segment.count:
+            raise CorruptLogError(
+                f"segment {segment.path} holds {table.num_rows} records, its name says "
+                f"{segment.count}"
+            )
+        with self._mutex:
+            self._tables[segment.path] = table
+            while len(self._tables) > self._cache_segments:
+                self._tables.popitem(last=False)
+        return table
+
+    def _stable(self, partition: int, fn: Any, fresh: bool = True) -> Any:
+        """Run ``fn(chain)``; if a segment vanished meanwhile (merged by the writer), re-list
+        and run again. Merging never changes content, so the retry sees the same records.
+        ``fresh=False`` tries the cached listing first."""
+        for attempt in range(_LIST_RETRIES):
+            chain = self.segments(partition, refresh=fresh or attempt > 0)
+            try:
+                return fn(chain)
+            except FileNotFoundError:
+                continue
+        raise CorruptLogError(
+            f"segments of partition {partition} of {self.location} keep disappearing while read"
+        )
+
+    def _columns(self, columns: Sequence[str] | None) -> list[str]:
+        names = self.file_schema.names
+        if columns is None:
+            return names
+        if isinstance(columns, str):
+            raise SchemaError(f"columns must be a list of names, got the string {columns!r}")
+        unknown = [c for c in columns if c not in names]
+        if unknown:
+            raise SchemaError(
+                f"stream {self.location} has no column {', '.join(map(repr, unknown))}; its "
+                f"columns are {', '.join(names)}"
+            )
+        return list(columns)
+
+    def read(
+        self,
+        partition: int,
+        start: int,
+        end: int,
+        columns: Sequence[str] | None = None,
+    ) -> pa.Table:
+        """Records ``[start, end)`` of ``partition`` in offset order.
+
+        ``columns`` selects columns by name (system columns included); None means all, system
+        columns first. The table's buffers point into memory-mapped segment files: nothing is
+        copied and unselected columns are never touched. ``end`` may not pass
+        :meth:`end_offset`.
+        """
+        names = self._columns(columns)
+        if (
+            isinstance(start, bool)
+            or isinstance(end, bool)
+            or not isinstance(start, int)
+            or not isinstance(end, int)
+            or not 0 <= start <= end
+        ):
+            raise OptionError(
+                f"read range [{start!r}, {end!r}) is not valid: need 0 <= start <= end (ints)"
+            )
+        schema = pa.schema([self.file_schema.field(n) for n in names])
+        if start == end:
+            self._check_partition(partition)
+            return schema.empty_table()
+
+        def slice_chain(chain: list[Segment]) -> pa.Table:
+            if not chain or chain[-1].end < end:
+                raise _Refresh()
+            pieces = []
+            i = _find(chain, start)
+            while i < len(chain) and chain[i].first < end:
+                seg = chain[i]
+                table = self._table(seg).select(names)
+                lo = max(start, seg.first) - seg.first
+                hi = min(end, seg.end) - seg.first
+                pieces.append(table if (lo, hi) == (0, seg.count) else table.slice(lo, hi - lo))
+                i += 1
+            if len(pieces) == 1:
+                return pieces[0].replace_schema_metadata(None)
+            return pa.concat_tables(pieces).replace_schema_metadata(None)
+
+        try:
+            return self._stable(partition, slice_chain, fresh=False)
+        except _Refresh:
+            pass  # the cached listing was behind: list once more
+        try:
+            return self._stable(partition, slice_chain)
+        except _Refresh:
+            raise OptionError(
+                f"cannot read [{start}, {end}) of partition {partition} of {self.location}: only "
+                f"{self.end_offset(partition)} records are committed"
+            ) from None
+
+
+class _Refresh(Exception):
+    pass
+
+
+def _find(chain: list[Segment], offset: int) -> int:
+    """Index of the segment holding ``offset`` (binary search over first offsets)."""
+    lo, hi = 0, len(chain)
+    while hi - lo > 1:
+        mid = (lo + hi) // 2
+        if chain[mid].first <= offset:
+            lo = mid
+        else:
+            hi = mid
+    return lo
+
+
+# -- merging small segments ------------------------------------------------------------------
+
+
+def _size_class(count: int) -> int:
+    return (count.bit_length() - 1) // 4  # 1-15: 0, 16-255: 1, 256-4095: 2, ...
+
+
+def compact_tail(stream: Stream, partition: int) -> int:
+    """Merge runs of small segments at the end of a partition; returns how many merges ran.
+
+    Only the partition's writer (the lock holder) may call this. Runs of :data:`COMPACT_FANIN`
+    consecutive segments of one size class (below :data:`COMPACT_BELOW_RECORDS` records) at the
+    tail become one segment, repeatedly, so a record is rewritten about four times at most
+    however small the flushes were. The merged segment is committed before the old ones are
+    removed; readers holding the old ones keep their memory maps.
+    """
+    part_dir = stream.partition_dir(partition)
+    merges = 0
+    while True:
+        chain = stream.segments(partition)
+        if len(chain) < COMPACT_FANIN:
+            return merges
+        tail = chain[-COMPACT_FANIN:]
+        if any(s.count >= COMPACT_BELOW_RECORDS for s in tail):
+            return merges
+        classes = {_size_class(s.count) for s in tail}
+        if len(classes) != 1:
+            return merges
+        tables = [stream._table(s) for s in tail]
+        stats = SegmentStats.merge([stream.stats(s) for s in tail])
+        merged = pa.concat_tables(t.replace_schema_metadata(None) for t in tables)
+        write_segment(part_dir, stats, stream.file_schema, [merged.combine_chunks()])
+        for s in tail:
+            try:
+                os.unlink(s.path)
+            except FileNotFoundError:
+                pass
+        merges += 1
+
+
+def clean_partition(stream: Stream, partition: int) -> list[str]:
+    """Remove temporary files and merged-away segments; only for the partition's writer."""
+    _, covered, temps = list_segments(stream.partition_dir(partition))
+    removed = []
+    for path in [*temps, *covered]:
+        try:
+            os.unlink(path)
+            removed.append(path)
+        except FileNotFoundError:
+            pass
+    return removed
+
+
+# -- creating and opening --------------------------------------------------------------------
+
+
+def _not_found(location: str, path: str, why: str) -> StreamNotFoundError:
+    return StreamNotFoundError(
+        f"no rowtime stream at {location!r} ({why}). Create one with "
+        f"pyspark_rowtime.create_stream({path!r}, schema) or "
+        f"`rowtime create {path} --schema 'a INT, b STRING'`"
+    )
+
+
+def open_stream(location: str | os.PathLike[str]) -> Stream:
+    """The stream at ``location`` (a path or ``file://`` URL).
+
+    Raises :class:`StreamNotFoundError` (naming the location and how to create a stream) when
+    there is none.
+    """
+    path = resolve_location(location)
+    if not os.path.isdir(path):
+        why = "not a directory" if os.path.exists(path) else "no such directory"
+        raise _not_found(str(location), path, why)
+    meta = read_meta(path)
+    if meta is None:
+        raise _not_found(str(location), path, f"the directory has no {META_FILE}")
+    return Stream(meta)
+
+
+def create_stream(
+    location: str | os.PathLike[str],
+    schema: str | pa.Schema,
+    partitions: int = 1,
+    **defaults: Any,
+) -> Stream:
+    """Create a stream (or open the identical one that exists) and return it.
+
+    ``schema`` is a Spark DDL string or a pyarrow schema; ``defaults`` are the ops' defaults for
+    readers (:data:`streams.meta.KNOWN_DEFAULTS`; Spark spellings such as ``adjust.unit`` work
+    too). A stream that exists with another schema or partition count, or other defaults when
+    defaults are given, is an error; with the same ones this is a no-op.
+    """
+    path = resolve_location(location)
+    payload = payload_schema(schema)
+    if isinstance(partitions, bool) or not isinstance(partitions, int) or partitions < 1:
+        raise OptionError(f"partitions={partitions!r} must be a whole number >= 1")
+    checked = validate_defaults(defaults, payload)
+    meta = StreamMeta(path, payload, partitions, checked)
+
+    existing = read_meta(path)
+    if existing is None:
+        if os.path.exists(path) and not os.path.isdir(path):
+            raise OptionError(f"cannot create a stream at {path}: a file is in the way")
+        if os.path.isdir(path):
+            strangers = [n for n in os.listdir(path) if not n.startswith(("partition-", ".tmp."))]
+            if strangers:
+                raise OptionError(
+                    f"cannot create a stream at {path}: the folder already holds other files "
+                    f"({', '.join(sorted(strangers)[:5])}); choose an empty or new folder"
+                )
+        os.makedirs(path, exist_ok=True)
+        for p in range(partitions):
+            os.makedirs(os.path.join(path, partition_dirname(p)), exist_ok=True)
+        fsync_dir(path)
+        if write_meta_once(meta):
+            return Stream(meta)
+        existing = read_meta(path)  # another process created it just now
+        assert existing is not None
+    _check_same(existing, meta, given_defaults=bool(defaults))
+    return Stream(existing)
+
+
+def _check_same(existing: StreamMeta, wanted: StreamMeta, given_defaults: bool) -> None:
+    where = existing.location
+    if not existing.payload_schema.equals(wanted.payload_schema, check_metadata=True):
+        raise SchemaError(
+            f"a stream already exists at {where} with another schema: it has "
+            f"({to_ddl(existing.payload_schema)}), not ({to_ddl(wanted.payload_schema)}); use "
+            "the existing schema or another location"
+        )
+    if existing.partitions != wanted.partitions:
+        raise OptionError(
+            f"a stream already exists at {where} with {existing.partitions} partitions, not "
+            f"{wanted.partitions}; use partitions={existing.partitions} or another location"
+        )
+    if given_defaults and existing.defaults != wanted.defaults:
+        raise OptionError(
+            f"a stream already exists at {where} with defaults {existing.defaults}, not "
+            f"{wanted.defaults}; the defaults are fixed when a stream is created"
+        )

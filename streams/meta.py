@@ -1,0 +1,270 @@
+"""A stream's metadata: payload schema, partition count and the ops' defaults for readers.
+
+Kept in ``<stream>/_stream.json``, written once when the stream is created (to a temporary
+name, fsync'd, then linked into place so two concurrent creators cannot both win)::
+
+    {
+      "format": "pyspark-rowtime-stream",
+      "format_version": 1,
+      "partitions": 2,
+      "schema": {"arrow_ipc_base64": "...", "ddl": "a INT, b STRING"},
+      "defaults": {"order": "adjust", "adjust_unit": "msec", "adjust_range": 999}
+    }
+
+``arrow_ipc_base64`` (an Arrow IPC-serialized schema) is the truth; ``ddl`` is for people.
+"""
+
+from __future__ import annotations
+
+import base64
+import json
+import os
+import uuid
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from typing import Any
+
+import pyarrow as pa
+
+from ..bounds.errors import CorruptLogError, OptionError, SchemaError
+from ..bounds.time import to_rowtime_us
+from .ddl import normalize_schema, parse_ddl, to_ddl
+
+FORMAT = "pyspark-rowtime-stream"
+FORMAT_VERSION = 1
+META_FILE = "_stream.json"
+
+#: Column names the log (``__*``) and the reader (``rowtime``, ``is_bound``) add to each record.
+RESERVED_COLUMNS = ("rowtime", "is_bound")
+
+ORDERS = ("reject", "drop", "adjust")
+ADJUST_UNITS = ("sec", "msec", "usec")
+ROWTIME_UNITS = ("s", "ms", "us", "ns")
+
+#: The defaults a stream may carry, with what each accepts (shown in errors).
+KNOWN_DEFAULTS: dict[str, str] = {
+    "order": "one of reject, drop, adjust",
+    "adjust_unit": "one of sec, msec, usec",
+    "adjust_range": "a whole number >= 0 (of adjust_unit)",
+    "adjust_max_held": "a whole number > 0",
+    "rowtime_column": "the name of a payload column whose values are the rowtime",
+    "rowtime_unit": "one of s, ms, us, ns (for integer rowtimes)",
+    "rowtime_format": "a datetime pattern for string rowtimes",
+    "rowtime_timezone": "a time zone name such as UTC or Europe/Paris, or an offset like +02:00",
+}
+
+#: Spark option spellings (``option("adjust.maxHeld", ...)``) accepted for the same defaults.
+_ALIASES = {
+    "adjust.unit": "adjust_unit",
+    "adjust.range": "adjust_range",
+    "adjust.maxheld": "adjust_max_held",
+    "adjust.max_held": "adjust_max_held",
+    "rowtime.column": "rowtime_column",
+    "rowtime.unit": "rowtime_unit",
+    "rowtime.format": "rowtime_format",
+    "rowtime.timezone": "rowtime_timezone",
+}
+
+
+@dataclass(frozen=True)
+class StreamMeta:
+    """What ``_stream.json`` says about a stream. ``location`` is an absolute local path."""
+
+    location: str
+    payload_schema: pa.Schema
+    partitions: int
+    defaults: dict[str, Any] = field(default_factory=dict)
+    format_version: int = FORMAT_VERSION
+
+    @property
+    def ddl(self) -> str:
+        return to_ddl(self.payload_schema)
+
+
+# -- schema ----------------------------------------------------------------------------------
+
+
+def payload_schema(schema: str | pa.Schema) -> pa.Schema:
+    """A user's schema (DDL string or pyarrow schema) in Spark's Arrow form, checked for names
+    the project reserves."""
+    result = parse_ddl(schema) if isinstance(schema, str) else normalize_schema(schema)
+    for f in result:
+        if f.name.lower() in RESERVED_COLUMNS or f.name.startswith("__"):
+            raise SchemaError(
+                f"payload column {f.name!r} clashes with a column the project adds: the reader "
+                "adds `rowtime` and `is_bound`, and names starting with `__` belong to the log; "
+                "rename the column"
+            )
+    return result
+
+
+def schema_to_b64(schema: pa.Schema) -> str:
+    return base64.b64encode(schema.serialize().to_pybytes()).decode("ascii")
+
+
+def schema_from_b64(text: str) -> pa.Schema:
+    return pa.ipc.read_schema(pa.py_buffer(base64.b64decode(text)))
+
+
+# -- defaults --------------------------------------------------------------------------------
+
+
+def _bad(name: str, value: Any, what: str | None = None) -> OptionError:
+    return OptionError(
+        f"stream default {name}={value!r} is not valid: "
+        f"{name} must be {what or KNOWN_DEFAULTS[name]}"
+    )
+
+
+def _as_int(name: str, value: Any) -> int:
+    if isinstance(value, bool):
+        raise _bad(name, value)
+    if isinstance(value, int):
+        return value
+    if isinstance(value, str) and value.strip().lstrip("+-").isdigit():
+        return int(value.strip())
+    raise _bad(name, value)
+
+
+def _check_with_time(name: str, value: Any, **kwargs: Any) -> str:
+    """Validate a time zone or pattern the way the reader will use it (bounds.time)."""
+    if not isinstance(value, str) or not value.strip():
+        raise _bad(name, value)
+    try:
+        to_rowtime_us(0, **kwargs)
+    except OptionError as e:
+        raise OptionError(f"stream default {name}={value!r} is not valid: {e}") from None
+    return value
+
+
+def validate_defaults(defaults: Mapping[str, Any], schema: pa.Schema) -> dict[str, Any]:
+    """The defaults with canonical names and typed values; :class:`OptionError` on the first
+    unknown name or bad value (naming it and what it accepts)."""
+    out: dict[str, Any] = {}
+    for raw_name, value in defaults.items():
+        name = _ALIASES.get(str(raw_name).lower(), str(raw_name))
+        if name not in KNOWN_DEFAULTS:
+            known = ", ".join(KNOWN_DEFAULTS)
+            raise OptionError(f"unknown stream default {raw_name!r}; known defaults: {known}")
+        if name in out:
+            raise OptionError(f"stream default {name} is given twice (as {raw_name!r} too)")
+        if name == "order":
+            if not isinstance(value, str) or value.lower() not in ORDERS:
+                raise _bad(name, value)
+            out[name] = value.lower()
+        elif name == "adjust_unit":
+            if not isinstance(value, str) or value.lower() not in ADJUST_UNITS:
+                raise _bad(name, value)
+            out[name] = value.lower()
+        elif name == "rowtime_unit":
+            if not isinstance(value, str) or value.lower() not in ROWTIME_UNITS:
+                raise _bad(name, value)
+            out[name] = value.lower()
+        elif name == "adjust_range":
+            n = _as_int(name, value)
+            if n < 0:
+                raise _bad(name, value)
+            out[name] = n
+        elif name == "adjust_max_held":
+            n = _as_int(name, value)
+            if n <= 0:
+                raise _bad(name, value)
+            out[name] = n
+        elif name == "rowtime_column":
+            names = schema.names
+            if not isinstance(value, str) or value not in names:
+                raise _bad(name, value, f"a payload column, one of {', '.join(names) or '(none)'}")
+            dtype = schema.field(value).type
+            t = pa.types
+            if not (t.is_timestamp(dtype) or t.is_integer(dtype) or t.is_string(dtype)):
+                raise _bad(
+                    name, value, f"a TIMESTAMP, integer or STRING column; {value} is {dtype}"
+                )
+            out[name] = value
+        elif name == "rowtime_format":
+            out[name] = _check_with_time(name, value, fmt=value)
+        else:  # rowtime_timezone
+            out[name] = _check_with_time(name, value, tz=value)
+    return out
+
+
+# -- the file --------------------------------------------------------------------------------
+
+
+def meta_to_json(meta: StreamMeta) -> str:
+    doc = {
+        "format": FORMAT,
+        "format_version": meta.format_version,
+        "partitions": meta.partitions,
+        "schema": {
+            "arrow_ipc_base64": schema_to_b64(meta.payload_schema),
+            "ddl": to_ddl(meta.payload_schema),
+        },
+        "defaults": meta.defaults,
+    }
+    return json.dumps(doc, indent=2, sort_keys=False) + "\n"
+
+
+def meta_from_json(text: str, location: str) -> StreamMeta:
+    path = os.path.join(location, META_FILE)
+    try:
+        doc = json.loads(text)
+        if doc.get("format") != FORMAT:
+            raise ValueError(f"format is {doc.get('format')!r}, not {FORMAT!r}")
+        version = int(doc["format_version"])
+        if version > FORMAT_VERSION:
+            raise CorruptLogError(
+                f"{path} has format version {version}; this pyspark-rowtime reads up to "
+                f"{FORMAT_VERSION}: upgrade pyspark-rowtime"
+            )
+        schema = schema_from_b64(doc["schema"]["arrow_ipc_base64"])
+        partitions = int(doc["partitions"])
+        defaults = dict(doc.get("defaults") or {})
+    except CorruptLogError:
+        raise
+    except (ValueError, KeyError, TypeError, AttributeError, pa.ArrowException) as e:
+        raise CorruptLogError(f"stream metadata {path} cannot be read: {e}") from e
+    return StreamMeta(location, schema, partitions, defaults, version)
+
+
+def read_meta(location: str) -> StreamMeta | None:
+    """The metadata at ``location`` (an absolute path), or None if there is no stream."""
+    try:
+        with open(os.path.join(location, META_FILE), encoding="utf-8") as f:
+            text = f.read()
+    except (FileNotFoundError, NotADirectoryError):
+        return None
+    return meta_from_json(text, location)
+
+
+def fsync_dir(path: str) -> None:
+    """Make a rename or a new entry in directory ``path`` durable."""
+    fd = os.open(path, os.O_RDONLY | os.O_DIRECTORY)
+    try:
+        os.fsync(fd)
+    finally:
+        os.close(fd)
+
+
+def write_meta_once(meta: StreamMeta) -> bool:
+    """Write ``_stream.json`` unless it exists; True if this call created it.
+
+    The file appears whole or not at all (temporary file, fsync, then ``link``, which fails if
+    the name exists: of two concurrent creators exactly one wins).
+    """
+    final = os.path.join(meta.location, META_FILE)
+    tmp = os.path.join(meta.location, f".tmp.{META_FILE}.{os.getpid()}.{uuid.uuid4().hex}")
+    with open(tmp, "w", encoding="utf-8") as f:
+        f.write(meta_to_json(meta))
+        f.flush()
+        os.fsync(f.fileno())
+    try:
+        os.link(tmp, final)
+        created = True
+    except FileExistsError:
+        created = False
+    finally:
+        os.unlink(tmp)
+    if created:
+        fsync_dir(meta.location)
+    return created

@@ -1,0 +1,691 @@
+"""The adapter-facing writer: insert rows and bounds into one partition of a stream.
+
+In the spirit of SQLstream's ``RowSink`` and ``setRowtimeBound``::
+
+    with open_writer("/data/orders", partition=0) as w:
+        w.insert({"ticker": "ORCL"}, rowtime="2006-09-11T12:00:00Z")
+        w.insert({"ticker": "MSFT"})                    # implicit rowtime: the arrival time
+        w.set_rowtime_bound(datetime(2006, 9, 11, 12, 5, tzinfo=timezone.utc))
+        w.flush()                                       # durable when this returns
+
+What is guaranteed:
+
+* Every record stores its arrival time (the injected ``clock``, microseconds, made
+  non-decreasing per partition, also across writers: a new writer starts from the last stored
+  arrival). Explicit rowtimes are stored as given; the reader applies the ordering policy.
+* ``insert``, ``insert_arrow`` and ``set_rowtime_bound`` either append everything they were given
+  to the buffer or raise and append nothing: wrong keys or types, a bound below the partition
+  clock, and (when the stream's default ``order`` is ``reject``) a row below the partition clock.
+* ``flush`` makes the buffer one committed segment: durable and visible to readers as a whole,
+  never in part. Without a flush the buffer is flushed when it grows past ``flush_records``
+  records or ``flush_bytes`` bytes of Arrow data, on ``close`` and by heartbeats.
+* A partition's clock is the highest bound or data rowtime (explicit, or arrival for implicit
+  rows). After ``end_stream()`` the clock is the end of stream and no row can follow.
+* One writer per partition: a second one gets :class:`WriterLockedError` while the first lives.
+
+Rowtimes are read with :func:`pyspark_rowtime.bounds.time.to_rowtime_us` using the stream's
+defaults ``rowtime_unit`` (else ``ms``), ``rowtime_timezone`` (else UTC) and
+``rowtime_format``. When the stream names a ``rowtime_column`` and a row comes without an
+explicit rowtime, that column's value is the row's explicit rowtime (what readers promote).
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+import os
+import threading
+import time
+from collections.abc import Callable, Mapping
+from decimal import Decimal
+from typing import Any
+
+import numpy as np
+import pyarrow as pa
+import pyarrow.compute as pc
+
+from ..bounds.bounds import END_OF_STREAM_US, normalize_bound
+from ..bounds.errors import (
+    BoundError,
+    InvalidRowtimeError,
+    LateRowError,
+    RowtimeError,
+    SchemaError,
+    WriterClosedError,
+)
+from ..bounds.time import from_rowtime_us, parse_duration_us, rowtime_array_us, to_rowtime_us
+from .ddl import type_to_ddl
+from .lock import LOCK_FILE, PartitionLock
+from .log import (
+    SegmentStats,
+    Stream,
+    clean_partition,
+    compact_tail,
+    open_stream,
+    write_segment,
+)
+
+__all__ = ["Writer", "open_writer", "wall_clock_us"]
+
+#: Below every rowtime: the clock of a partition that has no record yet.
+_NO_CLOCK = -(2**63)
+
+DEFAULT_FLUSH_RECORDS = 1 << 17
+DEFAULT_FLUSH_BYTES = 256 << 20
+
+
+def wall_clock_us() -> int:
+    """The system's wall clock in microseconds since the epoch (the default arrival clock)."""
+    return time.time_ns() // 1000
+
+
+def _iso(t_us: int) -> str:
+    if t_us >= END_OF_STREAM_US:
+        return "end of stream"
+    try:
+        return from_rowtime_us(t_us).isoformat().replace("+00:00", "Z")
+    except RowtimeError:
+        return f"{t_us} us"
+
+
+_INT_RANGES = {
+    pa.int8(): (-(2**7), 2**7 - 1),
+    pa.int16(): (-(2**15), 2**15 - 1),
+    pa.int32(): (-(2**31), 2**31 - 1),
+    pa.int64(): (-(2**63), 2**63 - 1),
+}
+
+
+def _fast_types(dtype: pa.DataType) -> frozenset[type]:
+    """Python types that need no further check for a column of ``dtype`` (besides int range).
+
+    Anything else goes through :meth:`Writer._check_row`, which asks pyarrow.
+    """
+    t = pa.types
+    if t.is_integer(dtype):
+        return frozenset({int})
+    if t.is_floating(dtype):
+        return frozenset({float, int})
+    if t.is_boolean(dtype):
+        return frozenset({bool})
+    if t.is_string(dtype):
+        return frozenset({str})
+    if t.is_binary(dtype):
+        return frozenset({bytes, bytearray})
+    if t.is_timestamp(dtype):
+        return frozenset({dt.datetime})
+    if t.is_date32(dtype):
+        return frozenset({dt.date})
+    if t.is_duration(dtype):
+        return frozenset({dt.timedelta})
+    if t.is_time(dtype):
+        return frozenset({dt.time})
+    return frozenset()  # decimal, nested: checked by pyarrow every time
+
+
+class Writer:
+    """Appends rows and bounds to one partition. Use :func:`open_writer` to make one.
+
+    Thread-safe (a heartbeat thread shares it). Not fork-safe: open writers in the process that
+    uses them.
+    """
+
+    def __init__(
+        self,
+        stream: Stream,
+        partition: int = 0,
+        *,
+        heartbeat: Any = None,
+        clock: Callable[[], int] | None = None,
+        flush_records: int = DEFAULT_FLUSH_RECORDS,
+        flush_bytes: int = DEFAULT_FLUSH_BYTES,
+    ) -> None:
+        self.stream = stream
+        self.partition = partition
+        self._where = f"partition {partition} of stream {stream.location}"
+        part_dir = stream.partition_dir(partition)  # validates the partition
+        self._part_dir = part_dir
+        heartbeat_us = None if heartbeat is None else parse_duration_us(heartbeat, what="heartbeat")
+        if flush_records < 1 or flush_bytes < 1:
+            raise ValueError("flush_records and flush_bytes must be positive")
+        self._now = clock or wall_clock_us
+        self._flush_records = flush_records
+        self._flush_bytes = flush_bytes
+
+        meta = stream.meta
+        self._schema = meta.payload_schema
+        self._file_schema = stream.file_schema
+        fields = list(self._schema)
+        self._names = tuple(f.name for f in fields)
+        self._name_set = frozenset(self._names)
+        self._null_payload = (None,) * len(fields)
+        self._accept = tuple(
+            _fast_types(f.type) | ({type(None)} if f.nullable else set()) for f in fields
+        )
+        self._ranges = tuple(
+            (i, *_INT_RANGES[f.type]) for i, f in enumerate(fields) if f.type in _INT_RANGES
+        )
+        defaults = meta.defaults
+        self._reject = defaults.get("order") == "reject"
+        self._unit = defaults.get("rowtime_unit", "ms")
+        self._tz = defaults.get("rowtime_timezone", "UTC")
+        self._fmt = defaults.get("rowtime_format")
+        promote = defaults.get("rowtime_column")
+        self._promote = promote
+        self._promote_index = self._names.index(promote) if promote in self._names else None
+
+        self._mutex = threading.Lock()
+        self._lock = PartitionLock(os.path.join(part_dir, LOCK_FILE))
+        self._lock.acquire(self._where)
+        self._closed = False
+        try:
+            clean_partition(stream, partition)
+            chain = stream.segments(partition)
+            if chain:
+                last = stream.stats(chain[-1])
+                self._end = last.end
+                self._clock = last.clock_us
+                self._arrival = last.last_arrival_us
+            else:
+                self._end = 0
+                self._clock = _NO_CLOCK
+                self._arrival = _NO_CLOCK
+        except BaseException:
+            self._lock.release()
+            raise
+        self._records: list[tuple[Any, ...]] = []
+        self._chunks: list[pa.Table] = []
+        self._chunk_stats: list[SegmentStats] = []
+        self._chunk_records = 0
+        self._chunk_bytes = 0
+        self._activity_us = self._now()
+        self._bg_error: BaseException | None = None
+        self._heartbeat_us = heartbeat_us
+        self._stop = threading.Event()
+        self._thread: threading.Thread | None = None
+        if heartbeat_us is not None:
+            period_s = min(max(heartbeat_us / 4e6, 0.001), 1.0)
+            self._thread = threading.Thread(
+                target=self._heartbeat_loop,
+                args=(period_s,),
+                name=f"rowtime-heartbeat-{partition}",
+                daemon=True,
+            )
+            self._thread.start()
+
+    # -- state --------------------------------------------------------------------------------
+
+    def __repr__(self) -> str:
+        state = "closed" if self._closed else f"{self.pending} pending"
+        return f"Writer({self._where}, committed={self._end}, {state})"
+
+    def __enter__(self) -> Writer:
+        return self
+
+    def __exit__(self, exc_type: Any, exc: Any, tb: Any) -> None:
+        if exc_type is None:
+            self.close()
+            return
+        try:
+            self.close()  # rows inserted before the error are kept, as a file keeps them
+        except Exception:
+            self._release()  # the first error is the one that matters
+
+    @property
+    def end_offset(self) -> int:
+        """Records committed (durable and visible) in this partition."""
+        return self._end
+
+    @property
+    def pending(self) -> int:
+        """Records buffered, not yet flushed."""
+        return len(self._records) + self._chunk_records
+
+    @property
+    def clock_us(self) -> int | None:
+        """The partition clock including buffered records; None before any record."""
+        return None if self._clock == _NO_CLOCK else self._clock
+
+    @property
+    def closed(self) -> bool:
+        return self._closed
+
+    def _check_open(self) -> None:
+        if self._closed:
+            raise WriterClosedError(f"the writer of {self._where} is closed; open a new one")
+        if self._bg_error is not None:
+            error, self._bg_error = self._bg_error, None
+            raise error
+
+    # -- rows ---------------------------------------------------------------------------------
+
+    def insert(self, row: Mapping[str, Any], rowtime: Any = None) -> None:
+        """Buffer one data row (a mapping of payload column to value; missing columns are null).
+
+        ``rowtime``: None for the arrival time (implicit), or a datetime, an epoch number in the
+        stream's ``rowtime_unit`` (default ms), or a string (ISO-8601, SDP form, or the stream's
+        ``rowtime_format``). Raises and buffers nothing on unknown keys, wrong types, a bad
+        rowtime, or (``order=reject``) a rowtime below the partition clock.
+        """
+        with self._mutex:
+            self._check_open()
+            try:
+                values = tuple(map(row.get, self._names))
+                known = self._name_set.issuperset(row)
+            except (AttributeError, TypeError):
+                raise SchemaError(
+                    f"a row must be a mapping of column name to value (a dict), got "
+                    f"{type(row).__name__}; the columns of {self._where} are "
+                    f"{', '.join(self._names)}"
+                ) from None
+            if not known or not all(map(frozenset.__contains__, self._accept, map(type, values))):
+                self._check_row(row, values)
+            for i, lo, hi in self._ranges:
+                v = values[i]
+                if v is not None and not lo <= v <= hi:
+                    self._bad_value(self._names[i], v, f"out of range [{lo}, {hi}]")
+            if rowtime is None and self._promote_index is not None:
+                rowtime = values[self._promote_index]
+                if rowtime is None:
+                    raise InvalidRowtimeError(
+                        f"the row has no value in column {self._promote!r}, the rowtime column "
+                        f"of {self._where}; give one, or pass rowtime= explicitly. Nothing was "
+                        "written"
+                    )
+            arrival = self._now()
+            if arrival < self._arrival:
+                arrival = self._arrival
+            if rowtime is None:
+                rowtime_us = None
+                effective = arrival
+            else:
+                rowtime_us = self._rowtime_us(rowtime)
+                effective = rowtime_us
+            clock = self._clock
+            if effective < clock and (self._reject or clock == END_OF_STREAM_US):
+                self._late(effective, clock, rowtime_us is None)
+            self._arrival = arrival
+            if effective > clock:
+                self._clock = effective
+            self._activity_us = arrival
+            records = self._records
+            records.append((arrival, rowtime_us, False, *values))
+            if len(records) + self._chunk_records >= self._flush_records:
+                self._flush_locked()
+
+    def _rowtime_us(self, value: Any) -> int:
+        return to_rowtime_us(value, unit=self._unit, tz=self._tz, fmt=self._fmt)
+
+    def _check_row(self, row: Mapping[str, Any], values: tuple[Any, ...]) -> None:
+        """The slow path of :meth:`insert`: raise naming the first bad column, or return."""
+        unknown = [k for k in row if k not in self._name_set]
+        if unknown:
+            raise SchemaError(
+                f"row has unknown column{'s' if len(unknown) > 1 else ''} "
+                f"{', '.join(map(repr, unknown))}; the columns of {self._where} are "
+                f"{', '.join(self._names)}. Nothing was written"
+            )
+        for field, value, fast in zip(self._schema, values, self._accept, strict=True):
+            if type(value) in fast:
+                continue
+            if value is None:
+                raise SchemaError(
+                    f"column {field.name!r} of {self._where} is NOT NULL but the row has no "
+                    "value for it. Nothing was written"
+                )
+            dtype = field.type
+            if isinstance(value, (bool, np.bool_)) and not pa.types.is_boolean(dtype):
+                self._bad_value(field.name, value, "a bool is not a number")
+            if pa.types.is_integer(dtype) and isinstance(value, (float, np.floating, Decimal)):
+                self._bad_value(field.name, value, "not a whole number type")
+            if pa.types.is_date32(dtype) and isinstance(value, dt.datetime):
+                self._bad_value(field.name, value, "a datetime is not a date (use .date())")
+            try:
+                pa.scalar(value, type=dtype)
+            except (pa.ArrowException, TypeError, ValueError, OverflowError) as e:
+                self._bad_value(field.name, value, str(e))
+
+    def _bad_value(self, name: str, value: Any, why: str) -> None:
+        dtype = type_to_ddl(self._schema.field(name).type, name)
+        shown = repr(value)
+        if len(shown) > 80:
+            shown = shown[:77] + "..."
+        raise SchemaError(
+            f"column {name!r} of {self._where} is {dtype} and cannot hold {shown} "
+            f"({type(value).__name__}): {why}. Nothing was written"
+        )
+
+    def _late(
+        self, rowtime_us: int, clock_us: int, implicit: bool, index: int | None = None
+    ) -> None:
+        what = "the row" if index is None else f"row {index} of the inserted table"
+        kind = "arrival time (implicit rowtime)" if implicit else "rowtime"
+        if clock_us == END_OF_STREAM_US:
+            raise LateRowError(
+                f"{what} comes after the end of stream of {self._where} (end_stream() was "
+                f"called); its {kind} is {_iso(rowtime_us)}. Nothing was written"
+            )
+        raise LateRowError(
+            f"{what} has {kind} {_iso(rowtime_us)} ({rowtime_us} us), below the clock "
+            f"{_iso(clock_us)} ({clock_us} us) of {self._where}: under the stream's order=reject "
+            "rows may not go back in time. Send rows in rowtime order, or create the stream with "
+            "order=drop or order=adjust. Nothing was written"
+        )
+
+    def insert_arrow(
+        self, data: pa.Table | pa.RecordBatch, rowtime_column: str | None = None
+    ) -> None:
+        """Buffer every row of an Arrow table or record batch, as one unit.
+
+        Columns are matched by name (order does not matter; missing nullable columns are null)
+        and cast to the stream's types when that loses nothing. ``rowtime_column`` names a
+        column (payload or extra) whose values are the explicit rowtimes, read like
+        ``rowtime=`` in :meth:`insert`; without it the stream's ``rowtime_column`` default is
+        used if the table has that column, else every row gets the arrival time. Raises and
+        buffers nothing if any row is bad.
+        """
+        with self._mutex:
+            self._check_open()
+            if isinstance(data, pa.RecordBatch):
+                table = pa.Table.from_batches([data])
+            elif isinstance(data, pa.Table):
+                table = data
+            else:
+                raise SchemaError(
+                    f"insert_arrow takes a pyarrow Table or RecordBatch, got {type(data).__name__}"
+                )
+            names = table.column_names
+            if len(set(names)) != len(names):
+                dupes = sorted({n for n in names if names.count(n) > 1})
+                raise SchemaError(f"the inserted table has duplicate columns {dupes}")
+            if rowtime_column is not None and rowtime_column not in names:
+                raise SchemaError(
+                    f"rowtime_column={rowtime_column!r} is not a column of the inserted table "
+                    f"({', '.join(names)})"
+                )
+            rt_col = rowtime_column
+            if rt_col is None and self._promote in names:
+                rt_col = self._promote
+            unknown = [n for n in names if n not in self._name_set and n != rt_col]
+            if unknown:
+                raise SchemaError(
+                    f"the inserted table has column{'s' if len(unknown) > 1 else ''} "
+                    f"{', '.join(map(repr, unknown))} that {self._where} does not have; its "
+                    f"columns are {', '.join(self._names)}. Nothing was written"
+                )
+            n = table.num_rows
+            columns: list[pa.ChunkedArray] = []
+            for field in self._schema:
+                if field.name in names:
+                    col = table.column(field.name)
+                    if col.type != field.type:
+                        try:
+                            col = col.cast(field.type, safe=True)
+                        except (pa.ArrowException, TypeError, ValueError) as e:
+                            raise SchemaError(
+                                f"column {field.name!r} of the inserted table is {col.type}, and "
+                                f"{self._where} has {type_to_ddl(field.type, field.name)} "
+                                f"({field.type}); the cast fails: {e}. Nothing was written"
+                            ) from None
+                    if not field.nullable and col.null_count:
+                        first = int(np.flatnonzero(col.is_null().to_numpy(zero_copy_only=False))[0])
+                        raise SchemaError(
+                            f"column {field.name!r} of {self._where} is NOT NULL, but row {first} "
+                            "of the inserted table has null there. Nothing was written"
+                        )
+                elif field.nullable:
+                    col = pa.chunked_array([pa.nulls(n, field.type)])
+                else:
+                    raise SchemaError(
+                        f"the inserted table has no column {field.name!r}, which is NOT NULL in "
+                        f"{self._where}. Nothing was written"
+                    )
+                columns.append(col)
+            if n == 0:
+                return
+            arrival = max(self._now(), self._arrival)
+            clock = self._clock
+            check_late = self._reject or clock == END_OF_STREAM_US
+            if rt_col is not None:
+                rt = rowtime_array_us(
+                    table.column(rt_col),
+                    unit=self._unit,
+                    tz=self._tz,
+                    fmt=self._fmt,
+                    what=f"rowtime column {rt_col!r} of the inserted table",
+                )
+                top = int(rt.max())
+                if check_late:
+                    # The clock before each row: the partition clock, then the running maximum.
+                    before = np.empty_like(rt)
+                    before[0] = clock  # _NO_CLOCK is int64's minimum: fits
+                    np.maximum(np.maximum.accumulate(rt)[:-1], clock, out=before[1:])
+                    late = rt < before
+                    if late.any():
+                        i = int(np.flatnonzero(late)[0])
+                        self._late(int(rt[i]), int(before[i]), False, index=i)
+                rowtime_arr = pa.array(rt, type=pa.int64())
+                stats = SegmentStats(
+                    first=0,
+                    count=n,
+                    rows=n,
+                    bounds=0,
+                    clock_us=max(top, clock),
+                    last_arrival_us=arrival,
+                    min_rowtime_us=int(rt.min()),
+                    max_rowtime_us=top,
+                    max_skew_us=arrival - int(rt.min()),
+                    last_row_arrival_us=arrival,
+                    last_row_rowtime_us=int(rt[-1]),
+                )
+            else:
+                top = arrival
+                if check_late and arrival < clock:
+                    self._late(arrival, clock, True, index=0)
+                rowtime_arr = pa.nulls(n, pa.int64())
+                stats = SegmentStats(
+                    first=0,
+                    count=n,
+                    rows=n,
+                    bounds=0,
+                    clock_us=max(top, clock),
+                    last_arrival_us=arrival,
+                    min_rowtime_us=arrival,
+                    max_rowtime_us=arrival,
+                    max_skew_us=0,
+                    last_row_arrival_us=arrival,
+                    last_row_rowtime_us=arrival,
+                )
+            system = [
+                pa.chunked_array([pa.array(np.full(n, arrival, dtype=np.int64))]),
+                pa.chunked_array([rowtime_arr]),
+                pa.chunked_array([pa.array(np.zeros(n, dtype=np.bool_))]),
+            ]
+            chunk = pa.Table.from_arrays([*system, *columns], schema=self._file_schema)
+            # Everything checked: from here on nothing raises.
+            self._seal_rows()
+            self._chunks.append(chunk)
+            self._chunk_stats.append(stats)
+            self._chunk_records += n
+            self._chunk_bytes += chunk.nbytes
+            self._arrival = arrival
+            if top > clock:
+                self._clock = top
+            self._activity_us = arrival
+            if self.pending >= self._flush_records or self._chunk_bytes >= self._flush_bytes:
+                self._flush_locked()
+
+    # -- bounds -------------------------------------------------------------------------------
+
+    def set_rowtime_bound(self, t: Any, strict: bool = False) -> None:
+        """Buffer a bound: every later row of this partition has rowtime ``>= t`` (``> t`` if
+        ``strict``). ``t`` is read like an explicit rowtime. A bound below the partition clock
+        raises :class:`BoundError` and buffers nothing; one equal to it is written."""
+        with self._mutex:
+            self._check_open()
+            bound_us = normalize_bound(self._rowtime_us(t), strict)
+            self._append_bound(bound_us, self._now())
+
+    def _append_bound(self, bound_us: int, now_us: int) -> None:
+        clock = self._clock
+        if bound_us < clock:
+            raise BoundError(
+                f"rowtime bound {_iso(bound_us)} ({bound_us} us) is below the clock "
+                f"{_iso(clock)} ({clock} us) of {self._where}: bounds never move backwards. "
+                f"Send a bound >= {_iso(clock)}. Nothing was written"
+            )
+        arrival = max(now_us, self._arrival)
+        self._records.append((arrival, bound_us, True, *self._null_payload))
+        self._arrival = arrival
+        self._clock = bound_us
+        self._activity_us = arrival
+        if self.pending >= self._flush_records:
+            self._flush_locked()
+
+    def end_stream(self) -> int:
+        """Write the end-of-stream bound (it releases every held row) and flush; returns
+        :attr:`end_offset`. No row can follow."""
+        with self._mutex:
+            self._check_open()
+            self._append_bound(END_OF_STREAM_US, self._now())
+            return self._flush_locked()
+
+    # -- durability ---------------------------------------------------------------------------
+
+    def flush(self) -> int:
+        """Commit the buffer as one segment (durable, visible to readers as a whole) and
+        return :attr:`end_offset`. A no-op with an empty buffer. If writing fails the buffer is
+        kept and nothing is committed."""
+        with self._mutex:
+            self._check_open()
+            return self._flush_locked()
+
+    def _seal_rows(self) -> None:
+        """Turn buffered row tuples into an Arrow chunk (so an Arrow chunk can follow them)."""
+        records = self._records
+        if not records:
+            return
+        columns = list(zip(*records, strict=True))
+        fields = list(self._file_schema)
+        arrays = []
+        for values, field in zip(columns, fields, strict=True):
+            try:
+                arrays.append(pa.array(values, type=field.type))
+            except (pa.ArrowException, TypeError, ValueError, OverflowError):
+                self._drop_unconvertible(field, values)
+        chunk = pa.Table.from_arrays(arrays, schema=self._file_schema)
+        arrival = np.asarray(columns[0], dtype=np.int64)
+        has_rowtime = np.fromiter((v is not None for v in columns[1]), bool, len(records))
+        rowtime = np.where(has_rowtime, pc.fill_null(arrays[1], 0).to_numpy(), 0)
+        is_bound = np.asarray(columns[2], dtype=np.bool_)
+        stats = SegmentStats.compute(0, arrival, rowtime, has_rowtime, is_bound, None)
+        self._chunks.append(chunk)
+        self._chunk_stats.append(stats)
+        self._chunk_records += len(records)
+        self._chunk_bytes += chunk.nbytes
+        self._records = []
+
+    def _drop_unconvertible(self, field: pa.Field, values: tuple[Any, ...]) -> None:
+        """A value passed insert()'s checks but pyarrow refuses it (a string with lone
+        surrogates, ...). Remove that row from the buffer, so the rest can still be flushed,
+        and say so."""
+        for i, value in enumerate(values):
+            try:
+                pa.scalar(value, type=field.type)
+            except (pa.ArrowException, TypeError, ValueError, OverflowError) as e:
+                del self._records[i]
+                raise SchemaError(
+                    f"column {field.name!r} of {self._where} cannot store {value!r}: {e}. That "
+                    "row was removed from the buffer; the other buffered rows were not written "
+                    "yet: call flush() again to write them"
+                ) from None
+        raise SchemaError(f"column {field.name!r} of {self._where}: values cannot be converted")
+
+    def _flush_locked(self) -> int:
+        self._seal_rows()
+        if not self._chunks:
+            return self._end
+        stats = SegmentStats.merge(self._chunk_stats)
+        stats = SegmentStats(
+            **{**stats.__dict__, "first": self._end, "clock_us": self._clock}  # exact clock
+        )
+        write_segment(self._part_dir, stats, self._file_schema, self._chunks)
+        self._end = stats.end
+        self._chunks = []
+        self._chunk_stats = []
+        self._chunk_records = 0
+        self._chunk_bytes = 0
+        try:
+            compact_tail(self.stream, self.partition)
+        except OSError:
+            pass  # merging is housekeeping: the next flush tries again
+        return self._end
+
+    def close(self) -> None:
+        """Flush, stop the heartbeat and release the partition. Idempotent."""
+        if self._closed:
+            return
+        self._stop.set()
+        if self._thread is not None and self._thread is not threading.current_thread():
+            self._thread.join()
+        with self._mutex:
+            if self._closed:
+                return
+            try:
+                error, self._bg_error = self._bg_error, None
+                self._flush_locked()
+                if error is not None:
+                    raise error
+            finally:
+                self._closed = True
+                self._lock.release()
+
+    def _release(self) -> None:
+        self._stop.set()
+        self._closed = True
+        self._lock.release()
+
+    # -- heartbeats ---------------------------------------------------------------------------
+
+    def _heartbeat_loop(self, period_s: float) -> None:
+        while not self._stop.wait(period_s):
+            try:
+                self._beat()
+            except BaseException as e:  # surfaced at the next call on the writer
+                self._bg_error = e
+                return
+
+    def _beat(self) -> bool:
+        """One heartbeat check; True if it wrote a bound. While the writer has been idle for a
+        heartbeat interval, append a bound at the arrival time (if it moves the clock) and
+        flush (the bound follows any buffered rows in the log)."""
+        assert self._heartbeat_us is not None
+        with self._mutex:
+            if self._closed:
+                return False
+            now = max(self._now(), self._arrival)
+            if now - self._activity_us < self._heartbeat_us:
+                return False
+            wrote = now > self._clock
+            if wrote:
+                self._append_bound(now, now)
+            self._activity_us = now
+            if self.pending:
+                self._flush_locked()
+            return wrote
+
+
+def open_writer(
+    location: Any,
+    partition: int = 0,
+    heartbeat: Any = None,
+    **options: Any,
+) -> Writer:
+    """A :class:`Writer` on ``partition`` of the stream at ``location`` (a context manager).
+
+    ``heartbeat`` (a duration: seconds, ``"500ms"``, a timedelta) makes a background thread
+    write a bound at the arrival time whenever the writer has been idle that long.
+    ``options``: ``clock`` (a callable returning microseconds, for tests), ``flush_records``,
+    ``flush_bytes``.
+    """
+    stream = location if isinstance(location, Stream) else open_stream(location)
+    return Writer(stream, partition, heartbeat=heartbeat, **options)
