@@ -1,1 +1,48 @@
-"""pyspark-rowtime: event time at the edges of Spark."""
+"""pyspark-rowtime: event time at the edges of Spark.
+
+``spark.readStream.format("rowtime")`` reads a rowtime stream in rowtime order with bound
+records that move Spark's watermark; ``writeStream.format("rowtime")`` writes exactly once and
+keeps a clock downstream jobs can wait on; the adapter API feeds streams from Python.
+
+Attributes are imported lazily (PEP 562), so ``import pyspark_rowtime.bounds`` stays free of
+pyspark and the log, while Spark's lookup of ``pyspark_rowtime.DefaultSource`` still works.
+"""
+
+from __future__ import annotations
+
+from importlib import import_module
+from typing import Any
+
+__version__ = "0.1.0"
+
+_EXPORTS = {
+    "DefaultSource": "pyspark_rowtime.datasource.spark:RowtimeDataSource",
+    "RowtimeDataSource": "pyspark_rowtime.datasource.spark:RowtimeDataSource",
+    "with_watermark": "pyspark_rowtime.watermark:with_watermark",
+    "create_stream": "pyspark_rowtime.api:create_stream",
+    "open_writer": "pyspark_rowtime.api:open_writer",
+    "get_rowtime_bound": "pyspark_rowtime.api:get_rowtime_bound",
+    "read_stream": "pyspark_rowtime.api:read_stream",
+    "RowtimeError": "pyspark_rowtime.bounds.errors:RowtimeError",
+    "AdjustPolicy": "pyspark_rowtime.bounds.policies:AdjustPolicy",
+    "DropPolicy": "pyspark_rowtime.bounds.policies:DropPolicy",
+    "RejectPolicy": "pyspark_rowtime.bounds.policies:RejectPolicy",
+    "TimeIntervalSpec": "pyspark_rowtime.bounds.panes:TimeIntervalSpec",
+    "ValidityInterval": "pyspark_rowtime.bounds.intervals:ValidityInterval",
+}
+
+__all__ = sorted(_EXPORTS)
+
+
+def __getattr__(name: str) -> Any:
+    target = _EXPORTS.get(name)
+    if target is None:
+        raise AttributeError(f"module 'pyspark_rowtime' has no attribute {name!r}")
+    module, _, attr = target.partition(":")
+    value = getattr(import_module(module), attr)
+    globals()[name] = value
+    return value
+
+
+def __dir__() -> list[str]:
+    return sorted(list(globals()) + __all__)

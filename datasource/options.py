@@ -1,0 +1,197 @@
+"""The reader's options, parsed once into a frozen, validated :class:`ReaderConfig`.
+
+Spark hands a data source its options as strings in a case-insensitive map. Every option this
+reader knows is listed in :data:`READER_OPTIONS` with what it accepts; anything else is an error
+that names the option, so a typo never silently falls back to a default. Where an option is not
+given, the stream's own defaults (set by ops at ``create_stream``) apply, then the built-ins.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass
+from typing import Any
+
+from ..bounds.errors import InvalidRowtimeError, OptionError
+from ..bounds.policies import Policy, make_policy
+
+#: Every option the reader accepts (lower case, as Spark passes them), with what it accepts.
+READER_OPTIONS: dict[str, str] = {
+    "path": "the stream's location: a directory path or a file:// URL",
+    "rowtime.column": "a payload column to promote to rowtime (SQLstream `SELECT c AS ROWTIME`)",
+    "rowtime.unit": "s, ms, us or ns: the unit of an integer rowtime column (default ms)",
+    "rowtime.format": "a datetime pattern such as yyyy-MM-dd HH:mm:ss.SSS for string rowtimes",
+    "rowtime.timezone": "the time zone of naive rowtimes, e.g. UTC or Europe/Paris (default UTC)",
+    "order": "reject, drop or adjust (default: the stream's, else reject)",
+    "adjust.unit": "sec, msec or usec (default usec)",
+    "adjust.range": "a whole number >= 0 of adjust.unit (default 0)",
+    "adjust.maxheld": "a whole number of rows > 0 (default 1000000)",
+    "maxrowsperbatch": "a whole number of records > 0 admitted per micro-batch (default: all)",
+    "startingoffsets": "earliest (default) or latest",
+    "output": "rows (default) or discarded: the quarantine of rows the policy discarded",
+}
+
+#: Option names as users spell them in errors and docs.
+_SPELLING = {
+    "adjust.maxheld": "adjust.maxHeld",
+    "maxrowsperbatch": "maxRowsPerBatch",
+    "startingoffsets": "startingOffsets",
+}
+
+#: Stream defaults (as ``create_stream`` stores them) and the option each stands for.
+_DEFAULT_TO_OPTION = {
+    "order": "order",
+    "adjust_unit": "adjust.unit",
+    "adjust_range": "adjust.range",
+    "adjust_max_held": "adjust.maxheld",
+    "rowtime_column": "rowtime.column",
+    "rowtime_unit": "rowtime.unit",
+    "rowtime_format": "rowtime.format",
+    "rowtime_timezone": "rowtime.timezone",
+}
+
+#: Options Spark itself may add to the map; accepted and ignored.
+_SPARK_OWN = {"checkpointlocation", "queryname", "__path"}
+
+
+def spelled(name: str) -> str:
+    return _SPELLING.get(name, name)
+
+
+def _bad(name: str, value: Any) -> OptionError:
+    return OptionError(
+        f"option {spelled(name)}={value!r} is not valid: {spelled(name)} accepts "
+        f"{READER_OPTIONS[name]}"
+    )
+
+
+def _int(name: str, value: Any, minimum: int) -> int:
+    if isinstance(value, bool):
+        raise _bad(name, value)
+    try:
+        n = int(str(value).strip())
+    except ValueError:
+        raise _bad(name, value) from None
+    if n < minimum:
+        raise _bad(name, value)
+    return n
+
+
+def _choice(name: str, value: Any, choices: tuple[str, ...]) -> str:
+    v = str(value).strip().lower()
+    if v not in choices:
+        raise _bad(name, value)
+    return v
+
+
+@dataclass(frozen=True)
+class ReaderConfig:
+    """Everything the reader needs, validated; picklable so executors get it as is."""
+
+    location: str
+    policy: Policy
+    rowtime_column: str | None = None
+    rowtime_unit: str = "ms"
+    rowtime_format: str | None = None
+    rowtime_timezone: str = "UTC"
+    max_rows_per_batch: int | None = None
+    starting: str = "earliest"
+    output: str = "rows"
+
+
+def lower_options(options: Mapping[str, Any]) -> dict[str, str]:
+    """Spark's options with lower-case names; unknown names are an error naming them."""
+    out: dict[str, str] = {}
+    for key, value in options.items():
+        k = str(key).lower()
+        if k in _SPARK_OWN:
+            continue
+        if k not in READER_OPTIONS:
+            known = ", ".join(spelled(n) for n in READER_OPTIONS)
+            raise OptionError(
+                f"unknown option {key!r} for format rowtime; the reader accepts: {known}"
+            )
+        out[k] = str(value)
+    return out
+
+
+def parse_reader_options(
+    options: Mapping[str, Any], stream_defaults: Mapping[str, Any] | None = None
+) -> ReaderConfig:
+    """Turn Spark's string options (plus the stream's defaults) into a :class:`ReaderConfig`."""
+    given = lower_options(options)
+    if "path" not in given or not given["path"].strip():
+        raise OptionError(
+            "option path is required: the stream's location, e.g. "
+            'spark.readStream.format("rowtime").load("/data/orders") or .option("path", ...)'
+        )
+    merged: dict[str, Any] = {}
+    for key, value in (stream_defaults or {}).items():
+        if key in _DEFAULT_TO_OPTION:
+            merged[_DEFAULT_TO_OPTION[key]] = value
+    merged.update(given)
+
+    order = _choice("order", merged.get("order", "reject"), ("reject", "drop", "adjust"))
+    adjust_keys = [k for k in ("adjust.unit", "adjust.range", "adjust.maxheld") if k in given]
+    if order != "adjust" and adjust_keys:
+        raise OptionError(
+            f"option {spelled(adjust_keys[0])} only applies with order=adjust, but order={order}; "
+            "set option order=adjust or remove it"
+        )
+    unit = _choice("adjust.unit", merged.get("adjust.unit", "usec"), ("sec", "msec", "usec"))
+    range_ = _int("adjust.range", merged.get("adjust.range", 0), 0)
+    max_held = _int("adjust.maxheld", merged.get("adjust.maxheld", 1_000_000), 1)
+    try:
+        policy = make_policy(order, unit=unit, range=range_, max_held=max_held)
+    except OptionError as e:  # pragma: no cover - the checks above come first
+        raise OptionError(f"option {e}") from None
+
+    max_rows = None
+    if "maxrowsperbatch" in merged:
+        max_rows = _int("maxrowsperbatch", merged["maxrowsperbatch"], 1)
+    column = merged.get("rowtime.column")
+    column = str(column).strip() if column is not None and str(column).strip() else None
+    unit_e = _choice("rowtime.unit", merged.get("rowtime.unit", "ms"), ("s", "ms", "us", "ns"))
+    fmt = merged.get("rowtime.format")
+    tz = str(merged.get("rowtime.timezone", "UTC"))
+    if column is None:
+        for k in ("rowtime.unit", "rowtime.format", "rowtime.timezone"):
+            if k in given:
+                raise OptionError(
+                    f"option {k} describes a promoted rowtime column, but rowtime.column is not "
+                    "set; set option rowtime.column to the payload column that holds event time"
+                )
+    else:
+        _check_time_options(unit_e, fmt, tz)
+    return ReaderConfig(
+        location=given["path"].strip(),
+        policy=policy,
+        rowtime_column=column,
+        rowtime_unit=unit_e,
+        rowtime_format=str(fmt) if fmt is not None else None,
+        rowtime_timezone=tz,
+        max_rows_per_batch=max_rows,
+        starting=_choice(
+            "startingoffsets", merged.get("startingoffsets", "earliest"), ("earliest", "latest")
+        ),  # fmt: skip
+        output=_choice("output", merged.get("output", "rows"), ("rows", "discarded")),
+    )
+
+
+def _check_time_options(unit: str, fmt: Any, tz: str) -> None:
+    """Fail at load() on a time zone or pattern the conversion would reject later."""
+    from ..bounds.time import to_rowtime_us
+
+    try:
+        to_rowtime_us("1970-01-01T00:00:00", tz=tz)
+    except OptionError as e:
+        raise OptionError(f"option rowtime.timezone={tz!r} is not valid: {e}") from None
+    if fmt is not None:
+        if not str(fmt).strip():
+            raise _bad("rowtime.format", fmt)
+        try:
+            to_rowtime_us("\x00", fmt=str(fmt), tz=tz, unit=unit)
+        except InvalidRowtimeError:
+            pass  # the pattern compiled; the probe value was meant not to match
+        except OptionError as e:
+            raise OptionError(f"option rowtime.format={fmt!r} is not valid: {e}") from None

@@ -1,0 +1,175 @@
+"""The Spark face of the reader: Python Data Source API classes, kept thin.
+
+Spark finds ``format("rowtime")`` without registration because the top-level module
+``pyspark_rowtime`` exposes ``DefaultSource`` (pyspark's ``lookup_data_sources`` scans
+``pyspark_*`` modules). Only picklable configuration lives on these objects; the log is opened
+inside each method that needs it.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator, Sequence
+from typing import Any
+
+import pyarrow as pa
+from pyspark.sql.datasource import (
+    DataSource,
+    DataSourceReader,
+    DataSourceStreamReader,
+    DataSourceStreamWriter,
+    InputPartition,
+)
+from pyspark.sql.pandas.types import from_arrow_schema
+from pyspark.sql.streaming.datasource import (
+    ReadAllAvailable,
+    ReadLimit,
+    ReadMaxRows,
+    SupportsTriggerAvailableNow,
+)
+from pyspark.sql.types import StructType
+
+from ..bounds.plan import StreamPosition
+from ..streams.log import open_stream
+from .options import ReaderConfig, parse_reader_options
+from .reader import Planner, ReadTask, output_arrow_schema, partition_tasks, read_task
+
+
+class RowtimePartition(InputPartition):
+    """One stream partition's share of a step (its value is a :class:`ReadTask`)."""
+
+    def __init__(self, task: ReadTask) -> None:
+        super().__init__(task)
+        self.task = task
+
+
+def _config(options: Any) -> tuple[ReaderConfig, pa.Schema]:
+    opts = dict(options)
+    if "path" not in {k.lower() for k in opts}:
+        parse_reader_options(opts)  # raises the error that names option path
+    location = next(v for k, v in opts.items() if k.lower() == "path")
+    meta = open_stream(location).meta
+    cfg = parse_reader_options(opts, meta.defaults)
+    if cfg.rowtime_column is not None and cfg.rowtime_column not in meta.payload_schema.names:
+        from ..bounds.errors import OptionError
+
+        raise OptionError(
+            f"option rowtime.column={cfg.rowtime_column!r} names no payload column of stream "
+            f"{location!r}; its columns are: {', '.join(meta.payload_schema.names)}"
+        )
+    return cfg, output_arrow_schema(meta.payload_schema, cfg.output)
+
+
+class RowtimeDataSource(DataSource):
+    """``format("rowtime")``: rowtime streams for Spark, read and written."""
+
+    @classmethod
+    def name(cls) -> str:
+        return "rowtime"
+
+    def _reading(self) -> tuple[ReaderConfig, pa.Schema]:
+        return _config(self.options)
+
+    def schema(self) -> StructType:
+        _, arrow = self._reading()
+        return from_arrow_schema(arrow, prefer_timestamp_ntz=True)
+
+    def reader(self, schema: StructType) -> DataSourceReader:
+        cfg, arrow = self._reading()
+        return RowtimeBatchReader(cfg, arrow)
+
+    def streamReader(self, schema: StructType) -> DataSourceStreamReader:
+        cfg, arrow = self._reading()
+        if cfg.output != "rows":
+            from ..bounds.errors import OptionError
+
+            raise OptionError(
+                "option output=discarded is for batch reads (spark.read), which return the "
+                "quarantine of discarded rows; streaming reads always emit rows"
+            )
+        return RowtimeStreamReader(cfg, arrow)
+
+    def streamWriter(self, schema: StructType, overwrite: bool) -> DataSourceStreamWriter:
+        from ..sink.spark import make_stream_writer
+
+        return make_stream_writer(dict(self.options), schema, overwrite)
+
+
+class RowtimeStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
+    """Micro-batches in rowtime order, each with at most one bound record (SPEC 7)."""
+
+    def __init__(self, cfg: ReaderConfig, arrow_schema: pa.Schema) -> None:
+        self.cfg = cfg
+        self.arrow_schema = arrow_schema
+        self._planner: Planner | None = None
+        self._target: list[int] | None = None
+
+    @property
+    def planner(self) -> Planner:
+        if self._planner is None:
+            self._planner = Planner(self.cfg)
+        return self._planner
+
+    def initialOffset(self) -> dict:
+        return self.planner.start_position().to_dict()
+
+    def getDefaultReadLimit(self) -> ReadLimit:
+        if self.cfg.max_rows_per_batch is not None:
+            return ReadMaxRows(self.cfg.max_rows_per_batch)
+        return ReadAllAvailable()
+
+    def prepareForTriggerAvailableNow(self) -> None:
+        self._target = self.planner.available()
+
+    def _available(self) -> list[int]:
+        now = self.planner.available()
+        if self._target is not None:
+            return [min(a, t) for a, t in zip(now, self._target, strict=True)]
+        return now
+
+    def latestOffset(self, start: dict, limit: ReadLimit) -> dict:
+        pos = StreamPosition.from_dict(start)
+        max_rows = limit.max_rows if isinstance(limit, ReadMaxRows) else None
+        new = self.planner.plan(pos, self._available(), max_rows)
+        return start if new is None else new.to_dict()
+
+    def reportLatestOffset(self) -> dict | None:
+        return {"records": {str(p): n for p, n in enumerate(self.planner.available())}}
+
+    def partitions(self, start: dict, end: dict) -> Sequence[InputPartition]:
+        return [RowtimePartition(t) for t in partition_tasks(self.cfg, start, end)]
+
+    def read(self, partition: InputPartition) -> Iterator[pa.RecordBatch]:
+        assert isinstance(partition, RowtimePartition)
+        return read_task(self.cfg, partition.task, self.arrow_schema)
+
+    def commit(self, end: dict) -> None:
+        pass  # the log is immutable: nothing to release
+
+    def stop(self) -> None:
+        self._planner = None
+
+
+class RowtimeBatchReader(DataSourceReader):
+    """``spark.read.format("rowtime")``: the history as one step from the start of the log.
+
+    The rows are exactly what a streaming query would have emitted by now: released by the
+    policy and at or below the stream clock, plus the final bound record. With
+    ``option("output", "discarded")`` it returns the quarantine instead: every row the policy
+    discarded, with its partition, offset, arrival, reason and the clock at the time.
+    """
+
+    def __init__(self, cfg: ReaderConfig, arrow_schema: pa.Schema) -> None:
+        self.cfg = cfg
+        self.arrow_schema = arrow_schema
+
+    def partitions(self) -> Sequence[InputPartition]:
+        planner = Planner(self.cfg)
+        start = StreamPosition.start([0] * planner.stream.meta.partitions)
+        end = planner.plan(start, planner.available(), None) or start
+        return [
+            RowtimePartition(t) for t in partition_tasks(self.cfg, start.to_dict(), end.to_dict())
+        ]
+
+    def read(self, partition: InputPartition) -> Iterator[pa.RecordBatch]:
+        assert isinstance(partition, RowtimePartition)
+        return read_task(self.cfg, partition.task, self.arrow_schema)
