@@ -173,7 +173,7 @@ def parse_reader_options(
         max_rows_per_batch=max_rows,
         starting=_choice(
             "startingoffsets", merged.get("startingoffsets", "earliest"), ("earliest", "latest")
-        ),  # fmt: skip
+        ),
         output=_choice("output", merged.get("output", "rows"), ("rows", "discarded")),
     )
 
