@@ -1,0 +1,208 @@
+"""Odysseus validity intervals (SPEC section 10, seed 001), in integer microseconds.
+
+A row may carry ``[rowtime, rowtime_end)``, the half-open interval in which it is valid: from
+its start (included) up to its end (excluded). The end starts at infinity; window operators
+set it (time based: start plus size; element based: the start of the N-th later row of the
+same partition). Two rows may be combined (join, aggregate) only if their intervals overlap,
+and the result is valid in the intersection.
+
+Infinity is :data:`INFINITY_US`, which is Spark's largest timestamp (:data:`END_OF_STREAM_US`)
+so that it can be stored in a TimestampType column as it is. A consequence: an interval must
+start below it, and "valid forever" means valid up to, not including, the end of stream.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+from dataclasses import dataclass
+from numbers import Integral
+
+import numpy as np
+import numpy.typing as npt
+
+from .bounds import END_OF_STREAM_US, MIN_ROWTIME_US
+from .errors import InvalidRowtimeError, OptionError
+
+__all__ = [
+    "INFINITY_US",
+    "ValidityInterval",
+    "combine",
+    "combine_all",
+    "element_window_ends",
+    "intersection",
+    "intersection_arrays",
+    "overlaps",
+    "time_window_end",
+]
+
+#: The end of an interval that no window has limited: valid until the end of stream.
+INFINITY_US = END_OF_STREAM_US
+
+Int64Array = npt.NDArray[np.int64]
+
+
+def _int_us(name: str, value: object) -> int:
+    if isinstance(value, bool) or not isinstance(value, Integral):
+        raise InvalidRowtimeError(f"{name}={value!r} is not an int of microseconds")
+    return int(value)
+
+
+@dataclass(frozen=True, order=True)
+class ValidityInterval:
+    """The half-open validity ``[start_us, end_us)`` of a row, in microseconds since the epoch.
+
+    ``start_us`` is included, ``end_us`` excluded; ``MIN_ROWTIME_US <= start_us < end_us <=
+    INFINITY_US``. ``end_us`` defaults to :data:`INFINITY_US` (valid until the end of stream).
+    Ordered by start, then end.
+
+    Raises:
+        InvalidRowtimeError: a bound is not an int, is out of range, or the interval is empty.
+    """
+
+    start_us: int
+    end_us: int = INFINITY_US
+
+    def __post_init__(self) -> None:
+        start = _int_us("start_us", self.start_us)
+        end = _int_us("end_us", self.end_us)
+        if not MIN_ROWTIME_US <= start < INFINITY_US:
+            raise InvalidRowtimeError(
+                f"start_us={start} is out of range: a validity interval starts in "
+                f"[{MIN_ROWTIME_US}, {INFINITY_US}) us (INFINITY_US, the end of stream, is "
+                "only an end)"
+            )
+        if not start < end <= INFINITY_US:
+            raise InvalidRowtimeError(
+                f"end_us={end} must be greater than start_us={start} and at most INFINITY_US="
+                f"{INFINITY_US}: the interval [start_us, end_us) excludes its end, so "
+                "end_us <= start_us would be valid at no instant"
+            )
+
+    @property
+    def is_infinite(self) -> bool:
+        """True while no window has limited the interval (``end_us == INFINITY_US``)."""
+        return self.end_us == INFINITY_US
+
+    @property
+    def duration_us(self) -> int:
+        """``end_us - start_us``."""
+        return self.end_us - self.start_us
+
+    def contains(self, rowtime_us: int) -> bool:
+        """True if ``start_us <= rowtime_us < end_us``."""
+        return self.start_us <= rowtime_us < self.end_us
+
+
+def overlaps(a: ValidityInterval, b: ValidityInterval) -> bool:
+    """True if some instant lies in both: ``a.start < b.end and b.start < a.end``.
+
+    Intervals that only touch (``a.end == b.start``) do not overlap: the end is excluded.
+    """
+    return a.start_us < b.end_us and b.start_us < a.end_us
+
+
+def intersection(a: ValidityInterval, b: ValidityInterval) -> ValidityInterval | None:
+    """``[max(starts), min(ends))``, or None when the intervals do not overlap."""
+    start = max(a.start_us, b.start_us)
+    end = min(a.end_us, b.end_us)
+    return ValidityInterval(start, end) if start < end else None
+
+
+def combine(a: ValidityInterval, b: ValidityInterval) -> ValidityInterval | None:
+    """The validity of a join result of two rows: their intersection, or None (no result).
+
+    Odysseus joins only rows valid at the same time, and the result is valid where both are.
+    """
+    return intersection(a, b)
+
+
+def combine_all(intervals: Iterable[ValidityInterval]) -> ValidityInterval | None:
+    """The validity of an aggregate of several rows: the intersection of all, or None.
+
+    None when the rows are not all valid at one common instant, or when there are none.
+    """
+    result: ValidityInterval | None = None
+    for count, interval in enumerate(intervals):
+        if count == 0:
+            result = interval
+            continue
+        if result is None:
+            return None
+        result = intersection(result, interval)
+    return result
+
+
+def time_window_end(start_us: int, size_us: int) -> int:
+    """The end a time window of ``size_us`` gives a row starting at ``start_us``.
+
+    ``start_us + size_us``, capped at :data:`INFINITY_US`: the row is valid in
+    ``[start_us, start_us + size_us)``.
+
+    Raises:
+        OptionError: ``size_us`` is not a positive int.
+    """
+    start = _int_us("start_us", start_us)
+    if isinstance(size_us, bool) or not isinstance(size_us, Integral) or size_us <= 0:
+        raise OptionError(
+            f"size_us={size_us!r} must be a positive int of microseconds: a time window of "
+            "size 0 would leave every row valid at no instant"
+        )
+    return min(start + int(size_us), INFINITY_US)
+
+
+def element_window_ends(starts_us: npt.ArrayLike, n: int) -> Int64Array:
+    """The ends an element window of ``n`` rows gives one partition's rows, in order.
+
+    Row ``i`` stays valid until the row ``n`` places later starts: ``end[i] = starts[i + n]``,
+    or :data:`INFINITY_US` while that row has not arrived (the last ``n`` rows). With ``n = 1``
+    each row is valid until the next one. Rows with equal starts can give ``end == start``: a
+    row superseded at the instant it became valid, whose (empty) interval overlaps nothing.
+
+    Raises:
+        OptionError: ``n`` is not a positive int.
+        InvalidRowtimeError: ``starts_us`` is not one-dimensional or not in non-decreasing
+            order (a partition in rowtime order); the message names the first offending index.
+    """
+    if isinstance(n, bool) or not isinstance(n, Integral) or n <= 0:
+        raise OptionError(
+            f"n={n!r} must be a positive int: an element window keeps each row valid until "
+            "the n-th later row of its partition arrives"
+        )
+    starts = np.asarray(starts_us)
+    if starts.ndim != 1 or not (starts.size == 0 or np.issubdtype(starts.dtype, np.integer)):
+        raise InvalidRowtimeError(
+            f"starts_us must be a one-dimensional integer array of microseconds, not "
+            f"{starts.dtype} with shape {starts.shape}"
+        )
+    starts = starts.astype(np.int64, copy=False)
+    if starts.size > 1:
+        back = np.flatnonzero(starts[1:] < starts[:-1])
+        if back.size:
+            i = int(back[0]) + 1
+            raise InvalidRowtimeError(
+                f"starts_us[{i}]={int(starts[i])} is below starts_us[{i - 1}]="
+                f"{int(starts[i - 1])}: element windows need one partition's rows in rowtime "
+                "order"
+            )
+    ends = np.full(starts.size, INFINITY_US, dtype=np.int64)
+    k = int(n)
+    if k < starts.size:
+        ends[: starts.size - k] = starts[k:]
+    return ends
+
+
+def intersection_arrays(
+    a_start_us: npt.ArrayLike,
+    a_end_us: npt.ArrayLike,
+    b_start_us: npt.ArrayLike,
+    b_end_us: npt.ArrayLike,
+) -> tuple[Int64Array, Int64Array, npt.NDArray[np.bool_]]:
+    """Element-wise :func:`intersection` of pairs of half-open intervals.
+
+    Returns ``(start_us, end_us, overlap)``: ``start = max(starts)``, ``end = min(ends)``, and
+    ``overlap`` is ``start < end``; where it is False there is no result (the start and end
+    there mean nothing).
+    """
+    start = np.maximum(np.asarray(a_start_us, np.int64), np.asarray(b_start_us, np.int64))
+    end = np.minimum(np.asarray(a_end_us, np.int64), np.asarray(b_end_us, np.int64))
+    return start, end, start < end
