@@ -97,7 +97,7 @@ TMP_PREFIX = ".tmp."
 COMPACT_BELOW_RECORDS = 1 << 16
 COMPACT_FANIN = 16
 
-_LIST_RETRIES = 50
+_LIST_RETRIES = 9
 
 
 def partition_dirname(partition: int) -> str:
@@ -311,7 +311,7 @@ def list_segments(part_dir: str) -> tuple[list[Segment], list[str], list[str]]:
             covered = [s.path for s in others] + [s.path for s in by_first.values()]
             return chain, covered, temps
         if attempt < _LIST_RETRIES - 1:
-            time.sleep(0.001 * (attempt + 1))
+            time.sleep(0.0005 * 2**attempt)  # a racing rename settles in microseconds
     gap_end = min(s.first for s in ahead)
     raise CorruptLogError(
         f"partition folder {part_dir} has no segment for offsets [{pos}, {gap_end}): records are "

@@ -35,6 +35,7 @@ import datetime as dt
 import os
 import threading
 import time
+from collections import deque
 from collections.abc import Callable, Mapping
 from decimal import Decimal
 from typing import Any
@@ -48,6 +49,7 @@ from ..bounds.errors import (
     BoundError,
     InvalidRowtimeError,
     LateRowError,
+    OptionError,
     RowtimeError,
     SchemaError,
     WriterClosedError,
@@ -71,6 +73,9 @@ _NO_CLOCK = -(2**63)
 
 DEFAULT_FLUSH_RECORDS = 1 << 17
 DEFAULT_FLUSH_BYTES = 256 << 20
+
+
+_time_ns = time.time_ns
 
 
 def wall_clock_us() -> int:
@@ -146,8 +151,10 @@ class Writer:
         self._part_dir = part_dir
         heartbeat_us = None if heartbeat is None else parse_duration_us(heartbeat, what="heartbeat")
         if flush_records < 1 or flush_bytes < 1:
-            raise ValueError("flush_records and flush_bytes must be positive")
-        self._now = clock or wall_clock_us
+            raise OptionError(
+                f"flush_records={flush_records!r} and flush_bytes={flush_bytes!r} must be >= 1"
+            )
+        self._now = clock  # None: the wall clock, read inline on the hot path
         self._flush_records = flush_records
         self._flush_bytes = flush_bytes
 
@@ -157,12 +164,16 @@ class Writer:
         fields = list(self._schema)
         self._names = tuple(f.name for f in fields)
         self._name_set = frozenset(self._names)
-        self._null_payload = (None,) * len(fields)
         self._accept = tuple(
             _fast_types(f.type) | ({type(None)} if f.nullable else set()) for f in fields
         )
+        # Tuples of value types already known to need no per-value check (the fast path).
+        self._good_types: set[tuple[type, ...]] = set()
+        # int64 is checked when the buffer becomes Arrow (a Python int past 2**63 is rare).
         self._ranges = tuple(
-            (i, *_INT_RANGES[f.type]) for i, f in enumerate(fields) if f.type in _INT_RANGES
+            (i, *_INT_RANGES[f.type])
+            for i, f in enumerate(fields)
+            if f.type in _INT_RANGES and f.type != pa.int64()
         )
         defaults = meta.defaults
         self._reject = defaults.get("order") == "reject"
@@ -192,13 +203,22 @@ class Writer:
         except BaseException:
             self._lock.release()
             raise
-        self._records: list[tuple[Any, ...]] = []
+        # The row buffer, by column: plain lists are the cheapest thing to append to, and
+        # pyarrow converts each in one call when the buffer is sealed.
+        self._arrivals: list[int] = []
+        self._rowtimes: list[int | None] = []
+        self._bound_at: list[int] = []  # indexes of bound records in the row buffer
+        self._columns: list[list[Any]] = [[] for _ in fields]
+        self._sink = deque[Any](maxlen=0).extend  # runs a map for its side effects, in C
         self._chunks: list[pa.Table] = []
         self._chunk_stats: list[SegmentStats] = []
         self._chunk_records = 0
         self._chunk_bytes = 0
-        self._activity_us = self._now()
+        self._row_room = flush_records  # rows the row buffer may take before a flush
+        # When a call last wrote (heartbeats wait for a quiet interval after it).
+        self._activity_us = self._clock_now() if heartbeat_us is not None else _NO_CLOCK
         self._bg_error: BaseException | None = None
+        self._usable = True  # open and no heartbeat error pending: the hot path's one check
         self._heartbeat_us = heartbeat_us
         self._stop = threading.Event()
         self._thread: threading.Thread | None = None
@@ -238,7 +258,7 @@ class Writer:
     @property
     def pending(self) -> int:
         """Records buffered, not yet flushed."""
-        return len(self._records) + self._chunk_records
+        return len(self._arrivals) + self._chunk_records
 
     @property
     def clock_us(self) -> int | None:
@@ -249,11 +269,19 @@ class Writer:
     def closed(self) -> bool:
         return self._closed
 
+    def _clock_now(self) -> int:
+        return _time_ns() // 1000 if self._now is None else self._now()
+
+    def _count_chunks(self, records: int) -> None:
+        self._chunk_records = records
+        self._row_room = max(self._flush_records - records, 1)
+
     def _check_open(self) -> None:
         if self._closed:
             raise WriterClosedError(f"the writer of {self._where} is closed; open a new one")
         if self._bg_error is not None:
             error, self._bg_error = self._bg_error, None
+            self._usable = True
             raise error
 
     # -- rows ---------------------------------------------------------------------------------
@@ -267,7 +295,8 @@ class Writer:
         rowtime, or (``order=reject``) a rowtime below the partition clock.
         """
         with self._mutex:
-            self._check_open()
+            if not self._usable:
+                self._check_open()
             try:
                 values = tuple(map(row.get, self._names))
                 known = self._name_set.issuperset(row)
@@ -277,8 +306,9 @@ class Writer:
                     f"{type(row).__name__}; the columns of {self._where} are "
                     f"{', '.join(self._names)}"
                 ) from None
-            if not known or not all(map(frozenset.__contains__, self._accept, map(type, values))):
-                self._check_row(row, values)
+            types = tuple(map(type, values))
+            if not known or types not in self._good_types:
+                self._check_row(row, values, types)
             for i, lo, hi in self._ranges:
                 v = values[i]
                 if v is not None and not lo <= v <= hi:
@@ -291,7 +321,8 @@ class Writer:
                         f"of {self._where}; give one, or pass rowtime= explicitly. Nothing was "
                         "written"
                     )
-            arrival = self._now()
+            now = self._now
+            arrival = _time_ns() // 1000 if now is None else now()
             if arrival < self._arrival:
                 arrival = self._arrival
             if rowtime is None:
@@ -303,20 +334,26 @@ class Writer:
             clock = self._clock
             if effective < clock and (self._reject or clock == END_OF_STREAM_US):
                 self._late(effective, clock, rowtime_us is None)
+            # Checked: from here on nothing raises before the row is buffered.
             self._arrival = arrival
             if effective > clock:
                 self._clock = effective
-            self._activity_us = arrival
-            records = self._records
-            records.append((arrival, rowtime_us, False, *values))
-            if len(records) + self._chunk_records >= self._flush_records:
+            arrivals = self._arrivals
+            arrivals.append(arrival)
+            self._rowtimes.append(rowtime_us)
+            self._sink(map(list.append, self._columns, values))
+            if len(arrivals) >= self._row_room:
                 self._flush_locked()
 
     def _rowtime_us(self, value: Any) -> int:
         return to_rowtime_us(value, unit=self._unit, tz=self._tz, fmt=self._fmt)
 
-    def _check_row(self, row: Mapping[str, Any], values: tuple[Any, ...]) -> None:
-        """The slow path of :meth:`insert`: raise naming the first bad column, or return."""
+    def _check_row(
+        self, row: Mapping[str, Any], values: tuple[Any, ...], types: tuple[type, ...]
+    ) -> None:
+        """The slow path of :meth:`insert`: raise naming the first bad column, or return.
+
+        A row whose value types all pass without asking pyarrow teaches the fast path."""
         unknown = [k for k in row if k not in self._name_set]
         if unknown:
             raise SchemaError(
@@ -343,6 +380,10 @@ class Writer:
                 pa.scalar(value, type=dtype)
             except (pa.ArrowException, TypeError, ValueError, OverflowError) as e:
                 self._bad_value(field.name, value, str(e))
+        if len(self._good_types) < 1024 and all(
+            t in fast for t, fast in zip(types, self._accept, strict=True)
+        ):
+            self._good_types.add(types)
 
     def _bad_value(self, name: str, value: Any, why: str) -> None:
         dtype = type_to_ddl(self._schema.field(name).type, name)
@@ -442,7 +483,7 @@ class Writer:
                 columns.append(col)
             if n == 0:
                 return
-            arrival = max(self._now(), self._arrival)
+            arrival = max(self._clock_now(), self._arrival)
             clock = self._clock
             check_late = self._reject or clock == END_OF_STREAM_US
             if rt_col is not None:
@@ -505,7 +546,7 @@ class Writer:
             self._seal_rows()
             self._chunks.append(chunk)
             self._chunk_stats.append(stats)
-            self._chunk_records += n
+            self._count_chunks(self._chunk_records + n)
             self._chunk_bytes += chunk.nbytes
             self._arrival = arrival
             if top > clock:
@@ -523,7 +564,7 @@ class Writer:
         with self._mutex:
             self._check_open()
             bound_us = normalize_bound(self._rowtime_us(t), strict)
-            self._append_bound(bound_us, self._now())
+            self._append_bound(bound_us, self._clock_now())
 
     def _append_bound(self, bound_us: int, now_us: int) -> None:
         clock = self._clock
@@ -534,7 +575,11 @@ class Writer:
                 f"Send a bound >= {_iso(clock)}. Nothing was written"
             )
         arrival = max(now_us, self._arrival)
-        self._records.append((arrival, bound_us, True, *self._null_payload))
+        self._bound_at.append(len(self._arrivals))
+        self._arrivals.append(arrival)
+        self._rowtimes.append(bound_us)
+        for column in self._columns:
+            column.append(None)
         self._arrival = arrival
         self._clock = bound_us
         self._activity_us = arrival
@@ -546,7 +591,7 @@ class Writer:
         :attr:`end_offset`. No row can follow."""
         with self._mutex:
             self._check_open()
-            self._append_bound(END_OF_STREAM_US, self._now())
+            self._append_bound(END_OF_STREAM_US, self._clock_now())
             return self._flush_locked()
 
     # -- durability ---------------------------------------------------------------------------
@@ -560,42 +605,54 @@ class Writer:
             return self._flush_locked()
 
     def _seal_rows(self) -> None:
-        """Turn buffered row tuples into an Arrow chunk (so an Arrow chunk can follow them)."""
-        records = self._records
-        if not records:
+        """Turn the row buffer into an Arrow chunk (so an Arrow chunk can follow it)."""
+        n = len(self._arrivals)
+        if not n:
             return
-        columns = list(zip(*records, strict=True))
-        fields = list(self._file_schema)
-        arrays = []
-        for values, field in zip(columns, fields, strict=True):
+        arrival = pa.array(self._arrivals, type=pa.int64())
+        rowtime = pa.array(self._rowtimes, type=pa.int64())
+        is_bound_np = np.zeros(n, dtype=np.bool_)
+        is_bound_np[self._bound_at] = True
+        arrays = [arrival, rowtime, pa.array(is_bound_np)]
+        for values, field in zip(self._columns, self._schema, strict=True):
             try:
                 arrays.append(pa.array(values, type=field.type))
             except (pa.ArrowException, TypeError, ValueError, OverflowError):
                 self._drop_unconvertible(field, values)
         chunk = pa.Table.from_arrays(arrays, schema=self._file_schema)
-        arrival = np.asarray(columns[0], dtype=np.int64)
-        has_rowtime = np.fromiter((v is not None for v in columns[1]), bool, len(records))
-        rowtime = np.where(has_rowtime, pc.fill_null(arrays[1], 0).to_numpy(), 0)
-        is_bound = np.asarray(columns[2], dtype=np.bool_)
-        stats = SegmentStats.compute(0, arrival, rowtime, has_rowtime, is_bound, None)
+        has_rowtime = rowtime.is_valid().to_numpy(zero_copy_only=False)
+        rowtime_np = pc.fill_null(rowtime, 0).to_numpy()
+        stats = SegmentStats.compute(
+            0, arrival.to_numpy(), rowtime_np, has_rowtime, is_bound_np, None
+        )
         self._chunks.append(chunk)
         self._chunk_stats.append(stats)
-        self._chunk_records += len(records)
+        self._count_chunks(self._chunk_records + n)
         self._chunk_bytes += chunk.nbytes
-        self._records = []
+        self._clear_rows()
 
-    def _drop_unconvertible(self, field: pa.Field, values: tuple[Any, ...]) -> None:
-        """A value passed insert()'s checks but pyarrow refuses it (a string with lone
-        surrogates, ...). Remove that row from the buffer, so the rest can still be flushed,
-        and say so."""
+    def _clear_rows(self) -> None:
+        self._arrivals = []
+        self._rowtimes = []
+        self._bound_at = []
+        self._columns = [[] for _ in self._columns]
+
+    def _drop_unconvertible(self, field: pa.Field, values: list[Any]) -> None:
+        """A value passed insert()'s checks but pyarrow refuses it (an int64 past 2**63, a
+        string with lone surrogates, ...). Remove that row from the buffer, so the rest can
+        still be flushed, and say so."""
         for i, value in enumerate(values):
             try:
                 pa.scalar(value, type=field.type)
             except (pa.ArrowException, TypeError, ValueError, OverflowError) as e:
-                del self._records[i]
+                del self._arrivals[i]
+                del self._rowtimes[i]
+                for column in self._columns:
+                    del column[i]
+                self._bound_at = [b if b < i else b - 1 for b in self._bound_at if b != i]
                 raise SchemaError(
                     f"column {field.name!r} of {self._where} cannot store {value!r}: {e}. That "
-                    "row was removed from the buffer; the other buffered rows were not written "
+                    "row was removed from the buffer; the other buffered rows are not written "
                     "yet: call flush() again to write them"
                 ) from None
         raise SchemaError(f"column {field.name!r} of {self._where}: values cannot be converted")
@@ -612,7 +669,7 @@ class Writer:
         self._end = stats.end
         self._chunks = []
         self._chunk_stats = []
-        self._chunk_records = 0
+        self._count_chunks(0)
         self._chunk_bytes = 0
         try:
             compact_tail(self.stream, self.partition)
@@ -637,11 +694,25 @@ class Writer:
                     raise error
             finally:
                 self._closed = True
+                self._usable = False
                 self._lock.release()
+
+    def abort(self) -> None:
+        """Discard the buffer (nothing more is written) and release the partition."""
+        self._stop.set()
+        if self._thread is not None and self._thread is not threading.current_thread():
+            self._thread.join()
+        with self._mutex:
+            self._clear_rows()
+            self._chunks = []
+            self._chunk_stats = []
+            self._count_chunks(0)
+            self._release()
 
     def _release(self) -> None:
         self._stop.set()
         self._closed = True
+        self._usable = False
         self._lock.release()
 
     # -- heartbeats ---------------------------------------------------------------------------
@@ -652,6 +723,7 @@ class Writer:
                 self._beat()
             except BaseException as e:  # surfaced at the next call on the writer
                 self._bg_error = e
+                self._usable = False
                 return
 
     def _beat(self) -> bool:
@@ -662,8 +734,8 @@ class Writer:
         with self._mutex:
             if self._closed:
                 return False
-            now = max(self._now(), self._arrival)
-            if now - self._activity_us < self._heartbeat_us:
+            now = max(self._clock_now(), self._arrival)
+            if now - max(self._activity_us, self._arrival) < self._heartbeat_us:
                 return False
             wrote = now > self._clock
             if wrote:

@@ -1,0 +1,552 @@
+"""``rowtime``: create, feed and inspect rowtime streams from a shell.
+
+    rowtime create PATH --schema DDL [--partitions N] [--default key=value ...]
+    rowtime insert PATH [--partition N] [--format jsonl|csv] [--rowtime-column COL]
+                        [--rowtime-unit s|ms|us|ns] [FILE|-]
+    rowtime bound PATH TIME [--strict] [--partition N]
+    rowtime describe PATH [--json]
+    rowtime clock PATH [--us]
+    rowtime tail PATH [-n N] [--follow]
+
+User mistakes (a bad schema, an unknown option, a late row, a locked partition, a missing file)
+print one line on standard error and exit with status 2, never a traceback.
+"""
+
+from __future__ import annotations
+
+import argparse
+import base64
+import csv
+import datetime as dt
+import json
+import os
+import select
+import sys
+import time
+from collections.abc import Callable, Iterator, Sequence
+from decimal import Decimal, InvalidOperation
+from typing import IO, Any
+
+import pyarrow as pa
+
+from .api import create_stream, open_writer
+from .bounds.bounds import END_OF_STREAM_US
+from .bounds.errors import OptionError, RowtimeError, SchemaError
+from .bounds.time import from_rowtime_us, to_rowtime_us
+from .streams.log import ARRIVAL, IS_BOUND, ROWTIME, Stream, open_stream
+from .streams.writer import Writer
+
+__all__ = ["main"]
+
+PROG = "rowtime"
+
+
+# -- formatting --------------------------------------------------------------------------------
+
+
+def _iso(t_us: int | None) -> str | None:
+    if t_us is None:
+        return None
+    if t_us >= END_OF_STREAM_US:
+        return "end-of-stream"
+    return from_rowtime_us(t_us).isoformat().replace("+00:00", "Z")
+
+
+def _duration(us: int | None) -> str:
+    if us is None:
+        return "-"
+    sign = "-" if us < 0 else ""
+    us = abs(us)
+    if us >= 86_400_000_000:
+        return f"{sign}{us / 86_400_000_000:.2f} d"
+    if us >= 3_600_000_000:
+        return f"{sign}{us / 3_600_000_000:.2f} h"
+    return f"{sign}{us / 1_000_000:.6f} s"
+
+
+def _json_default(value: Any) -> Any:
+    if isinstance(value, dt.datetime):
+        if value.tzinfo is not None:
+            value = value.astimezone(dt.timezone.utc)
+        return value.isoformat().replace("+00:00", "Z")
+    if isinstance(value, (dt.date, dt.time)):
+        return value.isoformat()
+    if isinstance(value, dt.timedelta):
+        return value.total_seconds()
+    if isinstance(value, Decimal):
+        return str(value)
+    if isinstance(value, bytes):
+        return base64.b64encode(value).decode("ascii")
+    return str(value)
+
+
+# -- reading rows from text --------------------------------------------------------------------
+
+Convert = Callable[[Any], Any]
+
+
+class _Reader:
+    """Turns JSON or CSV values into the Python values a payload column takes."""
+
+    def __init__(self, unit: str, tz: str, fmt: str | None) -> None:
+        self.unit, self.tz, self.fmt = unit, tz, fmt
+
+    def instant(self, value: Any) -> dt.datetime:
+        if isinstance(value, str) and value.strip().lstrip("-").isdigit():
+            value = int(value)  # an epoch in `unit` written as text (CSV)
+        return from_rowtime_us(to_rowtime_us(value, unit=self.unit, tz=self.tz, fmt=self.fmt))
+
+    def converter(self, dtype: pa.DataType, csv_cell: bool) -> Convert:
+        """A function from a JSON value (or a CSV cell's text) to a column value."""
+        t = pa.types
+        if t.is_timestamp(dtype):
+            return self.instant
+        if t.is_date32(dtype):
+            return lambda v: dt.date.fromisoformat(v) if isinstance(v, str) else v
+        if t.is_decimal(dtype):
+            return lambda v: Decimal(str(v)) if isinstance(v, (str, int, float)) else v
+        if t.is_binary(dtype):
+            return lambda v: v.encode("utf-8") if isinstance(v, str) else v
+        if t.is_duration(dtype):
+            return lambda v: dt.timedelta(microseconds=int(v)) if isinstance(v, (int, str)) else v
+        if t.is_time(dtype):
+            return lambda v: dt.time.fromisoformat(v) if isinstance(v, str) else v
+        if t.is_list(dtype) or t.is_large_list(dtype) or t.is_map(dtype) or t.is_struct(dtype):
+            nested = self.nested(dtype)
+            if csv_cell:
+                return lambda v: nested(json.loads(v)) if isinstance(v, str) else nested(v)
+            return nested
+        if not csv_cell:
+            return _same
+        if t.is_integer(dtype):
+            return lambda v: int(v) if isinstance(v, str) else v
+        if t.is_floating(dtype):
+            return lambda v: float(v) if isinstance(v, str) else v
+        if t.is_boolean(dtype):
+            return _csv_bool
+        return _same
+
+    def nested(self, dtype: pa.DataType) -> Convert:
+        t = pa.types
+        if t.is_list(dtype) or t.is_large_list(dtype):
+            item = self.converter(dtype.value_type, csv_cell=False)
+            return lambda v: (
+                [None if x is None else item(x) for x in v] if isinstance(v, list) else v
+            )
+        if t.is_map(dtype):
+            key = self.converter(dtype.key_type, csv_cell=True)  # JSON object keys are text
+            val = self.converter(dtype.item_type, csv_cell=False)
+            return lambda v: (
+                [(key(k), None if x is None else val(x)) for k, x in v.items()]
+                if isinstance(v, dict)
+                else v
+            )
+        if t.is_struct(dtype):
+            fields = {f.name: self.converter(f.type, csv_cell=False) for f in dtype}
+            return lambda v: (
+                {
+                    k: (None if x is None else fields[k](x)) if k in fields else x
+                    for k, x in v.items()
+                }
+                if isinstance(v, dict)
+                else v
+            )
+        return self.converter(dtype, csv_cell=False)
+
+
+def _same(value: Any) -> Any:
+    return value
+
+
+def _csv_bool(value: Any) -> Any:
+    if not isinstance(value, str):
+        return value
+    text = value.strip().lower()
+    if text in ("true", "t", "1", "yes"):
+        return True
+    if text in ("false", "f", "0", "no"):
+        return False
+    raise ValueError(f"{value!r} is not a boolean (true/false)")
+
+
+def _records(f: IO[str], fmt: str) -> Iterator[tuple[int, dict[str, Any]]]:
+    """(line number, row) pairs from JSON lines or CSV with a header; blank lines skipped."""
+    if fmt == "csv":
+        reader = csv.DictReader(f)
+        for row in reader:
+            if None in row:
+                raise SchemaError(f"line {reader.line_num}: more cells than the header has columns")
+            yield reader.line_num, {k: (v if v != "" else None) for k, v in row.items()}
+        return
+    for lineno, line in enumerate(f, 1):
+        if not line.strip():
+            continue
+        try:
+            row = json.loads(line)
+        except json.JSONDecodeError as e:
+            raise SchemaError(
+                f"line {lineno}: not valid JSON ({e.msg} at column {e.colno})"
+            ) from None
+        if not isinstance(row, dict):
+            raise SchemaError(
+                f"line {lineno}: a JSON object per line is expected, got {type(row).__name__}"
+            )
+        yield lineno, row
+
+
+def _input_waiting(f: IO[str]) -> bool:
+    """Whether more input is ready without blocking (pipes and terminals; files: always)."""
+    try:
+        ready, _, _ = select.select([f], [], [], 0)
+    except (OSError, ValueError, TypeError):
+        return True
+    return bool(ready)
+
+
+# -- commands ------------------------------------------------------------------------------------
+
+
+def _parse_defaults(pairs: Sequence[str]) -> dict[str, str]:
+    out: dict[str, str] = {}
+    for pair in pairs:
+        key, sep, value = pair.partition("=")
+        if not sep or not key.strip():
+            raise OptionError(
+                f"--default {pair!r} is not key=value; e.g. --default order=adjust "
+                "--default adjust_unit=msec"
+            )
+        out[key.strip()] = value.strip()
+    return out
+
+
+def cmd_create(args: argparse.Namespace) -> int:
+    stream = create_stream(
+        args.path, args.schema, args.partitions, **_parse_defaults(args.default or [])
+    )
+    meta = stream.meta
+    print(f"stream {meta.location}: {meta.partitions} partition(s), schema {meta.ddl}")
+    return 0
+
+
+def cmd_insert(args: argparse.Namespace) -> int:
+    stream = open_stream(args.path)
+    meta = stream.meta
+    defaults = meta.defaults
+    unit = args.rowtime_unit or defaults.get("rowtime_unit", "ms")
+    reader = _Reader(unit, defaults.get("rowtime_timezone", "UTC"), defaults.get("rowtime_format"))
+    csv_cells = args.format == "csv"
+    payload = {f.name: reader.converter(f.type, csv_cells) for f in meta.payload_schema}
+    rowtime_col = args.rowtime_column
+    if rowtime_col is None and defaults.get("rowtime_column"):
+        rowtime_col = defaults["rowtime_column"]
+    source: IO[str]
+    if args.file in (None, "-"):
+        source, name, interactive = sys.stdin, "standard input", True
+    else:
+        source, name, interactive = open(args.file, encoding="utf-8", newline=""), args.file, False
+    count = 0
+    lineno = 0
+    try:
+        with open_writer(stream, args.partition) as writer:
+            for lineno, raw in _records(source, args.format):
+                row, rowtime = _convert_row(raw, payload, rowtime_col, reader, lineno)
+                try:
+                    writer.insert(row, rowtime=rowtime)
+                except RowtimeError as e:
+                    raise type(e)(f"line {lineno}: {e}") from None
+                count += 1
+                if interactive and not _input_waiting(source):
+                    writer.flush()  # the pipe is quiet: make what came so far visible
+    except RowtimeError as e:
+        done = f" ({count} row(s) before it were written)" if count else ""
+        raise type(e)(f"{name}: {e}{done}") from None
+    finally:
+        if source is not sys.stdin:
+            source.close()
+    print(f"inserted {count} row(s) into partition {args.partition} of {meta.location}")
+    return 0
+
+
+def _convert_row(
+    raw: dict[str, Any],
+    payload: dict[str, Convert],
+    rowtime_col: str | None,
+    reader: _Reader,
+    lineno: int,
+) -> tuple[dict[str, Any], dt.datetime | None]:
+    rowtime = None
+    if rowtime_col is not None:
+        value = raw.get(rowtime_col) if rowtime_col in payload else raw.pop(rowtime_col, None)
+        if value is None:
+            raise SchemaError(f"line {lineno}: no value in the rowtime column {rowtime_col!r}")
+        try:
+            rowtime = reader.instant(value)
+        except RowtimeError as e:
+            raise type(e)(f"line {lineno}: rowtime column {rowtime_col!r}: {e}") from None
+    row = {}
+    for key, value in raw.items():
+        convert = payload.get(key)
+        if convert is None or value is None:
+            row[key] = value  # unknown keys are reported by the writer, with the column names
+            continue
+        try:
+            row[key] = convert(value)
+        except (ValueError, TypeError, InvalidOperation, RowtimeError) as e:
+            raise SchemaError(
+                f"line {lineno}: column {key!r}: cannot read {value!r}: {e}"
+            ) from None
+    return row, rowtime
+
+
+def _bound_us(text: str, unit: str, stream: Stream) -> int:
+    word = text.strip().lower()
+    if word in ("end", "eos", "end-of-stream"):
+        return END_OF_STREAM_US
+    if word == "now":
+        return time.time_ns() // 1000
+    value: Any = text
+    if word.lstrip("-").isdigit():
+        value = int(word)
+    defaults = stream.meta.defaults
+    return to_rowtime_us(value, unit=unit, tz=defaults.get("rowtime_timezone", "UTC"), fmt=None)
+
+
+def cmd_bound(args: argparse.Namespace) -> int:
+    stream = open_stream(args.path)
+    unit = args.unit or stream.meta.defaults.get("rowtime_unit", "ms")
+    bound_us = _bound_us(args.time, unit, stream)
+    parts = range(stream.meta.partitions) if args.partition is None else [args.partition]
+    writers: list[Writer] = []
+    try:
+        # Lock and check every partition before writing any: all or nothing.
+        for p in parts:
+            writers.append(open_writer(stream, p))
+        for w in writers:
+            w.set_rowtime_bound(from_rowtime_us(bound_us), strict=args.strict)
+        for w in writers:
+            w.flush()
+    finally:
+        for w in writers:
+            w.abort() if w.pending else w.close()
+    shown = _iso(bound_us + (1 if args.strict and bound_us < END_OF_STREAM_US else 0))
+    where = f"partition {args.partition}" if args.partition is not None else "every partition"
+    print(f"bound {shown} written to {where} of {stream.location}")
+    return 0
+
+
+def describe(stream: Stream) -> dict[str, Any]:
+    """What ``rowtime describe --json`` prints."""
+    partitions = []
+    for p in range(stream.meta.partitions):
+        stats = stream.partition_stats(p)
+        rows = sum(s.rows for s in stats)
+        with_rows = [s for s in stats if s.rows]
+        skews = [s.max_skew_us for s in stats if s.max_skew_us is not None]
+        last = with_rows[-1] if with_rows else None
+        latest_skew = (
+            None
+            if last is None or last.last_row_arrival_us is None or last.last_row_rowtime_us is None
+            else last.last_row_arrival_us - last.last_row_rowtime_us
+        )
+        clock = stats[-1].clock_us if stats else None
+        last_arrival = stats[-1].last_arrival_us if stats else None
+        partitions.append(
+            {
+                "partition": p,
+                "records": stats[-1].end if stats else 0,
+                "rows": rows,
+                "bounds": sum(s.bounds for s in stats),
+                "segments": len(stats),
+                "clock_us": clock,
+                "clock": _iso(clock),
+                "last_arrival_us": last_arrival,
+                "last_arrival": _iso(last_arrival),
+                "skew_latest_us": latest_skew,
+                "skew_max_us": max(skews) if skews else None,
+            }
+        )
+    clocks = [p["clock_us"] for p in partitions]
+    stream_clock = None if any(c is None for c in clocks) else min(clocks)
+    return {
+        "location": stream.location,
+        "schema": stream.meta.ddl,
+        "partitions": stream.meta.partitions,
+        "defaults": stream.meta.defaults,
+        "stream_clock_us": stream_clock,
+        "stream_clock": _iso(stream_clock),
+        "partition_info": partitions,
+    }
+
+
+def cmd_describe(args: argparse.Namespace) -> int:
+    info = describe(open_stream(args.path))
+    if args.json:
+        print(json.dumps(info, indent=2))
+        return 0
+    defaults = " ".join(f"{k}={v}" for k, v in info["defaults"].items()) or "(none)"
+    print(f"stream    {info['location']}")
+    print(f"schema    {info['schema']}")
+    print(f"defaults  {defaults}")
+    header = ("partition", "records", "rows", "bounds", "clock", "last arrival", "skew latest",
+              "skew max")  # fmt: skip
+    table = [header]
+    for p in info["partition_info"]:
+        table.append(
+            (
+                str(p["partition"]),
+                str(p["records"]),
+                str(p["rows"]),
+                str(p["bounds"]),
+                p["clock"] or "-",
+                p["last_arrival"] or "-",
+                _duration(p["skew_latest_us"]),
+                _duration(p["skew_max_us"]),
+            )
+        )
+    widths = [max(len(r[i]) for r in table) for i in range(len(header))]
+    for r in table:
+        print("  ".join(c.ljust(w) for c, w in zip(r, widths, strict=True)).rstrip())
+    print(f"stream clock  {info['stream_clock'] or 'none (a partition is empty)'}")
+    return 0
+
+
+def cmd_clock(args: argparse.Namespace) -> int:
+    clock = open_stream(args.path).stream_clock_us()
+    if clock is None:
+        print("none")
+    elif args.us:
+        print(clock)
+    else:
+        print(_iso(clock))
+    return 0
+
+
+def _record_dicts(stream: Stream, p: int, start: int, end: int) -> list[dict[str, Any]]:
+    table = stream.read(p, start, end)
+    out = []
+    payload = stream.meta.payload_schema.names
+    for i, rec in enumerate(table.to_pylist()):
+        d: dict[str, Any] = {
+            "partition": p,
+            "offset": start + i,
+            "arrival": _iso(rec[ARRIVAL]),
+            "rowtime": _iso(rec[ROWTIME]),
+            "is_bound": rec[IS_BOUND],
+        }
+        if not rec[IS_BOUND]:
+            d.update((name, rec[name]) for name in payload)
+        out.append(d)
+    return out
+
+
+def _emit(records: list[dict[str, Any]]) -> None:
+    for rec in records:
+        sys.stdout.write(json.dumps(rec, default=_json_default) + "\n")
+    sys.stdout.flush()
+
+
+def cmd_tail(args: argparse.Namespace) -> int:
+    stream = open_stream(args.path)
+    if args.n < 0:
+        raise OptionError(f"-n {args.n}: the number of records must be >= 0")
+    ends = [stream.end_offset(p) for p in range(stream.meta.partitions)]
+    recent: list[dict[str, Any]] = []
+    for p, end in enumerate(ends):
+        recent += _record_dicts(stream, p, max(0, end - args.n), end)
+    recent.sort(key=lambda r: (r["arrival"], r["partition"], r["offset"]))
+    _emit(recent[len(recent) - args.n :] if args.n else [])
+    while args.follow:
+        time.sleep(args.interval)
+        for p in range(stream.meta.partitions):
+            end = stream.end_offset(p)
+            if end > ends[p]:
+                _emit(_record_dicts(stream, p, ends[p], end))
+                ends[p] = end
+    return 0
+
+
+# -- entry point ---------------------------------------------------------------------------------
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(
+        prog=PROG, description="Create, feed and inspect rowtime streams."
+    )
+    sub = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
+
+    p = sub.add_parser("create", help="create a stream (a no-op if the same one exists)")
+    p.add_argument("path", help="the stream's folder (path or file:// URL)")
+    p.add_argument(
+        "--schema", required=True, help="payload columns as Spark DDL: 'a INT, b STRING'"
+    )
+    p.add_argument("--partitions", type=int, default=1, help="number of partitions (default 1)")
+    p.add_argument(
+        "--default",
+        action="append",
+        metavar="KEY=VALUE",
+        help="a default for readers, e.g. order=adjust, adjust_unit=msec, adjust_range=999, "
+        "rowtime_column=ts (repeatable)",
+    )
+    p.set_defaults(func=cmd_create)
+
+    p = sub.add_parser("insert", help="insert rows from JSON lines or CSV")
+    p.add_argument("path")
+    p.add_argument("file", nargs="?", default="-", help="input file, or - for standard input")
+    p.add_argument("--partition", type=int, default=0)
+    p.add_argument("--format", choices=("jsonl", "csv"), default="jsonl")
+    p.add_argument("--rowtime-column", help="field whose value is the row's explicit rowtime")
+    p.add_argument(
+        "--rowtime-unit", choices=("s", "ms", "us", "ns"), help="unit of integer rowtimes"
+    )
+    p.set_defaults(func=cmd_insert)
+
+    p = sub.add_parser("bound", help="write a rowtime bound (all partitions unless --partition)")
+    p.add_argument("path")
+    p.add_argument("time", help="ISO-8601 time, an epoch number (see --unit), 'now' or 'end'")
+    p.add_argument("--strict", action="store_true", help="later rows are > TIME, not >=")
+    p.add_argument("--partition", type=int)
+    p.add_argument("--unit", choices=("s", "ms", "us", "ns"), help="unit of an epoch number")
+    p.set_defaults(func=cmd_bound)
+
+    p = sub.add_parser("describe", help="partitions, counts, clocks, arrival and skew")
+    p.add_argument("path")
+    p.add_argument("--json", action="store_true", help="print JSON")
+    p.set_defaults(func=cmd_describe)
+
+    p = sub.add_parser("clock", help="print the stream clock (or 'none')")
+    p.add_argument("path")
+    p.add_argument("--us", action="store_true", help="microseconds since the epoch")
+    p.set_defaults(func=cmd_clock)
+
+    p = sub.add_parser("tail", help="print the last records as JSON lines")
+    p.add_argument("path")
+    p.add_argument("-n", type=int, default=10, help="how many records (default 10)")
+    p.add_argument("--follow", "-f", action="store_true", help="keep printing new records")
+    p.add_argument("--interval", type=float, default=0.2, help=argparse.SUPPRESS)
+    p.set_defaults(func=cmd_tail)
+    return parser
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    """Run the ``rowtime`` command; returns the exit status."""
+    args = build_parser().parse_args(argv)
+    try:
+        return int(args.func(args) or 0)
+    except BrokenPipeError:
+        # `rowtime tail ... | head`: the reader left; not an error.
+        try:
+            devnull = os.open(os.devnull, os.O_WRONLY)
+            os.dup2(devnull, sys.stdout.fileno())
+        except (OSError, ValueError):
+            pass
+        return 0
+    except (RowtimeError, OSError) as e:
+        message = " ".join(str(e).split())  # one line
+        print(f"{PROG} {args.command}: error: {message}", file=sys.stderr)
+        return 2
+    except KeyboardInterrupt:
+        return 130
+
+
+if __name__ == "__main__":
+    sys.exit(main())

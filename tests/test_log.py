@@ -1,0 +1,443 @@
+"""The embedded log: creating and opening streams, the on-disk contract, reading, clocks."""
+
+from __future__ import annotations
+
+import datetime as dt
+import json
+import os
+from pathlib import Path
+
+import pyarrow as pa
+import pytest
+from pyspark_rowtime.bounds.bounds import END_OF_STREAM_US
+from pyspark_rowtime.bounds.errors import (
+    CorruptLogError,
+    OptionError,
+    SchemaError,
+    StreamNotFoundError,
+)
+from pyspark_rowtime.bounds.time import from_rowtime_us
+from pyspark_rowtime.streams.log import (
+    ARRIVAL,
+    COMPACT_FANIN,
+    IS_BOUND,
+    ROWTIME,
+    SegmentStats,
+    open_stream,
+)
+from pyspark_rowtime.streams.meta import KNOWN_DEFAULTS
+
+from pyspark_rowtime.api import (
+    create_stream,
+    get_rowtime_bound,
+    open_writer,
+    read_stream,
+    register_bound_source,
+)
+
+T0 = 1_700_000_000_000_000  # 2023-11-14T22:13:20Z in microseconds
+
+
+class FakeClock:
+    """Arrival clock driven by the test: returns ``now`` and then advances it by ``step``."""
+
+    def __init__(self, now: int = T0, step: int = 1) -> None:
+        self.now, self.step = now, step
+
+    def __call__(self) -> int:
+        value = self.now
+        self.now += self.step
+        return value
+
+
+def snapshot(path: Path) -> dict[str, bytes]:
+    """Every file under ``path`` with its bytes (lock files aside), to prove nothing changed."""
+    out = {}
+    for root, _, files in os.walk(path):
+        for name in files:
+            if name == "_writer.lock":
+                continue
+            full = os.path.join(root, name)
+            with open(full, "rb") as f:
+                out[os.path.relpath(full, path)] = f.read()
+    return out
+
+
+# -- create ------------------------------------------------------------------------------------
+
+
+def test_create_writes_metadata_with_arrow_schema_readable_ddl_partitions_and_defaults(tmp_path):
+    loc = tmp_path / "s"
+    create_stream(
+        loc, "a INT, ts TIMESTAMP", 3, order="adjust", adjust_unit="msec", adjust_range=999
+    )
+    doc = json.loads((loc / "_stream.json").read_text())
+    assert doc["format_version"] == 1
+    assert doc["partitions"] == 3
+    assert doc["schema"]["ddl"] == "a INT, ts TIMESTAMP"
+    assert doc["defaults"] == {"order": "adjust", "adjust_unit": "msec", "adjust_range": 999}
+    stream = open_stream(loc)
+    assert stream.meta.payload_schema == pa.schema(
+        [("a", pa.int32()), ("ts", pa.timestamp("us", tz="UTC"))]
+    )
+    assert stream.meta.partitions == 3
+    assert stream.meta.location == str(loc)
+    assert sorted(p.name for p in loc.iterdir()) == [
+        "_stream.json",
+        "partition-0000",
+        "partition-0001",
+        "partition-0002",
+    ]
+
+
+def test_create_accepts_file_urls_and_pyarrow_schemas(tmp_path):
+    schema = pa.schema([("a", pa.int64()), ("b", pa.large_string())])
+    create_stream(f"file://{tmp_path}/s", schema)
+    assert open_stream(tmp_path / "s").meta.payload_schema == pa.schema(
+        [("a", pa.int64()), ("b", pa.string())]
+    )
+    assert open_stream(f"file://{tmp_path}/s").location == str(tmp_path / "s")
+
+
+def test_creating_the_same_stream_again_is_a_no_op(tmp_path):
+    create_stream(tmp_path / "s", "a INT", 2, order="drop")
+    before = snapshot(tmp_path)
+    create_stream(tmp_path / "s", "a int", 2)  # same schema, defaults not given
+    create_stream(tmp_path / "s", "a INT", 2, order="drop")
+    assert snapshot(tmp_path) == before
+
+
+@pytest.mark.parametrize(
+    ("kwargs", "error", "says"),
+    [
+        ({"schema": "a BIGINT"}, SchemaError, "another schema: it has (a INT), not (a BIGINT)"),
+        ({"partitions": 3}, OptionError, "with 2 partitions, not 3"),
+        ({"order": "reject"}, OptionError, "defaults are fixed"),
+    ],
+)
+def test_creating_a_different_stream_where_one_exists_is_an_error(tmp_path, kwargs, error, says):
+    create_stream(tmp_path / "s", "a INT", 2, order="drop")
+    before = snapshot(tmp_path)
+    args = {"schema": "a INT", "partitions": 2, **kwargs}
+    with pytest.raises(error) as info:
+        create_stream(tmp_path / "s", args.pop("schema"), args.pop("partitions"), **args)
+    assert says in str(info.value)
+    assert snapshot(tmp_path) == before
+
+
+@pytest.mark.parametrize("name", ["rowtime", "is_bound", "__arrival_us", "__x", "ROWTIME"])
+def test_payload_columns_that_clash_with_added_columns_are_refused(tmp_path, name):
+    with pytest.raises(SchemaError) as info:
+        create_stream(tmp_path / "s", f"a INT, `{name}` INT")
+    assert name in str(info.value) and "rename" in str(info.value)
+    assert not (tmp_path / "s").exists()
+
+
+@pytest.mark.parametrize(
+    ("defaults", "says"),
+    [
+        ({"colour": "red"}, "unknown stream default 'colour'; known defaults: order, adjust_unit"),
+        ({"order": "sort"}, "order must be one of reject, drop, adjust"),
+        ({"adjust_unit": "minute"}, "adjust_unit must be one of sec, msec, usec"),
+        ({"adjust_range": -1}, "adjust_range must be a whole number >= 0"),
+        ({"adjust_range": 1.5}, "adjust_range"),
+        ({"adjust_range": True}, "adjust_range"),
+        ({"adjust_max_held": 0}, "adjust_max_held must be a whole number > 0"),
+        ({"rowtime_column": "nope"}, "must be a payload column, one of a, ts, s"),
+        ({"rowtime_column": "a"}, "TIMESTAMP, integer or STRING column; a is double"),
+        ({"rowtime_unit": "h"}, "rowtime_unit must be one of s, ms, us, ns"),
+        ({"rowtime_timezone": "Mars/Olympus"}, "rowtime_timezone='Mars/Olympus' is not valid"),
+        ({"rowtime_format": "qqq"}, "rowtime_format='qqq' is not valid"),
+    ],
+)
+def test_bad_defaults_are_refused_naming_the_default_and_what_it_accepts(tmp_path, defaults, says):
+    with pytest.raises(OptionError) as info:
+        create_stream(tmp_path / "s", "a DOUBLE, ts TIMESTAMP, s STRING", **defaults)
+    assert says in str(info.value)
+    assert not (tmp_path / "s" / "_stream.json").exists()
+
+
+def test_known_defaults_are_typed_and_spark_spellings_accepted(tmp_path):
+    stream = create_stream(
+        tmp_path / "s",
+        "ts TIMESTAMP, v STRING",
+        **{
+            "order": "ADJUST",
+            "adjust.unit": "msec",
+            "adjust_range": "999",
+            "adjust.maxHeld": "10",
+            "rowtime.column": "ts",
+            "rowtime_unit": "us",
+            "rowtime_format": "yyyy-MM-dd HH:mm:ss",
+            "rowtime_timezone": "Europe/Paris",
+        },
+    )
+    assert stream.meta.defaults == {
+        "order": "adjust",
+        "adjust_unit": "msec",
+        "adjust_range": 999,
+        "adjust_max_held": 10,
+        "rowtime_column": "ts",
+        "rowtime_unit": "us",
+        "rowtime_format": "yyyy-MM-dd HH:mm:ss",
+        "rowtime_timezone": "Europe/Paris",
+    }
+    assert set(stream.meta.defaults) == set(KNOWN_DEFAULTS)
+
+
+@pytest.mark.parametrize("partitions", [0, -1, 1.5, True])
+def test_partitions_must_be_a_positive_int(tmp_path, partitions):
+    with pytest.raises(OptionError, match="partitions"):
+        create_stream(tmp_path / "s", "a INT", partitions)
+
+
+def test_a_folder_holding_other_files_is_not_turned_into_a_stream(tmp_path):
+    (tmp_path / "s").mkdir()
+    (tmp_path / "s" / "notes.txt").write_text("mine")
+    with pytest.raises(OptionError, match="already holds other files"):
+        create_stream(tmp_path / "s", "a INT")
+
+
+def test_other_url_schemes_are_refused_clearly(tmp_path):
+    with pytest.raises(OptionError, match="only local paths and file:// URLs"):
+        create_stream("s3://bucket/s", "a INT")
+
+
+# -- open --------------------------------------------------------------------------------------
+
+
+def test_opening_a_missing_stream_names_the_location_and_how_to_create_one(tmp_path):
+    with pytest.raises(StreamNotFoundError) as info:
+        open_stream(tmp_path / "nope")
+    message = str(info.value)
+    assert str(tmp_path / "nope") in message
+    assert "create_stream(" in message and "rowtime create" in message
+    assert isinstance(info.value, FileNotFoundError)
+    (tmp_path / "empty").mkdir()
+    with pytest.raises(StreamNotFoundError, match=r"no _stream\.json"):
+        open_stream(tmp_path / "empty")
+
+
+# -- reading -----------------------------------------------------------------------------------
+
+
+@pytest.fixture
+def written(tmp_path):
+    """A stream with two partitions: p0 has rows, bounds and an Arrow batch; p1 is empty."""
+    loc = tmp_path / "s"
+    create_stream(loc, "a INT, b STRING", 2)
+    clock = FakeClock()
+    with open_writer(loc, 0, clock=clock) as w:
+        w.insert({"a": 1, "b": "x"})  # arrival T0, implicit
+        w.insert({"a": 2}, rowtime=dt.datetime(2024, 1, 1, tzinfo=dt.timezone.utc))
+        w.flush()
+        w.set_rowtime_bound(dt.datetime(2024, 1, 2, tzinfo=dt.timezone.utc))
+        w.insert_arrow(pa.table({"b": ["p", "q"], "a": pa.array([5, 6], pa.int64())}))
+    return loc
+
+
+def test_records_read_back_in_offset_order_with_system_columns(written):
+    stream = open_stream(written)
+    assert stream.end_offset(0) == 5
+    assert stream.end_offset(1) == 0
+    t = stream.read(0, 0, 5)
+    assert t.column_names == [ARRIVAL, ROWTIME, IS_BOUND, "a", "b"]
+    assert t.column(ARRIVAL).to_pylist() == [T0, T0 + 1, T0 + 2, T0 + 3, T0 + 3]
+    jan1, jan2 = 1_704_067_200_000_000, 1_704_153_600_000_000
+    assert t.column(ROWTIME).to_pylist() == [None, jan1, jan2, None, None]
+    assert t.column(IS_BOUND).to_pylist() == [False, False, True, False, False]
+    assert t.column("a").to_pylist() == [1, 2, None, 5, 6]
+    assert t.column("b").to_pylist() == ["x", None, None, "p", "q"]
+
+
+def test_reads_are_column_pruned_and_sliced_across_segments(written):
+    stream = open_stream(written)
+    t = stream.read(0, 1, 4, columns=[ROWTIME, "b"])
+    assert t.column_names == [ROWTIME, "b"]
+    assert t.column("b").to_pylist() == [None, None, "p"]
+    assert stream.read(0, 3, 3).num_rows == 0
+    assert stream.read(0, 2, 3, columns=[IS_BOUND]).column(0).to_pylist() == [True]
+
+
+def test_reads_point_into_the_memory_mapped_segment_without_copying(written):
+    stream = open_stream(written)
+    first = stream.read(0, 0, 2, columns=["a"])
+    again = stream.read(0, 0, 2, columns=["a"])
+    buf1 = first.column("a").chunk(0).buffers()[1]
+    buf2 = again.column("a").chunk(0).buffers()[1]
+    assert buf1.address == buf2.address  # the same mapped bytes, nothing materialised
+
+
+@pytest.mark.parametrize(
+    ("args", "error", "says"),
+    [
+        ((0, 0, 6), OptionError, "only 5 records are committed"),
+        ((0, 3, 2), OptionError, "need 0 <= start <= end"),
+        ((2, 0, 0), OptionError, "has 2 partitions, numbered 0 to 1"),
+        ((0, 0, 1, ["nope"]), SchemaError, "no column 'nope'"),
+    ],
+)
+def test_bad_reads_say_what_is_wrong(written, args, error, says):
+    with pytest.raises(error, match=says.replace("(", r"\(")):
+        open_stream(written).read(*args)
+
+
+def test_read_stream_returns_every_record_with_friendly_columns(written):
+    t = read_stream(written)
+    assert t.column_names == ["partition", "offset", "arrival", "rowtime", "is_bound", "a", "b"]
+    assert t.schema.field("arrival").type == pa.timestamp("us", tz="UTC")
+    assert t.column("offset").to_pylist() == [0, 1, 2, 3, 4]
+    assert t.column("partition").to_pylist() == [0] * 5
+    rows = t.to_pylist()
+    assert rows[0]["rowtime"] is None
+    assert rows[1]["rowtime"] == dt.datetime(2024, 1, 1, tzinfo=dt.timezone.utc)
+    assert rows[2]["is_bound"] and rows[2]["a"] is None
+
+
+def test_read_stream_of_an_empty_stream_is_an_empty_table(tmp_path):
+    create_stream(tmp_path / "s", "a INT")
+    t = read_stream(tmp_path / "s")
+    assert t.num_rows == 0 and "a" in t.column_names
+
+
+# -- clocks ------------------------------------------------------------------------------------
+
+
+def test_partition_clock_is_highest_bound_or_rowtime_and_stream_clock_the_minimum(written):
+    stream = open_stream(written)
+    jan2 = 1_704_153_600_000_000
+    # Rows after the bound arrived at T0+3 (2023): below the bound, so the clock stays.
+    assert stream.clock_us(0) == jan2
+    assert stream.clock_us(1) is None
+    assert stream.stream_clock_us() is None  # an empty partition holds the stream at None
+    assert get_rowtime_bound(written) is None
+    with open_writer(written, 1, clock=FakeClock(T0 + 10)) as w:
+        w.insert({"a": 9})
+    assert stream.stream_clock_us() == T0 + 10
+    bound = get_rowtime_bound(written)
+    assert bound == dt.datetime(2023, 11, 14, 22, 13, 20, 10, tzinfo=dt.timezone.utc)
+    assert bound.tzinfo is not None
+
+
+def test_implicit_rows_move_the_clock_by_arrival_time(tmp_path):
+    create_stream(tmp_path / "s", "a INT")
+    with open_writer(tmp_path / "s", clock=FakeClock(T0, step=1000)) as w:
+        w.insert({"a": 1})
+        w.insert({"a": 2})
+    assert open_stream(tmp_path / "s").clock_us(0) == T0 + 1000
+
+
+def test_end_of_stream_sets_the_clock_to_sparks_max_timestamp(tmp_path):
+    create_stream(tmp_path / "s", "a INT")
+    with open_writer(tmp_path / "s") as w:
+        w.end_stream()
+    assert open_stream(tmp_path / "s").stream_clock_us() == END_OF_STREAM_US
+    assert get_rowtime_bound(tmp_path / "s") == dt.datetime(
+        9999, 12, 31, 23, 59, 59, 999999, tzinfo=dt.timezone.utc
+    )
+
+
+def test_get_rowtime_bound_of_a_missing_stream_says_how_to_create_one(tmp_path):
+    with pytest.raises(StreamNotFoundError, match="rowtime create"):
+        get_rowtime_bound(tmp_path / "nope")
+
+
+def test_other_locations_can_register_how_their_clock_is_read(tmp_path, monkeypatch):
+    from pyspark_rowtime import api
+
+    monkeypatch.setattr(api, "_BOUND_SOURCES", [])
+    target = tmp_path / "parquet-target"
+    target.mkdir()
+    (target / "_manifest").write_text("")
+    register_bound_source(lambda p: os.path.exists(os.path.join(p, "_manifest")), lambda p: T0)
+    assert api.rowtime_bound_us(target) == T0
+
+
+# -- segments on disk --------------------------------------------------------------------------
+
+
+def test_segments_are_arrow_ipc_files_named_by_first_offset_and_count(written):
+    names = sorted(p.name for p in (written / "partition-0000").glob("*.arrow"))
+    assert names == [
+        "00000000000000000000-0000000002.arrow",
+        "00000000000000000002-0000000003.arrow",
+    ]
+    with pa.memory_map(str(written / "partition-0000" / names[1])) as source:
+        reader = pa.ipc.open_file(source)
+        table = reader.read_all()
+    assert table.num_rows == 3
+    assert table.schema.field(ARRIVAL).nullable is False
+    stats = SegmentStats.from_metadata(reader.schema.metadata, names[1])
+    assert (stats.first, stats.count, stats.rows, stats.bounds) == (2, 3, 2, 1)
+    assert stats.last_bound_us == 1_704_153_600_000_000
+    assert stats.last_arrival_us == T0 + 3
+
+
+def test_temporary_files_are_ignored_by_readers_and_removed_by_the_next_writer(written):
+    part = written / "partition-0000"
+    tmp = part / ".tmp.999.deadbeef.arrow"
+    tmp.write_bytes(b"half a segment")
+    assert open_stream(written).read(0, 0, 5).num_rows == 5
+    with open_writer(written, 0):
+        pass
+    assert not tmp.exists()
+
+
+def test_a_missing_segment_in_the_middle_is_reported_as_corruption(written):
+    os.unlink(written / "partition-0000" / "00000000000000000000-0000000002.arrow")
+    with pytest.raises(CorruptLogError, match=r"no segment for offsets \[0, 2\)"):
+        open_stream(written).end_offset(0)
+
+
+def test_a_damaged_segment_is_reported_naming_the_file(written):
+    path = written / "partition-0000" / "00000000000000000002-0000000003.arrow"
+    path.write_bytes(b"garbage")
+    with pytest.raises(CorruptLogError, match=r"00000000000000000002-0000000003\.arrow"):
+        open_stream(written).read(0, 0, 5)
+
+
+def test_small_segments_are_merged_without_changing_what_is_read(tmp_path):
+    create_stream(tmp_path / "s", "a INT")
+    clock = FakeClock()
+    with open_writer(tmp_path / "s", clock=clock) as w:
+        for i in range(3 * COMPACT_FANIN + 5):
+            w.insert({"a": i})
+            if i % 7 == 0:
+                w.set_rowtime_bound(from_rowtime_us(clock.now))
+            w.flush()
+    stream = open_stream(tmp_path / "s")
+    files = list((tmp_path / "s" / "partition-0000").glob("*.arrow"))
+    n = stream.end_offset(0)
+    assert len(files) <= 15  # 53 flushes
+    t = stream.read(0, 0, n)
+    flags = t.column(IS_BOUND).to_pylist()
+    rows = [a for a, b in zip(t.column("a").to_pylist(), flags, strict=True) if not b]
+    assert rows == list(range(3 * COMPACT_FANIN + 5))
+    arrivals = t.column(ARRIVAL).to_pylist()
+    assert arrivals == sorted(arrivals)
+    stats = stream.partition_stats(0)
+    assert sum(s.count for s in stats) == n
+    assert stats[-1].clock_us == stream.clock_us(0)
+
+
+def test_leftovers_of_an_interrupted_merge_are_ignored_then_cleaned(tmp_path):
+    create_stream(tmp_path / "s", "a INT")
+    with open_writer(tmp_path / "s") as w:
+        for i in range(3):
+            w.insert({"a": i})
+            w.flush()
+    part = tmp_path / "s" / "partition-0000"
+    small = sorted(part.glob("*.arrow"))
+    # Simulate a merge that committed [0, 3) but died before removing the parts.
+    stream = open_stream(tmp_path / "s")
+    merged = pa.concat_tables(stream.read(0, 0, 3) for _ in [0])
+    from pyspark_rowtime.streams.log import write_segment
+
+    stats = SegmentStats.merge([stream.stats(s) for s in stream.segments(0)])
+    write_segment(str(part), stats, stream.file_schema, [merged])
+    assert len(list(part.glob("*.arrow"))) == 4
+    assert open_stream(tmp_path / "s").read(0, 0, 3).column("a").to_pylist() == [0, 1, 2]
+    with open_writer(tmp_path / "s"):
+        pass
+    assert all(not p.exists() for p in small)
+    assert open_stream(tmp_path / "s").read(0, 0, 3).column("a").to_pylist() == [0, 1, 2]
