@@ -614,8 +614,12 @@ def rowtime_array_us(
     The same rules as :func:`to_rowtime_us`, vectorised: timestamps of any unit (floored to
     microseconds; naive ones read in ``tz``, zoned ones exact), ``date32``/``date64`` (midnight in
     ``tz``), integers (epoch in ``unit``), floats, and strings (ISO-8601 and SDP, or ``fmt``), read
-    with Arrow's RE2 regexes, so no Python loop runs per value. Dictionary-encoded columns are
-    decoded first.
+    with Arrow's own ISO parser or RE2 regexes, so no Python loop runs per value.
+    Dictionary-encoded columns are decoded first. Naive values in a zone with rules cost one
+    zoneinfo lookup per distinct wall-clock hour.
+
+    The result may be a read-only view of the column's buffer (int64 microseconds need no
+    copy): copy it before writing into it.
 
     Raises:
         InvalidRowtimeError: a null, an unreadable or out-of-range value; the message names
@@ -803,7 +807,7 @@ def _strings_to_us(
     for form in _forms(fmt):
         if remaining.size == 0:
             break
-        fast = _iso_fast(pending, tz) if form is _ISO else None
+        fast = _arrow_fast(pending, form, tz)
         if fast is not None:
             matched, converted = fast
             out[remaining[matched]] = converted
@@ -827,27 +831,56 @@ def _strings_to_us(
     return out
 
 
-def _iso_fast(strings: pa.Array, tz: str) -> tuple[npt.NDArray[np.bool_], Int64Array] | None:
-    """ISO-8601 through Arrow's own parser, several times faster than capturing groups.
+# A time of day followed by an offset or Z, at the end of an ISO string.
+_ISO_ZONED_RE = (
+    r"[0-9]{2}:[0-9]{2}(?::[0-9]{2}(?:[.,][0-9]+)?)? ?(?:[Zz]|[+-][0-9]{2}(?::?[0-9]{2})?)[ \t]*$"
+)
+# SDP with a fraction, rewritten as naive ISO for Arrow's parser.
+_SDP_AS_ISO = (
+    r"^[ \t]*([0-9]{4})/([0-9]{2})/([0-9]{2}) ([0-9]{2}:[0-9]{2}:[0-9]{2})[:.]([0-9]{1,9})[ \t]*$",
+    r"\1-\2-\3 \4.\5",
+)
 
-    Only for values that match our ISO regex (so Arrow never accepts a form we reject) and only
-    when Arrow reads all of them (with an offset, or all without one); Arrow parses into
-    nanoseconds (years 1677 to 2262), and anything it refuses goes the slow, exact way.
+
+def _arrow_fast(
+    strings: pa.Array, form: _Form, tz: str
+) -> tuple[npt.NDArray[np.bool_], Int64Array] | None:
+    """ISO-8601 and SDP through Arrow's own parser, several times faster than regex captures.
+
+    Only for values that match our regex for the form (so Arrow never reads a form we reject),
+    and only when Arrow reads every one of them: it parses into nanoseconds (years 1677 to
+    2262) and reads zoned and naive strings each into its own type; anything it refuses goes
+    the slow, exact way. Returns ``(matched, rowtimes_us of the matched)`` or None.
     """
-    matched = pc.match_substring_regex(strings, pattern=_ISO.re2)
+    if form is not _ISO and form is not _SDP:
+        return None
+    matched = pc.match_substring_regex(strings, pattern=form.re2)
     mask = matched.to_numpy(zero_copy_only=False)
     if not mask.any():
         return None
     subset = strings if mask.all() else strings.filter(matched)
-    # A failing cast is slow (Arrow retries other parsers), so guess from the first value.
-    first = _ISO.python.fullmatch(subset[0].as_py())
-    naive = first is None or not (first["offz"] or first["offsign"])
-    try:
-        ns = pc.cast(subset, pa.timestamp("ns") if naive else pa.timestamp("ns", "UTC"))
-    except pa.ArrowInvalid:
-        return None
-    us = ns.view(pa.int64()).to_numpy(zero_copy_only=False) // 1_000
-    return mask, (_wall_to_utc_array(us, tz) if naive else us)
+    if form is _SDP:
+        iso = pc.replace_substring_regex(subset, pattern=_SDP_AS_ISO[0], replacement=_SDP_AS_ISO[1])
+        zoned = np.zeros(len(subset), dtype=bool)
+    else:
+        iso = subset
+        # Scan rather than guess: a cast that fails costs far more than this regex.
+        zoned = pc.match_substring_regex(subset, pattern=_ISO_ZONED_RE).to_numpy(
+            zero_copy_only=False
+        )
+    out = np.empty(len(subset), dtype=np.int64)
+    for want_zoned, kind in ((True, pa.timestamp("ns", "UTC")), (False, pa.timestamp("ns"))):
+        picked = zoned if want_zoned else ~zoned
+        if not picked.any():
+            continue
+        part = iso if picked.all() else iso.filter(pa.array(picked))
+        try:
+            ns = pc.cast(part, kind)
+        except pa.ArrowInvalid:
+            return None
+        us = ns.view(pa.int64()).to_numpy(zero_copy_only=False) // 1_000
+        out[picked] = us if want_zoned else _wall_to_utc_array(us, tz)
+    return mask, out
 
 
 def _fields_to_us(

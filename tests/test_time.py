@@ -541,3 +541,24 @@ def test_mixed_iso_and_sdp_array_agrees_with_scalars(
             text = text.replace("-", "/", 2).replace("T", " ").replace(".", ":")
         texts.append(text)
     assert rowtime_array_us(pa.array(texts)).tolist() == [to_rowtime_us(t) for t in texts]
+
+
+ISO_VARIANTS = [
+    f"{date}{time}{offset}"
+    for date in ("2009-03-01", "1969-12-31", "2262-04-11", "1677-09-21", "0001-01-02", "9999-12-30")
+    for time in ("", "T12:15", " 12:15", "T12:15:22", "t12:15:22", "T23:59:59.9",
+                 "T00:00:00.123456789", "T12:15:22,5")
+    for offset in ("", "Z", "z", "+01:00", "-0530", "+05", "-00:00", " +01:00")
+    if time or not offset.startswith(" ")
+]  # fmt: skip
+
+
+def test_every_iso_variant_reads_the_same_in_arrays_and_scalars() -> None:
+    """The array path hands most ISO strings to Arrow's parser: it must agree with ours."""
+    expected = [to_rowtime_us(text) for text in ISO_VARIANTS]
+    assert rowtime_array_us(pa.array(ISO_VARIANTS)).tolist() == expected
+    for text, want in zip(ISO_VARIANTS, expected, strict=True):
+        assert rowtime_array_us(pa.array([text] * 3)).tolist() == [want] * 3, text
+        assert rowtime_array_us(pa.array([text]), tz="Asia/Kolkata").tolist() == [
+            to_rowtime_us(text, tz="Asia/Kolkata")
+        ], text
