@@ -26,8 +26,8 @@ Each segment's schema metadata (``rowtime.*`` keys, see :class:`SegmentStats`) s
 the partition clock after it, min/max data rowtime, last bound, last arrival, skew. The clock of
 a partition is read from its last segment's footer alone.
 
-Small segments (a writer that flushes every row, heartbeats) are merged by the writer: sixteen
-consecutive segments of one size class become one (:func:`compact_tail`). The merged segment
+Small segments (a writer that flushes every row, heartbeats) are merged by the writer, sixteen
+of a size class at a time (:func:`compact_tail`). The merged segment
 covers exactly the offsets of the ones it replaces and is committed before they are removed, so
 at every moment the directory holds a complete chain from offset 0; where a listing finds both,
 the larger segment wins. A listing that races with a change may see a gap: it is retried.
@@ -586,34 +586,53 @@ def _find(chain: list[Segment], offset: int) -> int:
 
 
 def _size_class(count: int) -> int:
-    return (count.bit_length() - 1) // 4  # 1-15: 0, 16-255: 1, 256-4095: 2, ...
+    return (count.bit_length() - 1) // 4  # 1-15: 0, 16-255: 1, 256-4095: 2, 4096-65535: 3
+
+
+def _merge_start(chain: list[Segment]) -> int | None:
+    """Where the tail to merge starts, or None if no merge is due.
+
+    Among the small segments at the tail (below :data:`COMPACT_BELOW_RECORDS` records), for the
+    smallest size class ``c`` for which the trailing run of segments of class ``<= c`` holds
+    :data:`COMPACT_FANIN` segments of class exactly ``c``, that run is merged. The result has
+    at least ``COMPACT_FANIN`` times the records of a class-``c`` segment, so it lands in a
+    higher class: a record is rewritten at most once per class (four times), however the flush
+    sizes mix.
+    """
+    start = len(chain)
+    while start > 0 and chain[start - 1].count < COMPACT_BELOW_RECORDS:
+        start -= 1
+    classes = [_size_class(s.count) for s in chain[start:]]
+    if len(classes) < COMPACT_FANIN:
+        return None
+    for c in range(max(classes) + 1):
+        i = len(classes)
+        while i > 0 and classes[i - 1] <= c:
+            i -= 1
+        if classes[i:].count(c) >= COMPACT_FANIN:
+            return start + i
+    return None
 
 
 def compact_tail(stream: Stream, partition: int) -> int:
     """Merge runs of small segments at the end of a partition; returns how many merges ran.
 
-    Only the partition's writer (the lock holder) may call this. Runs of :data:`COMPACT_FANIN`
-    consecutive segments of one size class (below :data:`COMPACT_BELOW_RECORDS` records) at the
-    tail become one segment, repeatedly, so a record is rewritten about four times at most
-    however small the flushes were. The merged segment is committed before the old ones are
-    removed; readers holding the old ones keep their memory maps.
+    Only the partition's writer (the lock holder) may call this (see :func:`_merge_start` for
+    which segments). The merged segment is committed before the old ones are removed; readers
+    holding the old ones keep their memory maps, readers listing meanwhile pick the larger.
     """
     part_dir = stream.partition_dir(partition)
     merges = 0
     while True:
         chain = stream.segments(partition)
-        if len(chain) < COMPACT_FANIN:
+        start = _merge_start(chain)
+        if start is None:
             return merges
-        tail = chain[-COMPACT_FANIN:]
-        if any(s.count >= COMPACT_BELOW_RECORDS for s in tail):
-            return merges
-        classes = {_size_class(s.count) for s in tail}
-        if len(classes) != 1:
-            return merges
-        tables = [stream._table(s) for s in tail]
+        tail = chain[start:]
+        tables = [stream._table(s).replace_schema_metadata(None) for s in tail]
         stats = SegmentStats.merge([stream.stats(s) for s in tail])
-        merged = pa.concat_tables(t.replace_schema_metadata(None) for t in tables)
-        write_segment(part_dir, stats, stream.file_schema, [merged.combine_chunks()])
+        merged = pa.concat_tables(tables).combine_chunks()
+        write_segment(part_dir, stats, stream.file_schema, [merged])
         for s in tail:
             try:
                 os.unlink(s.path)

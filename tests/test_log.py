@@ -441,3 +441,27 @@ def test_leftovers_of_an_interrupted_merge_are_ignored_then_cleaned(tmp_path):
         pass
     assert all(not p.exists() for p in small)
     assert open_stream(tmp_path / "s").read(0, 0, 3).column("a").to_pylist() == [0, 1, 2]
+
+
+@pytest.mark.parametrize(
+    ("counts", "start"),
+    [
+        ([1] * 15, None),  # not enough yet
+        ([1] * 16, 0),
+        ([300] + [1] * 16, 1),  # the tiny ones merge among themselves first
+        ([300] + [1] * 15, None),  # never rewrite the big one for 15 tiny ones
+        ([70_000] + [1] * 16, 1),  # large segments are left alone
+        ([20] * 16 + [3], 0),  # 16 of class 1 and a class-0 straggler at the tail
+        ([20] * 15 + [3] * 15, None),
+        ([20000, 5, 300, 20000] * 4, None),  # mixed sizes: 8 of class 3 so far
+        ([20000, 5, 300, 20000] * 8, 0),  # 16 of class 3: all of them, the small ones too
+    ],
+)
+def test_merges_take_sixteen_segments_of_a_size_class_from_the_tail(counts, start):
+    from pyspark_rowtime.streams.log import Segment, _merge_start
+
+    chain, first = [], 0
+    for count in counts:
+        chain.append(Segment(first, count, f"{first}"))
+        first += count
+    assert _merge_start(chain) == start
