@@ -7,7 +7,7 @@ import subprocess
 import sys
 
 import numpy as np
-from hypothesis import given, settings
+from hypothesis import given
 from hypothesis import strategies as st
 from pyspark_rowtime.bounds.bounds import END_OF_STREAM_US
 from pyspark_rowtime.bounds.plan import StreamPosition, bound_to_emit, choose_ends, step
@@ -58,7 +58,6 @@ def multi(draw):
     return parts, schedule
 
 
-@settings(max_examples=2000, deadline=None)
 @given(policy=POLICIES, data=multi())
 def test_steps_keep_rows_between_consecutive_stream_clocks(policy, data):
     policy = tolerant(policy)
@@ -76,7 +75,6 @@ def test_steps_keep_rows_between_consecutive_stream_clocks(policy, data):
     assert final.clock_us == END_OF_STREAM_US
 
 
-@settings(max_examples=2000, deadline=None)
 @given(policy=POLICIES, data=multi())
 def test_alignment_delays_rows_but_never_loses_reorders_or_doubles_them(policy, data):
     policy = tolerant(policy)
@@ -88,7 +86,6 @@ def test_alignment_delays_rows_but_never_loses_reorders_or_doubles_them(policy, 
         assert got == alone.offsets.tolist()
 
 
-@settings(max_examples=1000, deadline=None)
 @given(policy=POLICIES, data=multi(), redo=st.integers(0, 6))
 def test_replaying_a_step_from_its_offset_gives_the_same_rows_and_bound(policy, data, redo):
     policy = tolerant(policy)

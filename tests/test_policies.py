@@ -7,7 +7,7 @@ from datetime import datetime, timezone
 
 import numpy as np
 import pytest
-from hypothesis import given, settings
+from hypothesis import given
 from hypothesis import strategies as st
 from pyspark_rowtime.bounds.bounds import END_OF_STREAM_US
 from pyspark_rowtime.bounds.errors import (
@@ -197,7 +197,6 @@ def tolerant(policy: Policy) -> Policy:
     return DropPolicy() if isinstance(policy, RejectPolicy) else policy
 
 
-@settings(max_examples=3000, deadline=None)
 @given(policy=POLICIES, data=streams(), cuts=st.lists(st.integers(0, 70), max_size=6))
 def test_vectorised_engine_equals_row_at_a_time_reference(policy, data, cuts):
     policy = tolerant(policy)
@@ -217,7 +216,6 @@ def test_vectorised_engine_equals_row_at_a_time_reference(policy, data, cuts):
     assert run.state.held == len(ref.held)
 
 
-@settings(max_examples=3000, deadline=None)
 @given(policy=POLICIES, data=streams(), cut=st.integers(0, 70))
 def test_released_in_order_clock_monotone_and_every_row_accounted_once(policy, data, cut):
     policy = tolerant(policy)
@@ -246,7 +244,6 @@ def test_released_in_order_clock_monotone_and_every_row_accounted_once(policy, d
         assert run.state.held == 0
 
 
-@settings(max_examples=3000, deadline=None)
 @given(policy=POLICIES, data=streams(), cut=st.integers(0, 70), cut2=st.integers(0, 70))
 def test_snapshot_and_resume_at_any_point_equals_an_uninterrupted_run(policy, data, cut, cut2):
     policy = tolerant(policy)
@@ -273,7 +270,6 @@ def test_snapshot_and_resume_at_any_point_equals_an_uninterrupted_run(policy, da
     assert resumed.snapshot() == whole.snapshot()
 
 
-@settings(max_examples=500, deadline=None)
 @given(data=streams())
 def test_reject_raises_exactly_where_the_reference_does(data):
     t, b = data

@@ -1,0 +1,16 @@
+"""Hypothesis profiles: thorough on CI (thousands of generated streams per property), quick
+while developing. HYPOTHESIS_PROFILE=thorough|quick overrides the choice."""
+
+from __future__ import annotations
+
+import os
+
+from hypothesis import HealthCheck, settings
+
+settings.register_profile(
+    "thorough", max_examples=2000, deadline=None, suppress_health_check=[HealthCheck.too_slow]
+)
+settings.register_profile("quick", max_examples=200, deadline=None)
+settings.load_profile(
+    os.environ.get("HYPOTHESIS_PROFILE", "thorough" if os.environ.get("CI") else "quick")
+)
