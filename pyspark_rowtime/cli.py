@@ -30,7 +30,7 @@ from typing import IO, Any
 import pyarrow as pa
 
 from .api import create_stream, open_writer
-from .bounds.bounds import END_OF_STREAM_US
+from .bounds.bounds import END_OF_STREAM_US, merge_clock
 from .bounds.errors import OptionError, RowtimeError, SchemaError
 from .bounds.time import from_rowtime_us, to_rowtime_us
 from .streams.log import ARRIVAL, IS_BOUND, ROWTIME, Stream, open_stream
@@ -337,6 +337,7 @@ def cmd_bound(args: argparse.Namespace) -> int:
 def describe(stream: Stream) -> dict[str, Any]:
     """What ``rowtime describe --json`` prints."""
     partitions = []
+    clocks: list[int | None] = []
     for p in range(stream.meta.partitions):
         stats = stream.partition_stats(p)
         rows = sum(s.rows for s in stats)
@@ -350,6 +351,7 @@ def describe(stream: Stream) -> dict[str, Any]:
         )
         clock = stats[-1].clock_us if stats else None
         last_arrival = stats[-1].last_arrival_us if stats else None
+        clocks.append(clock)
         partitions.append(
             {
                 "partition": p,
@@ -365,8 +367,7 @@ def describe(stream: Stream) -> dict[str, Any]:
                 "skew_max_us": max(skews) if skews else None,
             }
         )
-    clocks = [p["clock_us"] for p in partitions]
-    stream_clock = None if any(c is None for c in clocks) else min(clocks)
+    stream_clock = merge_clock(clocks)  # from the same listing as the partitions shown
     return {
         "location": stream.location,
         "schema": stream.meta.ddl,
