@@ -53,15 +53,15 @@ def output_arrow_schema(payload: pa.Schema, output: str = "rows") -> pa.Schema:
     """The Arrow schema of what the reader emits; payload fields become nullable because the
     payload of a bound record is null."""
     fields = [f.with_nullable(True) for f in payload]
-    names = {f.name.lower() for f in fields}
+    names = {f.name.lower(): f.name for f in fields}
     extra = [pa.field(ROWTIME, TS_TYPE), pa.field(IS_BOUND, pa.bool_())]
     if output == "discarded":
         extra = [pa.field(ROWTIME, TS_TYPE), *QUARANTINE_COLUMNS]
     for f in extra:
         if f.name.lower() in names:
             raise SchemaError(
-                f"payload column {f.name!r} clashes with the column {f.name!r} that format "
-                "rowtime adds; rename the payload column in the stream's schema"
+                f"payload column {names[f.name.lower()]!r} clashes with the column {f.name!r} "
+                "that format rowtime adds; rename the payload column in the stream's schema"
             )
     return pa.schema(fields + extra)
 
