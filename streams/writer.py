@@ -35,6 +35,7 @@ import datetime as dt
 import os
 import threading
 import time
+import warnings
 from collections import deque
 from collections.abc import Callable, Mapping
 from decimal import Decimal
@@ -240,6 +241,17 @@ class Writer:
 
     def __enter__(self) -> Writer:
         return self
+
+    def __del__(self) -> None:
+        # Like an unclosed file: say so (ResourceWarning), the lock goes with the process.
+        if not getattr(self, "_closed", True) and getattr(self, "_arrivals", None) is not None:
+            if self.pending:
+                warnings.warn(
+                    f"{self!r} was never closed: its {self.pending} buffered record(s) were "
+                    "not written; use `with open_writer(...)` or call close()",
+                    ResourceWarning,
+                    stacklevel=1,
+                )
 
     def __exit__(self, exc_type: Any, exc: Any, tb: Any) -> None:
         if exc_type is None:

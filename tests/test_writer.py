@@ -532,3 +532,11 @@ def test_flushes_through_the_log_module_commit_whole_segments(loc, monkeypatch):
         w.flush()
         w.set_rowtime_bound(JAN1)
     assert seen == [(0, 4), (4, 1)]
+
+
+def test_a_writer_dropped_without_close_warns_that_its_buffer_was_lost(loc):
+    w = open_writer(loc)
+    w.insert({"a": 1})
+    with pytest.warns(ResourceWarning, match="1 buffered record"):
+        w.__del__()
+    w.close()
