@@ -1,0 +1,251 @@
+"""Where the sink keeps its own state beside a target, and how it writes it safely.
+
+Both kinds of target (a rowtime stream, a Parquet folder) get a folder ``_rowtime_sink/``::
+
+    <target>/_rowtime_sink/target.json     what the target is (kind, schema, granularity); once
+    <target>/_rowtime_sink/owner.json      the Spark query (its id) that writes here; once
+    <target>/_rowtime_sink/manifest/00000000000000000042.json   one entry per committed batch
+    <target>/_rowtime_sink/staging/00000000000000000042/...     files write() staged for batch 42
+    <target>/_rowtime_sink/clock.json      Parquet targets: the clock of the last applied entry
+
+The leading underscore keeps Spark, pyarrow datasets and Hive from reading any of it as data.
+Every file is written to a temporary name, fsync'd and then linked (write-once files: of two
+writers exactly one wins) or renamed (files that are replaced) into place, and the folder is
+fsync'd: a reader sees the old file or the new one, never half of one, and after a crash
+(SIGKILL or power loss) what was acknowledged is still there.
+
+Only the latest batches can be replayed by Spark (a restart re-runs the last batch whose commit
+Spark had not logged), so the manifest keeps the last :data:`MANIFEST_KEEP` entries.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import shutil
+import uuid
+from typing import Any
+
+from ..bounds.errors import CorruptLogError, OptionError
+from ..streams.meta import fsync_dir
+
+SINK_DIR = "_rowtime_sink"
+TARGET_FILE = "target.json"
+OWNER_FILE = "owner.json"
+CLOCK_FILE = "clock.json"
+MANIFEST_DIR = "manifest"
+STAGING_DIR = "staging"
+FORMAT = "pyspark-rowtime-sink"
+FORMAT_VERSION = 1
+
+#: Manifest entries kept; older ones can never be replayed by Spark.
+MANIFEST_KEEP = 100
+
+_ENTRY_RE = re.compile(r"(\d{20})\.json\Z")
+_TMP = ".tmp."
+
+
+def batch_name(batch_id: int) -> str:
+    """The zero-padded form of a batch id used in file and folder names (sorts by number)."""
+    return f"{batch_id:020d}"
+
+
+def _tmp_path(folder: str, name: str) -> str:
+    return os.path.join(folder, f"{_TMP}{name}.{os.getpid()}.{uuid.uuid4().hex}")
+
+
+def _write_tmp(folder: str, name: str, doc: Any) -> str:
+    tmp = _tmp_path(folder, name)
+    with open(tmp, "w", encoding="utf-8") as f:
+        f.write(json.dumps(doc, indent=1, sort_keys=True) + "\n")
+        f.flush()
+        os.fsync(f.fileno())
+    return tmp
+
+
+def write_json_once(path: str, doc: Any) -> bool:
+    """Create ``path`` holding ``doc`` unless it exists; True if this call created it.
+
+    The file appears whole or not at all, and ``link`` fails if the name exists, so of two
+    concurrent writers exactly one wins and a committed file is never overwritten.
+    """
+    folder, name = os.path.split(path)
+    tmp = _write_tmp(folder, name, doc)
+    try:
+        os.link(tmp, path)
+        created = True
+    except FileExistsError:
+        created = False
+    finally:
+        os.unlink(tmp)
+    if created:
+        fsync_dir(folder)
+    return created
+
+
+def replace_json(path: str, doc: Any) -> None:
+    """Atomically replace (or create) ``path`` with ``doc``."""
+    folder, name = os.path.split(path)
+    tmp = _write_tmp(folder, name, doc)
+    try:
+        os.replace(tmp, path)
+    except BaseException:
+        os.unlink(tmp)
+        raise
+    fsync_dir(folder)
+
+
+def read_json(path: str) -> Any | None:
+    """The document at ``path``, or None if there is no such file."""
+    try:
+        with open(path, encoding="utf-8") as f:
+            text = f.read()
+    except (FileNotFoundError, NotADirectoryError):
+        return None
+    try:
+        return json.loads(text)
+    except ValueError as e:
+        raise CorruptLogError(f"sink file {path} cannot be read ({e}): it was damaged") from e
+
+
+class SinkState:
+    """The ``_rowtime_sink`` folder of one target."""
+
+    def __init__(self, target_location: str) -> None:
+        self.target = target_location
+        self.root = os.path.join(target_location, SINK_DIR)
+        self.manifest_dir = os.path.join(self.root, MANIFEST_DIR)
+        self.staging_dir = os.path.join(self.root, STAGING_DIR)
+
+    def __repr__(self) -> str:
+        return f"SinkState({self.target!r})"
+
+    def ensure(self) -> None:
+        """Create the folders (idempotent)."""
+        for d in (self.root, self.manifest_dir, self.staging_dir):
+            os.makedirs(d, exist_ok=True)
+
+    # -- what the target is --
+
+    @property
+    def target_file(self) -> str:
+        return os.path.join(self.root, TARGET_FILE)
+
+    def read_target(self) -> dict[str, Any] | None:
+        return read_json(self.target_file)
+
+    def define_target(self, doc: dict[str, Any]) -> dict[str, Any]:
+        """Record what the target is, once; returns the recorded description (which may be an
+        earlier one: the caller compares)."""
+        self.ensure()
+        full = {"format": FORMAT, "format_version": FORMAT_VERSION, **doc}
+        if write_json_once(self.target_file, full):
+            return full
+        existing = self.read_target()
+        assert existing is not None
+        return existing
+
+    # -- who writes it --
+
+    def claim(self, query_id: str | None) -> None:
+        """Make sure this target belongs to the Spark query ``query_id``.
+
+        The first query to commit here becomes its owner. Another query (a new checkpoint)
+        would restart batch ids at 0 and could neither be told apart from a replay nor keep the
+        clock's promise, so it is refused with an error that says what to do.
+        """
+        if query_id is None:
+            return
+        path = os.path.join(self.root, OWNER_FILE)
+        owner = read_json(path)
+        if owner is None:
+            self.ensure()
+            write_json_once(path, {"query_id": query_id})
+            owner = read_json(path)
+        if owner is None or owner.get("query_id") != query_id:
+            theirs = None if owner is None else owner.get("query_id")
+            raise OptionError(
+                f"sink target {self.target} is written by another streaming query (id {theirs}), "
+                f"not by this one (id {query_id}): a target belongs to one query, so that a "
+                "replayed batch is recognised and its clock never goes back. Restart the query "
+                "that owns it from its checkpoint, or write to a new path (to start over, delete "
+                f"the target including {SINK_DIR}/)"
+            )
+
+    # -- the manifest --
+
+    def entry_path(self, batch_id: int) -> str:
+        return os.path.join(self.manifest_dir, batch_name(batch_id) + ".json")
+
+    def batches(self) -> list[int]:
+        """Batch ids with a manifest entry, ascending."""
+        try:
+            names = os.listdir(self.manifest_dir)
+        except FileNotFoundError:
+            return []
+        out = []
+        for name in names:
+            m = _ENTRY_RE.match(name)
+            if m:
+                out.append(int(m.group(1)))
+        out.sort()
+        return out
+
+    def entry(self, batch_id: int) -> dict[str, Any] | None:
+        return read_json(self.entry_path(batch_id))
+
+    def latest(self, before: int | None = None) -> dict[str, Any] | None:
+        """The entry of the highest batch id (below ``before`` if given), or None."""
+        ids = self.batches()
+        if before is not None:
+            ids = [b for b in ids if b < before]
+        for batch_id in reversed(ids):
+            doc = self.entry(batch_id)
+            if doc is not None:  # pruned meanwhile: try the one before
+                return doc
+        return None
+
+    def put_entry_once(self, batch_id: int, doc: dict[str, Any]) -> bool:
+        """Publish the entry of ``batch_id`` (the commit point); False if it already exists."""
+        self.ensure()
+        return write_json_once(self.entry_path(batch_id), doc)
+
+    def replace_entry(self, batch_id: int, doc: dict[str, Any]) -> None:
+        self.ensure()
+        replace_json(self.entry_path(batch_id), doc)
+
+    def prune(self, keep: int = MANIFEST_KEEP) -> None:
+        """Remove all but the last ``keep`` entries (no replay can reach them)."""
+        ids = self.batches()
+        for batch_id in ids[: max(0, len(ids) - keep)]:
+            try:
+                os.unlink(self.entry_path(batch_id))
+            except FileNotFoundError:
+                pass
+
+    # -- staging --
+
+    def batch_staging(self, batch_id: int) -> str:
+        return os.path.join(self.staging_dir, batch_name(batch_id))
+
+    def clean_staging(self, up_to: int) -> None:
+        """Remove what was staged for batches ``<= up_to`` (published, aborted or orphaned by a
+        failed task attempt), and temporary files of this folder."""
+        try:
+            names = os.listdir(self.staging_dir)
+        except FileNotFoundError:
+            return
+        for name in names:
+            if name.isdigit() and int(name) <= up_to:
+                shutil.rmtree(os.path.join(self.staging_dir, name), ignore_errors=True)
+        for folder in (self.root, self.manifest_dir):
+            try:
+                leftovers = [n for n in os.listdir(folder) if n.startswith(_TMP)]
+            except FileNotFoundError:
+                continue
+            for name in leftovers:
+                try:
+                    os.unlink(os.path.join(folder, name))
+                except FileNotFoundError:
+                    pass

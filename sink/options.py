@@ -1,0 +1,219 @@
+"""The sink's options, parsed once into a frozen, validated :class:`SinkConfig`.
+
+Spark hands ``writeStream.format("rowtime")`` its options as strings with lower-case names.
+Every option the sink knows is in :data:`SINK_OPTIONS` with what it accepts; anything else is an
+error that names it. The query's columns are checked here too: a ``rowtime`` TIMESTAMP column is
+required, ``is_bound`` (BOOLEAN) is optional, everything else is payload.
+
+This module imports no pyspark: the Spark adapter converts the query's schema to Arrow first.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass
+from typing import Any
+
+import pyarrow as pa
+
+from ..bounds.errors import OptionError, SchemaError
+from ..streams.log import resolve_location
+
+ROWTIME = "rowtime"
+IS_BOUND = "is_bound"
+
+GRANULARITY_US = {
+    "minute": 60_000_000,
+    "hour": 3_600_000_000,
+    "day": 86_400_000_000,
+}
+
+COMPRESSIONS = ("snappy", "zstd", "gzip", "lz4", "none")
+
+#: Every option the sink accepts (lower case, as Spark passes them), with what it accepts.
+SINK_OPTIONS: dict[str, str] = {
+    "path": "the target's location: a directory path or a file:// URL",
+    "target": "stream (default: a rowtime stream) or parquet (files partitioned by rowtime)",
+    "granularity": "minute, hour (default) or day: the time partitions of a parquet target",
+    "clock": (
+        "bounds (the bound records of an is_bound column; the default when the query has one) "
+        "or watermark (the watermark each batch ran with; the default without is_bound)"
+    ),
+    "compression": "snappy (default), zstd, gzip, lz4 or none: the codec of a parquet target",
+    "checkpointlocation": "the query's checkpoint folder (Spark's own option)",
+}
+
+_SPELLING = {"checkpointlocation": "checkpointLocation"}
+
+#: Options Spark itself may add; accepted and ignored.
+_SPARK_OWN = {"queryname", "__path"}
+
+
+def spelled(name: str) -> str:
+    return _SPELLING.get(name, name)
+
+
+def _bad(name: str, value: Any) -> OptionError:
+    return OptionError(
+        f"option {spelled(name)}={value!r} is not valid for writeStream.format('rowtime'): "
+        f"{spelled(name)} accepts {SINK_OPTIONS[name]}"
+    )
+
+
+@dataclass(frozen=True)
+class SinkConfig:
+    """Everything the sink needs, validated; picklable, so executors get it as is.
+
+    ``schema`` is the query's Arrow schema (payload, ``rowtime``, maybe ``is_bound``);
+    ``payload`` the payload columns in query order.
+    """
+
+    location: str
+    target: str
+    clock: str
+    schema: pa.Schema
+    payload: tuple[str, ...]
+    has_is_bound: bool
+    granularity: str = "hour"
+    compression: str = "snappy"
+    checkpoint: str | None = None
+
+    @property
+    def granularity_us(self) -> int:
+        return GRANULARITY_US[self.granularity]
+
+    @property
+    def payload_schema(self) -> pa.Schema:
+        return pa.schema([self.schema.field(n) for n in self.payload])
+
+
+def lower_options(options: Mapping[str, Any]) -> dict[str, str]:
+    """The options with lower-case names; unknown names are an error naming them."""
+    out: dict[str, str] = {}
+    unknown = []
+    for key, value in options.items():
+        k = str(key).lower()
+        if k in _SPARK_OWN:
+            continue
+        if k not in SINK_OPTIONS:
+            unknown.append(str(key))
+            continue
+        out[k] = str(value)
+    if unknown:
+        known = ", ".join(spelled(n) for n in SINK_OPTIONS)
+        raise OptionError(
+            f"unknown option{'s' if len(unknown) > 1 else ''} {', '.join(map(repr, unknown))} "
+            f"for writeStream.format('rowtime'); the sink accepts: {known}"
+        )
+    return out
+
+
+def check_columns(schema: pa.Schema) -> tuple[tuple[str, ...], bool]:
+    """The payload columns and whether ``is_bound`` is present; :class:`SchemaError` when the
+    query has no usable ``rowtime`` column or a bad ``is_bound``."""
+    names = schema.names
+    if ROWTIME not in names:
+        near = [n for n in names if n.lower() == ROWTIME]
+        hint = (
+            f" (there is {near[0]!r}: the name must be exactly rowtime)"
+            if near
+            else "; for a windowed aggregation select window.end AS rowtime"
+        )
+        raise SchemaError(
+            "writeStream.format('rowtime') needs a column named rowtime (TIMESTAMP) holding each "
+            f"row's event time; the query's columns are {', '.join(names) or '(none)'}{hint}"
+        )
+    if names.count(ROWTIME) > 1 or names.count(IS_BOUND) > 1:
+        raise SchemaError(f"the query has duplicate columns: {', '.join(names)}")
+    rowtime_type = schema.field(ROWTIME).type
+    if not pa.types.is_timestamp(rowtime_type) or rowtime_type.tz is None:
+        raise SchemaError(
+            f"column rowtime must be a TIMESTAMP (with time zone), not {rowtime_type}; "
+            "cast it with F.col('rowtime').cast('timestamp')"
+        )
+    has_is_bound = IS_BOUND in names
+    if has_is_bound and not pa.types.is_boolean(schema.field(IS_BOUND).type):
+        raise SchemaError(
+            f"column is_bound must be BOOLEAN (true on bound records), not "
+            f"{schema.field(IS_BOUND).type}; rename the column or drop it"
+        )
+    payload = tuple(n for n in names if n not in (ROWTIME, IS_BOUND))
+    reserved = [n for n in payload if n.startswith("__") or n.lower() in (ROWTIME, IS_BOUND)]
+    if reserved:
+        raise SchemaError(
+            f"payload column {reserved[0]!r} clashes with the columns the project adds "
+            "(rowtime, is_bound, and names starting with __); rename it"
+        )
+    return payload, has_is_bound
+
+
+def parse_sink_options(
+    options: Mapping[str, Any], schema: pa.Schema, overwrite: bool = False
+) -> SinkConfig:
+    """Turn Spark's string options and the query's Arrow schema into a :class:`SinkConfig`."""
+    given = lower_options(options)
+    if overwrite:
+        raise OptionError(
+            "writeStream.format('rowtime') appends: outputMode('complete') would rewrite the "
+            "target every batch; use outputMode('append')"
+        )
+    path = given.get("path", "").strip()
+    if not path:
+        raise OptionError(
+            "option path is required: the target's location, e.g. "
+            'df.writeStream.format("rowtime").option("checkpointLocation", ...).start("/data/out")'
+        )
+    payload, has_is_bound = check_columns(schema)
+
+    target = given.get("target", "stream").strip().lower()
+    if target not in ("stream", "parquet"):
+        raise _bad("target", given["target"])
+    granularity = given.get("granularity", "hour").strip().lower()
+    if granularity not in GRANULARITY_US:
+        raise _bad("granularity", given["granularity"])
+    compression = given.get("compression", "snappy").strip().lower()
+    if compression not in COMPRESSIONS:
+        raise _bad("compression", given["compression"])
+    if target == "stream":
+        extra = [k for k in ("granularity", "compression") if k in given]
+        if extra:
+            raise OptionError(
+                f"option {extra[0]} applies to target=parquet only; a rowtime stream target "
+                "keeps records in the log. Set option target=parquet or remove it"
+            )
+
+    default_clock = "bounds" if has_is_bound else "watermark"
+    clock = given.get("clock", default_clock).strip().lower()
+    if clock not in ("bounds", "watermark"):
+        raise _bad("clock", given["clock"])
+    if clock == "bounds" and not has_is_bound:
+        raise OptionError(
+            "option clock=bounds needs the query's is_bound column (the bound records of a "
+            "format('rowtime') source), and the query has none: keep is_bound in the output, or "
+            "use clock=watermark for a query whose watermark (with_watermark) moves its clock"
+        )
+    checkpoint = given.get("checkpointlocation", "").strip() or None
+    if checkpoint is not None:
+        try:
+            checkpoint = resolve_location(checkpoint)
+        except OptionError:
+            raise OptionError(
+                f"option checkpointLocation={checkpoint!r}: the sink reads the checkpoint, and "
+                "only local paths and file:// URLs are supported"
+            ) from None
+    if clock == "watermark" and checkpoint is None:
+        raise OptionError(
+            "option checkpointLocation is required with clock=watermark: the sink reads the "
+            "watermark each batch ran with from the checkpoint's offsets log"
+        )
+    return SinkConfig(
+        location=resolve_location(path),
+        target=target,
+        clock=clock,
+        schema=schema,
+        payload=payload,
+        has_is_bound=has_is_bound,
+        granularity=granularity,
+        compression=compression,
+        checkpoint=checkpoint,
+    )

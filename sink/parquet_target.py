@@ -1,0 +1,391 @@
+"""A Parquet target: files partitioned by rowtime, published exactly once, with a clock.
+
+Layout (``granularity`` hour here)::
+
+    <path>/rowtime_hour=2024-05-01T10/part-00000000000000000007-00001-0-1a2b3c4d.parquet
+    <path>/rowtime_hour=2024-05-01T10/_COMPLETE     the hour is complete (written once, JSON)
+    <path>/_rowtime_sink/...                        manifest, staging, clock (sink.layout)
+
+Partition folders are Hive-style, so ``spark.read.parquet(path)`` gets a ``rowtime_hour``
+column (``rowtime_day=YYYY-MM-DD``, ``rowtime_hour=YYYY-MM-DDTHH``, ``rowtime_minute=
+YYYY-MM-DDTHHMM``, all UTC); files keep the payload columns and ``rowtime``. Names that start
+with ``_`` are not data to Spark or pyarrow.
+
+**Two-phase commit.** ``write()`` (executors) stages Parquet files under
+``_rowtime_sink/staging/<batch>/<task>-<attempt>-<uuid>/``, fsync'd, and reports them.
+``commit()`` (driver, another process) publishes them:
+
+1. finish the latest manifest entry if a crash interrupted it (roll forward);
+2. if the batch already has an entry, stop: a replayed batch is a no-op;
+3. compute the new clock ``T(b)`` (:mod:`sink.clock`) and the partitions it completes;
+4. write the manifest entry ``<batch>.json`` (files, clock, completed partitions): **the commit
+   point**, atomic and write-once;
+5. apply it: rename the staged files to their final names, write the ``_COMPLETE`` markers,
+   then ``clock.json``; each step is idempotent, so step 1 can redo it after a crash.
+
+A time partition ``[start, end)`` is complete once ``end <= T(b)``: no row can come for it any
+more. Partitions holding data get a ``_COMPLETE`` marker; for empty ones (no folder) the clock
+says the same. ``get_rowtime_bound(path)`` reads ``clock.json``, which is written only after
+everything it covers is in place.
+
+This module imports no pyspark.
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+import uuid
+from collections.abc import Iterable, Sequence
+from typing import Any
+
+import numpy as np
+import pyarrow as pa
+import pyarrow.parquet as pq
+
+from ..bounds.errors import CorruptLogError, OptionError, SchemaError
+from ..bounds.time import from_rowtime_us
+from ..streams.meta import fsync_dir
+from .clock import advance
+from .layout import CLOCK_FILE, SINK_DIR, SinkState, batch_name, read_json, replace_json
+from .layout import write_json_once as _write_once
+from .options import GRANULARITY_US, SinkConfig
+from .task import RowSplitter, StagedFile, TaskInfo, TaskReport, iso
+
+__all__ = [
+    "COMPLETE_MARKER",
+    "ParquetTarget",
+    "is_parquet_target",
+    "parquet_clock_us",
+    "partition_name",
+]
+
+COMPLETE_MARKER = "_COMPLETE"
+KIND = "parquet"
+#: Rows gathered per time partition before a row group is written.
+ROW_GROUP_ROWS = 1 << 20
+
+
+def partition_name(key: int, granularity: str) -> str:
+    """The folder of time partition ``key`` (``rowtime // granularity``), Hive-style."""
+    t = from_rowtime_us(key * GRANULARITY_US[granularity])
+    day = f"{t.year:04d}-{t.month:02d}-{t.day:02d}"
+    if granularity == "day":
+        value = day
+    elif granularity == "hour":
+        value = f"{day}T{t.hour:02d}"
+    else:
+        value = f"{day}T{t.hour:02d}{t.minute:02d}"
+    return f"rowtime_{granularity}={value}"
+
+
+def is_parquet_target(path: str) -> bool:
+    """Whether ``path`` (absolute) is a Parquet target of this sink."""
+    doc = read_json(os.path.join(path, SINK_DIR, "target.json"))
+    return isinstance(doc, dict) and doc.get("kind") == KIND
+
+
+def parquet_clock_us(path: str) -> int | None:
+    """The clock of the Parquet target at ``path``: None until a batch moves it."""
+    doc = read_json(os.path.join(path, SINK_DIR, CLOCK_FILE))
+    if not doc:
+        return None
+    clock = doc.get("clock_us")
+    return None if clock is None else int(clock)
+
+
+def _fsync_file(path: str) -> None:
+    fd = os.open(path, os.O_RDONLY)
+    try:
+        os.fsync(fd)
+    finally:
+        os.close(fd)
+
+
+class _Stager:
+    """One task's open Parquet files, one per time partition it has rows for."""
+
+    def __init__(self, target: ParquetTarget, info: TaskInfo) -> None:
+        self.target = target
+        self.info = info
+        self.folder_rel = os.path.join(
+            SINK_DIR,
+            "staging",
+            batch_name(info.batch_id),
+            f"{info.task:05d}-{info.attempt}-{uuid.uuid4().hex[:12]}",
+        )
+        self.folder = os.path.join(target.cfg.location, self.folder_rel)
+        self.writers: dict[int, pq.ParquetWriter] = {}
+        self.pending: dict[int, list[pa.RecordBatch]] = {}
+        self.pending_rows: dict[int, int] = {}
+        self.rows: dict[int, int] = {}
+        self.files: dict[int, StagedFile] = {}
+
+    def add(self, batch: pa.RecordBatch, rowtime_us: np.ndarray) -> None:
+        keys = rowtime_us // self.target.cfg.granularity_us
+        first, last = int(keys[0]), int(keys[-1])
+        if first == last and int(keys.min()) == int(keys.max()):
+            self._add(first, batch)
+            return
+        for key in np.unique(keys):
+            self._add(int(key), batch.filter(pa.array(keys == key)))
+
+    def _add(self, key: int, batch: pa.RecordBatch) -> None:
+        self.pending.setdefault(key, []).append(batch)
+        n = self.pending_rows.get(key, 0) + batch.num_rows
+        self.pending_rows[key] = n
+        if n >= ROW_GROUP_ROWS:
+            self._flush(key)
+
+    def _flush(self, key: int) -> None:
+        batches = self.pending.pop(key, [])
+        self.pending_rows.pop(key, None)
+        if not batches:
+            return
+        table = pa.Table.from_batches(batches)
+        writer = self.writers.get(key)
+        if writer is None:
+            cfg = self.target.cfg
+            part = partition_name(key, cfg.granularity)
+            i = self.info
+            name = (
+                f"part-{batch_name(i.batch_id)}-{i.task:05d}-{i.attempt}-"
+                f"{uuid.uuid4().hex[:8]}.parquet"
+            )
+            staged_rel = os.path.join(self.folder_rel, part, name)
+            os.makedirs(os.path.join(self.folder, part), exist_ok=True)
+            codec = None if cfg.compression == "none" else cfg.compression
+            writer = pq.ParquetWriter(
+                os.path.join(cfg.location, staged_rel), table.schema, compression=codec
+            )
+            self.writers[key] = writer
+            self.files[key] = StagedFile(
+                staged=staged_rel, rows=0, final=os.path.join(part, name), key=key
+            )
+        writer.write_table(table, row_group_size=ROW_GROUP_ROWS)
+        self.rows[key] = self.rows.get(key, 0) + table.num_rows
+
+    def close(self) -> list[StagedFile]:
+        for key in list(self.pending):
+            self._flush(key)
+        out = []
+        for key, writer in self.writers.items():
+            writer.close()
+            f = self.files[key]
+            _fsync_file(os.path.join(self.target.cfg.location, f.staged))
+            out.append(StagedFile(staged=f.staged, rows=self.rows[key], final=f.final, key=key))
+        for root, _dirs, _files in os.walk(self.folder):
+            fsync_dir(root)
+        return out
+
+    def discard(self) -> None:
+        for writer in self.writers.values():
+            try:
+                writer.close()
+            except Exception:
+                pass
+        shutil.rmtree(self.folder, ignore_errors=True)
+
+
+class ParquetTarget:
+    """The Parquet target of one query. Holds only picklable configuration."""
+
+    def __init__(self, cfg: SinkConfig) -> None:
+        self.cfg = cfg
+        self.state = SinkState(cfg.location)
+        self.where = f"parquet target {cfg.location}"
+
+    # -- driver, when the query starts --------------------------------------------------------
+
+    def prepare(self) -> None:
+        """Create the target (or check the existing one matches this query)."""
+        cfg = self.cfg
+        if os.path.exists(cfg.location) and not os.path.isdir(cfg.location):
+            raise OptionError(f"option path={cfg.location!r}: a file is in the way of a folder")
+        if os.path.isfile(os.path.join(cfg.location, "_stream.json")):
+            raise OptionError(
+                f"option path={cfg.location!r} is a rowtime stream; target=parquet writes a "
+                "folder of Parquet files: choose another path, or write to the stream with "
+                "target=stream"
+            )
+        from ..streams.ddl import to_ddl
+
+        schema = pa.schema([*self.cfg.payload_schema, self.cfg.schema.field("rowtime")])
+        want = {"kind": KIND, "granularity": cfg.granularity, "schema": to_ddl(_utc(schema))}
+        have = self.state.define_target(want)
+        for key in ("kind", "granularity", "schema"):
+            if have.get(key) != want[key]:
+                raise (SchemaError if key == "schema" else OptionError)(
+                    f"{self.where} was created with {key} {have.get(key)!r}, and this query "
+                    f"has {want[key]!r}; a target keeps its {key}: write to another path"
+                )
+
+    # -- executors ----------------------------------------------------------------------------
+
+    def write(self, info: TaskInfo, batches: Iterable[pa.RecordBatch]) -> TaskReport:
+        """Stage this task's rows as Parquet files, one per time partition it has rows for."""
+        if self.state.entry(info.batch_id) is not None:
+            for _ in batches:  # a replay of a committed batch: nothing to stage
+                pass
+            return TaskReport(info=info, skipped=True)
+        latest = self.state.latest(before=info.batch_id)
+        floor = None if latest is None else latest.get("clock_us")
+        splitter = RowSplitter(self.cfg, info, floor, self.where)
+        stager = _Stager(self, info)
+        try:
+            for batch in batches:
+                split = splitter.split(batch)
+                if split is not None:
+                    stager.add(*split)
+            files = stager.close()
+        except BaseException:
+            stager.discard()
+            raise
+        report = splitter.report()
+        report.files = files
+        return report
+
+    # -- driver, per batch --------------------------------------------------------------------
+
+    def commit(
+        self, reports: Sequence[TaskReport], batch_id: int, candidate_us: int | None
+    ) -> dict[str, Any] | None:
+        """Publish batch ``batch_id`` exactly once; returns its manifest entry (None when the
+        batch changed nothing). ``candidate_us`` is the clock the batch would move to."""
+        state = self.state
+        self.roll_forward()
+        done = state.entry(batch_id)
+        if done is not None:
+            state.clean_staging(batch_id)
+            return done
+        previous = state.latest(before=batch_id)
+        prev_clock = None if previous is None else previous.get("clock_us")
+        clock = advance(prev_clock, candidate_us)
+        files = [f for r in reports for f in r.files]
+        open_keys = set(previous.get("open", [])) if previous else set()
+        open_keys |= {f.key for f in files if f.key is not None}
+        gran = self.cfg.granularity_us
+        complete = sorted(k for k in open_keys if clock is not None and (k + 1) * gran <= clock)
+        still_open = sorted(open_keys.difference(complete))
+        if not files and clock == prev_clock:
+            state.clean_staging(batch_id)  # nothing to record: a replay recomputes the same
+            return None
+        entry = {
+            "batch": batch_id,
+            "query_id": _query_id(reports),
+            "clock_us": clock,
+            "clock": iso(clock),
+            "previous_clock_us": prev_clock,
+            "rows": sum(f.rows for f in files),
+            "files": [[f.staged, f.final, f.key, f.rows] for f in files],
+            "complete": complete,
+            "open": still_open,
+        }
+        if not state.put_entry_once(batch_id, entry):
+            existing = state.entry(batch_id)  # committed concurrently: finish theirs
+            assert existing is not None
+            entry = existing
+        self.apply(entry)
+        state.prune()
+        state.clean_staging(batch_id)
+        return entry
+
+    def abort(self, reports: Sequence[TaskReport | None], batch_id: int) -> None:
+        """Remove what the batch staged, unless it was committed after all."""
+        if self.state.entry(batch_id) is None:
+            _remove_staged(self.cfg.location, reports)
+            shutil.rmtree(self.state.batch_staging(batch_id), ignore_errors=True)
+
+    # -- applying entries (idempotent) --------------------------------------------------------
+
+    def roll_forward(self) -> None:
+        """Finish applying the latest manifest entry if a crash interrupted it."""
+        latest = self.state.latest()
+        if latest is None:
+            return
+        applied = read_json(os.path.join(self.state.root, CLOCK_FILE)) or {}
+        if int(applied.get("batch", -1)) < int(latest["batch"]):
+            self.apply(latest)
+
+    def apply(self, entry: dict[str, Any]) -> None:
+        """Rename the entry's staged files into place, mark completed partitions, then publish
+        the clock. Each step checks what is done, so running it twice changes nothing."""
+        root = self.cfg.location
+        folders = set()
+        for staged, final, _key, _rows in entry["files"]:
+            src, dst = os.path.join(root, staged), os.path.join(root, final)
+            if os.path.exists(dst):
+                continue
+            folder = os.path.dirname(dst)
+            os.makedirs(folder, exist_ok=True)
+            try:
+                os.rename(src, dst)
+            except FileNotFoundError:
+                raise CorruptLogError(
+                    f"{self.where}: batch {entry['batch']} is committed but its staged file "
+                    f"{src} is gone before it was published to {dst}; was the staging folder "
+                    "removed by hand? The rows of that file are lost"
+                ) from None
+            folders.add(folder)
+        for folder in folders:
+            fsync_dir(folder)
+        if folders:
+            fsync_dir(root)
+        for key in entry["complete"]:
+            self._mark_complete(int(key), entry)
+        clock_path = os.path.join(self.state.root, CLOCK_FILE)
+        current = read_json(clock_path) or {}
+        if int(current.get("batch", -1)) < int(entry["batch"]):
+            clock = entry["clock_us"]
+            old = current.get("clock_us")
+            if old is not None and (clock is None or clock < old):
+                clock = old  # never back (cannot happen: entries only move forward)
+            replace_json(
+                clock_path, {"batch": entry["batch"], "clock_us": clock, "clock": iso(clock)}
+            )
+
+    def _mark_complete(self, key: int, entry: dict[str, Any]) -> None:
+        cfg = self.cfg
+        folder = os.path.join(cfg.location, partition_name(key, cfg.granularity))
+        os.makedirs(folder, exist_ok=True)
+        gran = cfg.granularity_us
+        _write_once(
+            os.path.join(folder, COMPLETE_MARKER),
+            {
+                "partition": partition_name(key, cfg.granularity),
+                "start": iso(key * gran),
+                "end": iso((key + 1) * gran),
+                "batch": entry["batch"],
+                "clock": iso(entry["clock_us"]),
+            },
+        )
+
+    # -- reading ------------------------------------------------------------------------------
+
+    def clock_us(self) -> int | None:
+        return parquet_clock_us(self.cfg.location)
+
+
+def _utc(schema: pa.Schema) -> pa.Schema:
+    fields = []
+    for f in schema:
+        if pa.types.is_timestamp(f.type) and f.type.tz is not None:
+            f = f.with_type(pa.timestamp("us", tz="UTC"))
+        fields.append(f)
+    return pa.schema(fields)
+
+
+def _query_id(reports: Iterable[TaskReport]) -> str | None:
+    ids = {r.info.query_id for r in reports if r.info.query_id}
+    return ids.pop() if len(ids) == 1 else None
+
+
+def _remove_staged(root: str, reports: Iterable[TaskReport | None]) -> None:
+    for report in reports:
+        if report is None:
+            continue
+        for f in report.files:
+            try:
+                os.unlink(os.path.join(root, f.staged))
+            except FileNotFoundError:
+                pass

@@ -1,0 +1,126 @@
+"""The Spark face of the sink: ``writeStream.format("rowtime")``, kept thin.
+
+Spark calls :func:`make_stream_writer` (through ``RowtimeDataSource.streamWriter``) in short-lived
+Python processes on the driver: when it plans each batch, and again for each commit. The writer
+it returns is pickled to the executors, whose ``write()`` gets the batch's rows as Arrow record
+batches; ``commit(messages, batchId)`` then runs on the driver in yet another process. So the
+writer holds only the parsed, picklable :class:`SinkConfig`; all state lives in the target's
+folder (:mod:`sink.layout`). The batch id reaches ``write()`` as the local property Spark sets
+for every task of a micro-batch (``streaming.sql.batchId``).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from typing import Any
+
+import pyarrow as pa
+from pyspark.sql.datasource import DataSourceStreamArrowWriter, WriterCommitMessage
+from pyspark.sql.pandas.types import to_arrow_schema
+from pyspark.sql.types import StructType
+
+from ..bounds.errors import OptionError
+from .clock import batch_watermark_ms, bounds_clock_us, checkpoint_query_id, watermark_clock_us
+from .options import SinkConfig, parse_sink_options
+from .parquet_target import ParquetTarget
+from .stream_target import StreamTarget
+from .task import TaskInfo, TaskReport
+
+__all__ = ["RowtimeCommitMessage", "RowtimeStreamWriter", "make_stream_writer"]
+
+BATCH_ID_PROPERTY = "streaming.sql.batchId"
+QUERY_ID_PROPERTY = "sql.streaming.queryId"
+
+Target = StreamTarget | ParquetTarget
+
+
+def make_target(cfg: SinkConfig) -> Target:
+    return ParquetTarget(cfg) if cfg.target == "parquet" else StreamTarget(cfg)
+
+
+class RowtimeCommitMessage(WriterCommitMessage):
+    """What a write task sends to the driver: its :class:`TaskReport` (picklable)."""
+
+    def __init__(self, report: TaskReport) -> None:
+        self.report = report
+
+    def __repr__(self) -> str:
+        return f"RowtimeCommitMessage({self.report!r})"
+
+
+def task_info() -> TaskInfo:
+    """The running Spark task's batch id, partition and attempt."""
+    from pyspark import TaskContext
+
+    ctx = TaskContext.get()
+    batch = None if ctx is None else ctx.getLocalProperty(BATCH_ID_PROPERTY)
+    if ctx is None or batch is None:
+        raise OptionError(
+            "the rowtime sink's write() runs in a Spark streaming micro-batch task and found "
+            f"no batch id (local property {BATCH_ID_PROPERTY}); use writeStream, not write"
+        )
+    return TaskInfo(
+        batch_id=int(batch),
+        task=ctx.partitionId(),
+        attempt=ctx.attemptNumber(),
+        query_id=ctx.getLocalProperty(QUERY_ID_PROPERTY),
+    )
+
+
+class RowtimeStreamWriter(DataSourceStreamArrowWriter):
+    """Stages on executors, publishes on the driver; see :mod:`sink.stream_target` and
+    :mod:`sink.parquet_target` for each target's two-phase commit."""
+
+    def __init__(self, cfg: SinkConfig) -> None:
+        self.cfg = cfg
+
+    def write(self, iterator: Iterator[pa.RecordBatch]) -> RowtimeCommitMessage:
+        return RowtimeCommitMessage(make_target(self.cfg).write(task_info(), iterator))
+
+    def _reports(self, messages: list[Any], batch_id: int) -> list[TaskReport]:
+        reports = []
+        for m in messages:
+            if not isinstance(m, RowtimeCommitMessage):
+                raise OptionError(
+                    f"batch {batch_id}: a write task sent no commit message ({m!r}); Spark "
+                    "commits only batches whose tasks all succeeded"
+                )
+            reports.append(m.report)
+        return reports
+
+    def candidate_clock_us(self, reports: list[TaskReport], batch_id: int) -> int | None:
+        """The clock batch ``batch_id`` moves to, if higher than the target's (sink.clock)."""
+        if self.cfg.clock == "bounds":
+            return bounds_clock_us(r.bound_us for r in reports)
+        assert self.cfg.checkpoint is not None
+        return watermark_clock_us(batch_watermark_ms(self.cfg.checkpoint, batch_id))
+
+    def commit(self, messages: list[Any], batchId: int) -> None:
+        reports = self._reports(messages, batchId)
+        target = make_target(self.cfg)
+        query_id = _query_id(reports) or checkpoint_query_id(self.cfg.checkpoint)
+        target.state.claim(query_id)
+        target.commit(reports, batchId, self.candidate_clock_us(reports, batchId))
+
+    def abort(self, messages: list[Any], batchId: int) -> None:
+        reports = [m.report if isinstance(m, RowtimeCommitMessage) else None for m in messages]
+        make_target(self.cfg).abort(reports, batchId)
+
+
+def _query_id(reports: list[TaskReport]) -> str | None:
+    ids = {r.info.query_id for r in reports if r.info.query_id}
+    return ids.pop() if len(ids) == 1 else None
+
+
+def make_stream_writer(
+    options: dict[str, Any], schema: StructType, overwrite: bool
+) -> RowtimeStreamWriter:
+    """The writer for ``writeStream.format("rowtime")``: parses the options, checks the
+    query's columns and creates (or checks) the target. Errors name the option or column."""
+    arrow = to_arrow_schema(schema, timezone="UTC", prefers_large_types=False)
+    cfg = parse_sink_options(options, arrow, overwrite)
+    target = make_target(cfg)
+    target.prepare()
+    # Refuse at start a target another query owns (the checkpoint names this query).
+    target.state.claim(checkpoint_query_id(cfg.checkpoint))
+    return RowtimeStreamWriter(cfg)

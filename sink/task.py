@@ -1,0 +1,158 @@
+"""What one write task does before a target stages anything, and what it reports.
+
+A Spark write task (``write()``, on an executor) gets the batch's rows as Arrow record batches.
+:class:`RowSplitter` separates data rows from bound records, checks every data row against the
+clock the target had promised before the batch (the promise is that no later row is below it),
+and hands on the data rows as payload plus ``rowtime``. The task's :class:`TaskReport` travels
+to the driver in Spark's commit message: nothing is kept in memory between ``write()`` and
+``commit()``, which run in different processes.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+from dataclasses import dataclass, field
+
+import numpy as np
+import pyarrow as pa
+import pyarrow.compute as pc
+
+from ..bounds.bounds import END_OF_STREAM_US
+from ..bounds.errors import InvalidRowtimeError, LateRowError
+from ..bounds.time import from_rowtime_us
+from .options import IS_BOUND, ROWTIME, SinkConfig
+
+UTC_US = pa.timestamp("us", tz="UTC")
+
+
+def iso(t_us: int | None) -> str:
+    """A clock for people: ISO-8601 UTC, or "end of stream", or "none"."""
+    if t_us is None:
+        return "none"
+    if t_us >= END_OF_STREAM_US:
+        return "end of stream"
+    return from_rowtime_us(t_us).isoformat().replace("+00:00", "Z")
+
+
+@dataclass(frozen=True)
+class TaskInfo:
+    """Who is writing: the micro-batch, the task (Spark partition) and its attempt."""
+
+    batch_id: int
+    task: int
+    attempt: int
+    query_id: str | None = None
+
+
+@dataclass(frozen=True)
+class StagedFile:
+    """A file a task staged. Paths are relative to the target's folder.
+
+    ``final`` and ``key`` (the time partition's index: ``rowtime // granularity``) are set for
+    Parquet targets, which publish a staged file by renaming it to ``final``.
+    """
+
+    staged: str
+    rows: int
+    final: str | None = None
+    key: int | None = None
+
+
+@dataclass
+class TaskReport:
+    """One task's part of a batch: what it staged and what it saw. Picklable.
+
+    ``bound_us`` is the highest bound record the task saw; ``skipped`` says the batch was
+    already committed when the task ran (a replay), so it staged nothing.
+    """
+
+    info: TaskInfo
+    rows: int = 0
+    bound_us: int | None = None
+    min_rowtime_us: int | None = None
+    max_rowtime_us: int | None = None
+    files: list[StagedFile] = field(default_factory=list)
+    skipped: bool = False
+
+
+class RowSplitter:
+    """Splits the record batches of one task into data rows and bounds, checking the rows.
+
+    ``floor_us`` is the target's clock before this batch (None if it has none yet): a data row
+    below it would break the promise the target already made, so it fails the task, naming the
+    row, the clock and the likely cause.
+    """
+
+    def __init__(self, cfg: SinkConfig, info: TaskInfo, floor_us: int | None, where: str):
+        self.cfg = cfg
+        self.info = info
+        self.floor_us = floor_us
+        self.where = where
+        self.rows = 0
+        self.bound_us: int | None = None
+        self.min_rowtime_us: int | None = None
+        self.max_rowtime_us: int | None = None
+        names = list(cfg.schema.names)
+        self._keep = [names.index(n) for n in (*cfg.payload, ROWTIME)]
+        self._out_names = [*cfg.payload, ROWTIME]
+        self._is_bound = names.index(IS_BOUND) if cfg.has_is_bound else None
+        self._rowtime = names.index(ROWTIME)
+
+    def report(self) -> TaskReport:
+        return TaskReport(
+            info=self.info,
+            rows=self.rows,
+            bound_us=self.bound_us,
+            min_rowtime_us=self.min_rowtime_us,
+            max_rowtime_us=self.max_rowtime_us,
+        )
+
+    def split(self, batch: pa.RecordBatch) -> tuple[pa.RecordBatch, np.ndarray] | None:
+        """The batch's data rows (payload columns, then ``rowtime`` as UTC microseconds) and
+        their rowtimes as int64 microseconds; None when it holds no data row."""
+        if batch.num_rows == 0:
+            return None
+        if self._is_bound is not None:
+            flags = pc.fill_null(batch.column(self._is_bound), False)
+            if pc.any(flags).as_py():
+                self._bounds(batch.filter(flags))
+                batch = batch.filter(pc.invert(flags))
+                if batch.num_rows == 0:
+                    return None
+        rowtime = batch.column(self._rowtime)
+        if rowtime.null_count:
+            raise InvalidRowtimeError(
+                f"{self.where}: a data row has a null rowtime (batch {self.info.batch_id}, task "
+                f"{self.info.task}); every row the sink writes needs its event time in column "
+                "rowtime: filter such rows out, or fill rowtime"
+            )
+        rt = rowtime.cast(pa.int64()).to_numpy()
+        lo, hi = int(rt.min()), int(rt.max())
+        if self.floor_us is not None and lo < self.floor_us:
+            raise LateRowError(
+                f"{self.where}: batch {self.info.batch_id} has a row with rowtime {iso(lo)} "
+                f"({lo} us), below the target's clock {iso(self.floor_us)} ({self.floor_us} us), "
+                "which promised that no later row is earlier. The query emits rows out of "
+                "rowtime order: with clock=bounds the bound records must come from the query's "
+                "input (format('rowtime')) and rowtime must not be changed; with "
+                "clock=watermark every output rowtime must be at or above the watermark (for "
+                "a window, use its end). Nothing of this batch was written"
+            )
+        self.rows += len(rt)
+        self.min_rowtime_us = lo if self.min_rowtime_us is None else min(lo, self.min_rowtime_us)
+        self.max_rowtime_us = hi if self.max_rowtime_us is None else max(hi, self.max_rowtime_us)
+        columns = [batch.column(i) for i in self._keep]
+        if columns[-1].type != UTC_US:
+            columns[-1] = rowtime.cast(UTC_US)  # same instants; Spark sends the session zone
+        return pa.RecordBatch.from_arrays(columns, names=self._out_names), rt
+
+    def _bounds(self, bounds: pa.RecordBatch) -> None:
+        values = bounds.column(self._rowtime).drop_null()
+        if len(values):
+            top = pc.max(values.cast(pa.int64())).as_py()
+            if self.bound_us is None or top > self.bound_us:
+                self.bound_us = top
+
+
+def as_datetime(t_us: int) -> dt.datetime:
+    return from_rowtime_us(t_us)

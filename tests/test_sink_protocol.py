@@ -1,0 +1,502 @@
+"""The sink's two-phase commit, driven directly the way Spark drives it (no Spark here).
+
+``write()`` stages one task's rows; ``commit(reports, batch_id, clock)`` publishes a batch.
+A *crash* is simulated by raising at the n-th filesystem publish step (``os.rename``,
+``os.replace``, ``os.link``: every rename of a staged file, manifest entry, intent, marker,
+clock file and log segment), so every point between two durable steps is reached; a *restart*
+then replays the batch as Spark does (same batch id, same rows, new task attempts).
+"""
+
+from __future__ import annotations
+
+import os
+import pickle
+import tempfile
+from collections.abc import Iterator
+from contextlib import contextmanager
+from pathlib import Path
+from unittest import mock
+
+import pyarrow as pa
+import pyarrow.dataset as ds
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+from pyspark_rowtime.bounds.bounds import END_OF_STREAM_US
+from pyspark_rowtime.bounds.errors import (
+    InvalidRowtimeError,
+    LateRowError,
+    OptionError,
+    SchemaError,
+)
+from pyspark_rowtime.sink.clock import bounds_clock_us
+from pyspark_rowtime.sink.layout import MANIFEST_KEEP, SinkState
+from pyspark_rowtime.sink.options import SinkConfig, parse_sink_options
+from pyspark_rowtime.sink.parquet_target import (
+    COMPLETE_MARKER,
+    ParquetTarget,
+    is_parquet_target,
+    parquet_clock_us,
+    partition_name,
+)
+from pyspark_rowtime.sink.stream_target import StreamTarget
+from pyspark_rowtime.sink.task import TaskInfo, TaskReport
+
+from pyspark_rowtime.api import read_stream
+
+TS = pa.timestamp("us", tz="UTC")
+SCHEMA = pa.schema([("id", pa.int64()), ("rowtime", TS), ("is_bound", pa.bool_())])
+HOUR = 3_600_000_000
+T0 = 1_700_000_000_000_000 - 1_700_000_000_000_000 % HOUR  # 2023-11-14T22:00:00Z
+
+
+def config(root: Path, target: str, **options: str) -> SinkConfig:
+    return parse_sink_options({"path": str(root / "target"), "target": target, **options}, SCHEMA)
+
+
+def make(
+    root: Path, target: str, owner: str | None = "q1", **options: str
+) -> StreamTarget | ParquetTarget:
+    """The target, prepared as at query start, and owned by query ``owner``."""
+    cfg = config(root, target, **options)
+    t: StreamTarget | ParquetTarget = (
+        ParquetTarget(cfg) if target == "parquet" else StreamTarget(cfg)
+    )
+    t.prepare()
+    t.state.claim(owner)
+    return t
+
+
+def records(rows: list[tuple[int, int]], bound: int | None = None) -> pa.RecordBatch:
+    """A record batch as the reader emits it: data rows, then maybe one bound record."""
+    ids: list[int | None] = [i for i, _ in rows]
+    times = [t for _, t in rows]
+    flags = [False] * len(rows)
+    if bound is not None:
+        ids.append(None)
+        times.append(bound)
+        flags.append(True)
+    return pa.RecordBatch.from_arrays(
+        [pa.array(ids, pa.int64()), pa.array(times, pa.int64()).cast(TS), pa.array(flags)],
+        schema=SCHEMA,
+    )
+
+
+def run(
+    target: StreamTarget | ParquetTarget,
+    batch_id: int,
+    tasks: list[list[pa.RecordBatch]],
+    query_id: str = "q1",
+    attempt: int = 0,
+) -> list[TaskReport]:
+    """One micro-batch: every task's write(), the reports through pickle, then commit()."""
+    reports = [
+        target.write(TaskInfo(batch_id, i, attempt, query_id), iter(batches))
+        for i, batches in enumerate(tasks)
+    ]
+    reports = pickle.loads(pickle.dumps(reports))  # they travel to the driver
+    target.state.claim(query_id)
+    target.commit(reports, batch_id, bounds_clock_us(r.bound_us for r in reports))
+    return reports
+
+
+def data_rows(target: StreamTarget | ParquetTarget) -> list[tuple[int, int]]:
+    """(id, rowtime_us) of every published data row: log order for a stream, sorted for
+    Parquet."""
+    location = target.cfg.location
+    if isinstance(target, StreamTarget):
+        t = read_stream(location)
+        t = t.filter(pa.compute.invert(t.column("is_bound")))
+        return list(
+            zip(
+                t.column("id").to_pylist(),
+                t.column("rowtime").cast(pa.int64()).to_pylist(),
+                strict=True,
+            )
+        )
+    files = ds.dataset(location, format="parquet", partitioning="hive")
+    if not files.files:
+        return []
+    t = files.to_table(columns=["id", "rowtime"])
+    return sorted(
+        zip(
+            t.column("id").to_pylist(),
+            t.column("rowtime").cast(pa.int64()).to_pylist(),
+            strict=True,
+        )
+    )
+
+
+def clock(target: StreamTarget | ParquetTarget) -> int | None:
+    return target.clock_us()
+
+
+class Crash(BaseException):
+    """A simulated SIGKILL: nothing after it runs (BaseException: no handler swallows it)."""
+
+
+@contextmanager
+def crash_at(n: int | None) -> Iterator[list[int]]:
+    """Raise :class:`Crash` instead of the ``n``-th (0-based) rename, replace or link."""
+    calls = [0]
+    originals = {name: getattr(os, name) for name in ("rename", "replace", "link")}
+
+    def wrap(name: str):  # type: ignore[no-untyped-def]
+        def call(*args, **kwargs):  # type: ignore[no-untyped-def]
+            if calls[0] == n:
+                calls[0] += 1
+                raise Crash(f"{name} {args}")
+            calls[0] += 1
+            return originals[name](*args, **kwargs)
+
+        return call
+
+    with mock.patch.multiple(os, **{name: wrap(name) for name in originals}):
+        yield calls
+
+
+TARGETS = ["stream", "parquet"]
+
+
+# -- the plain path ------------------------------------------------------------------------------
+
+
+def test_stream_target_appends_rows_in_rowtime_order_then_the_bound(tmp_path):
+    target = make(tmp_path, "stream")
+    run(
+        target,
+        0,
+        [
+            [records([(1, T0 + 30), (3, T0 + 10)])],
+            [records([(2, T0 + 20)], bound=T0 + 40)],
+        ],
+    )
+    t = read_stream(target.cfg.location)
+    assert t.column("is_bound").to_pylist() == [False, False, False, True]
+    assert t.column("id").to_pylist() == [3, 2, 1, None]
+    assert t.column("rowtime").cast(pa.int64()).to_pylist() == [T0 + 10, T0 + 20, T0 + 30, T0 + 40]
+    assert clock(target) == T0 + 40
+
+
+def test_a_stream_target_is_created_with_the_payload_columns(tmp_path):
+    target = make(tmp_path, "stream")
+    from pyspark_rowtime.streams.log import open_stream
+
+    assert open_stream(target.cfg.location).meta.payload_schema.names == ["id"]
+
+
+def test_a_bound_below_the_rows_of_its_batch_adds_no_bound_record(tmp_path):
+    target = make(tmp_path, "stream")
+    run(target, 0, [[records([(1, T0 + 50)], bound=T0 + 40)]])
+    t = read_stream(target.cfg.location)
+    assert t.column("is_bound").to_pylist() == [False]
+    assert clock(target) == T0 + 50  # the log's clock: a row implies its own bound
+
+
+def test_parquet_files_are_partitioned_by_hour_and_complete_hours_are_marked(tmp_path):
+    target = make(tmp_path, "parquet")
+    run(target, 0, [[records([(1, T0 + 5), (2, T0 + HOUR + 5)], bound=T0 + HOUR)]])
+    root = Path(target.cfg.location)
+    first, second = partition_name(T0 // HOUR, "hour"), partition_name(T0 // HOUR + 1, "hour")
+    assert first == "rowtime_hour=2023-11-14T22"
+    assert (root / first / COMPLETE_MARKER).exists()
+    assert not (root / second / COMPLETE_MARKER).exists()
+    assert data_rows(target) == [(1, T0 + 5), (2, T0 + HOUR + 5)]
+    assert parquet_clock_us(str(root)) == T0 + HOUR
+    assert is_parquet_target(str(root)) and not is_parquet_target(str(tmp_path))
+
+    run(target, 1, [[records([], bound=T0 + 2 * HOUR)]])
+    assert (root / second / COMPLETE_MARKER).exists()
+    assert clock(target) == T0 + 2 * HOUR
+
+
+def test_the_parquet_files_hold_the_payload_and_rowtime_in_utc(tmp_path):
+    target = make(tmp_path, "parquet")
+    run(target, 0, [[records([(1, T0 + 5)])]])
+    (path,) = Path(target.cfg.location).glob("rowtime_hour=*/*.parquet")
+    import pyarrow.parquet as pq
+
+    assert pq.read_schema(path).names == ["id", "rowtime"]
+    assert pq.read_schema(path).field("rowtime").type == TS
+
+
+@pytest.mark.parametrize(
+    ("key_us", "granularity", "name"),
+    [
+        (T0, "hour", "rowtime_hour=2023-11-14T22"),
+        (T0 + 59 * 60_000_000, "minute", "rowtime_minute=2023-11-14T2259"),
+        (T0, "day", "rowtime_day=2023-11-14"),
+        (-1, "hour", "rowtime_hour=1969-12-31T23"),  # floor, not truncation toward zero
+        (-62_135_596_800_000_000, "day", "rowtime_day=0001-01-01"),
+    ],
+)
+def test_partition_names(key_us, granularity, name):
+    from pyspark_rowtime.sink.options import GRANULARITY_US
+
+    assert partition_name(key_us // GRANULARITY_US[granularity], granularity) == name
+
+
+def test_end_of_stream_completes_every_partition_with_data(tmp_path):
+    target = make(tmp_path, "parquet", granularity="minute")
+    run(target, 0, [[records([(i, T0 + i * 60_000_000) for i in range(5)])]])
+    run(target, 1, [[records([], bound=END_OF_STREAM_US)]])
+    markers = sorted(p.parent.name for p in Path(target.cfg.location).glob("*/_COMPLETE"))
+    assert len(markers) == 5
+    assert clock(target) == END_OF_STREAM_US
+
+
+# -- exactly once --------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("kind", TARGETS)
+def test_a_replayed_batch_is_a_no_op(tmp_path, kind):
+    target = make(tmp_path, kind)
+    batch = [[records([(1, T0 + 1), (2, T0 + 2)], bound=T0 + 3)]]
+    run(target, 0, batch)
+    before = data_rows(target), clock(target)
+    reports = run(target, 0, batch, attempt=0)  # Spark restarted and re-ran batch 0
+    assert all(r.skipped for r in reports)
+    assert (data_rows(target), clock(target)) == before
+    assert not any(Path(target.state.staging_dir).iterdir())
+
+
+@pytest.mark.parametrize("kind", TARGETS)
+def test_a_replay_whose_tasks_ran_before_the_commit_is_still_published_once(tmp_path, kind):
+    target = make(tmp_path, kind)
+    batch = [[records([(1, T0 + 1)], bound=T0 + 3)]]
+    lost = [target.write(TaskInfo(0, 0, 0, "q1"), iter(batch[0]))]  # driver died after write
+    assert lost[0].files
+    run(target, 0, batch)
+    run(target, 0, batch)
+    assert data_rows(target) == [(1, T0 + 1)]
+    assert not any(Path(target.state.staging_dir).iterdir())  # the lost attempt is cleaned
+
+
+@pytest.mark.parametrize("kind", TARGETS)
+def test_abort_removes_what_was_staged(tmp_path, kind):
+    target = make(tmp_path, kind)
+    reports = [target.write(TaskInfo(0, 0, 0, "q1"), iter([records([(1, T0 + 1)])]))]
+    staged = Path(target.cfg.location, reports[0].files[0].staged)
+    assert staged.exists()
+    target.abort([*reports, None], 0)
+    assert not staged.exists()
+    assert data_rows(target) == []
+
+
+@pytest.mark.parametrize("kind", TARGETS)
+def test_abort_after_a_commit_keeps_the_batch(tmp_path, kind):
+    target = make(tmp_path, kind)
+    reports = run(target, 0, [[records([(1, T0 + 1)], bound=T0 + 2)]])
+    target.abort(reports, 0)
+    assert data_rows(target) == [(1, T0 + 1)]
+
+
+def test_parquet_crash_after_the_manifest_entry_is_rolled_forward(tmp_path):
+    target = make(tmp_path, "parquet")
+    batch = [[records([(1, T0 + 1)])], [records([(2, T0 + HOUR + 1)], bound=T0 + HOUR)]]
+    # calls: 0 = the manifest entry (link), 1 = first staged file's rename
+    with crash_at(1), pytest.raises(Crash):
+        run(target, 0, batch)
+    assert target.state.entry(0) is not None  # committed ...
+    assert clock(target) is None  # ... but not yet published: the clock still says nothing
+    run(target, 0, batch)  # the restart replays batch 0: roll forward, then a no-op
+    assert data_rows(target) == [(1, T0 + 1), (2, T0 + HOUR + 1)]
+    assert clock(target) == T0 + HOUR
+    assert (Path(target.cfg.location) / partition_name(T0 // HOUR, "hour") / "_COMPLETE").exists()
+
+
+def test_parquet_crash_before_the_manifest_entry_publishes_nothing(tmp_path):
+    target = make(tmp_path, "parquet")
+    batch = [[records([(1, T0 + 1)], bound=T0 + 2)]]
+    with crash_at(0), pytest.raises(Crash):
+        run(target, 0, batch)
+    assert target.state.entry(0) is None
+    assert data_rows(target) == [] and clock(target) is None
+    run(target, 0, batch)
+    assert data_rows(target) == [(1, T0 + 1)]
+
+
+def test_stream_crash_between_intent_and_append_is_redone(tmp_path):
+    target = make(tmp_path, "stream")
+    batch = [[records([(1, T0 + 1), (2, T0 + 2)], bound=T0 + 3)]]
+    # calls: 0 = the intent (replace), 1 = the log segment (link)
+    with crash_at(1), pytest.raises(Crash):
+        run(target, 0, batch)
+    assert target.state.entry(0) is not None and data_rows(target) == []
+    run(target, 0, batch)
+    assert data_rows(target) == [(1, T0 + 1), (2, T0 + 2)]
+    assert clock(target) == T0 + 3
+
+
+def test_stream_crash_after_the_append_is_not_repeated(tmp_path):
+    target = make(tmp_path, "stream")
+    batch = [[records([(1, T0 + 1)], bound=T0 + 3)]]
+    with crash_at(2), pytest.raises(Crash):  # 2: past the segment, e.g. merging or cleanup
+        with mock.patch.object(SinkState, "prune", side_effect=Crash("after append")):
+            run(target, 0, batch)
+    assert data_rows(target) == [(1, T0 + 1)]
+    run(target, 0, batch)
+    assert data_rows(target) == [(1, T0 + 1)]
+
+
+def test_stream_target_written_by_another_writer_meanwhile_is_reported(tmp_path):
+    from pyspark_rowtime.bounds.errors import CorruptLogError
+
+    from pyspark_rowtime.api import open_writer
+
+    target = make(tmp_path, "stream")
+    batch = [[records([(1, T0 + 1), (2, T0 + 2)])]]
+    with crash_at(1), pytest.raises(Crash):
+        run(target, 0, batch)
+    with open_writer(target.cfg.location) as w:
+        w.insert({"id": 9}, rowtime=(T0 + 5) // 1000)
+    with pytest.raises(CorruptLogError, match="written by the query alone"):
+        run(target, 0, batch)
+
+
+# -- the clock's promise -------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("kind", TARGETS)
+def test_a_row_below_the_clock_fails_the_task_and_stages_nothing(tmp_path, kind):
+    target = make(tmp_path, kind)
+    run(target, 0, [[records([(1, T0 + 10)], bound=T0 + 20)]])
+    with pytest.raises(LateRowError, match="below the target's clock"):
+        target.write(TaskInfo(1, 0, 0, "q1"), iter([records([(2, T0 + 19)])]))
+    assert not any(Path(target.state.staging_dir).rglob("*.*"))
+    run(target, 1, [[records([(2, T0 + 20)])]])  # at the clock is fine
+    assert (2, T0 + 20) in data_rows(target)
+
+
+@pytest.mark.parametrize("kind", TARGETS)
+def test_a_data_row_without_rowtime_is_refused(tmp_path, kind):
+    target = make(tmp_path, kind)
+    bad = pa.RecordBatch.from_arrays(
+        [pa.array([1], pa.int64()), pa.array([None], TS), pa.array([False])], schema=SCHEMA
+    )
+    with pytest.raises(InvalidRowtimeError, match="null rowtime"):
+        target.write(TaskInfo(0, 0, 0, "q1"), iter([bad]))
+
+
+def test_parquet_batches_that_change_nothing_leave_no_manifest_entry(tmp_path):
+    target = make(tmp_path, "parquet")
+    run(target, 0, [[records([], bound=T0)]])
+    run(target, 1, [[records([])]])
+    run(target, 2, [[records([], bound=T0)]])
+    assert target.state.batches() == [0]
+
+
+def test_the_manifest_keeps_only_the_batches_spark_can_replay(tmp_path):
+    target = make(tmp_path, "parquet")
+    for b in range(MANIFEST_KEEP + 5):
+        run(target, b, [[records([], bound=T0 + b)]])
+    assert target.state.batches() == list(range(5, MANIFEST_KEEP + 5))
+
+
+@pytest.mark.parametrize("kind", TARGETS)
+def test_another_query_cannot_write_a_target_it_does_not_own(tmp_path, kind):
+    target = make(tmp_path, kind, owner=None)
+    run(target, 0, [[records([(1, T0)])]], query_id="first")
+    with pytest.raises(OptionError, match="written by another streaming query"):
+        run(target, 0, [[records([(1, T0)])]], query_id="second")
+
+
+# -- existing targets ----------------------------------------------------------------------------
+
+
+def test_an_existing_stream_with_other_columns_is_refused(tmp_path):
+    from pyspark_rowtime.api import create_stream
+
+    create_stream(tmp_path / "target", "name STRING")
+    with pytest.raises(SchemaError, match="cannot take this query's rows"):
+        make(tmp_path, "stream")
+
+
+def test_an_existing_stream_with_nullable_columns_takes_the_rows(tmp_path):
+    from pyspark_rowtime.api import create_stream
+
+    create_stream(tmp_path / "target", "id BIGINT")
+    target = make(tmp_path, "stream")
+    run(target, 0, [[records([(1, T0)])]])
+    assert data_rows(target) == [(1, T0)]
+
+
+def test_a_parquet_target_keeps_its_granularity(tmp_path):
+    make(tmp_path, "parquet")
+    with pytest.raises(OptionError, match="granularity"):
+        make(tmp_path, "parquet", granularity="day")
+
+
+@pytest.mark.parametrize(("first", "second"), [("stream", "parquet"), ("parquet", "stream")])
+def test_one_kind_of_target_cannot_be_written_as_the_other(tmp_path, first, second):
+    make(tmp_path, first)
+    with pytest.raises(OptionError, match="choose another path"):
+        make(tmp_path, second)
+
+
+# -- a property: whatever the crashes, exactly once and a clock that never goes back -----------
+
+batch_plan = st.lists(
+    st.tuples(
+        st.lists(st.lists(st.integers(0, 3 * HOUR), max_size=4), min_size=1, max_size=3),
+        st.one_of(st.none(), st.integers(0, 3 * HOUR)),  # the bound's step past the clock
+        st.one_of(st.none(), st.integers(0, 8)),  # where the first run of the batch crashes
+        st.booleans(),  # whether the first run also lost its tasks' reports
+    ),
+    min_size=1,
+    max_size=6,
+)
+
+
+@settings(max_examples=40, deadline=None)
+@given(kind=st.sampled_from(TARGETS), plan=batch_plan)
+def test_exactly_once_and_a_monotone_clock_whatever_the_crashes(kind, plan):
+    with tempfile.TemporaryDirectory() as tmp:
+        target = make(Path(tmp), kind)
+        expected: list[tuple[int, int]] = []
+        clock_now = T0
+        final_bound = None
+        next_id = 0
+        samples: list[int | None] = []
+        for batch_id, (tasks_offsets, bound_step, crash, lose) in enumerate(plan):
+            tasks = []
+            for offsets in tasks_offsets:
+                rows = []
+                for off in offsets:
+                    rows.append((next_id, clock_now + off))
+                    next_id += 1
+                tasks.append(rows)
+            top = max([t for rows in tasks for _, t in rows], default=clock_now)
+            bound = None if bound_step is None else top + bound_step
+            batches = [[records(rows, bound if i == 0 else None)] for i, rows in enumerate(tasks)]
+            if lose:
+                target.write(TaskInfo(batch_id, 0, 0, "q1"), iter(batches[0]))
+            if crash is not None:
+                try:
+                    with crash_at(crash):
+                        run(target, batch_id, batches)
+                except Crash:
+                    pass
+                samples.append(clock(target))
+            run(target, batch_id, batches)  # the (re)run that completes
+            samples.append(clock(target))
+            run(target, batch_id, batches)  # and a replay for good measure
+            samples.append(clock(target))
+            expected += [r for rows in tasks for r in rows]
+            if bound is not None:
+                final_bound = bound if final_bound is None else max(final_bound, bound)
+            clock_now = max(top, bound if bound is not None else top)
+        got = data_rows(target)
+        assert sorted(got) == sorted(expected)  # no row lost, none doubled
+        if kind == "stream":
+            times = [t for _, t in got]
+            assert times == sorted(times)  # in rowtime order for readers under reject
+        present = [s for s in samples if s is not None]
+        assert present == sorted(present)  # the clock never went back
+        if kind == "parquet":
+            assert clock(target) == final_bound
+            root = Path(target.cfg.location)
+            for key in {t // HOUR for _, t in expected}:
+                marked = (root / partition_name(key, "hour") / COMPLETE_MARKER).exists()
+                assert marked == (final_bound is not None and (key + 1) * HOUR <= final_bound)
+        assert not [p for p in Path(target.state.staging_dir).rglob("*") if p.is_file()]
