@@ -452,9 +452,14 @@ def cmd_tail(args: argparse.Namespace) -> int:
         raise OptionError(f"-n {args.n}: the number of records must be >= 0")
     ends = [stream.end_offset(p) for p in range(stream.meta.partitions)]
     recent: list[dict[str, Any]] = []
+    arrival_us: list[int] = []
     for p, end in enumerate(ends):
-        recent += _record_dicts(stream, p, max(0, end - args.n), end)
-    recent.sort(key=lambda r: (r["arrival"], r["partition"], r["offset"]))
+        start = max(0, end - args.n)
+        recent += _record_dicts(stream, p, start, end)
+        arrival_us += stream.read(p, start, end, [ARRIVAL]).column(0).to_pylist()
+    # Across partitions by arrival (the numbers: ISO strings drop zero microseconds).
+    order = sorted(range(len(recent)), key=lambda i: (arrival_us[i], recent[i]["partition"]))
+    recent = [recent[i] for i in order]
     _emit(recent[len(recent) - args.n :] if args.n else [])
     while args.follow:
         time.sleep(args.interval)

@@ -305,3 +305,12 @@ def test_tail_follow_can_be_driven_in_process(loc, capsys, monkeypatch):
     code, out, _ = run(capsys, "tail", loc, "--follow")
     assert code == 130
     assert json.loads(out.strip())["id"] == 7
+
+
+def test_tail_orders_partitions_by_arrival_time(loc, capsys):
+    with open_writer(loc, 1, clock=lambda: JAN1_US + 1) as w:
+        w.insert({"id": 1})
+    with open_writer(loc, 0, clock=lambda: JAN1_US) as w:  # whole second: ISO has no fraction
+        w.insert({"id": 0})
+    out = run(capsys, "tail", loc)[1]
+    assert [json.loads(line)["id"] for line in out.splitlines()] == [0, 1]
