@@ -84,10 +84,19 @@ def open_writer(
 
 # -- clocks ------------------------------------------------------------------------------------
 
-#: Other kinds of location whose clock get_rowtime_bound reads: (recognises(path), clock_us(path)).
-#: The Parquet sink target registers itself here (register_bound_source), so this module need
-#: not import the sink.
+#: Other kinds of location whose clock get_rowtime_bound reads: (recognises(path), clock_us(path)),
+#: tried in order after rowtime streams and the sink's Parquet targets.
 _BOUND_SOURCES: list[tuple[Callable[[str], bool], Callable[[str], int | None]]] = []
+
+
+def _parquet_target_clock(path: str) -> tuple[bool, int | None]:
+    """(is a Parquet target of the sink, its clock). Imported lazily: most callers never
+    need the sink."""
+    from .sink.parquet_target import is_parquet_target, parquet_clock_us
+
+    if not is_parquet_target(path):
+        return False, None
+    return True, parquet_clock_us(path)
 
 
 def register_bound_source(
@@ -106,6 +115,9 @@ def rowtime_bound_us(location: str | os.PathLike[str]) -> int | None:
     path = resolve_location(location)
     if os.path.isfile(os.path.join(path, META_FILE)):
         return open_stream(path).stream_clock_us()
+    is_target, clock = _parquet_target_clock(path)
+    if is_target:
+        return clock
     for recognises, clock_us in _BOUND_SOURCES:
         if recognises(path):
             return clock_us(path)
@@ -113,12 +125,15 @@ def rowtime_bound_us(location: str | os.PathLike[str]) -> int | None:
 
 
 def get_rowtime_bound(location: str | os.PathLike[str]) -> dt.datetime | None:
-    """The clock of the stream at ``location`` (SQLstream's ``getRowtimeBound``).
+    """The clock of the stream at ``location`` (SQLstream's ``getRowtimeBound``), or of a
+    Parquet target written by ``writeStream.format("rowtime")``.
 
     A timezone-aware UTC datetime: every row written later has a rowtime at or above it (for
     the ``reject`` policy; ``drop`` and ``adjust`` discard rows below it). It is the minimum of
     the partition clocks, each the highest bound or data rowtime of its partition (SPEC 5), and
-    None while any partition is empty. End of stream is 9999-12-31T23:59:59.999999Z.
+    None while any partition is empty. End of stream is 9999-12-31T23:59:59.999999Z. For a
+    Parquet target it is the clock the sink committed (None before its first), below which
+    every time partition is complete.
     """
     clock = rowtime_bound_us(location)
     return None if clock is None else from_rowtime_us(clock)

@@ -465,3 +465,14 @@ def test_merges_take_sixteen_segments_of_a_size_class_from_the_tail(counts, star
         chain.append(Segment(first, count, f"{first}"))
         first += count
     assert _merge_start(chain) == start
+
+
+def test_get_rowtime_bound_reads_the_clock_of_a_parquet_sink_target(tmp_path):
+    from pyspark_rowtime.sink import layout
+
+    target = tmp_path / "target"
+    (target / layout.SINK_DIR).mkdir(parents=True)
+    (target / layout.SINK_DIR / layout.TARGET_FILE).write_text(json.dumps({"kind": "parquet"}))
+    assert get_rowtime_bound(target) is None  # no batch has moved it yet
+    (target / layout.SINK_DIR / layout.CLOCK_FILE).write_text(json.dumps({"clock_us": T0}))
+    assert get_rowtime_bound(target) == from_rowtime_us(T0)
