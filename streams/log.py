@@ -62,6 +62,7 @@ from .meta import (
     StreamMeta,
     fsync_dir,
     payload_schema,
+    publish,
     read_meta,
     validate_defaults,
     write_meta_once,
@@ -354,7 +355,7 @@ def write_segment(
         finally:
             os.close(fd)
         try:
-            os.link(tmp, final)
+            publish(tmp, final)
         except FileExistsError:
             raise CorruptLogError(
                 f"segment {final} already exists: another process wrote this partition while "

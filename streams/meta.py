@@ -17,6 +17,7 @@ name, fsync'd, then linked into place so two concurrent creators cannot both win
 from __future__ import annotations
 
 import base64
+import errno
 import json
 import os
 import uuid
@@ -246,6 +247,28 @@ def fsync_dir(path: str) -> None:
         os.close(fd)
 
 
+_NO_HARD_LINKS = {errno.EPERM, errno.ENOTSUP, errno.EOPNOTSUPP, errno.EMLINK, errno.ENOSYS}
+
+
+def publish(tmp: str, final: str) -> None:
+    """Give the complete file ``tmp`` the name ``final``, atomically, never replacing one.
+
+    ``link`` fails if ``final`` exists (:class:`FileExistsError`); the caller removes ``tmp``.
+    On filesystems without hard links, a check and a ``rename`` do (the callers hold a lock or
+    compare contents afterwards, so the gap between the two does no harm).
+    """
+    try:
+        os.link(tmp, final)
+    except FileExistsError:
+        raise
+    except OSError as e:
+        if e.errno not in _NO_HARD_LINKS:
+            raise
+        if os.path.exists(final):
+            raise FileExistsError(errno.EEXIST, "file exists", final) from None
+        os.rename(tmp, final)
+
+
 def write_meta_once(meta: StreamMeta) -> bool:
     """Write ``_stream.json`` unless it exists; True if this call created it.
 
@@ -259,12 +282,13 @@ def write_meta_once(meta: StreamMeta) -> bool:
         f.flush()
         os.fsync(f.fileno())
     try:
-        os.link(tmp, final)
+        publish(tmp, final)
         created = True
     except FileExistsError:
         created = False
     finally:
-        os.unlink(tmp)
+        if os.path.exists(tmp):
+            os.unlink(tmp)
     if created:
         fsync_dir(meta.location)
     return created

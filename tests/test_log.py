@@ -476,3 +476,20 @@ def test_get_rowtime_bound_reads_the_clock_of_a_parquet_sink_target(tmp_path):
     assert get_rowtime_bound(target) is None  # no batch has moved it yet
     (target / layout.SINK_DIR / layout.CLOCK_FILE).write_text(json.dumps({"clock_us": T0}))
     assert get_rowtime_bound(target) == from_rowtime_us(T0)
+
+
+def test_filesystems_without_hard_links_still_commit_segments(tmp_path, monkeypatch):
+    import errno
+
+    def no_links(src, dst):
+        raise OSError(errno.EPERM, "Operation not permitted")
+
+    monkeypatch.setattr(os, "link", no_links)
+    create_stream(tmp_path / "s", "a INT")
+    with open_writer(tmp_path / "s") as w:
+        w.insert({"a": 1})
+        w.flush()
+        w.insert({"a": 2})
+    assert read_stream(tmp_path / "s").column("a").to_pylist() == [1, 2]
+    names = [p.name for p in (tmp_path / "s" / "partition-0000").iterdir()]
+    assert not [n for n in names if n.startswith(".tmp")]
