@@ -260,6 +260,12 @@ def cmd_insert(args: argparse.Namespace) -> int:
     except RowtimeError as e:
         done = f" ({count} row(s) before it were written)" if count else ""
         raise type(e)(f"{name}: {e}{done}") from None
+    except (UnicodeDecodeError, csv.Error) as e:
+        done = f" ({count} row(s) before it were written)" if count else ""
+        where = f"after line {lineno}" if lineno else "at the start"
+        raise SchemaError(
+            f"{name}: cannot read the input {where}: {e}; give UTF-8 JSON lines or CSV{done}"
+        ) from None
     finally:
         if source is not sys.stdin:
             source.close()

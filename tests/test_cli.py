@@ -314,3 +314,11 @@ def test_tail_orders_partitions_by_arrival_time(loc, capsys):
         w.insert({"id": 0})
     out = run(capsys, "tail", loc)[1]
     assert [json.loads(line)["id"] for line in out.splitlines()] == [0, 1]
+
+
+def test_insert_of_input_that_is_not_text_is_one_line(loc, tmp_path, capsys):
+    src = tmp_path / "rows.jsonl"
+    src.write_bytes(b'{"id": 1}\n\xff\xfe\x00garbage\n')
+    code, _, err = run(capsys, "insert", loc, str(src))
+    assert code == 2
+    assert_one_line_error(err, "cannot read the input", "UTF-8")
