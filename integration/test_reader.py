@@ -451,3 +451,267 @@ def test_stream_defaults_set_the_policy_and_options_override_them(
     text = error_text(excinfo)
     assert f"stream {str(location)!r} partition 0, offset 1" in text, text
     assert "order=reject forbids rows that go back in time" in text
+
+
+# -- 4. batch invariants with partitions at different speeds -------------------------------------
+
+
+def partition_clocks(location: Path) -> dict[int, list[int | None]]:
+    """Independently of the reader: each partition's clock after each prefix of its records
+    (``clocks[p][n]`` after ``n`` records) under ``reject``: the highest rowtime or bound."""
+    log = pr.read_stream(str(location)).to_pylist()
+    out: dict[int, list[int | None]] = {}
+    for r in log:
+        clocks = out.setdefault(r["partition"], [None])
+        t = int(r["rowtime"].timestamp() * US) if r["rowtime"].year < 9999 else END_OF_STREAM_US
+        # timestamp() loses nothing here: these rowtimes are whole milliseconds.
+        prev = clocks[-1]
+        clocks.append(t if prev is None else max(prev, t))
+    return out
+
+
+def test_every_micro_batch_keeps_the_spec_7_invariants_with_skewed_partitions(
+    spark: SparkSession, tmp_path: Path
+) -> None:
+    location = tmp_path / "skewed"
+    pr.create_stream(str(location), "p INT, i INT", partitions=3)
+    step_ms = {0: 1000, 1: 3000, 2: 500}  # partition 1 is slow, 2 is fast
+    written: dict[int, int] = {0: 0, 1: 0, 2: 0}
+
+    def rows(p: int, n: int, base_us: int = BASE_US) -> list[tuple[dict[str, Any], int]]:
+        first = written[p]
+        written[p] += n
+        return [
+            ({"p": p, "i": i}, base_us + i * step_ms[p] * 1000) for i in range(first, first + n)
+        ]
+
+    run = Run()
+    q = start(reader(spark, location, maxRowsPerBatch=5), tmp_path / "ck", run)
+    try:
+        for p, n in ((0, 5), (1, 2), (2, 6)):  # round 1: everyone, at their own speed
+            write_rows(location, p, rows(p, n))
+        drain(q, run)
+        for p, n in ((0, 3), (2, 6)):  # round 2: the slow partition is quiet; rows wait
+            write_rows(location, p, rows(p, n))
+        drain(q, run)
+        write_rows(location, 1, rows(1, 3))  # round 3: it catches up
+        drain(q, run)
+        high = BASE_US + 60 * US
+        for p in range(3):  # round 4: bounds past every row release everything
+            write_rows(location, p, [], bound_us=high)
+        drain(q, run)
+        for p in range(3):  # round 5: only bounds: a batch with only a bound record
+            write_rows(location, p, [], bound_us=high + 10 * US)
+        drain(q, run)
+        write_rows(location, 2, rows(2, 2, high + 20 * US))  # round 6: one ahead, clock still
+        drain(q, run)
+        for p in range(3):
+            write_rows(location, p, [], end=True)
+        drain(q, run)
+    finally:
+        q.stop()
+
+    check_batches(run)
+    assert len(run.batches) >= 8, [b for b, _ in run.batches]
+
+    # The bound of each batch is the stream clock its end offset implies, computed here from
+    # the log; exactly one bound record when it advanced, none otherwise.
+    clocks = partition_clocks(location)
+    before: int | None = None
+    for batch_id, records in run.batches:
+        end = run.end_offset(batch_id)
+        nexts = [end["partitions"][str(p)]["next"] for p in range(3)]
+        per_partition = [clocks.get(p, [None])[n] for p, n in enumerate(nexts)]
+        expected = None if None in per_partition else min(per_partition)  # type: ignore[type-var]
+        assert end["clock"] == expected, (batch_id, end, expected)
+        bounds = [r["rowtime"] for r in records if r["is_bound"]]
+        if expected is not None and (before is None or expected > before):
+            assert bounds == [expected], (batch_id, bounds, expected)
+        else:
+            assert bounds == [], (batch_id, bounds)
+        before = expected
+    assert run.bounds[-1] == END_OF_STREAM_US
+
+    # Every row exactly once, each partition's rows in rowtime order across batches.
+    out = [(r["p"], r["i"]) for r in run.rows]
+    assert sorted(out) == [(p, i) for p in range(3) for i in range(written[p])]
+    for p in range(3):
+        assert [i for q_, i in out if q_ == p] == list(range(written[p]))
+
+    # A batch with nothing but a bound record (round 5), and rows that waited for the slow
+    # partition: emitted in a later batch than the one that first read them.
+    assert any(len(recs) == 1 and recs[0]["is_bound"] for _, recs in run.batches)
+    first_read: dict[tuple[int, int], int] = {}
+    for batch_id, _ in run.batches:
+        end = run.end_offset(batch_id)
+        for p in range(3):
+            for i in range(end["partitions"][str(p)]["next"]):
+                first_read.setdefault((p, i), batch_id)
+    emitted = {(r["p"], r["i"]): b for b, recs in run.batches for r in recs if not r["is_bound"]}
+    waited = [k for k, b in emitted.items() if first_read[k] < b]
+    assert len(waited) >= 3, waited
+
+
+# -- 5. watermarks -------------------------------------------------------------------------------
+
+
+def windowed_counts(df: DataFrame, size: str = "10 seconds") -> DataFrame:
+    w = df.groupBy(F.window("rowtime", size)).count()
+    return w.select(F.col("window.start").alias("start"), F.col("window.end").alias("end"), "count")
+
+
+def start_append(df: DataFrame, checkpoint: Path, run: Run):  # type: ignore[no-untyped-def]
+    return (
+        df.writeStream.outputMode("append")
+        .foreachBatch(run.sink)
+        .option("checkpointLocation", str(checkpoint))
+        .start()
+    )
+
+
+def dropped_by_watermark(run: Run) -> int:
+    return sum(
+        op["numRowsDroppedByWatermark"] for p in run.progress for op in p.get("stateOperators", [])
+    )
+
+
+def test_a_bound_alone_closes_a_window_in_append_mode(spark: SparkSession, tmp_path: Path) -> None:
+    location = tmp_path / "s"
+    pr.create_stream(str(location), "id INT")
+    run = Run()
+    q = start_append(
+        windowed_counts(pr.with_watermark(reader(spark, location))), tmp_path / "ck", run
+    )
+    try:
+        rows = [({"id": i}, BASE_US + t * US) for i, t in enumerate((1, 2, 5))]
+        write_rows(location, 0, rows)
+        drain(q, run)
+        assert [r for _, recs in run.batches for r in recs] == []  # the window is still open
+        # No data follows, only a bound past the window's end. Spark applies a watermark one
+        # batch after it learns it, hence two rounds (the second is a no-data batch).
+        write_rows(location, 0, [], bound_us=BASE_US + 11 * US)
+        drain(q, run)
+        drain(q, run)
+    finally:
+        q.stop()
+    out = [r for _, recs in run.batches for r in recs]
+    assert out == [{"start": BASE_US, "end": BASE_US + 10 * US, "count": 3}]
+
+
+def test_a_row_at_the_last_bound_is_not_late(spark: SparkSession, tmp_path: Path) -> None:
+    """Spark drops rows at or below its watermark, which it keeps in whole milliseconds; the
+    helper's minimum delay keeps a row exactly at the last bound. Beside it, Spark's own
+    ``withWatermark`` with no delay drops that row: the reason the helper sets one."""
+    location = tmp_path / "s"
+    pr.create_stream(str(location), "id INT")
+    source = reader(spark, location)
+    helper, bare = Run(), Run()
+    # The helper's own filter (it keeps the bounds above the watermark), without its delay.
+    data_rows = F.when(F.col("rowtime").isNotNull(), ~F.col("is_bound")).otherwise(False)
+    raw = source.withWatermark("rowtime", "0 seconds").where(data_rows)
+    queries = [
+        start_append(pr.with_watermark(source).groupBy("rowtime").count(), tmp_path / "a", helper),
+        start_append(raw.groupBy("rowtime").count(), tmp_path / "b", bare),
+    ]
+    try:
+        bound = BASE_US + 10 * US
+        write_rows(location, 0, [({"id": 1}, BASE_US + US)], bound_us=bound)
+        for q, run in zip(queries, (helper, bare), strict=True):
+            drain(q, run)
+        write_rows(location, 0, [({"id": 2}, bound)])  # exactly at the bound: allowed
+        write_rows(location, 0, [], bound_us=bound + 10 * US)
+        for q, run in zip(queries, (helper, bare), strict=True):
+            drain(q, run)
+            drain(q, run)
+    finally:
+        for q in queries:
+            q.stop()
+    counted = {r["rowtime"]: r["count"] for _, recs in helper.batches for r in recs}
+    assert counted == {BASE_US + US: 1, bound: 1}
+    assert dropped_by_watermark(helper) == 0
+    assert dropped_by_watermark(bare) == 1
+    assert {r["rowtime"] for _, recs in bare.batches for r in recs} == {BASE_US + US}
+
+
+def test_skewed_partitions_lose_no_row_to_the_watermark(
+    spark: SparkSession, tmp_path: Path
+) -> None:
+    location = tmp_path / "s"
+    pr.create_stream(str(location), "p INT, i INT", partitions=2)
+    ahead_us = 5 * 60 * US  # partition 1 runs five minutes ahead of partition 0
+    per_round, rounds = 20, 3
+    run = Run()
+    df = pr.with_watermark(reader(spark, location, maxRowsPerBatch=per_round))
+    q = start_append(windowed_counts(df, "1 minute"), tmp_path / "ck", run)
+    expected: dict[int, int] = {}
+    try:
+        for r in range(rounds):
+            for p in range(2):
+                rows = []
+                for i in range(r * per_round, (r + 1) * per_round):
+                    t = BASE_US + p * ahead_us + i * 10 * US
+                    rows.append(({"p": p, "i": i}, t))
+                    start_ = t - (t % (60 * US))
+                    expected[start_] = expected.get(start_, 0) + 1
+                write_rows(location, p, rows)
+            drain(q, run)
+        for p in range(2):
+            write_rows(location, p, [], end=True)
+        drain(q, run)
+        drain(q, run)
+    finally:
+        q.stop()
+    assert len([b for b in run.progress if b["numInputRows"]]) >= 2 * rounds
+    assert dropped_by_watermark(run) == 0
+    got = {r["start"]: r["count"] for _, recs in run.batches for r in recs}
+    assert got == expected
+    assert sum(got.values()) == 2 * rounds * per_round
+
+
+def optimized_plan(query: Any) -> str:
+    """The optimized logical plan of the query's last micro-batch (what ``explain(True)``
+    prints)."""
+    text = query._jsq.explainInternal(True)
+    start_ = text.index("== Optimized Logical Plan ==")
+    return text[start_ : text.index("== Physical Plan ==")]
+
+
+def test_a_plain_filter_on_is_bound_is_pushed_below_the_watermark_and_freezes_it(
+    spark: SparkSession, tmp_path: Path
+) -> None:
+    """Why ``with_watermark`` exists: ``withWatermark(...).where(~is_bound)`` looks right, but
+    Spark's optimizer pushes the filter below the watermark node, so bound records never reach
+    it and a quiet source never closes a window. The helper's predicate references
+    ``rowtime`` and stays above."""
+    location = tmp_path / "s"
+    pr.create_stream(str(location), "id INT")
+    source = reader(spark, location)
+    naive = source.withWatermark("rowtime", "1 millisecond").where(~F.col("is_bound"))
+    helper, plain_run = Run(), Run()
+    queries = [
+        (start_append(windowed_counts(pr.with_watermark(source)), tmp_path / "a", helper), helper),
+        (start_append(windowed_counts(naive), tmp_path / "b", plain_run), plain_run),
+    ]
+    try:
+        write_rows(location, 0, [({"id": 1}, BASE_US + US)])
+        for q, run in queries:
+            drain(q, run)
+        write_rows(location, 0, [], bound_us=BASE_US + 30 * US)
+        for q, run in queries:
+            drain(q, run)
+            drain(q, run)
+        plans = [optimized_plan(q) for q, _ in queries]
+        watermarks = [q.lastProgress["eventTime"]["watermark"] for q, _ in queries]
+    finally:
+        for q, _ in queries:
+            q.stop()
+    window = {"start": BASE_US, "end": BASE_US + 10 * US, "count": 1}
+    assert [r for _, recs in helper.batches for r in recs] == [window]
+    assert [r for _, recs in plain_run.batches for r in recs] == []
+    assert watermarks == ["2023-11-14T22:13:49.999Z", "2023-11-14T22:13:20.999Z"]
+
+    def below_watermark(plan: str) -> str:
+        return plan[plan.index("EventTimeWatermark") :]
+
+    assert "is_bound" in below_watermark(plans[1]) and "Filter" in below_watermark(plans[1])
+    assert "Filter" not in below_watermark(plans[0])
