@@ -715,3 +715,147 @@ def test_a_plain_filter_on_is_bound_is_pushed_below_the_watermark_and_freezes_it
 
     assert "is_bound" in below_watermark(plans[1]) and "Filter" in below_watermark(plans[1])
     assert "Filter" not in below_watermark(plans[0])
+
+
+# -- 7. discarded rows: counted in the offsets, readable as the quarantine -----------------------
+
+
+def ms(seconds: float) -> int:
+    return BASE_US + round(seconds * 1000) * 1000
+
+
+def late_stream(location: Path) -> Path:
+    """Two partitions with late rows: below the running maximum, and below a writer bound."""
+    pr.create_stream(str(location), "p INT, i INT", partitions=2)
+    with pr.open_writer(str(location), 0) as w:
+        for i, t in enumerate((1, 2, 3, 1.5, 4)):  # offset 3 (1.5 s) is late
+            w.insert({"p": 0, "i": i}, rowtime=at(ms(t)))
+        w.flush()
+        w.set_rowtime_bound(at(ms(10)))  # offset 5
+        w.insert({"p": 0, "i": 5}, rowtime=at(ms(8)))  # offset 6: below the bound
+        w.insert({"p": 0, "i": 6}, rowtime=at(ms(11)))
+        w.end_stream()
+    with pr.open_writer(str(location), 1) as w:
+        for i, t in enumerate((1, 2, 3, 4, 5, 6, 2.5, 7)):  # offset 6 (2.5 s) is late
+            w.insert({"p": 1, "i": i}, rowtime=at(ms(t)))
+            if i % 3 == 2:
+                w.flush()
+        w.end_stream()
+    return location
+
+
+#: (partition, offset, rowtime, reason, clock) of the discarded rows, per policy.
+DISCARDED = {
+    "drop": [
+        (0, 3, ms(1.5), "below_partition_clock", ms(3)),
+        (0, 6, ms(8), "below_rowtime_bound", ms(10)),
+        (1, 6, ms(2.5), "below_partition_clock", ms(6)),
+    ],
+    # adjust sec/1 truncates to seconds; the clock is the reference time minus one second.
+    "adjust": [
+        (0, 3, ms(1), "below_adjust_range", ms(2)),
+        (0, 6, ms(8), "below_rowtime_bound", ms(10)),
+        (1, 6, ms(2), "below_adjust_range", ms(5)),
+    ],
+}
+
+
+@pytest.mark.parametrize("order", ["drop", "adjust"])
+def test_discarded_rows_are_counted_in_offsets_and_kept_in_the_quarantine(
+    spark: SparkSession, tmp_path: Path, order: str
+) -> None:
+    location = late_stream(tmp_path / "late")
+    options: dict[str, Any] = {"order": order}
+    if order == "adjust":
+        options.update({"adjust.unit": "sec", "adjust.range": 1})
+    run = run_available_now(reader(spark, location, maxRowsPerBatch=6, **options), tmp_path / "ck")
+    check_batches(run)
+    assert len(run.batches) >= 3
+
+    # Counted per partition in the offsets, visible in the query's progress.
+    expected = DISCARDED[order]
+    last = run.end_offset(run.batches[-1][0])
+    per_partition = {p: sum(1 for d in expected if d[0] == p) for p in (0, 1)}
+    assert {p: last["partitions"][str(p)]["discarded"] for p in (0, 1)} == per_partition
+    assert run.progress[-1]["sources"][0]["endOffset"] is not None
+
+    emitted = sorted((r["p"], r["i"]) for r in run.rows)
+    assert emitted == sorted(
+        [(0, i) for i in (0, 1, 2, 4, 6)] + [(1, i) for i in range(8) if i != 6]
+    )
+
+    quarantine = plain(batch_reader(spark, location, output="discarded", **options))
+    got = sorted(
+        (r["partition"], r["offset"], r["rowtime"], r["reason"], r["clock"]) for r in quarantine
+    )
+    assert got == expected
+    by_offset = {(r["partition"], r["offset"]): r for r in quarantine}
+    assert by_offset[(0, 3)]["i"] == 3 and by_offset[(1, 6)]["i"] == 6  # the payload is kept
+    assert all(r["arrival"] is not None for r in quarantine)
+
+
+# -- 6. replay from the checkpoint ---------------------------------------------------------------
+
+
+def jittered_rows(
+    seed: int, partition: int, first: int, n: int
+) -> list[tuple[dict[str, Any], int]]:
+    """In rowtime order 100 ms apart, but every fifth row up to 400 ms early (inside
+    adjust msec/500) and every eleventh 2 s early (discarded)."""
+    import random
+
+    rng = random.Random(seed * 100 + partition)
+    out = []
+    for i in range(first, first + n):
+        t = BASE_US + partition * 700_000 + i * 100_000
+        if i % 11 == 10:
+            t -= 2 * US
+        elif i % 5 == 4:
+            t -= rng.randrange(1, 400) * 1000
+        out.append(({"p": partition, "i": i}, t))
+    return out
+
+
+def test_a_restart_from_the_checkpoint_gives_exactly_the_uninterrupted_output(
+    spark: SparkSession, tmp_path: Path
+) -> None:
+    location = tmp_path / "s"
+    pr.create_stream(str(location), "p INT, i INT", partitions=2)
+    options = {"order": "adjust", "adjust.unit": "msec", "adjust.range": 500, "maxRowsPerBatch": 9}
+
+    def write_round(r: int, end: bool = False) -> None:
+        for p in range(2):
+            n = 12 if p == 0 else 7  # partition 1 is slower
+            write_rows(location, p, jittered_rows(r, p, r * n, n), end=end)
+
+    whole, parts = Run(), Run()
+    write_round(0)
+    a = start(reader(spark, location, **options), tmp_path / "a", whole)
+    b = start(reader(spark, location, **options), tmp_path / "b", parts)
+    drain(a, whole)
+    drain(b, parts)
+    b.stop()
+    # Forget that the last batch was committed: the restart must run it again from its offsets,
+    # though the log has grown meanwhile, and give the same rows and the same bound.
+    last = parts.batches[-1][0]
+    for name in (str(last), f".{last}.crc"):
+        (tmp_path / "b" / "commits" / name).unlink()
+    write_round(1)
+    drain(a, whole)
+    b = start(reader(spark, location, **options), tmp_path / "b", parts)
+    drain(b, parts)
+    write_round(2, end=True)
+    drain(a, whole)
+    drain(b, parts)
+    a.stop()
+    b.stop()
+
+    ids = [i for i, _ in parts.batches]
+    assert ids.count(last) == 2, ids
+    replays = [recs for i, recs in parts.batches if i == last]
+    assert replays[0] == replays[1] and any(r["is_bound"] for r in replays[0])
+    deduplicated = list({i: (i, recs) for i, recs in parts.batches}.values())
+    assert deduplicated == whole.batches
+    check_batches(whole)
+    assert len(whole.batches) >= 5
+    assert whole.bounds[-1] == END_OF_STREAM_US
