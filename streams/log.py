@@ -533,10 +533,9 @@ class Stream:
             raise OptionError(
                 f"read range [{start!r}, {end!r}) is not valid: need 0 <= start <= end (ints)"
             )
-        schema = pa.schema([self.file_schema.field(n) for n in names])
         if start == end:
             self._check_partition(partition)
-            return schema.empty_table()
+            return pa.schema([self.file_schema.field(n) for n in names]).empty_table()
 
         def slice_chain(chain: list[Segment]) -> pa.Table:
             if not chain or chain[-1].end < end:

@@ -22,7 +22,7 @@ import json
 import os
 import uuid
 from collections.abc import Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any
 
 import pyarrow as pa
@@ -228,14 +228,33 @@ def meta_from_json(text: str, location: str) -> StreamMeta:
     return StreamMeta(location, schema, partitions, defaults, version)
 
 
+#: Parsed metadata by path, with the file's identity: ``_stream.json`` is written once and never
+#: changed, so one ``stat`` tells whether the cached copy is still the file there (a stream
+#: deleted and created again at the same path is another inode).
+_META_CACHE: dict[str, tuple[tuple[int, int, int, int], StreamMeta]] = {}
+
+
 def read_meta(location: str) -> StreamMeta | None:
     """The metadata at ``location`` (an absolute path), or None if there is no stream."""
+    path = os.path.join(location, META_FILE)
     try:
-        with open(os.path.join(location, META_FILE), encoding="utf-8") as f:
+        st = os.stat(path)
+    except (FileNotFoundError, NotADirectoryError):
+        return None
+    key = (st.st_dev, st.st_ino, st.st_size, st.st_mtime_ns)
+    cached = _META_CACHE.get(location)
+    if cached is not None and cached[0] == key:
+        return replace(cached[1], defaults=dict(cached[1].defaults))  # callers may mutate theirs
+    try:
+        with open(path, encoding="utf-8") as f:
             text = f.read()
     except (FileNotFoundError, NotADirectoryError):
         return None
-    return meta_from_json(text, location)
+    meta = meta_from_json(text, location)
+    if len(_META_CACHE) > 1024:
+        _META_CACHE.clear()
+    _META_CACHE[location] = (key, replace(meta, defaults=dict(meta.defaults)))
+    return meta
 
 
 def fsync_dir(path: str) -> None:

@@ -493,3 +493,16 @@ def test_filesystems_without_hard_links_still_commit_segments(tmp_path, monkeypa
     assert read_stream(tmp_path / "s").column("a").to_pylist() == [1, 2]
     names = [p.name for p in (tmp_path / "s" / "partition-0000").iterdir()]
     assert not [n for n in names if n.startswith(".tmp")]
+
+
+def test_a_stream_created_again_at_the_same_path_is_read_afresh(tmp_path):
+    import shutil
+
+    create_stream(tmp_path / "s", "a INT")
+    assert open_stream(tmp_path / "s").meta.payload_schema.names == ["a"]
+    shutil.rmtree(tmp_path / "s")
+    create_stream(tmp_path / "s", "b STRING", 2)
+    meta = open_stream(tmp_path / "s").meta
+    assert (meta.payload_schema.names, meta.partitions) == (["b"], 2)
+    meta.defaults["order"] = "drop"  # a caller's copy: the next reader is not affected
+    assert open_stream(tmp_path / "s").meta.defaults == {}
