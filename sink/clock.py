@@ -20,8 +20,11 @@ writes later has ``rowtime >= T(b)`` (SPEC 8). Where ``T(b)`` comes from (option
     batch ahead of the windows.)
 
 Spark's watermarks are milliseconds, so ``T(b) = W(b) * 1000`` microseconds; a watermark of 0
-is Spark's "none yet" and moves nothing; Spark's last millisecond (the end-of-stream bound,
-9999-12-31T23:59:59.999999Z, seen through a watermark) is taken as the end of stream.
+is Spark's "none yet" and moves nothing. A watermark cannot carry the end-of-stream bound
+(9999-12-31T23:59:59.999999Z) exactly: Spark truncates it to milliseconds and subtracts the
+delay. So a watermark in Spark's last year, at or after 9999-01-01T00:00:00Z, which only the
+end of stream can produce, is taken as the end of stream (a delay longer than a year would hide
+it).
 """
 
 from __future__ import annotations
@@ -57,12 +60,16 @@ def bounds_clock_us(bounds_us: Iterable[int | None]) -> int | None:
     return max(present) if present else None
 
 
+#: 9999-01-01T00:00:00Z: a watermark from here on is the end of stream seen through Spark.
+END_OF_STREAM_WATERMARK_US = 253_370_764_800_000_000
+
+
 def watermark_clock_us(watermark_ms: int | None) -> int | None:
     """A Spark watermark (ms) as a clock (us); None for Spark's "no watermark yet" (0)."""
     if watermark_ms is None or watermark_ms <= 0:
         return None
     us = watermark_ms * 1000
-    if us > END_OF_STREAM_US - 1000:
+    if us >= END_OF_STREAM_WATERMARK_US:
         return END_OF_STREAM_US
     return us
 

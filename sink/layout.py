@@ -7,6 +7,7 @@ Both kinds of target (a rowtime stream, a Parquet folder) get a folder ``_rowtim
     <target>/_rowtime_sink/manifest/00000000000000000042.json   one entry per committed batch
     <target>/_rowtime_sink/staging/00000000000000000042/...     files write() staged for batch 42
     <target>/_rowtime_sink/clock.json      Parquet targets: the clock of the last applied entry
+    <target>/_rowtime_sink/commit.lock     Parquet targets: one commit at a time (a flock)
 
 The leading underscore keeps Spark, pyarrow datasets and Hive from reading any of it as data.
 Every file is written to a temporary name, fsync'd and then linked (write-once files: of two
@@ -24,10 +25,14 @@ import json
 import os
 import re
 import shutil
+import time
 import uuid
-from typing import Any
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
+from typing import Any, TypeVar
 
-from ..bounds.errors import CorruptLogError, OptionError
+from ..bounds.errors import CorruptLogError, OptionError, WriterLockedError
+from ..streams.lock import PartitionLock
 from ..streams.meta import fsync_dir
 
 SINK_DIR = "_rowtime_sink"
@@ -41,6 +46,29 @@ FORMAT_VERSION = 1
 
 #: Manifest entries kept; older ones can never be replayed by Spark.
 MANIFEST_KEEP = 100
+
+#: How long a commit waits for another process's commit on the same target to finish. After a
+#: driver is killed, the Python worker running its commit lives on for a moment (PySpark's
+#: daemon stops its workers only when it notices the JVM is gone), so the restarted driver's
+#: replay of that batch waits for it instead of racing it.
+COMMIT_WAIT_S = 300.0
+
+T = TypeVar("T")
+
+
+def wait_for_lock(acquire: Callable[[], T], timeout_s: float = COMMIT_WAIT_S) -> T:
+    """Call ``acquire`` until it stops raising :class:`WriterLockedError` (or time runs out)."""
+    deadline = time.monotonic() + timeout_s
+    delay = 0.01
+    while True:
+        try:
+            return acquire()
+        except WriterLockedError:
+            if time.monotonic() >= deadline:
+                raise
+            time.sleep(delay)
+            delay = min(delay * 2, 0.5)
+
 
 _ENTRY_RE = re.compile(r"(\d{20})\.json\Z")
 _TMP = ".tmp."
@@ -125,6 +153,17 @@ class SinkState:
         """Create the folders (idempotent)."""
         for d in (self.root, self.manifest_dir, self.staging_dir):
             os.makedirs(d, exist_ok=True)
+
+    @contextmanager
+    def commit_lock(self) -> Iterator[None]:
+        """Hold the target's commit lock (a flock: it dies with its process)."""
+        self.ensure()
+        lock = PartitionLock(os.path.join(self.root, "commit.lock"))
+        wait_for_lock(lambda: lock.acquire(f"the sink target {self.target}"))
+        try:
+            yield
+        finally:
+            lock.release()
 
     # -- what the target is --
 

@@ -13,7 +13,8 @@ with ``_`` are not data to Spark or pyarrow.
 
 **Two-phase commit.** ``write()`` (executors) stages Parquet files under
 ``_rowtime_sink/staging/<batch>/<task>-<attempt>-<uuid>/``, fsync'd, and reports them.
-``commit()`` (driver, another process) publishes them:
+``commit()`` (driver, another process) publishes them, holding the target's commit lock (after
+a driver is killed its commit runner may live on for a moment; the replay waits for it):
 
 1. finish the latest manifest entry if a crash interrupted it (roll forward);
 2. if the batch already has an entry, stop: a replayed batch is a no-op;
@@ -252,6 +253,12 @@ class ParquetTarget:
     ) -> dict[str, Any] | None:
         """Publish batch ``batch_id`` exactly once; returns its manifest entry (None when the
         batch changed nothing). ``candidate_us`` is the clock the batch would move to."""
+        with self.state.commit_lock():  # one commit at a time, even a dying driver's
+            return self._commit(reports, batch_id, candidate_us)
+
+    def _commit(
+        self, reports: Sequence[TaskReport], batch_id: int, candidate_us: int | None
+    ) -> dict[str, Any] | None:
         state = self.state
         self.roll_forward()
         done = state.entry(batch_id)
@@ -292,9 +299,10 @@ class ParquetTarget:
 
     def abort(self, reports: Sequence[TaskReport | None], batch_id: int) -> None:
         """Remove what the batch staged, unless it was committed after all."""
-        if self.state.entry(batch_id) is None:
-            _remove_staged(self.cfg.location, reports)
-            shutil.rmtree(self.state.batch_staging(batch_id), ignore_errors=True)
+        with self.state.commit_lock():
+            if self.state.entry(batch_id) is None:
+                _remove_staged(self.cfg.location, reports)
+                shutil.rmtree(self.state.batch_staging(batch_id), ignore_errors=True)
 
     # -- applying entries (idempotent) --------------------------------------------------------
 
@@ -321,6 +329,8 @@ class ParquetTarget:
             try:
                 os.rename(src, dst)
             except FileNotFoundError:
+                if os.path.exists(dst):
+                    continue
                 raise CorruptLogError(
                     f"{self.where}: batch {entry['batch']} is committed but its staged file "
                     f"{src} is gone before it was published to {dst}; was the staging folder "

@@ -42,7 +42,7 @@ from ..streams.ddl import to_ddl
 from ..streams.log import Stream, create_stream, open_stream
 from ..streams.meta import payload_schema, read_meta
 from ..streams.writer import Writer
-from .layout import SINK_DIR, SinkState, batch_name
+from .layout import SINK_DIR, SinkState, batch_name, wait_for_lock
 from .options import ROWTIME, SinkConfig
 from .task import RowSplitter, StagedFile, TaskInfo, TaskReport, as_datetime, iso
 
@@ -193,9 +193,12 @@ class StreamTarget:
         batch appends nothing). ``candidate_us`` is the clock the batch would move to."""
         state = self.state
         stream = self._stream()
-        # Holds the partition's lock from here on. On any error the buffer is discarded
-        # (abort), never flushed: a batch is appended whole or not at all.
-        writer = Writer(stream, 0, flush_records=_NO_AUTO_FLUSH, flush_bytes=_NO_AUTO_FLUSH)
+        # Holds the partition's lock from here on (waiting while a killed driver's commit runner
+        # finishes). On any error the buffer is discarded (abort), never flushed: a batch is
+        # appended whole or not at all.
+        writer = wait_for_lock(
+            lambda: Writer(stream, 0, flush_records=_NO_AUTO_FLUSH, flush_bytes=_NO_AUTO_FLUSH)
+        )
         try:
             entry = self._append(writer, reports, batch_id, candidate_us)
         except BaseException:

@@ -49,9 +49,14 @@ def test_sparks_no_watermark_yet_moves_nothing():
     assert advance(5, watermark_clock_us(0)) == 5
 
 
-def test_the_last_millisecond_spark_can_represent_is_the_end_of_stream():
+def test_a_watermark_in_sparks_last_year_is_the_end_of_stream():
+    import datetime as dt
+
+    last_year_ms = int(dt.datetime(9999, 1, 1, tzinfo=dt.timezone.utc).timestamp()) * 1000
     assert watermark_clock_us(END_OF_STREAM_US // 1000) == END_OF_STREAM_US
-    assert watermark_clock_us(END_OF_STREAM_US // 1000 - 1) < END_OF_STREAM_US
+    assert watermark_clock_us(END_OF_STREAM_US // 1000 - 2) == END_OF_STREAM_US  # minus a delay
+    assert watermark_clock_us(last_year_ms) == END_OF_STREAM_US
+    assert watermark_clock_us(last_year_ms - 1) == (last_year_ms - 1) * 1000
 
 
 def test_bounds_clock_is_the_highest_bound_any_task_saw():

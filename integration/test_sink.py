@@ -1,0 +1,247 @@
+"""``writeStream.format("rowtime")`` in real Spark: targets, the clock, chains (SPEC 8).
+
+Queries are driven to quiescence with ``processAllAvailable()`` or ``availableNow``; nothing
+sleeps. No two queries here run batches at the same time: Spark 4.3 can fail a micro-batch
+with "Task not serializable: Illegal size N of collection" when two queries over Python data
+sources serialize their jobs at the same moment (a race inside the JVM, seen while developing
+the crash test; not this sink's doing).
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+from pathlib import Path
+
+import pyarrow as pa
+import pytest
+from pyspark.errors import StreamingQueryException
+from pyspark.sql import functions as F
+from pyspark_rowtime.bounds.bounds import END_OF_STREAM_US
+from pyspark_rowtime.sink.parquet_target import COMPLETE_MARKER, parquet_clock_us, partition_name
+from pyspark_rowtime.streams.log import open_stream
+
+from pyspark_rowtime.api import create_stream, get_rowtime_bound, open_writer, read_stream
+from pyspark_rowtime.watermark import with_watermark
+
+MINUTE_US = 60_000_000
+HOUR_US = 60 * MINUTE_US
+T0_US = 1_700_000_000_000_000 - 1_700_000_000_000_000 % HOUR_US  # 2023-11-14T22:00:00Z
+
+
+def at(us: int) -> dt.datetime:
+    return dt.datetime(1970, 1, 1, tzinfo=dt.timezone.utc) + dt.timedelta(microseconds=us)
+
+
+def stream_clock(path: Path) -> int | None:
+    return open_stream(path).stream_clock_us()
+
+
+def data_of(path: Path) -> list[tuple]:
+    """(rowtime_us, payload...) of the data rows of a stream, in log order."""
+    t = read_stream(path)
+    names = [n for n in t.column_names if n not in ("partition", "offset", "arrival", "is_bound")]
+    rows = t.filter(pa.compute.invert(t.column("is_bound"))).select(names)
+    rows = rows.set_column(0, "rowtime", rows.column("rowtime").cast(pa.int64()))
+    return [tuple(r.values()) for r in rows.to_pylist()]
+
+
+def bounds_of(path: Path) -> list[int]:
+    t = read_stream(path)
+    t = t.filter(t.column("is_bound"))
+    return t.column("rowtime").cast(pa.int64()).to_pylist()
+
+
+def start(df, path: Path, checkpoint: Path, **options: str):  # type: ignore[no-untyped-def]
+    writer = df.writeStream.format("rowtime").option("checkpointLocation", str(checkpoint))
+    for key, value in options.items():
+        writer = writer.option(key, value)
+    return writer.start(str(path))
+
+
+def fail_at_start(df, workdir: Path, **options: str) -> str:  # type: ignore[no-untyped-def]
+    query = start(df, workdir / "never", workdir / "ck-never", **options)
+    with pytest.raises(StreamingQueryException) as e:
+        query.awaitTermination()
+    assert query.lastProgress is None  # failed before running a batch
+    return str(e.value)
+
+
+# -- start ---------------------------------------------------------------------------------------
+
+
+def test_a_query_without_rowtime_fails_at_start_naming_the_column(spark, workdir):
+    create_stream(workdir / "src", "id BIGINT")
+    df = spark.readStream.format("rowtime").load(str(workdir / "src"))
+    message = fail_at_start(df.select("id", F.col("rowtime").alias("ts")), workdir)
+    assert "needs a column named rowtime" in message and "id, ts" in message
+    assert not (workdir / "never").exists()
+
+
+def test_unknown_sink_options_fail_at_start_naming_them(spark, workdir):
+    create_stream(workdir / "src", "id BIGINT")
+    df = spark.readStream.format("rowtime").load(str(workdir / "src"))
+    message = fail_at_start(df, workdir, granularty="day")
+    assert "unknown option 'granularty'" in message and "the sink accepts" in message
+
+
+# -- pass-through: the clock follows the source's bounds, batch by batch ------------------------
+
+
+@pytest.mark.parametrize("target", ["stream", "parquet"])
+def test_pass_through_clock_follows_the_source_bounds_without_waiting(spark, workdir, target):
+    src, out = workdir / "src", workdir / "out"
+    create_stream(src, "id BIGINT, name STRING")
+    df = spark.readStream.format("rowtime").load(str(src))
+    # filter and project, keeping the bound records (their payload is null)
+    projected = df.where("is_bound OR id % 2 = 0").select(
+        (F.col("id") * 10).alias("id10"), "name", "rowtime", "is_bound"
+    )
+    query = start(projected, out, workdir / "ck", target=target)
+    expected = []
+    next_id = 0
+    with open_writer(src) as w:
+        for _step in range(3):
+            for _ in range(20):
+                t = T0_US + next_id * 5 * MINUTE_US  # 20 rows span 100 minutes
+                w.insert({"id": next_id, "name": f"n{next_id}"}, rowtime=at(t))
+                if next_id % 2 == 0:
+                    expected.append((t, next_id * 10, f"n{next_id}"))
+                next_id += 1
+            bound = T0_US + next_id * 5 * MINUTE_US - MINUTE_US
+            w.set_rowtime_bound(at(bound))
+            w.flush()
+            query.processAllAvailable()
+            # the batch that carried the bound moved the clock: no later batch was needed
+            assert stream_clock(src) == bound
+            if target == "stream":
+                assert stream_clock(out) == bound
+                assert data_of(out) == expected
+                assert bounds_of(out)[-1] == bound
+            else:
+                assert parquet_clock_us(str(out)) == bound
+                # every hour that ended by the clock is marked complete, and no other
+                for key in range(T0_US // HOUR_US, bound // HOUR_US + 2):
+                    folder = out / partition_name(key, "hour")
+                    if folder.exists():
+                        complete = (folder / COMPLETE_MARKER).exists()
+                        assert complete == ((key + 1) * HOUR_US <= bound)
+    query.stop()
+    if target == "parquet":
+        files = spark.read.parquet(str(out))
+        assert sorted(files.columns) == ["id10", "name", "rowtime", "rowtime_hour"]
+        got = sorted(
+            (int(r.rowtime.timestamp() * 1_000_000), r.id10, r.name)
+            for r in files.select("rowtime", "id10", "name").collect()
+        )
+        assert got == expected
+    assert get_rowtime_bound(out) == at(bound)
+
+
+# -- a windowed aggregation: the clock is the watermark each batch ran with ---------------------
+
+
+@pytest.mark.parametrize("target", ["stream", "parquet"])
+def test_windowed_aggregation_clock_covers_every_window_written_and_no_more(spark, workdir, target):
+    src, out = workdir / "src", workdir / "out"
+    create_stream(src, "id BIGINT")
+    df = with_watermark(spark.readStream.format("rowtime").load(str(src)))
+    windows = (
+        df.groupBy(F.window("rowtime", "10 minutes"))
+        .agg(F.count("*").alias("n"), F.sum("id").alias("total"))
+        .select(F.col("window.end").alias("rowtime"), "n", "total")
+    )
+    query = start(windows, out, workdir / "ck", target=target)
+    counts: dict[int, int] = {}  # window end -> rows
+
+    def written() -> dict[int, int]:
+        if target == "stream":
+            return {t: n for t, n, _total in data_of(out)}
+        if not any(out.glob("rowtime_hour=*")):
+            return {}
+        return {
+            int(r.rowtime.timestamp() * 1_000_000): r.n
+            for r in spark.read.parquet(str(out)).collect()
+        }
+
+    def check() -> int:
+        query.processAllAvailable()
+        clock = stream_clock(out) if target == "stream" else parquet_clock_us(str(out))
+        if clock is None:
+            assert not written()
+            return -1
+        # every window that ended by the clock is written, none that ends after it
+        assert written() == {end: n for end, n in counts.items() if end <= clock}
+        return clock
+
+    def insert(w, minutes: range) -> None:  # type: ignore[no-untyped-def]
+        for i in minutes:  # one row a minute: windows end at +10, +20, +30 minutes
+            t = T0_US + i * MINUTE_US + 7
+            w.insert({"id": i}, rowtime=at(t))
+            end = (t // (10 * MINUTE_US) + 1) * 10 * MINUTE_US
+            counts[end] = counts.get(end, 0) + 1
+        w.flush()
+
+    with open_writer(src) as w:
+        insert(w, range(25))  # the source's clock: its last row, 24 minutes in
+        first = check()
+        assert first >= T0_US + 20 * MINUTE_US  # the windows the clock closed are written ...
+        assert first < T0_US + 30 * MINUTE_US  # ... and the open one is not claimed
+        insert(w, range(25, 30))
+        assert check() < T0_US + 30 * MINUTE_US
+        # the source goes quiet: only bounds from here on
+        w.set_rowtime_bound(at(T0_US + 29 * MINUTE_US + 30_000_000))
+        w.flush()
+        assert check() < T0_US + 30 * MINUTE_US
+        w.set_rowtime_bound(at(T0_US + 31 * MINUTE_US))
+        w.flush()
+        assert check() >= T0_US + 30 * MINUTE_US  # written, and covered by the clock
+        w.end_stream()
+    assert check() == END_OF_STREAM_US
+    query.stop()
+    assert written() == counts
+    if target == "parquet":
+        assert all((p / COMPLETE_MARKER).exists() for p in out.glob("rowtime_hour=*"))
+
+
+# -- chains: A -> query -> B -> query -> C ------------------------------------------------------
+
+
+def test_a_chain_of_streams_carries_rows_and_bounds_in_order(spark, workdir):
+    a, b, c = workdir / "a", workdir / "b", workdir / "c"
+    create_stream(a, "id BIGINT, tag STRING", partitions=2)
+
+    def hop(source: Path, target: Path, batch_rows: int) -> None:
+        """Run the query source -> target until it has read everything (availableNow)."""
+        df = spark.readStream.format("rowtime").option("maxRowsPerBatch", batch_rows)
+        writer = df.load(str(source)).writeStream.format("rowtime").trigger(availableNow=True)
+        checkpoint = workdir / f"ck-{source.name}{target.name}"
+        writer.option("checkpointLocation", str(checkpoint)).start(str(target)).awaitTermination()
+
+    expected = []
+    next_id = 0
+    for _step in range(4):
+        for p in range(2):
+            with open_writer(a, partition=p) as w:
+                for _ in range(6):
+                    t = T0_US + next_id * 1_000_000 + p
+                    w.insert({"id": next_id, "tag": f"p{p}"}, rowtime=at(t))
+                    expected.append((t, next_id, f"p{p}"))
+                    next_id += 1
+                w.set_rowtime_bound(at(T0_US + next_id * 1_000_000))
+        hop(a, b, 7)
+        hop(b, c, 5)
+        assert stream_clock(c) == stream_clock(b) == stream_clock(a)
+    for p in range(2):
+        with open_writer(a, partition=p) as w:
+            w.end_stream()
+    hop(a, b, 7)
+    hop(b, c, 5)
+    expected.sort()  # the reader emits in rowtime order across partitions
+    assert data_of(b) == expected
+    assert data_of(c) == expected  # every row once, in order, with its rowtime
+    assert stream_clock(c) == END_OF_STREAM_US
+    for path in (b, c):  # records in rowtime order: no row below an earlier bound
+        t = read_stream(path)
+        times = t.column("rowtime").cast(pa.int64()).to_pylist()
+        assert times == sorted(times)
+    assert bounds_of(c) and set(bounds_of(c)) <= set(bounds_of(b))
