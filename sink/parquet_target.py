@@ -399,3 +399,52 @@ def _remove_staged(root: str, reports: Iterable[TaskReport | None]) -> None:
                 os.unlink(os.path.join(root, f.staged))
             except FileNotFoundError:
                 pass
+
+
+# -- for people (the rowtime CLI) ----------------------------------------------------------------
+
+
+def describe_parquet_target(path: str) -> dict[str, Any]:
+    """What ``rowtime describe`` says about the Parquet target at ``path`` (absolute)."""
+    root = os.path.join(path, SINK_DIR)
+    target = read_json(os.path.join(root, "target.json")) or {}
+    owner = read_json(os.path.join(root, "owner.json")) or {}
+    applied = read_json(os.path.join(root, CLOCK_FILE)) or {}
+    clock = applied.get("clock_us")
+    partitions = []
+    prefix = f"rowtime_{target.get('granularity')}="
+    for name in sorted(os.listdir(path)):
+        folder = os.path.join(path, name)
+        if not name.startswith(prefix) or not os.path.isdir(folder):
+            continue
+        files = [n for n in os.listdir(folder) if n.endswith(".parquet")]
+        complete = os.path.exists(os.path.join(folder, COMPLETE_MARKER))
+        partitions.append({"partition": name, "files": len(files), "complete": complete})
+    return {
+        "location": path,
+        "kind": "parquet target",
+        "schema": target.get("schema"),
+        "granularity": target.get("granularity"),
+        "query_id": owner.get("query_id"),
+        "last_batch": applied.get("batch"),
+        "clock_us": clock,
+        "clock": None if clock is None else iso(clock),
+        "partitions": partitions,
+    }
+
+
+def describe_text(info: dict[str, Any]) -> str:
+    """:func:`describe_parquet_target` as the lines ``rowtime describe`` prints."""
+    lines = [
+        f"parquet target  {info['location']}",
+        f"schema          {info['schema']}",
+        f"granularity     {info['granularity']} (folders rowtime_{info['granularity']}=...)",
+        f"written by      query {info['query_id'] or '-'}, last batch {info['last_batch']}",
+    ]
+    width = max([len("partition"), *(len(p["partition"]) for p in info["partitions"])])
+    lines.append(f"{'partition'.ljust(width)}  files  complete")
+    for p in info["partitions"]:
+        mark = "yes" if p["complete"] else "no"
+        lines.append(f"{p['partition'].ljust(width)}  {str(p['files']).rjust(5)}  {mark}")
+    lines.append(f"clock  {info['clock'] or 'none (no batch moved it yet)'}")
+    return "\n".join(lines)
