@@ -29,11 +29,12 @@ from typing import IO, Any
 
 import pyarrow as pa
 
-from .api import create_stream, open_writer
+from .api import create_stream, open_writer, rowtime_bound_us
 from .bounds.bounds import END_OF_STREAM_US, merge_clock
 from .bounds.errors import OptionError, RowtimeError, SchemaError
 from .bounds.time import from_rowtime_us, to_rowtime_us
-from .streams.log import ARRIVAL, IS_BOUND, ROWTIME, Stream, open_stream
+from .streams.log import ARRIVAL, IS_BOUND, ROWTIME, Stream, open_stream, resolve_location
+from .streams.meta import META_FILE
 from .streams.writer import Writer
 
 __all__ = ["main"]
@@ -386,6 +387,13 @@ def describe(stream: Stream) -> dict[str, Any]:
 
 
 def cmd_describe(args: argparse.Namespace) -> int:
+    from .sink.parquet_target import describe_parquet_target, describe_text, is_parquet_target
+
+    path = resolve_location(args.path)
+    if not os.path.isfile(os.path.join(path, META_FILE)) and is_parquet_target(path):
+        target = describe_parquet_target(path)  # a Parquet target of writeStream.format("rowtime")
+        print(json.dumps(target, indent=2) if args.json else describe_text(target))
+        return 0
     info = describe(open_stream(args.path))
     if args.json:
         print(json.dumps(info, indent=2))
@@ -418,7 +426,7 @@ def cmd_describe(args: argparse.Namespace) -> int:
 
 
 def cmd_clock(args: argparse.Namespace) -> int:
-    clock = open_stream(args.path).stream_clock_us()
+    clock = rowtime_bound_us(args.path)  # a stream, or a Parquet target of the sink
     if clock is None:
         print("none")
     elif args.us:
