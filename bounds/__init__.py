@@ -1,1 +1,53 @@
-"""bounds"""
+"""The pure temporal core: time, bounds, ordering policies, alignment, panes and intervals.
+
+Never imports pyspark or the log (``tests/test_plan.py`` proves it), so it can be used and
+tested anywhere. Rowtimes are ``int`` microseconds since the Unix epoch, UTC; intervals are
+half-open ``[start, end)``.
+"""
+
+from .bounds import END_OF_STREAM_US, MIN_ROWTIME_US, BoundTracker, merge_clock, normalize_bound
+from .errors import (
+    BoundError,
+    HeldRowsOverflowError,
+    InvalidRowtimeError,
+    LateRowError,
+    OptionError,
+    RowtimeError,
+)
+from .intervals import INFINITY_US, ValidityInterval, combine, intersection, overlaps
+from .panes import TimeIntervalSpec, TimeIntervalWindow, assign_panes
+from .plan import StreamPosition
+from .policies import AdjustPolicy, DropPolicy, PolicyRun, RejectPolicy, make_policy
+from .time import from_rowtime_us, parse_duration_us, to_rowtime_us, truncate_us
+
+__all__ = [
+    "END_OF_STREAM_US",
+    "INFINITY_US",
+    "MIN_ROWTIME_US",
+    "AdjustPolicy",
+    "BoundError",
+    "BoundTracker",
+    "DropPolicy",
+    "HeldRowsOverflowError",
+    "InvalidRowtimeError",
+    "LateRowError",
+    "OptionError",
+    "PolicyRun",
+    "RejectPolicy",
+    "RowtimeError",
+    "StreamPosition",
+    "TimeIntervalSpec",
+    "TimeIntervalWindow",
+    "ValidityInterval",
+    "assign_panes",
+    "combine",
+    "from_rowtime_us",
+    "intersection",
+    "make_policy",
+    "merge_clock",
+    "normalize_bound",
+    "overlaps",
+    "parse_duration_us",
+    "to_rowtime_us",
+    "truncate_us",
+]

@@ -28,6 +28,11 @@ _EXPORTS = {
     "DropPolicy": "pyspark_rowtime.bounds.policies:DropPolicy",
     "RejectPolicy": "pyspark_rowtime.bounds.policies:RejectPolicy",
     "TimeIntervalSpec": "pyspark_rowtime.bounds.panes:TimeIntervalSpec",
+    "TimeIntervalWindow": "pyspark_rowtime.bounds.panes:TimeIntervalWindow",
+    "assign_panes": "pyspark_rowtime.bounds.panes:assign_panes",
+    "to_rowtime_us": "pyspark_rowtime.bounds.time:to_rowtime_us",
+    "from_rowtime_us": "pyspark_rowtime.bounds.time:from_rowtime_us",
+    "open_stream": "pyspark_rowtime.api:open_stream",
     "ValidityInterval": "pyspark_rowtime.bounds.intervals:ValidityInterval",
 }
 

@@ -1,0 +1,40 @@
+"""The package's face: what users import, and what Spark looks up."""
+
+from __future__ import annotations
+
+import pkgutil
+
+import pyspark_rowtime.bounds as core
+
+import pyspark_rowtime
+
+
+def test_every_public_name_resolves():
+    for name in pyspark_rowtime.__all__:
+        assert getattr(pyspark_rowtime, name) is not None, name
+    for name in core.__all__:
+        assert getattr(core, name) is not None, name
+
+
+def test_spark_finds_default_source_the_way_its_lookup_does():
+    # pyspark.sql.worker.lookup_data_sources: top-level pyspark_* modules with DefaultSource
+    from pyspark.sql.datasource import DataSource
+
+    found = {m.name for m in pkgutil.iter_modules() if m.name.startswith("pyspark_")}
+    assert "pyspark_rowtime" in found
+    assert issubclass(pyspark_rowtime.DefaultSource, DataSource)
+    assert pyspark_rowtime.DefaultSource.name() == "rowtime"
+
+
+def test_nothing_generic_is_installed_at_the_top_of_site_packages():
+    top = {m.name for m in pkgutil.iter_modules()}
+    assert not top & {"bounds", "sink", "datasource", "streams"}
+
+
+def test_unknown_attribute_is_an_attribute_error():
+    try:
+        pyspark_rowtime.no_such_name  # noqa: B018
+    except AttributeError as e:
+        assert "no_such_name" in str(e)
+    else:
+        raise AssertionError("expected AttributeError")
