@@ -821,34 +821,35 @@ def test_a_restart_from_the_checkpoint_gives_exactly_the_uninterrupted_output(
 ) -> None:
     location = tmp_path / "s"
     pr.create_stream(str(location), "p INT, i INT", partitions=2)
-    options = {"order": "adjust", "adjust.unit": "msec", "adjust.range": 500, "maxRowsPerBatch": 9}
+    # Five records per partition and round, five per partition and batch: a round always ends
+    # on a batch boundary, so a run that stops after a round cuts batches where an
+    # uninterrupted run does, and the two outputs can be compared batch by batch.
+    options = {"order": "adjust", "adjust.unit": "msec", "adjust.range": 500, "maxRowsPerBatch": 10}
 
     def write_round(r: int, end: bool = False) -> None:
         for p in range(2):
-            n = 12 if p == 0 else 7  # partition 1 is slower
-            write_rows(location, p, jittered_rows(r, p, r * n, n), end=end)
+            write_rows(location, p, jittered_rows(r, p, r * 5, 5), end=end)
 
-    whole, parts = Run(), Run()
+    def run(checkpoint: str, into: Run) -> None:
+        q = start(
+            reader(spark, location, **options), tmp_path / checkpoint, into, available_now=True
+        )
+        q.awaitTermination()
+        drain(q, into)
+
+    parts = Run()
     write_round(0)
-    a = start(reader(spark, location, **options), tmp_path / "a", whole)
-    b = start(reader(spark, location, **options), tmp_path / "b", parts)
-    drain(a, whole)
-    drain(b, parts)
-    b.stop()
+    write_round(1)
+    run("b", parts)  # stops when it has read the first two rounds
     # Forget that the last batch was committed: the restart must run it again from its offsets,
     # though the log has grown meanwhile, and give the same rows and the same bound.
     last = parts.batches[-1][0]
     for name in (str(last), f".{last}.crc"):
         (tmp_path / "b" / "commits" / name).unlink()
-    write_round(1)
-    drain(a, whole)
-    b = start(reader(spark, location, **options), tmp_path / "b", parts)
-    drain(b, parts)
     write_round(2, end=True)
-    drain(a, whole)
-    drain(b, parts)
-    a.stop()
-    b.stop()
+    run("b", parts)  # restarts from the checkpoint
+    whole = Run()
+    run("a", whole)  # everything at once, uninterrupted
 
     ids = [i for i, _ in parts.batches]
     assert ids.count(last) == 2, ids
@@ -857,5 +858,103 @@ def test_a_restart_from_the_checkpoint_gives_exactly_the_uninterrupted_output(
     deduplicated = list({i: (i, recs) for i, recs in parts.batches}.values())
     assert deduplicated == whole.batches
     check_batches(whole)
-    assert len(whole.batches) >= 5
+    assert len(whole.batches) >= 4
+    assert len(whole.rows) == 30 - 2  # i = 10 is 2 s early: discarded, in each partition
     assert whole.bounds[-1] == END_OF_STREAM_US
+
+
+# -- 9. planning and reading in pieces equals one pass (no Spark) --------------------------------
+
+
+def test_planning_and_reading_in_pieces_equal_one_pass_over_the_step() -> None:
+    """``datasource.reader`` runs the policies over at most a piece of records at a time (for
+    speed on large backlogs); the positions, emitted rows (in order) and discarded rows must be
+    exactly what one pass of the core (``bounds.plan.step``) gives, errors included."""
+    import random
+
+    import numpy as np
+    from pyspark_rowtime.bounds.plan import StreamPosition, step, stream_clock
+    from pyspark_rowtime.bounds.policies import (
+        AdjustPolicy,
+        DropPolicy,
+        RejectPolicy,
+        scan_partition,
+    )
+    from pyspark_rowtime.datasource.reader import classify_pieces, end_scan
+
+    rng = random.Random(4)
+
+    def partition(n: int) -> tuple[np.ndarray, np.ndarray]:
+        t, b, cur = [], [], 1000
+        for _ in range(n):
+            bound = rng.random() < 0.1
+            cur += rng.randrange(0, 30 if bound else 20)
+            late = not bound and rng.random() < 0.3
+            t.append(cur - rng.randrange(0, 60) if late else cur)
+            b.append(bound)
+        if rng.random() < 0.3:
+            t.append(END_OF_STREAM_US)
+            b.append(True)
+        return np.array(t, dtype=np.int64), np.array(b, dtype=bool)
+
+    def decided(first: int, c: Any) -> tuple[list[Any], list[Any]]:
+        rows = [(first + int(i), int(r)) for i, r in zip(c.emit, c.emit_rowtime_us, strict=True)]
+        gone = zip(c.discarded, c.discarded_clock_us, c.discarded_reason, strict=True)
+        return rows, [(first + int(i), int(k), why) for i, k, why in gone]
+
+    def in_pieces(policy: Any, pos: Any, win: list[Any], piece: int) -> tuple[Any, list[Any]]:
+        pairs = list(zip(pos.partitions, win, strict=True))
+        clock = stream_clock(
+            [end_scan(policy, s, t, b, "p", piece) for s, (t, b) in pairs], pos.clock_us
+        )
+        out = []
+        for s, (t, b) in pairs:
+            rows, gone, state = [], [], None
+            for first, c in classify_pieces(policy, s, t, b, pos.clock_us, clock, "p", piece):
+                r, g = decided(first, c)
+                rows, gone, state = rows + r, gone + g, c.state.to_dict()
+            out.append((rows, gone, state))
+        return clock, out
+
+    compared = 0
+    for _ in range(1500):
+        policy = rng.choice(
+            [
+                RejectPolicy(),
+                DropPolicy(),
+                AdjustPolicy("usec", rng.randrange(0, 40), max_held_rows=rng.choice([4, 999])),
+                AdjustPolicy("msec", 0),
+            ]
+        )
+        parts = [partition(rng.randrange(0, 40)) for _ in range(rng.randrange(1, 4))]
+        piece = rng.randrange(1, 8)
+        pos = StreamPosition.start([0] * len(parts))
+        cut = [0] * len(parts)
+        for _ in range(5):
+            cut = [
+                min(len(t), c + rng.randrange(0, 25)) for (t, _), c in zip(parts, cut, strict=True)
+            ]
+            win = [
+                (t[s.scan : e], b[s.scan : e])
+                for (t, b), s, e in zip(parts, pos.partitions, cut, strict=True)
+            ]
+            try:
+                scans = [
+                    scan_partition(policy, s, t, b)
+                    for s, (t, b) in zip(pos.partitions, win, strict=True)
+                ]
+                one, outs = step(policy, pos, scans)
+            except (ValueError, RuntimeError) as e:  # a late row, or too many held
+                with pytest.raises(type(e)):
+                    in_pieces(policy, pos, win, piece)
+                break
+            clock, got = in_pieces(policy, pos, win, piece)
+            assert clock == one.clock_us
+            expected = [
+                (*decided(s.scan, c), c.state.to_dict())
+                for s, c in zip(pos.partitions, outs, strict=True)
+            ]
+            assert got == expected
+            compared += len(got)
+            pos = one
+    assert compared > 3000

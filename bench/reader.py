@@ -1,0 +1,179 @@
+"""Benchmark: this reader beside Spark's own Parquet file stream source, over the same rows.
+
+Both read the same 20 million rows (2 partitions; columns id BIGINT, v DOUBLE, s STRING of a
+few characters, and the rowtime) in one Spark session, drained with
+``trigger(availableNow=True)`` into the ``noop`` sink. Each case runs once to warm up, then
+``--repeat`` times; the best run counts. Cases:
+
+* ``reject``: rows in rowtime order, ``order=reject``;
+* ``adjust``: 1% of the rows out of order within the range, ``order=adjust`` (msec, 999).
+
+Parquet reads the same rows as files, one per stream partition, with the rowtime as a
+TIMESTAMP column; it does no ordering at all, so the ratio is the price of the guarantees.
+Targets: ratio >= 0.7 (reject) and >= 0.5 (adjust).
+
+Run: ``./dev bench reader [--rows N] [--repeat R] [--dir PATH]``. The reader's micro-batch
+durations (``latestOffset`` = planning on the driver, ``addBatch`` = reading on the executors)
+are printed beside the rates, so a miss says where the time went.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import shutil
+import tempfile
+import time
+import uuid
+from typing import Any
+
+import numpy as np
+import pyarrow as pa
+import pyarrow.parquet as pq
+from pyspark.sql import SparkSession
+
+import pyspark_rowtime as pr
+
+PARTITIONS = 2
+#: Rows per insert_arrow call and per Parquet row group.
+CHUNK = 1_000_000
+START_US = 1_700_000_000_000_000
+STEP_US = 100  # ~10,000 rows per second of event time per partition
+WORDS = np.array(["ORCL", "MSFT", "IBM", "SAP", "AAPL", "GOOG", "AMZN", "META"])
+
+
+def rowtimes(first: int, n: int, jitter: bool, rng: np.random.Generator) -> np.ndarray:
+    t = START_US + (np.arange(first, first + n, dtype=np.int64) * STEP_US)
+    if jitter:
+        late = rng.random(n) < 0.01
+        t[late] -= rng.integers(1, 500_000, int(late.sum()))  # up to 0.5 s early: in range
+    return t
+
+
+def chunk(partition: int, first: int, n: int, jitter: bool, rng: np.random.Generator) -> pa.Table:
+    ids = np.arange(first, first + n, dtype=np.int64) * PARTITIONS + partition
+    words = pa.DictionaryArray.from_arrays(
+        pa.array(rng.integers(0, len(WORDS), n).astype(np.int32)), pa.array(WORDS)
+    ).cast(pa.string())
+    t = rowtimes(first, n, jitter, rng)
+    return pa.table(
+        {
+            "id": ids,
+            "v": rng.random(n),
+            "s": words,
+            "rowtime": pa.array(t, type=pa.int64()).view(pa.timestamp("us", tz="UTC")),
+        }
+    )
+
+
+def write_data(root: str, rows: int, jitter: bool) -> tuple[str, str]:
+    """The same rows as a rowtime stream and as Parquet files; their locations."""
+    stream = os.path.join(root, "stream")
+    parquet = os.path.join(root, "parquet")
+    os.makedirs(parquet)
+    pr.create_stream(stream, "id BIGINT, v DOUBLE, s STRING", partitions=PARTITIONS)
+    per_partition = rows // PARTITIONS
+    for p in range(PARTITIONS):
+        rng = np.random.default_rng(p + (100 if jitter else 0))
+        path = os.path.join(parquet, f"part-{p}.parquet")
+        with (
+            pr.open_writer(stream, p) as w,
+            pq.ParquetWriter(path, chunk(p, 0, 1, jitter, rng).schema) as pw,
+        ):
+            for first in range(0, per_partition, CHUNK):
+                table = chunk(p, first, min(CHUNK, per_partition - first), jitter, rng)
+                w.insert_arrow(table, rowtime_column="rowtime")
+                pw.write_table(table, row_group_size=CHUNK)
+            w.end_stream()
+    return stream, parquet
+
+
+def drain(spark: SparkSession, df: Any, root: str) -> tuple[float, dict[str, int]]:
+    """Seconds to drain ``df`` with availableNow into noop, and the summed batch durations."""
+    checkpoint = os.path.join(root, "checkpoints", uuid.uuid4().hex)
+    t0 = time.perf_counter()
+    q = (
+        df.writeStream.format("noop")
+        .trigger(availableNow=True)
+        .option("checkpointLocation", checkpoint)
+        .start()
+    )
+    q.awaitTermination()
+    seconds = time.perf_counter() - t0
+    durations: dict[str, int] = {}
+    for p in q.recentProgress:
+        for k, v in p["durationMs"].items():
+            durations[k] = durations.get(k, 0) + v
+    shutil.rmtree(checkpoint, ignore_errors=True)
+    return seconds, durations
+
+
+def best(spark: SparkSession, make: Any, root: str, repeat: int) -> tuple[float, dict[str, int]]:
+    drain(spark, make(), root)  # warm up: JIT, Python workers, file listings, page cache
+    runs = [drain(spark, make(), root) for _ in range(repeat)]
+    return min(runs, key=lambda r: r[0])
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--rows", type=int, default=20_000_000)
+    ap.add_argument("--repeat", type=int, default=2)
+    ap.add_argument("--dir", default=None, help="where to write the data (default: a temp dir)")
+    ap.add_argument("--cases", default="reject,adjust")
+    args = ap.parse_args()
+    base = args.dir or tempfile.mkdtemp(prefix="bench-reader-")
+
+    spark = (
+        SparkSession.builder.master("local[2]")
+        .appName("bench-reader")
+        .config("spark.ui.enabled", "false")
+        .config("spark.sql.shuffle.partitions", "2")
+        .config("spark.sql.session.timeZone", "UTC")
+        .config("spark.driver.memory", "4g")
+        .getOrCreate()
+    )
+    spark.sparkContext.setLogLevel("ERROR")
+    schema = "id BIGINT, v DOUBLE, s STRING, rowtime TIMESTAMP"
+    targets = {"reject": 0.7, "adjust": 0.5}
+    options = {
+        "reject": {"order": "reject"},
+        "adjust": {"order": "adjust", "adjust.unit": "msec", "adjust.range": "999"},
+    }
+    print(f"rows: {args.rows:,} in {PARTITIONS} partitions; Spark {spark.version}, local[2]")
+    header = f"{'case':<10}{'source':<10}{'seconds':>9}{'M rows/s':>10}{'ratio':>7}{'target':>8}"
+    print(header + "   reader batches: latestOffset / addBatch ms")
+    try:
+        for case in args.cases.split(","):
+            root = os.path.join(base, case)
+            t0 = time.perf_counter()
+            stream, parquet = write_data(root, args.rows, jitter=case == "adjust")
+            print(f"{case:<10}(wrote both copies in {time.perf_counter() - t0:.0f} s)")
+
+            def parquet_df(parquet: str = parquet) -> Any:
+                return spark.readStream.format("parquet").schema(schema).load(parquet)
+
+            def rowtime_df(stream: str = stream, case: str = case) -> Any:
+                r = spark.readStream.format("rowtime")
+                for k, v in options[case].items():
+                    r = r.option(k, v)
+                return r.load(stream)
+
+            pq_s, _ = best(spark, parquet_df, root, args.repeat)
+            rt_s, d = best(spark, rowtime_df, root, args.repeat)
+            ratio = pq_s / rt_s
+            verdict = "ok" if ratio >= targets[case] else "MISS"
+            print(f"{case:<10}{'parquet':<10}{pq_s:9.2f}{args.rows / pq_s / 1e6:10.2f}")
+            print(
+                f"{case:<10}{'rowtime':<10}{rt_s:9.2f}{args.rows / rt_s / 1e6:10.2f}"
+                f"{ratio:7.2f}{targets[case]:>8} {verdict}   "
+                f"{d.get('latestOffset', 0)} / {d.get('addBatch', 0)}"
+            )
+            shutil.rmtree(root, ignore_errors=True)
+    finally:
+        spark.stop()
+        if args.dir is None:
+            shutil.rmtree(base, ignore_errors=True)
+
+
+if __name__ == "__main__":
+    main()
