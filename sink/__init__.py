@@ -1,1 +1,22 @@
-"""sink"""
+"""The Spark sink: ``df.writeStream.format("rowtime")``, exactly once, with a clock.
+
+Input: any streaming DataFrame with a ``rowtime`` TIMESTAMP column; ``is_bound`` (BOOLEAN, true
+on the bound records of a ``format("rowtime")`` source) is optional. The other columns are the
+payload. A query without ``rowtime`` fails when it starts, naming the column.
+
+Options (:mod:`.options`; an unknown one is an error naming it):
+
+* ``path``: the target; ``target``: ``stream`` (default, a rowtime stream, created with the
+  payload columns if absent; :mod:`.stream_target`) or ``parquet`` (files in time partitions;
+  :mod:`.parquet_target`) with ``granularity`` minute|hour|day (default hour) and
+  ``compression`` (default snappy);
+* ``clock``: ``bounds`` (the default when the query has ``is_bound``: pass-through queries) or
+  ``watermark`` (the default without it: stateful queries after ``with_watermark``), see
+  :mod:`.clock`; ``checkpointLocation`` is read for the watermark and the query's id.
+
+Exactly once: ``write()`` stages files named by batch, task and attempt; ``commit()`` publishes
+a batch once (a manifest entry or an intent per batch id, in ``<target>/_rowtime_sink/``), so a
+batch replayed after a crash leaves the target as if written once. A target belongs to the
+query that first commits to it. ``get_rowtime_bound(path)``, ``rowtime clock`` and
+``rowtime describe`` read either kind of target.
+"""

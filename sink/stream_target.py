@@ -188,8 +188,12 @@ class StreamTarget:
             for f in report.files:
                 with pa.memory_map(os.path.join(self.cfg.location, f.staged), "r") as source:
                     tables.append(pa.ipc.open_file(source).read_all())
+        tables = [t for t in tables if t.num_rows]
         if not tables:
             return None
+        # Tasks that hold disjoint stretches of time (one source partition each, or windows
+        # by key) concatenate in order, and the sort below finds nothing to do.
+        tables.sort(key=lambda t: t.column(ROWTIME)[0].value)
         table = pa.concat_tables(tables, promote_options="none") if len(tables) > 1 else tables[0]
         if table.num_rows == 0:
             return None
