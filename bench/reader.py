@@ -12,6 +12,11 @@ Parquet reads the same rows as files, one per stream partition, with the rowtime
 TIMESTAMP column; it does no ordering at all, so the ratio is the price of the guarantees.
 Targets: ratio >= 0.7 (reject) and >= 0.5 (adjust).
 
+A third source, ``floor``, is the cheapest any Python data source can be: it hands Spark the
+same rows straight from the log as Arrow batches, with no planning and no policy. What it
+costs beside Parquet is Spark's (a Python worker per task, Arrow over a socket, rows built in
+the JVM), not this reader's.
+
 Run: ``./dev bench reader [--rows N] [--repeat R] [--dir PATH]``. The reader's micro-batch
 durations (``latestOffset`` = planning on the driver, ``addBatch`` = reading on the executors)
 are printed beside the rates, so a miss says where the time went.
@@ -29,8 +34,10 @@ from typing import Any
 
 import numpy as np
 import pyarrow as pa
+import pyarrow.compute as pc
 import pyarrow.parquet as pq
 from pyspark.sql import SparkSession
+from pyspark.sql.datasource import DataSource, DataSourceStreamReader, InputPartition
 
 import pyspark_rowtime as pr
 
@@ -88,6 +95,57 @@ def write_data(root: str, rows: int, jitter: bool) -> tuple[str, str]:
     return stream, parquet
 
 
+class FloorSource(DataSource):
+    """The same rows as ``format("rowtime")`` (bounds left out), moved as Arrow and nothing
+    else: one micro-batch, one task per stream partition."""
+
+    @classmethod
+    def name(cls) -> str:
+        return "rowtime_floor"
+
+    def schema(self) -> str:
+        return "id BIGINT, v DOUBLE, s STRING, rowtime TIMESTAMP, is_bound BOOLEAN"
+
+    def streamReader(self, schema: Any) -> DataSourceStreamReader:
+        return FloorReader(self.options["path"])
+
+
+class FloorReader(DataSourceStreamReader):
+    def __init__(self, path: str) -> None:
+        self.path = path
+
+    def initialOffset(self) -> dict:
+        return {"read": False}
+
+    def latestOffset(self) -> dict:
+        return {"read": True}
+
+    def partitions(self, start: dict, end: dict) -> list[InputPartition]:
+        return [InputPartition(p) for p in range(PARTITIONS)]
+
+    def commit(self, end: dict) -> None:
+        pass
+
+    def read(self, partition: InputPartition) -> Any:
+        from pyspark_rowtime.streams.log import open_stream
+
+        stream = open_stream(self.path)
+        p = partition.value
+        table = stream.read(p, 0, stream.end_offset(p))
+        table = table.filter(pc.invert(table.column("__is_bound")))
+        rowtime = table.column("__rowtime_us").cast(pa.int64()).combine_chunks()
+        out = pa.table(
+            {
+                "id": table.column("id"),
+                "v": table.column("v"),
+                "s": table.column("s"),
+                "rowtime": rowtime.view(pa.timestamp("us", tz="UTC")),
+                "is_bound": pa.array(np.zeros(table.num_rows, dtype=bool)),
+            }
+        )
+        yield from out.to_batches(max_chunksize=1 << 16)
+
+
 def drain(spark: SparkSession, df: Any, root: str) -> tuple[float, dict[str, int]]:
     """Seconds to drain ``df`` with availableNow into noop, and the summed batch durations."""
     checkpoint = os.path.join(root, "checkpoints", uuid.uuid4().hex)
@@ -133,6 +191,7 @@ def main() -> None:
         .getOrCreate()
     )
     spark.sparkContext.setLogLevel("ERROR")
+    spark.dataSource.register(FloorSource)
     schema = "id BIGINT, v DOUBLE, s STRING, rowtime TIMESTAMP"
     targets = {"reject": 0.7, "adjust": 0.5}
     options = {
@@ -158,11 +217,19 @@ def main() -> None:
                     r = r.option(k, v)
                 return r.load(stream)
 
+            def floor_df(stream: str = stream) -> Any:
+                return spark.readStream.format("rowtime_floor").load(stream)
+
             pq_s, _ = best(spark, parquet_df, root, args.repeat)
+            floor_s, _ = best(spark, floor_df, root, args.repeat)
             rt_s, d = best(spark, rowtime_df, root, args.repeat)
             ratio = pq_s / rt_s
             verdict = "ok" if ratio >= targets[case] else "MISS"
             print(f"{case:<10}{'parquet':<10}{pq_s:9.2f}{args.rows / pq_s / 1e6:10.2f}")
+            print(
+                f"{case:<10}{'floor':<10}{floor_s:9.2f}{args.rows / floor_s / 1e6:10.2f}"
+                f"{pq_s / floor_s:7.2f}"
+            )
             print(
                 f"{case:<10}{'rowtime':<10}{rt_s:9.2f}{args.rows / rt_s / 1e6:10.2f}"
                 f"{ratio:7.2f}{targets[case]:>8} {verdict}   "

@@ -200,15 +200,17 @@ class Planner:
             return None
         policy = self.cfg.policy
         windows = [self.window(p, st.scan, ends[p]) for p, st in enumerate(pos.partitions)]
-        wheres = [where_of(self.cfg, p) for p in range(len(windows))]
-        ends_ = [
-            end_scan(policy, st, w.t, w.is_bound, where)
-            for st, w, where in zip(pos.partitions, windows, wheres, strict=True)
+        parts = list(zip(pos.partitions, windows, strict=True))
+        wheres = [where_of(self.cfg, p) for p in range(len(parts))]
+        at_end = [
+            end_scan(policy, st, win.t, win.is_bound, where)
+            for (st, win), where in zip(parts, wheres, strict=True)
         ]
-        clock = stream_clock(ends_, pos.clock_us)
+        clock = stream_clock(at_end, pos.clock_us)
         states = []
-        for st, w, where in zip(pos.partitions, windows, wheres, strict=True):
-            *_, (_, last) = classify_pieces(policy, st, w.t, w.is_bound, pos.clock_us, clock, where)
+        for (st, win), where in zip(parts, wheres, strict=True):
+            pieces = classify_pieces(policy, st, win.t, win.is_bound, pos.clock_us, clock, where)
+            *_, (_, last) = pieces
             states.append(last.state)
         new = StreamPosition(clock, states)
         for p, state in enumerate(new.partitions):

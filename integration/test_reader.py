@@ -409,8 +409,8 @@ def test_sdp_examples_come_out_of_spark_as_the_spec_table_says(
     location = sdp_stream(tmp_path / "sdp")
     options = {"order": "adjust", "adjust.unit": unit, "adjust.range": range_}
 
-    # One record per micro-batch: held rows cross batch boundaries, carried by the offsets.
-    run = run_available_now(reader(spark, location, maxRowsPerBatch=1, **options), tmp_path / "ck")
+    # Two records per micro-batch: held rows cross batch boundaries, carried by the offsets.
+    run = run_available_now(reader(spark, location, maxRowsPerBatch=2, **options), tmp_path / "ck")
     check_batches(run)
     assert names_and_rowtimes(run.records) == rows
     assert run.bounds[-1] == END_OF_STREAM_US
