@@ -9,6 +9,7 @@ from pathlib import Path
 
 import pyarrow as pa
 import pytest
+from clocks import T0, FakeClock
 from pyspark_rowtime.bounds.bounds import END_OF_STREAM_US
 from pyspark_rowtime.bounds.errors import (
     CorruptLogError,
@@ -34,20 +35,6 @@ from pyspark_rowtime.api import (
     read_stream,
     register_bound_source,
 )
-
-T0 = 1_700_000_000_000_000  # 2023-11-14T22:13:20Z in microseconds
-
-
-class FakeClock:
-    """Arrival clock driven by the test: returns ``now`` and then advances it by ``step``."""
-
-    def __init__(self, now: int = T0, step: int = 1) -> None:
-        self.now, self.step = now, step
-
-    def __call__(self) -> int:
-        value = self.now
-        self.now += self.step
-        return value
 
 
 def snapshot(path: Path) -> dict[str, bytes]:

@@ -10,6 +10,7 @@ from decimal import Decimal
 import numpy as np
 import pyarrow as pa
 import pytest
+from clocks import T0, FakeClock
 from pyspark_rowtime.bounds.bounds import END_OF_STREAM_US
 from pyspark_rowtime.bounds.errors import (
     BoundError,
@@ -26,21 +27,10 @@ from pyspark_rowtime.streams.log import ARRIVAL, IS_BOUND, ROWTIME, open_stream
 
 from pyspark_rowtime.api import create_stream, open_writer, read_stream
 
-T0 = 1_700_000_000_000_000
 UTC = dt.timezone.utc
 JAN1 = dt.datetime(2024, 1, 1, tzinfo=UTC)
 JAN1_US = 1_704_067_200_000_000
 UTC_US = pa.timestamp("us", tz="UTC")
-
-
-class FakeClock:
-    def __init__(self, now: int = T0, step: int = 1) -> None:
-        self.now, self.step = now, step
-
-    def __call__(self) -> int:
-        value = self.now
-        self.now += self.step
-        return value
 
 
 def at(t_us: int) -> dt.datetime:
