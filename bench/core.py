@@ -7,9 +7,9 @@ Run: ./dev bench core [--rows N]
 from __future__ import annotations
 
 import argparse
-import time
 
 import numpy as np
+from benchutil import best_of
 from pyspark_rowtime.bounds.plan import StreamPosition, step
 from pyspark_rowtime.bounds.policies import (
     AdjustPolicy,
@@ -18,15 +18,6 @@ from pyspark_rowtime.bounds.policies import (
     RejectPolicy,
     scan_partition,
 )
-
-
-def best_of(fn, repeat: int = 3) -> float:
-    best = float("inf")
-    for _ in range(repeat):
-        t0 = time.perf_counter()
-        fn()
-        best = min(best, time.perf_counter() - t0)
-    return best
 
 
 def one_step(policy: Policy, t: np.ndarray, b: np.ndarray) -> None:

@@ -16,24 +16,15 @@ import os
 import shutil
 import tempfile
 import time
-from collections.abc import Callable
 
 import numpy as np
 import pyarrow as pa
+from benchutil import best_of
 from pyspark_rowtime.streams.log import ARRIVAL, IS_BOUND, ROWTIME, SEGMENT_RE, open_stream
 
 from pyspark_rowtime.api import create_stream, open_writer
 
 SCHEMA = "id BIGINT, price DOUBLE, qty INT, name STRING"
-
-
-def best_of(fn: Callable[[], object], repeat: int) -> float:
-    best = float("inf")
-    for _ in range(repeat):
-        t0 = time.perf_counter()
-        fn()
-        best = min(best, time.perf_counter() - t0)
-    return best
 
 
 def make_table(n: int) -> pa.Table:

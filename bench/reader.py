@@ -36,6 +36,7 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 import pyarrow.parquet as pq
+from benchutil import spark_session
 from pyspark.sql import SparkSession
 from pyspark.sql.datasource import DataSource, DataSourceStreamReader, InputPartition
 
@@ -181,16 +182,7 @@ def main() -> None:
     args = ap.parse_args()
     base = args.dir or tempfile.mkdtemp(prefix="bench-reader-")
 
-    spark = (
-        SparkSession.builder.master("local[2]")
-        .appName("bench-reader")
-        .config("spark.ui.enabled", "false")
-        .config("spark.sql.shuffle.partitions", "2")
-        .config("spark.sql.session.timeZone", "UTC")
-        .config("spark.driver.memory", "4g")
-        .getOrCreate()
-    )
-    spark.sparkContext.setLogLevel("ERROR")
+    spark = spark_session("bench-reader")
     spark.dataSource.register(FloorSource)
     schema = "id BIGINT, v DOUBLE, s STRING, rowtime TIMESTAMP"
     targets = {"reject": 0.7, "adjust": 0.5}

@@ -35,7 +35,8 @@ from typing import Any
 
 import numpy as np
 import pyarrow as pa
-from pyspark.sql import DataFrame, SparkSession
+from benchutil import spark_session
+from pyspark.sql import DataFrame
 from pyspark.sql.datasource import DataSource, DataSourceStreamArrowWriter, WriterCommitMessage
 
 import pyspark_rowtime as pr
@@ -125,17 +126,7 @@ def main() -> None:
     ap.add_argument("--dir", default=None, help="where to write the data (default: a temp dir)")
     args = ap.parse_args()
     base = args.dir or tempfile.mkdtemp(prefix="bench-sink-")
-    spark = (
-        SparkSession.builder.master("local[2]")
-        .appName("bench-sink")
-        .config("spark.ui.enabled", "false")
-        .config("spark.ui.showConsoleProgress", "false")
-        .config("spark.sql.shuffle.partitions", "2")
-        .config("spark.sql.session.timeZone", "UTC")
-        .config("spark.driver.memory", "4g")
-        .getOrCreate()
-    )
-    spark.sparkContext.setLogLevel("ERROR")
+    spark = spark_session("bench-sink")
     spark.dataSource.register(PythonNoop)
     cases: dict[str, tuple[str, dict[str, str]]] = {
         "parquet": ("parquet", {}),
