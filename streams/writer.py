@@ -533,37 +533,26 @@ class Writer:
                         i = int(np.flatnonzero(late)[0])
                         self._late(int(rt[i]), int(before[i]), False, index=i)
                 rowtime_arr = pa.array(rt, type=pa.int64())
-                stats = SegmentStats(
-                    first=0,
-                    count=n,
-                    rows=n,
-                    bounds=0,
-                    clock_us=max(top, clock),
-                    last_arrival_us=arrival,
-                    min_rowtime_us=int(rt.min()),
-                    max_rowtime_us=top,
-                    max_skew_us=arrival - int(rt.min()),
-                    last_row_arrival_us=arrival,
-                    last_row_rowtime_us=int(rt[-1]),
-                )
+                low, last = int(rt.min()), int(rt[-1])
             else:
                 top = arrival
                 if check_late and arrival < clock:
                     self._late(arrival, clock, True, index=0)
                 rowtime_arr = pa.nulls(n, pa.int64())
-                stats = SegmentStats(
-                    first=0,
-                    count=n,
-                    rows=n,
-                    bounds=0,
-                    clock_us=max(top, clock),
-                    last_arrival_us=arrival,
-                    min_rowtime_us=arrival,
-                    max_rowtime_us=arrival,
-                    max_skew_us=0,
-                    last_row_arrival_us=arrival,
-                    last_row_rowtime_us=arrival,
-                )
+                low = last = arrival
+            stats = SegmentStats(
+                first=0,
+                count=n,
+                rows=n,
+                bounds=0,
+                clock_us=max(top, clock),
+                last_arrival_us=arrival,
+                min_rowtime_us=low,
+                max_rowtime_us=top,
+                max_skew_us=arrival - low,
+                last_row_arrival_us=arrival,
+                last_row_rowtime_us=last,
+            )
             system = [
                 _constant_int64(n, arrival),
                 pa.chunked_array([rowtime_arr]),
