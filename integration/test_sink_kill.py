@@ -102,9 +102,12 @@ def where_it_died(work: Path) -> str:
     out = SinkState(str(work / "out"))
     latest = out.latest()
     if latest is not None and (work / "out" / "_stream.json").exists():
-        end = open_stream(work / "out").end_offset(0)
-        if end < latest["start"] + latest["records"]:
-            notes.append(f"stream: intent of batch {latest['batch']} not yet appended")
+        stream = open_stream(work / "out")
+        for part in latest["parts"]:
+            records = part["rows"] + (part["bound_us"] is not None)
+            if stream.end_offset(part["partition"]) < part["start"] + records:
+                notes.append(f"stream: intent of batch {latest['batch']} not yet appended")
+                break
     pq = SinkState(str(work / "pq"))
     latest = pq.latest()
     applied = read_json(os.path.join(pq.root, CLOCK_FILE)) or {}

@@ -40,6 +40,10 @@ SINK_OPTIONS: dict[str, str] = {
         "or watermark (the watermark each batch ran with; the default without is_bound)"
     ),
     "compression": "snappy (default), zstd, gzip, lz4 or none: the codec of a parquet target",
+    "partitions": (
+        "a whole number from 1 to 10000: the partitions of a new stream target (default: one per "
+        "write task of the first batch with clock=bounds, 1 with clock=watermark)"
+    ),
     "checkpointlocation": "the query's checkpoint folder (Spark's own option)",
 }
 
@@ -77,6 +81,7 @@ class SinkConfig:
     granularity: str = "hour"
     compression: str = "snappy"
     checkpoint: str | None = None
+    partitions: int | None = None
 
     @property
     def granularity_us(self) -> int:
@@ -181,6 +186,19 @@ def parse_sink_options(
                 f"option {extra[0]} applies to target=parquet only; a rowtime stream target "
                 "keeps records in the log. Set option target=parquet or remove it"
             )
+    elif "partitions" in given:
+        raise OptionError(
+            "option partitions applies to target=stream only; a parquet target is partitioned "
+            "by time (option granularity). Remove it"
+        )
+    partitions = None
+    if "partitions" in given:
+        try:
+            partitions = int(given["partitions"].strip())
+        except ValueError:
+            raise _bad("partitions", given["partitions"]) from None
+        if not 1 <= partitions <= 10_000:
+            raise _bad("partitions", given["partitions"])
 
     default_clock = "bounds" if has_is_bound else "watermark"
     clock = given.get("clock", default_clock).strip().lower()
@@ -216,4 +234,5 @@ def parse_sink_options(
         granularity=granularity,
         compression=compression,
         checkpoint=checkpoint,
+        partitions=partitions,
     )

@@ -203,7 +203,8 @@ class ParquetTarget:
         cfg = self.cfg
         if os.path.exists(cfg.location) and not os.path.isdir(cfg.location):
             raise OptionError(f"option path={cfg.location!r}: a file is in the way of a folder")
-        if os.path.isfile(os.path.join(cfg.location, "_stream.json")):
+        stream_kind = (self.state.read_target() or {}).get("kind") == "stream"
+        if stream_kind or os.path.isfile(os.path.join(cfg.location, "_stream.json")):
             raise OptionError(
                 f"option path={cfg.location!r} is a rowtime stream; target=parquet writes a "
                 "folder of Parquet files: choose another path, or write to the stream with "

@@ -1,33 +1,53 @@
 """A rowtime-stream target: a query's output appended to a stream, exactly once, with bounds.
 
-The target is a stream of the embedded log (created if absent, with the query's payload
-columns: its columns minus ``rowtime`` and ``is_bound``; one partition). Data rows are appended
-with their ``rowtime`` as explicit rowtime, in rowtime order; the batch's clock (bound records
-or watermark, :mod:`sink.clock`) becomes a bound record after them, so a query reading the
-target sees the same progress (SQLstream pumps pass bounds on the same way).
+The target is a stream of the embedded log with the query's payload columns (its columns minus
+``rowtime`` and ``is_bound``). Data rows are appended with their ``rowtime`` as explicit
+rowtime, each partition in rowtime order; the batch's clock (bound records or watermark,
+:mod:`sink.clock`) becomes a bound record after them in every partition it moves, so a query
+reading the target sees the same progress (SQLstream pumps pass bounds on the same way).
 
-**Two-phase commit.** ``write()`` (executors) stages the task's data rows as an Arrow IPC file
-under ``<stream>/_rowtime_sink/staging/<batch>/``. ``commit()`` (driver, another process) takes
-the partition's writer lock (one writer per partition: a flock that dies with its process) and:
+**Partitions.** A new target gets option ``partitions``, or by default one partition per write
+task of its first batch with ``clock=bounds`` (a pass-through query keeps its source's
+partitioning: task ``i`` writes partition ``i``) and one with ``clock=watermark`` (windowed
+results: one ordered stream of windows). It is created by that first commit. Task ``i`` writes
+partition ``i mod partitions``.
 
-1. looks for the batch's manifest entry, an *intent* that records where the batch starts in
-   the partition (``start``) and how many records it appends (``records``). If the partition
-   already holds ``start + records`` records, the batch was appended: a replay is a no-op. If
-   it holds exactly ``start``, a crash came between intent and append: do it again;
-2. otherwise reads the staged files, sorts the rows by rowtime (stable), writes the intent
-   (atomic, fsync'd) and appends rows plus bound as **one segment**: the log makes a segment
-   durable and visible whole or not at all, so a batch is never half in the target.
+**The data moves once, on the executors.** ``write()`` sorts the task's rows by rowtime (a
+pass-through query's rows already are) and stages them, in runs of up to :data:`RUN_BYTES`,
+as files already in the log's segment format: system columns, payload, and footer statistics
+that continue the partition the task writes for (first offset, clock, arrival), each file
+fsync'd. When that partition has not moved meanwhile, which is the normal case since the query
+alone writes the target, the driver's ``commit()`` publishes the files as the partition's next
+segments by a hard link: no record is copied or even read on the driver. Only when several
+tasks share a partition (more tasks than partitions) or a task's files do not continue it
+(its rows would go below the partition's clock) does the driver merge those tasks' rows and
+write them anew (``merge``).
 
-The target stream belongs to the query: another writer appending between a crash and the replay
-would make the replay's check ambiguous, so adapters should write elsewhere.
+**Two-phase commit.** ``commit()`` (driver, another process) takes every partition's writer
+lock (a flock that dies with its process) and, for a batch it has not seen:
 
-The target's clock is the stream's clock (the log's: highest bound or row), read with
+1. plans the batch: which tasks go to which partition, ``link`` or ``merge``, and where each
+   partition's part starts (``start``), how many data rows it appends and whether a bound
+   follows; that plan is the batch's manifest entry, its *intent*, written atomically and
+   fsync'd before anything is appended, naming the staged files it uses;
+2. carries the plan out, partition by partition.
+
+A replay (Spark restarts and re-runs the batch) finds the intent: its write tasks stage
+nothing, and its commit carries out what the intent left undone, from the files the intent
+names (they are removed only once the batch is wholly applied). How far a partition got is its
+end offset minus ``start``: links are made file by file in order and a merge appends rows and
+bound as one segment, so every crash point leaves a prefix of the plan. A partition that holds
+more than its part says, or stops inside a file, was written by someone else meanwhile: the
+target belongs to the query, so adapters should write elsewhere.
+
+The target's clock is the stream's clock (the minimum of its partitions' clocks), read with
 ``get_rowtime_bound(path)`` like any stream's. A row below it fails the batch (the promise was
 made), before anything is written.
 """
 
 from __future__ import annotations
 
+import functools
 import os
 import shutil
 import uuid
@@ -37,22 +57,41 @@ from typing import Any
 import numpy as np
 import pyarrow as pa
 
+from ..bounds.bounds import merge_clock
 from ..bounds.errors import CorruptLogError, LateRowError, OptionError, SchemaError
 from ..streams.ddl import to_ddl
-from ..streams.log import Stream, create_stream, open_stream
+from ..streams.log import (
+    ARRIVAL,
+    IS_BOUND,
+    SYSTEM_COLUMNS,
+    SegmentStats,
+    Stream,
+    create_stream,
+    open_stream,
+    segment_schema,
+    write_segment_file,
+)
+from ..streams.log import (
+    ROWTIME as LOG_ROWTIME,
+)
 from ..streams.meta import payload_schema, read_meta
-from ..streams.writer import Writer
+from ..streams.writer import Writer, constant_int64, wall_clock_us
 from .layout import SINK_DIR, SinkState, batch_name, wait_for_lock
 from .options import ROWTIME, SinkConfig
 from .task import RowSplitter, StagedFile, TaskInfo, TaskReport, as_datetime, iso
 
 __all__ = ["StreamTarget"]
 
-#: The writer buffers the whole batch and flushes it once: one batch is one segment.
+KIND = "stream"
+#: The format of this target's manifest entries (the intent of each batch).
+ENTRY_FORMAT = 2
+#: A staged run (and so a segment of the target) holds at most about this many bytes ...
+RUN_BYTES = 128 << 20
+#: ... and this many rows.
+RUN_ROWS = 1 << 23
+#: The writer buffers a merged part and flushes it once: rows and bound are one segment.
 _NO_AUTO_FLUSH = 1 << 62
-#: Rows per staged record batch. Spark hands write() batches of 10,000 rows; gathering rows
-#: across thousands of tiny chunks makes the commit's sort several times slower.
-STAGE_BATCH_ROWS = 1 << 20
+_NO_CLOCK = -(2**63)
 
 
 def _compatible(stream_schema: pa.Schema, query_schema: pa.Schema) -> str | None:
@@ -70,6 +109,126 @@ def _compatible(stream_schema: pa.Schema, query_schema: pa.Schema) -> str | None
     return None
 
 
+def _is_sorted(rt: np.ndarray) -> bool:
+    return len(rt) < 2 or bool(np.all(rt[1:] >= rt[:-1]))
+
+
+class _Runs:
+    """One task's data rows, staged as sorted runs in the target's segment format.
+
+    The footer of each run continues partition ``partition`` from offset ``first`` and clock
+    ``base_clock_us`` as if the runs before it had been appended; :attr:`ordered` says whether
+    they really do continue one another (each run starts at or after the last rowtime of the
+    one before). Memory: one run at a time.
+    """
+
+    def __init__(
+        self,
+        target: StreamTarget,
+        info: TaskInfo,
+        file_schema: pa.Schema,
+        first: int,
+        base_clock_us: int | None,
+        arrival_us: int,
+    ) -> None:
+        self.target = target
+        self.info = info
+        self.file_schema = file_schema
+        self.next_first = first
+        self.clock = _NO_CLOCK if base_clock_us is None else base_clock_us
+        self.arrival = arrival_us
+        self.files: list[StagedFile] = []
+        self.ordered = True
+        self._top: int | None = None  # the last rowtime of the runs written
+        self._pending: list[pa.RecordBatch] = []
+        self._rows = 0
+        self._bytes = 0
+        self._sorted = True  # the pending rows are in rowtime order
+        self._last: int | None = None  # the last pending rowtime, while sorted
+        self._folder = os.path.join(
+            target.cfg.location, SINK_DIR, "staging", batch_name(info.batch_id)
+        )
+        self._payload = list(file_schema)[len(SYSTEM_COLUMNS) :]
+
+    def add(self, data: pa.RecordBatch, rt: np.ndarray) -> None:
+        if self._sorted and (
+            (self._last is not None and int(rt[0]) < self._last) or not _is_sorted(rt)
+        ):
+            self._sorted = False
+        self._last = int(rt[-1])
+        self._pending.append(data)
+        self._rows += data.num_rows
+        self._bytes += data.nbytes
+        if self._bytes >= RUN_BYTES or self._rows >= RUN_ROWS:
+            self._write_run()
+
+    def close(self) -> list[StagedFile]:
+        if self._pending:
+            self._write_run()
+        return self.files
+
+    def discard(self) -> None:
+        for f in self.files:
+            try:
+                os.unlink(os.path.join(self.target.cfg.location, f.staged))
+            except FileNotFoundError:
+                pass
+        self.files = []
+
+    def _write_run(self) -> None:
+        table = pa.Table.from_batches(self._pending).combine_chunks()
+        self._pending, self._rows, self._bytes = [], 0, 0
+        rowtime = table.column(ROWTIME).cast(pa.int64())
+        rt = rowtime.to_numpy()
+        if not self._sorted:
+            order = np.argsort(rt, kind="stable")
+            table = table.take(pa.array(order))
+            rowtime = table.column(ROWTIME).cast(pa.int64())
+            rt = rt[order]
+        self._sorted, self._last = True, None
+        n = table.num_rows
+        lo, hi = int(rt[0]), int(rt[-1])
+        if self._top is not None and lo < self._top:
+            self.ordered = False
+        self._top = hi if self._top is None else max(hi, self._top)
+        self.clock = max(self.clock, hi)
+        stats = SegmentStats(
+            first=self.next_first,
+            count=n,
+            rows=n,
+            bounds=0,
+            clock_us=self.clock,
+            last_arrival_us=self.arrival,
+            min_rowtime_us=lo,
+            max_rowtime_us=hi,
+            max_skew_us=self.arrival - lo,
+            last_row_arrival_us=self.arrival,
+            last_row_rowtime_us=hi,
+        )
+        columns: list[Any] = [
+            constant_int64(n, self.arrival),
+            rowtime,
+            pa.chunked_array([pa.array(np.zeros(n, dtype=np.bool_))]),
+        ]
+        for f in self._payload:
+            col = table.column(f.name)
+            columns.append(col if col.type == f.type else col.cast(f.type))
+        rel = os.path.join(
+            SINK_DIR,
+            "staging",
+            batch_name(self.info.batch_id),
+            f"{self.info.task:05d}-{self.info.attempt}-{uuid.uuid4().hex[:12]}.arrow",
+        )
+        os.makedirs(self._folder, exist_ok=True)
+        path = os.path.join(self.target.cfg.location, rel)
+        # Listed first, so that discard() removes a half-written file too.
+        self.files.append(StagedFile(staged=rel, rows=n, first=self.next_first))
+        write_segment_file(
+            path, stats, self.file_schema, [pa.Table.from_arrays(columns, schema=self.file_schema)]
+        )
+        self.next_first += n
+
+
 class StreamTarget:
     """The rowtime-stream target of one query. Holds only picklable configuration."""
 
@@ -78,129 +237,102 @@ class StreamTarget:
         self.state = SinkState(cfg.location)
         self.where = f"target stream {cfg.location}"
 
-    def _stream(self) -> Stream:
+    def _stream(self) -> Stream | None:
+        """The target stream, or None before the first commit created it."""
+        if read_meta(self.cfg.location) is None:
+            return None
         return open_stream(self.cfg.location)
+
+    def _payload(self) -> pa.Schema:
+        try:
+            return payload_schema(self.cfg.payload_schema)
+        except SchemaError as e:
+            raise SchemaError(f"{self.where}: the query's payload cannot be a stream: {e}") from e
+
+    def _new_partitions(self, tasks: int) -> int:
+        """How many partitions a target created now gets (see the module's docstring)."""
+        if self.cfg.partitions is not None:
+            return self.cfg.partitions
+        return 1 if self.cfg.clock == "watermark" else max(1, tasks)
 
     # -- driver, when the query starts --------------------------------------------------------
 
     def prepare(self) -> None:
-        """Create the stream if absent; check an existing one can take the query's rows."""
+        """Check an existing stream can take the query's rows (a new one is created by the
+        first commit, when the number of write tasks is known)."""
         cfg = self.cfg
-        try:
-            wanted = payload_schema(cfg.payload_schema)
-        except SchemaError as e:
-            raise SchemaError(f"{self.where}: the query's payload cannot be a stream: {e}") from e
-        if read_meta(cfg.location) is None:
-            if os.path.isdir(os.path.join(cfg.location, SINK_DIR)):
+        wanted = self._payload()
+        stream = self._stream()
+        if stream is None and os.path.isdir(os.path.join(cfg.location, SINK_DIR)):
+            kind = (self.state.read_target() or {}).get("kind")
+            if kind != KIND:
                 raise OptionError(
                     f"option path={cfg.location!r} holds a parquet target of this sink; "
                     "target=stream writes a rowtime stream: choose another path"
                 )
-            stream = create_stream(cfg.location, wanted, 1)
-        else:
-            stream = self._stream()
-        why = _compatible(stream.meta.payload_schema, wanted)
-        if why is not None:
-            raise SchemaError(
-                f"{self.where} cannot take this query's rows: {why}. Write to a new path, or "
-                f"select columns matching the stream's ({to_ddl(stream.meta.payload_schema)})"
-            )
-        if stream.meta.partitions != 1:
-            raise OptionError(
-                f"{self.where} has {stream.meta.partitions} partitions; the sink writes a stream "
-                "of one partition (its clock is the query's): write to a new path"
-            )
-        self.state.ensure()
+        if stream is not None:
+            why = _compatible(stream.meta.payload_schema, wanted)
+            if why is not None:
+                raise SchemaError(
+                    f"{self.where} cannot take this query's rows: {why}. Write to a new path, "
+                    f"or select columns matching the stream's "
+                    f"({to_ddl(stream.meta.payload_schema)})"
+                )
+            have = stream.meta.partitions
+            if cfg.partitions is not None and cfg.partitions != have:
+                raise OptionError(
+                    f"option partitions={cfg.partitions} is for a new target, and {self.where} "
+                    f"already has {have} partitions: remove the option, or write to a new path"
+                )
+        self.state.define_target({"kind": KIND})
 
     # -- executors ----------------------------------------------------------------------------
 
-    def _applied(self, entry: dict[str, Any], end: int) -> bool:
-        start, records = int(entry["start"]), int(entry["records"])
-        if end >= start + records:
-            return True
-        if end != start:
-            raise CorruptLogError(
-                f"{self.where}: batch {entry['batch']} was to append records [{start}, "
-                f"{start + records}) but the partition holds {end}: another writer appended "
-                "to the target meanwhile; the target stream must be written by the query alone"
-            )
-        return False
-
     def write(self, info: TaskInfo, batches: Iterable[pa.RecordBatch]) -> TaskReport:
-        """Stage this task's data rows as one Arrow IPC file (in arrival order, in record
-        batches of up to :data:`STAGE_BATCH_ROWS` rows)."""
-        stream = self._stream()
-        entry = self.state.entry(info.batch_id)
-        if entry is not None and self._applied(entry, stream.end_offset(0)):
-            for _ in batches:  # a replay of a committed batch: nothing to stage
+        """Stage this task's data rows as sorted runs in the segment format (see the module's
+        docstring); nothing when the batch already has an intent (a replay)."""
+        if self.state.entry(info.batch_id) is not None:
+            for _ in batches:  # the commit carries out the intent from its own files
                 pass
             return TaskReport(info=info, skipped=True)
-        splitter = RowSplitter(self.cfg, info, stream.clock_us(0), self.where)
-        rel = os.path.join(
-            SINK_DIR,
-            "staging",
-            batch_name(info.batch_id),
-            f"{info.task:05d}-{info.attempt}-{uuid.uuid4().hex[:12]}.arrow",
-        )
-        path = os.path.join(self.cfg.location, rel)
-        writer = None
-        pending: list[pa.RecordBatch] = []
-        pending_rows = 0
+        stream = self._stream()
+        if stream is None:  # the first commit creates it, with this many partitions
+            partitions = self.cfg.partitions or (1 if self.cfg.clock == "watermark" else None)
+            partition = info.task if partitions is None else info.task % partitions
+            first, base_clock, last_arrival, floor = 0, None, None, None
+            file_schema = segment_schema(self._payload())
+        else:
+            partition = info.task % stream.meta.partitions
+            chain = stream.segments(partition)
+            last = stream.stats(chain[-1]) if chain else None
+            first = 0 if last is None else last.end
+            base_clock = None if last is None else last.clock_us
+            last_arrival = None if last is None else last.last_arrival_us
+            floor = stream.stream_clock_us()
+            file_schema = stream.file_schema
+        arrival = wall_clock_us()
+        if last_arrival is not None:
+            arrival = max(arrival, last_arrival)
+        splitter = RowSplitter(self.cfg, info, floor, self.where)
+        runs = _Runs(self, info, file_schema, first, base_clock, arrival)
         try:
             for batch in batches:
                 split = splitter.split(batch)
-                if split is None:
-                    continue
-                data, _ = split
-                if writer is None:
-                    os.makedirs(os.path.dirname(path), exist_ok=True)
-                    writer = pa.ipc.new_file(path, data.schema)
-                pending.append(data)
-                pending_rows += data.num_rows
-                if pending_rows >= STAGE_BATCH_ROWS:
-                    writer.write_table(pa.Table.from_batches(pending).combine_chunks())
-                    pending, pending_rows = [], 0
-            if writer is not None:
-                if pending:
-                    writer.write_table(pa.Table.from_batches(pending).combine_chunks())
-                writer.close()
+                if split is not None:
+                    runs.add(*split)
+            files = runs.close()
         except BaseException:
-            if writer is not None:
-                try:
-                    writer.close()
-                except Exception:
-                    pass
-            try:
-                os.unlink(path)
-            except FileNotFoundError:
-                pass
+            runs.discard()
             raise
         report = splitter.report()
-        if writer is not None:
-            report.files = [StagedFile(staged=rel, rows=report.rows)]
+        report.files = files
+        report.partition = partition
+        report.base_clock_us = base_clock
+        report.arrival_us = arrival
+        report.ordered = runs.ordered
         return report
 
     # -- driver, per batch --------------------------------------------------------------------
-
-    def _rows(self, reports: Sequence[TaskReport]) -> pa.Table | None:
-        tables = []
-        for report in reports:
-            for f in report.files:
-                with pa.memory_map(os.path.join(self.cfg.location, f.staged), "r") as source:
-                    tables.append(pa.ipc.open_file(source).read_all())
-        tables = [t for t in tables if t.num_rows]
-        if not tables:
-            return None
-        # Tasks that hold disjoint stretches of time (one source partition each, or windows
-        # by key) concatenate in order, and the sort below finds nothing to do.
-        tables.sort(key=lambda t: t.column(ROWTIME)[0].value)
-        table = pa.concat_tables(tables, promote_options="none") if len(tables) > 1 else tables[0]
-        if table.num_rows == 0:
-            return None
-        rt = table.column(ROWTIME).cast(pa.int64()).to_numpy()
-        if len(rt) > 1 and not bool(np.all(rt[1:] >= rt[:-1])):
-            table = table.take(pa.array(np.argsort(rt, kind="stable")))
-        return table
 
     def commit(
         self, reports: Sequence[TaskReport], batch_id: int, candidate_us: int | None
@@ -208,86 +340,223 @@ class StreamTarget:
         """Append batch ``batch_id`` exactly once; returns its manifest entry (None when the
         batch appends nothing). ``candidate_us`` is the clock the batch would move to."""
         state = self.state
+        entry = state.entry(batch_id)
         stream = self._stream()
-        # Holds the partition's lock from here on (waiting while a killed driver's commit runner
-        # finishes). On any error the buffer is discarded (abort), never flushed: a batch is
-        # appended whole or not at all.
-        writer = wait_for_lock(
-            lambda: Writer(stream, 0, flush_records=_NO_AUTO_FLUSH, flush_bytes=_NO_AUTO_FLUSH)
-        )
+        if stream is None:
+            if entry is not None:
+                raise CorruptLogError(
+                    f"{self.where}: batch {batch_id} has an intent, and the stream is missing"
+                )
+            stream = create_stream(
+                self.cfg.location, self._payload(), self._new_partitions(len(reports))
+            )
+        # Every partition's lock, in order (waiting while a killed driver's commit runner
+        # finishes). On any error buffers are discarded (abort), never flushed.
+        writers: list[Writer] = []
+
+        def open_partition(p: int) -> Writer:
+            return Writer(stream, p, flush_records=_NO_AUTO_FLUSH, flush_bytes=_NO_AUTO_FLUSH)
+
         try:
-            entry = self._append(writer, reports, batch_id, candidate_us)
+            for p in range(stream.meta.partitions):
+                writers.append(wait_for_lock(functools.partial(open_partition, p)))
+            replayed = entry is not None
+            if entry is None:
+                entry = self._plan(writers, reports, batch_id, candidate_us)
+                if entry is not None:
+                    state.replace_entry(batch_id, entry)  # the intent, durable before anything
+            elif int(entry.get("format", 1)) != ENTRY_FORMAT:
+                raise CorruptLogError(
+                    f"{self.where}: batch {batch_id}'s manifest entry has format "
+                    f"{entry.get('format', 1)}; this version replays format {ENTRY_FORMAT}: "
+                    "finish the batch with the version that started it"
+                )
+            done = entry is None or not self._apply(writers, entry)
         except BaseException:
-            writer.abort()
+            for w in writers:
+                w.abort()
             raise
-        writer.close()
-        if entry is None or entry.get("replayed"):
-            state.clean_staging(batch_id)
-            return entry
-        state.prune()
+        for w in writers:
+            w.close()
+        if entry is not None and not (replayed and done):
+            state.prune()
         state.clean_staging(batch_id)
+        if entry is not None and replayed and done:
+            return {**entry, "replayed": True}
         return entry
 
-    def _append(
+    def _plan(
         self,
-        writer: Writer,
+        writers: Sequence[Writer],
         reports: Sequence[TaskReport],
         batch_id: int,
         candidate_us: int | None,
     ) -> dict[str, Any] | None:
-        state = self.state
-        end = writer.end_offset
-        done = state.entry(batch_id)
-        if done is not None and self._applied(done, end):
-            return {**done, "replayed": True}
-        clock = writer.clock_us
-        table = self._rows(reports)
-        rows = 0 if table is None else table.num_rows
-        after_rows = clock
-        if table is not None:
-            rt = table.column(ROWTIME).cast(pa.int64())
-            lo, hi = int(rt[0].as_py()), int(rt[-1].as_py())
-            if clock is not None and lo < clock:
+        """The intent of a batch not seen before (None when it appends nothing)."""
+        n = len(writers)
+        ends = [w.end_offset for w in writers]
+        clocks = [w.clock_us for w in writers]
+        stream_clock = merge_clock(clocks)
+        with_rows = sorted((r for r in reports if r.files), key=lambda r: r.info.task)
+        if with_rows:
+            low = min(r.min_rowtime_us for r in with_rows if r.min_rowtime_us is not None)
+            if stream_clock is not None and low < stream_clock:
                 raise LateRowError(
-                    f"{self.where}: batch {batch_id} has a row with rowtime {iso(lo)}, "
-                    f"below the stream's clock {iso(clock)}; nothing of the batch was written"
+                    f"{self.where}: batch {batch_id} has a row with rowtime {iso(low)}, "
+                    f"below the stream's clock {iso(stream_clock)}; nothing of the batch was "
+                    "written"
                 )
-            after_rows = hi if clock is None else max(hi, clock)
-        bound = candidate_us is not None and (after_rows is None or candidate_us > after_rows)
-        records = rows + int(bound)
-        if records == 0:
+        # Each task goes to the partition it wrote for, unless that partition's clock has
+        # passed its rows; then to the partition with the lowest clock (never above them).
+        floors = [_NO_CLOCK if c is None else c for c in clocks]
+        lowest = min(range(n), key=lambda q: (floors[q], q))
+        assigned: dict[int, list[TaskReport]] = {}
+        for r in with_rows:
+            p = r.partition if r.partition is not None and r.partition < n else r.info.task % n
+            assert r.min_rowtime_us is not None
+            if floors[p] > r.min_rowtime_us:
+                p = lowest
+            assigned.setdefault(p, []).append(r)
+        parts = []
+        after_all = []
+        for p, w in enumerate(writers):
+            rs = assigned.get(p, [])
+            rows = sum(r.rows for r in rs)
+            after = clocks[p]
+            for r in rs:
+                assert r.max_rowtime_us is not None
+                after = r.max_rowtime_us if after is None else max(after, r.max_rowtime_us)
+            bound = candidate_us is not None and (after is None or candidate_us > after)
+            after_all.append(candidate_us if bound else after)
+            if not rows and not bound:
+                continue
+            last_arrival = w.last_arrival_us
+            link = (
+                len(rs) == 1
+                and rs[0].ordered
+                and rs[0].partition == p
+                and rs[0].files[0].first == ends[p]
+                and rs[0].base_clock_us == clocks[p]
+                and rs[0].arrival_us is not None
+                and (last_arrival is None or rs[0].arrival_us >= last_arrival)
+            )
+            parts.append(
+                {
+                    "partition": p,
+                    "start": ends[p],
+                    "rows": rows,
+                    "bound_us": candidate_us if bound else None,
+                    "mode": "link" if link else "merge",
+                    "files": [[f.staged, f.rows] for r in rs for f in r.files],
+                }
+            )
+        if not parts:
             return None
-        new_clock = candidate_us if bound else after_rows
-        entry = {
+        new_clock = merge_clock(after_all)
+        return {
+            "format": ENTRY_FORMAT,
             "batch": batch_id,
             "query_id": _query_id(reports),
-            "start": end,
-            "records": records,
-            "rows": rows,
+            "rows": sum(p["rows"] for p in parts),
             "clock_us": new_clock,
             "clock": iso(new_clock),
-            "previous_clock_us": clock,
+            "previous_clock_us": stream_clock,
+            "parts": parts,
         }
-        # The intent, durable before the append.
-        state.replace_entry(batch_id, entry)
-        if table is not None:
-            writer.insert_arrow(table, rowtime_column=ROWTIME)
-        if bound:
-            assert candidate_us is not None
-            writer.set_rowtime_bound(as_datetime(candidate_us))
-        writer.flush()  # rows and bound: one segment, durable and visible as a whole
-        return entry
+
+    def _apply(self, writers: Sequence[Writer], entry: dict[str, Any]) -> bool:
+        """Carry out what the intent ``entry`` has not done yet; True if anything was left."""
+        did = False
+        for part in entry["parts"]:
+            p, start, rows = int(part["partition"]), int(part["start"]), int(part["rows"])
+            bound = part["bound_us"]
+            records = rows + (bound is not None)
+            if p >= len(writers):
+                raise CorruptLogError(
+                    f"{self.where}: batch {entry['batch']} was to append to partition {p}, and "
+                    f"the stream has {len(writers)} partitions"
+                )
+            w = writers[p]
+            done = w.end_offset - start
+            if done >= records:
+                continue
+            if done < 0:
+                raise self._foreign(entry, p, start, records, w.end_offset)
+            did = True
+            files = [
+                (os.path.join(self.cfg.location, rel), int(count)) for rel, count in part["files"]
+            ]
+            if part["mode"] == "link":
+                pos, todo = 0, []
+                for path, count in files:
+                    if pos + count <= done:
+                        pos += count
+                        continue
+                    if pos < done:  # the partition stops inside this file
+                        raise self._foreign(entry, p, start, records, w.end_offset)
+                    todo.append(path)
+                    pos += count
+                if todo:
+                    self._check_staged(entry, todo)
+                    w.append_segment_files(todo)
+                if bound is not None:
+                    w.set_rowtime_bound(as_datetime(int(bound)))
+            else:
+                if done != 0:
+                    raise self._foreign(entry, p, start, records, w.end_offset)
+                if files:
+                    self._check_staged(entry, [path for path, _ in files])
+                    w.insert_arrow(_merged(path for path, _ in files), rowtime_column=ROWTIME)
+                if bound is not None:
+                    w.set_rowtime_bound(as_datetime(int(bound)))
+            w.flush()  # a merged part's rows and bound: one segment, durable and visible whole
+        return did
+
+    def _check_staged(self, entry: dict[str, Any], paths: Sequence[str]) -> None:
+        missing = [p for p in paths if not os.path.exists(p)]
+        if missing:
+            raise CorruptLogError(
+                f"{self.where}: batch {entry['batch']} is planned but its staged file "
+                f"{missing[0]} is gone ({len(missing)} missing), so the batch cannot be "
+                f"finished; was {SINK_DIR}/staging cleaned by hand?"
+            )
+
+    def _foreign(
+        self, entry: dict[str, Any], p: int, start: int, records: int, end: int
+    ) -> CorruptLogError:
+        return CorruptLogError(
+            f"{self.where}: batch {entry['batch']} was to append records [{start}, "
+            f"{start + records}) to partition {p}, which holds {end}: another writer appended "
+            "to the target meanwhile; the target stream must be written by the query alone"
+        )
 
     def abort(self, reports: Sequence[TaskReport | None], batch_id: int) -> None:
-        """Remove what the batch staged, unless it was committed after all."""
-        entry = self.state.entry(batch_id)
-        if entry is None or not self._applied(entry, self._stream().end_offset(0)):
+        """Remove what the batch staged, unless an intent names it (a replay finishes it)."""
+        if self.state.entry(batch_id) is None:
             shutil.rmtree(self.state.batch_staging(batch_id), ignore_errors=True)
 
     # -- reading ------------------------------------------------------------------------------
 
     def clock_us(self) -> int | None:
-        return self._stream().stream_clock_us()
+        stream = self._stream()
+        return None if stream is None else stream.stream_clock_us()
+
+
+def _merged(paths: Iterable[str]) -> pa.Table:
+    """The data rows of staged runs, payload then ``rowtime``, in rowtime order (stable: the
+    runs' order breaks ties)."""
+    tables = []
+    for path in paths:
+        with pa.memory_map(path, "r") as source:
+            t = pa.ipc.open_file(source).read_all()
+        rowtime = t.column(LOG_ROWTIME).cast(pa.timestamp("us", tz="UTC"))
+        t = t.drop_columns([ARRIVAL, LOG_ROWTIME, IS_BOUND])
+        tables.append(t.append_column(ROWTIME, rowtime))
+    table = pa.concat_tables(tables) if len(tables) > 1 else tables[0]
+    rt = table.column(ROWTIME).cast(pa.int64()).to_numpy()
+    if not _is_sorted(rt):
+        table = table.take(pa.array(np.argsort(rt, kind="stable")))
+    return table
 
 
 def _query_id(reports: Iterable[TaskReport]) -> str | None:

@@ -49,13 +49,16 @@ class StagedFile:
     """A file a task staged. Paths are relative to the target's folder.
 
     ``final`` and ``key`` (the time partition's index: ``rowtime // granularity``) are set for
-    Parquet targets, which publish a staged file by renaming it to ``final``.
+    Parquet targets, which publish a staged file by renaming it to ``final``. ``first`` is set
+    for stream targets: the offset the file's first record gets if the file becomes a segment
+    of the partition the task wrote for as it is.
     """
 
     staged: str
     rows: int
     final: str | None = None
     key: int | None = None
+    first: int | None = None
 
 
 @dataclass
@@ -64,6 +67,11 @@ class TaskReport:
 
     ``bound_us`` is the highest bound record the task saw; ``skipped`` says the batch was
     already committed when the task ran (a replay), so it staged nothing.
+
+    Stream targets also report what the task assumed of the target partition it wrote for
+    (``partition``, its clock ``base_clock_us`` and the arrival time ``arrival_us`` it stamped)
+    and whether its files are ``ordered``: each in rowtime order and each starting at or after
+    the previous one's last rowtime, so that in turn they continue the partition.
     """
 
     info: TaskInfo
@@ -73,6 +81,10 @@ class TaskReport:
     max_rowtime_us: int | None = None
     files: list[StagedFile] = field(default_factory=list)
     skipped: bool = False
+    partition: int | None = None
+    base_clock_us: int | None = None
+    arrival_us: int | None = None
+    ordered: bool = True
 
 
 class RowSplitter:

@@ -339,34 +339,53 @@ def write_segment(
     committed segment), directory fsync. On failure the temporary file is removed and nothing
     is committed.
     """
-    final = os.path.join(part_dir, segment_name(stats.first, stats.count))
     tmp = os.path.join(part_dir, f"{TMP_PREFIX}{os.getpid()}.{uuid.uuid4().hex}.arrow")
-    file_schema = schema.with_metadata(stats.to_metadata())
     try:
-        with pa.OSFile(tmp, "wb") as sink, pa.ipc.new_file(sink, file_schema) as writer:
-            for chunk in chunks:
-                if isinstance(chunk, pa.RecordBatch):
-                    writer.write_batch(chunk)
-                else:
-                    writer.write_table(chunk)
-        fd = os.open(tmp, os.O_RDONLY)
-        try:
-            os.fsync(fd)
-        finally:
-            os.close(fd)
-        try:
-            publish(tmp, final)
-        except FileExistsError:
-            raise CorruptLogError(
-                f"segment {final} already exists: another process wrote this partition while "
-                "this writer held its lock (is the folder shared over a network filesystem?)"
-            ) from None
+        write_segment_file(tmp, stats, schema, chunks)
+        segment = link_segment(part_dir, tmp, stats)
     finally:
         try:
             os.unlink(tmp)
         except FileNotFoundError:
             pass
     fsync_dir(part_dir)
+    return segment
+
+
+def write_segment_file(
+    path: str,
+    stats: SegmentStats,
+    schema: pa.Schema,
+    chunks: Sequence[pa.Table | pa.RecordBatch],
+) -> None:
+    """Write records in the segment format (``schema``, ``stats`` in the footer) to ``path``
+    and fsync it. The file is not part of any partition until :func:`link_segment` names it."""
+    file_schema = schema.with_metadata(stats.to_metadata())
+    with pa.OSFile(path, "wb") as sink, pa.ipc.new_file(sink, file_schema) as writer:
+        for chunk in chunks:
+            if isinstance(chunk, pa.RecordBatch):
+                writer.write_batch(chunk)
+            else:
+                writer.write_table(chunk)
+    fd = os.open(path, os.O_RDONLY)
+    try:
+        os.fsync(fd)
+    finally:
+        os.close(fd)
+
+
+def link_segment(part_dir: str, path: str, stats: SegmentStats) -> Segment:
+    """Give the complete, fsync'd segment file ``path`` (same filesystem) its name in
+    ``part_dir``: a hard link, so ``path`` keeps its own name too. The caller holds the
+    partition's lock and fsyncs ``part_dir`` afterwards."""
+    final = os.path.join(part_dir, segment_name(stats.first, stats.count))
+    try:
+        publish(path, final)
+    except FileExistsError:
+        raise CorruptLogError(
+            f"segment {final} already exists: another process wrote this partition while "
+            "this writer held its lock (is the folder shared over a network filesystem?)"
+        ) from None
     return Segment(stats.first, stats.count, final)
 
 
@@ -706,7 +725,8 @@ def create_stream(
         if os.path.exists(path) and not os.path.isdir(path):
             raise OptionError(f"cannot create a stream at {path}: a file is in the way")
         if os.path.isdir(path):
-            strangers = [n for n in os.listdir(path) if not n.startswith(("partition-", ".tmp."))]
+            # Names starting with _ or . belong to tools (a sink's _rowtime_sink/, say).
+            strangers = [n for n in os.listdir(path) if not n.startswith(("partition-", "_", "."))]
             if strangers:
                 raise OptionError(
                     f"cannot create a stream at {path}: the folder already holds other files "

@@ -37,7 +37,7 @@ import threading
 import time
 import warnings
 from collections import deque
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Mapping, Sequence
 from decimal import Decimal
 from typing import Any
 
@@ -48,6 +48,7 @@ import pyarrow.compute as pc
 from ..bounds.bounds import END_OF_STREAM_US, normalize_bound
 from ..bounds.errors import (
     BoundError,
+    CorruptLogError,
     InvalidRowtimeError,
     LateRowError,
     OptionError,
@@ -63,9 +64,11 @@ from .log import (
     Stream,
     clean_partition,
     compact_tail,
+    link_segment,
     open_stream,
     write_segment,
 )
+from .meta import fsync_dir
 
 __all__ = ["Writer", "open_writer", "wall_clock_us"]
 
@@ -84,11 +87,11 @@ def wall_clock_us() -> int:
     return time.time_ns() // 1000
 
 
-#: Rows per block of a column whose every value is the same (see :func:`_constant_int64`).
+#: Rows per block of a column whose every value is the same (see :func:`constant_int64`).
 _CONSTANT_BLOCK = 1 << 20
 
 
-def _constant_int64(n: int, value: int) -> pa.ChunkedArray:
+def constant_int64(n: int, value: int) -> pa.ChunkedArray:
     """``n`` copies of ``value`` as a chunked array whose chunks share one block of at most
     :data:`_CONSTANT_BLOCK` values: the arrival column of a large insert costs no memory (and
     no page faults) per row; the IPC writer writes the chunks one after another."""
@@ -292,6 +295,11 @@ class Writer:
     def clock_us(self) -> int | None:
         """The partition clock including buffered records; None before any record."""
         return None if self._clock == _NO_CLOCK else self._clock
+
+    @property
+    def last_arrival_us(self) -> int | None:
+        """The arrival time of the partition's last record (buffered or committed)."""
+        return None if self._arrival == _NO_CLOCK else self._arrival
 
     @property
     def closed(self) -> bool:
@@ -554,7 +562,7 @@ class Writer:
                 last_row_rowtime_us=last,
             )
             system = [
-                _constant_int64(n, arrival),
+                constant_int64(n, arrival),
                 pa.chunked_array([rowtime_arr]),
                 pa.chunked_array([pa.array(np.zeros(n, dtype=np.bool_))]),
             ]
@@ -620,6 +628,58 @@ class Writer:
         with self._mutex:
             self._check_open()
             return self._flush_locked()
+
+    def append_segment_files(self, paths: Sequence[str]) -> int:
+        """Commit segment files written elsewhere as this partition's next segments, in order,
+        without copying a record; returns :attr:`end_offset`.
+
+        Each file must be complete and fsync'd, on the stream's filesystem, in the segment
+        format of this stream (:func:`~streams.log.write_segment_file`), and its footer must
+        continue the partition exactly: its first offset is the partition's end, its clock
+        the partition clock carried over its records, its arrival times at or after the
+        partition's last. The file gets a second name (a hard link) in the partition; the
+        caller may remove its own name afterwards. Files are checked before any is committed;
+        if a check fails nothing is. Nothing may be buffered (flush first).
+        """
+        with self._mutex:
+            self._check_open()
+            if self.pending:
+                raise CorruptLogError(
+                    f"{self._where}: {self.pending} buffered record(s) must be flushed before "
+                    "segment files are appended"
+                )
+            end, clock, arrival = self._end, self._clock, self._arrival
+            checked: list[tuple[str, SegmentStats]] = []
+            for path in paths:
+                stats, first_arrival = _segment_file_stats(path, self._file_schema)
+                if stats.first != end:
+                    raise CorruptLogError(
+                        f"segment file {path} starts at offset {stats.first}, and {self._where} "
+                        f"continues at {end}"
+                    )
+                top = max(
+                    clock,
+                    *(t for t in (stats.max_rowtime_us, stats.last_bound_us) if t is not None),
+                )
+                if stats.clock_us != top or first_arrival < arrival:
+                    raise CorruptLogError(
+                        f"segment file {path} does not continue {self._where}: its footer "
+                        f"clock is {stats.clock_us} (the partition's would be {top}) and its "
+                        f"first arrival {first_arrival} (the partition's last is {arrival})"
+                    )
+                low = stats.min_rowtime_us
+                if (self._reject or clock == END_OF_STREAM_US) and low is not None and low < clock:
+                    self._late(low, clock, False, index=0)
+                checked.append((path, stats))
+                end, clock, arrival = stats.end, stats.clock_us, stats.last_arrival_us
+            for path, stats in checked:
+                link_segment(self._part_dir, path, stats)
+                self._end, self._clock = stats.end, stats.clock_us
+                self._arrival = stats.last_arrival_us
+            if checked:
+                fsync_dir(self._part_dir)
+                self._activity_us = max(self._activity_us, self._arrival)
+            return self._end
 
     def _seal_rows(self) -> None:
         """Turn the row buffer into an Arrow chunk (so an Arrow chunk can follow it)."""
@@ -761,6 +821,35 @@ class Writer:
             if self.pending:
                 self._flush_locked()
             return wrote
+
+
+def _segment_file_stats(path: str, file_schema: pa.Schema) -> tuple[SegmentStats, int]:
+    """The footer statistics of a segment file and its first record's arrival, checked
+    against the stream's segment schema and the file's record count."""
+    try:
+        with pa.memory_map(path, "r") as source:
+            reader = pa.ipc.open_file(source)
+            schema = reader.schema
+            count = sum(reader.get_batch(i).num_rows for i in range(reader.num_record_batches))
+            first_arrival = None
+            for i in range(reader.num_record_batches):
+                batch = reader.get_batch(i)
+                if batch.num_rows:
+                    first_arrival = batch.column(0)[0].as_py()
+                    break
+    except (OSError, pa.ArrowInvalid) as e:
+        raise CorruptLogError(f"segment file {path} cannot be read: {e}") from e
+    if not schema.remove_metadata().equals(file_schema.remove_metadata()):
+        raise CorruptLogError(
+            f"segment file {path} has columns {schema.remove_metadata()}, and the stream's "
+            f"segments have {file_schema.remove_metadata()}"
+        )
+    stats = SegmentStats.from_metadata(schema.metadata, path)
+    if stats.count != count or count == 0 or first_arrival is None:
+        raise CorruptLogError(
+            f"segment file {path} holds {count} records and its footer says {stats.count}"
+        )
+    return stats, int(first_arrival)
 
 
 def open_writer(

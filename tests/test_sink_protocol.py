@@ -105,6 +105,8 @@ def data_rows(target: StreamTarget | ParquetTarget) -> list[tuple[int, int]]:
     Parquet."""
     location = target.cfg.location
     if isinstance(target, StreamTarget):
+        if not os.path.exists(os.path.join(location, "_stream.json")):
+            return []  # created by the first commit
         t = read_stream(location)
         t = t.filter(pa.compute.invert(t.column("is_bound")))
         return list(
@@ -161,13 +163,42 @@ TARGETS = ["stream", "parquet"]
 # -- the plain path ------------------------------------------------------------------------------
 
 
-def test_stream_target_appends_rows_in_rowtime_order_then_the_bound(tmp_path):
+def test_a_stream_target_gets_a_partition_per_task_and_links_the_staged_runs(tmp_path):
     target = make(tmp_path, "stream")
     run(
         target,
         0,
         [
-            [records([(1, T0 + 30), (3, T0 + 10)])],
+            [records([(1, T0 + 10), (3, T0 + 30)])],
+            [records([(2, T0 + 20)], bound=T0 + 40)],
+        ],
+    )
+    t = read_stream(target.cfg.location)
+    assert t.column("partition").to_pylist() == [0, 0, 0, 1, 1]
+    assert t.column("id").to_pylist() == [1, 3, None, 2, None]
+    assert t.column("is_bound").to_pylist() == [False, False, True, False, True]
+    assert clock(target) == T0 + 40
+    entry = target.state.entry(0)
+    assert [part["mode"] for part in entry["parts"]] == ["link", "link"]  # nothing copied
+    run(target, 1, [[records([(4, T0 + 50)])], [records([(5, T0 + 45)], bound=T0 + 60)]])
+    assert [part["mode"] for part in target.state.entry(1)["parts"]] == ["link", "link"]
+    assert data_rows(target) == [
+        (1, T0 + 10),
+        (3, T0 + 30),
+        (4, T0 + 50),
+        (2, T0 + 20),
+        (5, T0 + 45),
+    ]
+    assert clock(target) == T0 + 60
+
+
+def test_rows_of_several_tasks_for_one_partition_are_merged_in_rowtime_order(tmp_path):
+    target = make(tmp_path, "stream", partitions="1")
+    run(
+        target,
+        0,
+        [
+            [records([(1, T0 + 30), (3, T0 + 10)])],  # a task's rows out of order are sorted
             [records([(2, T0 + 20)], bound=T0 + 40)],
         ],
     )
@@ -176,13 +207,61 @@ def test_stream_target_appends_rows_in_rowtime_order_then_the_bound(tmp_path):
     assert t.column("id").to_pylist() == [3, 2, 1, None]
     assert t.column("rowtime").cast(pa.int64()).to_pylist() == [T0 + 10, T0 + 20, T0 + 30, T0 + 40]
     assert clock(target) == T0 + 40
+    assert [part["mode"] for part in target.state.entry(0)["parts"]] == ["merge"]
+    assert len(list(Path(target.cfg.location, "partition-0000").glob("*.arrow"))) == 1
 
 
-def test_a_stream_target_is_created_with_the_payload_columns(tmp_path):
+def test_a_task_whose_partition_moved_past_its_rows_goes_to_the_lowest_partition(tmp_path):
     target = make(tmp_path, "stream")
+    run(target, 0, [[records([(1, T0 + 50)])], [records([(2, T0 + 10)], bound=T0 + 20)]])
+    # partition 0's clock is T0 + 50 (its row), partition 1's T0 + 20 (the bound): a row at
+    # T0 + 30 keeps the target's promise (its clock is T0 + 20) but cannot follow in partition 0
+    run(target, 1, [[records([(3, T0 + 30)])], [records([])]])
+    t = read_stream(target.cfg.location)
+    data = t.filter(pa.compute.invert(t.column("is_bound")))
+    where = dict(zip(data.column("id").to_pylist(), data.column("partition").to_pylist()))
+    assert where == {1: 0, 2: 1, 3: 1}
+
+
+def test_more_tasks_than_partitions_share_them(tmp_path):
+    target = make(tmp_path, "stream", partitions="2")
+    run(target, 0, [[records([(i, T0 + i)])] for i in range(5)])
+    t = read_stream(target.cfg.location)
+    assert t.column("partition").to_pylist() == [0, 0, 0, 1, 1]
+    assert t.column("id").to_pylist() == [0, 2, 4, 1, 3]
+    modes = {part["partition"]: part["mode"] for part in target.state.entry(0)["parts"]}
+    assert modes == {0: "merge", 1: "merge"}
+
+
+def test_large_tasks_stage_several_runs_that_become_consecutive_segments(tmp_path):
+    from pyspark_rowtime.sink import stream_target
+
+    target = make(tmp_path, "stream")
+    batches = [records([(i, T0 + i)]) for i in range(7)]
+    with mock.patch.object(stream_target, "RUN_ROWS", 3):
+        reports = run(target, 0, [batches])
+    assert [f.rows for f in reports[0].files] == [3, 3, 1]
+    assert len(list(Path(target.cfg.location, "partition-0000").glob("*.arrow"))) == 3
+    assert data_rows(target) == [(i, T0 + i) for i in range(7)]
+
+
+def test_a_stream_target_is_created_by_the_first_commit_with_the_payload_columns(tmp_path):
     from pyspark_rowtime.streams.log import open_stream
 
-    assert open_stream(target.cfg.location).meta.payload_schema.names == ["id"]
+    target = make(tmp_path, "stream")
+    assert clock(target) is None
+    run(target, 0, [[records([])], [records([])], [records([])]])
+    stream = open_stream(target.cfg.location)
+    assert stream.meta.payload_schema.names == ["id"]
+    assert stream.meta.partitions == 3  # one per write task of the first batch
+
+
+def test_a_watermark_clock_makes_one_partition(tmp_path):
+    from pyspark_rowtime.streams.log import open_stream
+
+    target = make(tmp_path, "stream", clock="watermark", checkpointLocation=str(tmp_path))
+    target.commit([], 0, None)
+    assert open_stream(target.cfg.location).meta.partitions == 1
 
 
 def test_a_bound_below_the_rows_of_its_batch_adds_no_bound_record(tmp_path):
@@ -317,41 +396,74 @@ def test_parquet_crash_before_the_manifest_entry_publishes_nothing(tmp_path):
 
 
 def test_stream_crash_between_intent_and_append_is_redone(tmp_path):
-    target = make(tmp_path, "stream")
-    batch = [[records([(1, T0 + 1), (2, T0 + 2)], bound=T0 + 3)]]
-    # calls: 0 = the intent (replace), 1 = the log segment (link)
+    target = make(tmp_path, "stream", partitions="1")
+    run(target, 0, [[records([], bound=T0)]])
+    batch = [[records([(1, T0 + 1), (2, T0 + 2)])], [records([(3, T0 + 1)], bound=T0 + 3)]]
+    # calls: 0 = the intent (replace), 1 = the merged segment (link)
     with crash_at(1), pytest.raises(Crash):
-        run(target, 0, batch)
-    assert target.state.entry(0) is not None and data_rows(target) == []
-    run(target, 0, batch)
-    assert data_rows(target) == [(1, T0 + 1), (2, T0 + 2)]
+        run(target, 1, batch)
+    assert target.state.entry(1) is not None and data_rows(target) == []
+    reports = run(target, 1, batch)
+    assert all(r.skipped for r in reports)  # the replay carries out the intent's plan
+    assert data_rows(target) == [(1, T0 + 1), (3, T0 + 1), (2, T0 + 2)]
     assert clock(target) == T0 + 3
+
+
+def test_stream_crash_between_linked_runs_finishes_the_rest(tmp_path):
+    from pyspark_rowtime.sink import stream_target
+
+    target = make(tmp_path, "stream")
+    run(target, 0, [[records([], bound=T0)]])
+    batch = [[records([(i, T0 + i)]) for i in range(1, 6)] + [records([], bound=T0 + 9)]]
+    # calls: 0 = the intent, 1-3 = the three runs (links), 4 = the bound's segment
+    with mock.patch.object(stream_target, "RUN_ROWS", 2):
+        with crash_at(3), pytest.raises(Crash):
+            run(target, 1, batch)
+        assert data_rows(target) == [(1, T0 + 1), (2, T0 + 2), (3, T0 + 3), (4, T0 + 4)]
+        assert clock(target) == T0 + 4  # a prefix: the clock is its last row
+        run(target, 1, batch)
+    assert data_rows(target) == [(i, T0 + i) for i in range(1, 6)]
+    assert clock(target) == T0 + 9
 
 
 def test_stream_crash_after_the_append_is_not_repeated(tmp_path):
     target = make(tmp_path, "stream")
     batch = [[records([(1, T0 + 1)], bound=T0 + 3)]]
-    with crash_at(2), pytest.raises(Crash):  # 2: past the segment, e.g. merging or cleanup
-        with mock.patch.object(SinkState, "prune", side_effect=Crash("after append")):
+    with mock.patch.object(SinkState, "prune", side_effect=Crash("after append")):
+        with pytest.raises(Crash):
             run(target, 0, batch)
     assert data_rows(target) == [(1, T0 + 1)]
     run(target, 0, batch)
     assert data_rows(target) == [(1, T0 + 1)]
+    assert clock(target) == T0 + 3
 
 
-def test_stream_target_written_by_another_writer_meanwhile_is_reported(tmp_path):
+@pytest.mark.parametrize("partitions", ["1", "2"])  # merge, link
+def test_stream_target_written_by_another_writer_meanwhile_is_reported(tmp_path, partitions):
     from pyspark_rowtime.bounds.errors import CorruptLogError
 
     from pyspark_rowtime.api import open_writer
 
-    target = make(tmp_path, "stream")
+    target = make(tmp_path, "stream", partitions=partitions)
+    run(target, 0, [[records([], bound=T0)]])
     batch = [[records([(1, T0 + 1), (2, T0 + 2)])]]
     with crash_at(1), pytest.raises(Crash):
-        run(target, 0, batch)
+        run(target, 1, batch)
     with open_writer(target.cfg.location) as w:
         w.insert({"id": 9}, rowtime=(T0 + 5) // 1000)
     with pytest.raises(CorruptLogError, match="written by the query alone"):
-        run(target, 0, batch)
+        run(target, 1, batch)
+
+
+def test_a_new_target_takes_option_partitions_and_an_existing_one_keeps_its_own(tmp_path):
+    from pyspark_rowtime.streams.log import open_stream
+
+    target = make(tmp_path, "stream", partitions="3")
+    run(target, 0, [[records([(1, T0)])]])
+    assert open_stream(target.cfg.location).meta.partitions == 3
+    make(tmp_path, "stream")  # without the option: fine
+    with pytest.raises(OptionError, match="partitions=2 is for a new target"):
+        make(tmp_path, "stream", partitions="2")
 
 
 # -- the clock's promise -------------------------------------------------------------------------
@@ -489,8 +601,11 @@ def test_exactly_once_and_a_monotone_clock_whatever_the_crashes(kind, plan):
         got = data_rows(target)
         assert sorted(got) == sorted(expected)  # no row lost, none doubled
         if kind == "stream":
-            times = [t for _, t in got]
-            assert times == sorted(times)  # in rowtime order for readers under reject
+            t = read_stream(target.cfg.location)
+            for p in set(t.column("partition").to_pylist()):
+                times = t.filter(pa.compute.equal(t.column("partition"), p)).column("rowtime")
+                ordered = times.cast(pa.int64()).to_pylist()
+                assert ordered == sorted(ordered)  # each partition in rowtime order
         present = [s for s in samples if s is not None]
         assert present == sorted(present)  # the clock never went back
         if kind == "parquet":
