@@ -120,3 +120,31 @@ def test_the_config_is_picklable_for_executors():
 
     cfg = parse(target="parquet")
     assert pickle.loads(pickle.dumps(cfg)) == cfg
+
+
+@pytest.mark.parametrize(
+    ("value", "partitions"), [("3", 3), ("1", 1), ("10000", 10000), (" 7 ", 7)]
+)
+def test_partitions_sets_the_partitions_of_a_new_stream_target(value, partitions):
+    cfg = parse(partitions=value)
+    assert (cfg.target, cfg.partitions) == ("stream", partitions)
+
+
+def test_partitions_is_unset_by_default_and_its_name_is_case_insensitive():
+    assert parse().partitions is None
+    assert parse(Partitions="2").partitions == 2
+
+
+@pytest.mark.parametrize("value", ["0", "-1", "x", "1.5", "10001", "", "3 4"])
+def test_bad_partitions_are_refused_naming_the_option_and_what_it_accepts(value):
+    with pytest.raises(OptionError) as e:
+        parse(partitions=value)
+    text = str(e.value)
+    assert f"option partitions={value!r} is not valid" in text
+    assert "a whole number from 1 to 10000" in text
+
+
+@pytest.mark.parametrize("value", ["3", "0"])
+def test_partitions_is_refused_for_a_parquet_target(value):
+    with pytest.raises(OptionError, match="option partitions applies to target=stream only"):
+        parse(target="parquet", partitions=value)
