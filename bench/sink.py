@@ -6,8 +6,9 @@ rows and the end of stream), read with ``spark.readStream.format("rowtime")`` an
 ``trigger(availableNow=True)`` into:
 
 * ``parquet``: Spark's file sink, ``writeStream.format("parquet")`` (snappy, the reference);
-* ``stream``: ``writeStream.format("rowtime")`` into a rowtime stream (one partition, rows in
-  rowtime order, bounds passed on);
+* ``stream``: ``writeStream.format("rowtime")`` into a rowtime stream (a partition per source
+  partition, each in rowtime order, bounds passed on; the executors write the segments and the
+  commit links them);
 * ``files``: ``writeStream.format("rowtime").option("target", "parquet")``: snappy Parquet
   files in hourly partitions, ``_COMPLETE`` markers and the clock.
 

@@ -60,6 +60,9 @@ from ..bounds.time import from_rowtime_us, parse_duration_us, rowtime_array_us, 
 from .ddl import type_to_ddl
 from .lock import LOCK_FILE, PartitionLock
 from .log import (
+    ARRIVAL,
+    IS_BOUND,
+    ROWTIME,
     SegmentStats,
     Stream,
     clean_partition,
@@ -629,17 +632,25 @@ class Writer:
             self._check_open()
             return self._flush_locked()
 
-    def append_segment_files(self, paths: Sequence[str]) -> int:
+    def append_segment_files(self, paths: Sequence[str], *, verify: bool = True) -> int:
         """Commit segment files written elsewhere as this partition's next segments, in order,
         without copying a record; returns :attr:`end_offset`.
 
         Each file must be complete and fsync'd, on the stream's filesystem, in the segment
-        format of this stream (:func:`~streams.log.write_segment_file`), and its footer must
-        continue the partition exactly: its first offset is the partition's end, its clock
-        the partition clock carried over its records, its arrival times at or after the
-        partition's last. The file gets a second name (a hard link) in the partition; the
-        caller may remove its own name afterwards. Files are checked before any is committed;
-        if a check fails nothing is. Nothing may be buffered (flush first).
+        format of this stream (:func:`~streams.log.write_segment_file`), and continue the
+        partition exactly: its footer's first offset is the partition's end, its footer
+        statistics are those of its records with the partition clock carried over them, its
+        arrival times never go below the partition's last, and its records obey the rules
+        :meth:`insert_arrow` and :meth:`set_rowtime_bound` enforce (no bound below the clock;
+        under ``order=reject`` no row below it; nothing after the end of stream).
+
+        ``verify=False`` checks the footers only (first offset, counts, clock, first arrival)
+        and trusts them for the rest, so that no record is read: for callers that built the
+        files from records they checked themselves (the sink's executors do).
+
+        A file gets a second name (a hard link) in the partition; the caller may remove its own
+        name afterwards. Files are checked before any is committed: if a check fails nothing
+        is. Nothing may be buffered (flush first).
         """
         with self._mutex:
             self._check_open()
@@ -651,25 +662,10 @@ class Writer:
             end, clock, arrival = self._end, self._clock, self._arrival
             checked: list[tuple[str, SegmentStats]] = []
             for path in paths:
-                stats, first_arrival = _segment_file_stats(path, self._file_schema)
-                if stats.first != end:
-                    raise CorruptLogError(
-                        f"segment file {path} starts at offset {stats.first}, and {self._where} "
-                        f"continues at {end}"
-                    )
-                top = max(
-                    clock,
-                    *(t for t in (stats.max_rowtime_us, stats.last_bound_us) if t is not None),
-                )
-                if stats.clock_us != top or first_arrival < arrival:
-                    raise CorruptLogError(
-                        f"segment file {path} does not continue {self._where}: its footer "
-                        f"clock is {stats.clock_us} (the partition's would be {top}) and its "
-                        f"first arrival {first_arrival} (the partition's last is {arrival})"
-                    )
-                low = stats.min_rowtime_us
-                if (self._reject or clock == END_OF_STREAM_US) and low is not None and low < clock:
-                    self._late(low, clock, False, index=0)
+                if verify:
+                    stats = self._verify_file(path, end, clock, arrival)
+                else:
+                    stats = self._check_footer(path, end, clock, arrival)
                 checked.append((path, stats))
                 end, clock, arrival = stats.end, stats.clock_us, stats.last_arrival_us
             for path, stats in checked:
@@ -680,6 +676,74 @@ class Writer:
                 fsync_dir(self._part_dir)
                 self._activity_us = max(self._activity_us, self._arrival)
             return self._end
+
+    def _check_footer(self, path: str, end: int, clock: int, arrival: int) -> SegmentStats:
+        """A segment file's footer, checked to continue the partition at ``end``."""
+        table = _segment_file(path, self._file_schema)
+        stats = SegmentStats.from_metadata(table.schema.metadata, path)
+        if stats.count != table.num_rows or stats.rows + stats.bounds != stats.count:
+            raise CorruptLogError(
+                f"segment file {path} holds {table.num_rows} records and its footer says "
+                f"{stats.count} ({stats.rows} rows, {stats.bounds} bounds)"
+            )
+        if (stats.rows and stats.max_rowtime_us is None) or (
+            stats.bounds and stats.last_bound_us is None
+        ):
+            raise CorruptLogError(f"segment file {path} has no rowtime statistics in its footer")
+        if stats.first != end:
+            raise CorruptLogError(
+                f"segment file {path} starts at offset {stats.first}, and {self._where} "
+                f"continues at {end}"
+            )
+        first_arrival = int(table.column(0)[0].as_py())
+        top = max(clock, *(t for t in (stats.max_rowtime_us, stats.last_bound_us) if t is not None))
+        if stats.clock_us != top or first_arrival < arrival:
+            raise CorruptLogError(
+                f"segment file {path} does not continue {self._where}: its footer clock is "
+                f"{stats.clock_us} (the partition's would be {top}) and its first arrival "
+                f"{first_arrival} (the partition's last is {arrival})"
+            )
+        if clock == END_OF_STREAM_US or (
+            self._reject and stats.min_rowtime_us is not None and stats.min_rowtime_us < clock
+        ):
+            low = clock if stats.min_rowtime_us is None else stats.min_rowtime_us
+            self._late(low, clock, False, index=0)
+        return stats
+
+    def _verify_file(self, path: str, end: int, clock: int, arrival: int) -> SegmentStats:
+        """A segment file's footer, checked against its records and the partition."""
+        stats = self._check_footer(path, end, clock, arrival)
+        table = _segment_file(path, self._file_schema)
+        arrivals = table.column(ARRIVAL).to_numpy()
+        rowtime = table.column(ROWTIME)
+        has_rt = rowtime.is_valid().to_numpy(zero_copy_only=False)
+        rt = pc.fill_null(rowtime, 0).to_numpy()
+        is_bound = table.column(IS_BOUND).to_numpy(zero_copy_only=False)
+        if len(arrivals) > 1 and not bool(np.all(arrivals[1:] >= arrivals[:-1])):
+            raise CorruptLogError(f"segment file {path} has arrival times that go back")
+        actual = SegmentStats.compute(end, arrivals, rt, has_rt, is_bound, clock)
+        if actual != stats:
+            raise CorruptLogError(
+                f"segment file {path} has a footer that does not describe its records: it "
+                f"says {stats}, its records give {actual}"
+            )
+        effective = np.where(has_rt, rt, arrivals)
+        before = np.empty_like(effective)
+        before[0] = clock
+        np.maximum(np.maximum.accumulate(effective)[:-1], clock, out=before[1:])
+        low_bounds = is_bound & (effective < before)
+        if low_bounds.any():
+            i = int(np.flatnonzero(low_bounds)[0])
+            raise BoundError(
+                f"segment file {path} has a bound at record {i}, {_iso(int(effective[i]))}, "
+                f"below the clock {_iso(int(before[i]))} of {self._where}: bounds never move "
+                "backwards. Nothing was written"
+            )
+        late = ~is_bound & (effective < before)
+        if self._reject and late.any():
+            i = int(np.flatnonzero(late)[0])
+            self._late(int(effective[i]), int(before[i]), not bool(has_rt[i]), index=i)
+        return stats
 
     def _seal_rows(self) -> None:
         """Turn the row buffer into an Arrow chunk (so an Arrow chunk can follow it)."""
@@ -823,33 +887,22 @@ class Writer:
             return wrote
 
 
-def _segment_file_stats(path: str, file_schema: pa.Schema) -> tuple[SegmentStats, int]:
-    """The footer statistics of a segment file and its first record's arrival, checked
-    against the stream's segment schema and the file's record count."""
+def _segment_file(path: str, file_schema: pa.Schema) -> pa.Table:
+    """A segment file's records (memory-mapped), checked to have the stream's segment columns
+    and at least one record."""
     try:
         with pa.memory_map(path, "r") as source:
-            reader = pa.ipc.open_file(source)
-            schema = reader.schema
-            count = sum(reader.get_batch(i).num_rows for i in range(reader.num_record_batches))
-            first_arrival = None
-            for i in range(reader.num_record_batches):
-                batch = reader.get_batch(i)
-                if batch.num_rows:
-                    first_arrival = batch.column(0)[0].as_py()
-                    break
+            table = pa.ipc.open_file(source).read_all()
     except (OSError, pa.ArrowInvalid) as e:
         raise CorruptLogError(f"segment file {path} cannot be read: {e}") from e
-    if not schema.remove_metadata().equals(file_schema.remove_metadata()):
+    if not table.schema.remove_metadata().equals(file_schema.remove_metadata()):
         raise CorruptLogError(
-            f"segment file {path} has columns {schema.remove_metadata()}, and the stream's "
-            f"segments have {file_schema.remove_metadata()}"
+            f"segment file {path} has columns {table.schema.remove_metadata()}, and the "
+            f"stream's segments have {file_schema.remove_metadata()}"
         )
-    stats = SegmentStats.from_metadata(schema.metadata, path)
-    if stats.count != count or count == 0 or first_arrival is None:
-        raise CorruptLogError(
-            f"segment file {path} holds {count} records and its footer says {stats.count}"
-        )
-    return stats, int(first_arrival)
+    if table.num_rows == 0:
+        raise CorruptLogError(f"segment file {path} holds no records")
+    return table
 
 
 def open_writer(

@@ -219,7 +219,8 @@ def test_a_task_whose_partition_moved_past_its_rows_goes_to_the_lowest_partition
     run(target, 1, [[records([(3, T0 + 30)])], [records([])]])
     t = read_stream(target.cfg.location)
     data = t.filter(pa.compute.invert(t.column("is_bound")))
-    where = dict(zip(data.column("id").to_pylist(), data.column("partition").to_pylist()))
+    ids, partitions = data.column("id").to_pylist(), data.column("partition").to_pylist()
+    where = dict(zip(ids, partitions, strict=True))
     assert where == {1: 0, 2: 1, 3: 1}
 
 
