@@ -252,3 +252,72 @@ def test_a_chain_of_streams_carries_rows_and_bounds_in_order(spark, workdir):
     # and the end of stream reached C through B
     assert stream_clock(c) == END_OF_STREAM_US
     assert max(bounds_of(b)) == max(bounds_of(c)) == END_OF_STREAM_US
+
+
+# -- executors in separate processes: they stage, the driver links ------------------------------
+
+CLUSTER_SCENARIO = """
+import json
+for name, options in (("b", {}), ("pq", {"target": "parquet", "granularity": "minute"})):
+    q = (
+        spark.readStream.format("rowtime").option("maxRowsPerBatch", 40).load(source)
+        .writeStream.format("rowtime").options(**options)
+        .option("checkpointLocation", work + "/ck-" + name)
+        .trigger(availableNow=True).start(work + "/" + name)
+    )
+    q.awaitTermination()
+executors = spark.sparkContext._jsc.sc().getExecutorMemoryStatus().size() - 1
+print("RESULT " + json.dumps({"executors": executors}))
+spark.stop()
+"""
+
+
+def test_in_local_cluster_executors_stage_segments_and_the_driver_links_them(workdir):
+    import json
+
+    import pyarrow.dataset as ds
+    from conftest import run_in_local_cluster
+    from pyspark_rowtime.sink.layout import SinkState
+
+    source = workdir / "a"
+    create_stream(source, "id BIGINT, tag STRING", partitions=2)
+    expected = []
+    for p in range(2):
+        with open_writer(source, partition=p) as w:
+            for i in range(150):
+                t = T0_US + i * 1_000_000 + p
+                w.insert({"id": 2 * i + p, "tag": f"p{p}"}, rowtime=at(t))
+                expected.append((t, 2 * i + p, f"p{p}"))
+                if i % 50 == 49:
+                    w.set_rowtime_bound(at(t))
+            w.end_stream()
+    code = f"source, work = {str(source)!r}, {str(workdir)!r}\n" + CLUSTER_SCENARIO
+    stdout = run_in_local_cluster(code)
+    line = next(x for x in stdout.splitlines() if x.startswith("RESULT "))
+    assert json.loads(line[len("RESULT ") :])["executors"] == 2
+
+    b = workdir / "b"
+    assert sorted(data_of(b)) == sorted(expected)
+    t = read_stream(b)
+    for p in range(2):  # partition p of the target holds partition p of the source, in order
+        part = t.filter(pa.compute.equal(t.column("partition"), p))
+        data = part.filter(pa.compute.invert(part.column("is_bound")))
+        assert set(data.column("tag").to_pylist()) == {f"p{p}"}
+        times = part.column("rowtime").cast(pa.int64()).to_pylist()
+        assert times == sorted(times)
+    assert stream_clock(b) == END_OF_STREAM_US
+    state = SinkState(str(b))
+    entries = [state.entry(batch) for batch in state.batches()]
+    assert len(entries) >= 4  # 300 rows, 40 a batch
+    data_parts = [part for e in entries for part in e["parts"] if part["rows"]]
+    assert data_parts and all(part["mode"] == "link" for part in data_parts)  # nothing copied
+
+    files = ds.dataset(workdir / "pq", format="parquet", partitioning="hive").to_table()
+    got = zip(
+        files.column("rowtime").cast(pa.int64()).to_pylist(),
+        files.column("id").to_pylist(),
+        files.column("tag").to_pylist(),
+        strict=True,
+    )
+    assert sorted(got) == sorted(expected)
+    assert parquet_clock_us(str(workdir / "pq")) == END_OF_STREAM_US
