@@ -51,6 +51,21 @@ def bounds_of(path: Path) -> list[int]:
     return t.column("rowtime").cast(pa.int64()).to_pylist()
 
 
+def assert_passed_through(path: Path, expected: list[tuple]) -> None:
+    """The target of a pass-through from a 2-partition source whose rows are tagged p0 / p1:
+    every row once with its rowtime, and partition p of the target holds the rows of
+    partition p of the source, its records (rows and bounds) in rowtime order."""
+    assert sorted(data_of(path)) == sorted(expected)
+    assert open_stream(path).meta.partitions == 2
+    t = read_stream(path)
+    for p in range(2):
+        part = t.filter(pa.compute.equal(t.column("partition"), p))
+        data = part.filter(pa.compute.invert(part.column("is_bound")))
+        assert set(data.column("tag").to_pylist()) == {f"p{p}"}
+        times = part.column("rowtime").cast(pa.int64()).to_pylist()
+        assert times == sorted(times)
+
+
 def start(df, path: Path, checkpoint: Path, **options: str):  # type: ignore[no-untyped-def]
     writer = df.writeStream.format("rowtime").option("checkpointLocation", str(checkpoint))
     for key, value in options.items():
@@ -237,17 +252,7 @@ def test_a_chain_of_streams_carries_rows_and_bounds_in_order(spark, workdir):
     hop(a, b, 7)
     hop(b, c, 5)
     for path in (b, c):
-        # every row once, with its rowtime; a pass-through keeps the source's partitioning
-        assert sorted(data_of(path)) == sorted(expected)
-        assert open_stream(path).meta.partitions == 2
-        t = read_stream(path)
-        for p in range(2):
-            part = t.filter(pa.compute.equal(t.column("partition"), p))
-            data = part.filter(pa.compute.invert(part.column("is_bound")))
-            assert set(data.column("tag").to_pylist()) == {f"p{p}"}
-            # records in rowtime order: no row below an earlier bound or row
-            times = part.column("rowtime").cast(pa.int64()).to_pylist()
-            assert times == sorted(times)
+        assert_passed_through(path, expected)
     # the bounds passed on: each hop ended with the same clock at A, B and C (checked above),
     # and the end of stream reached C through B
     assert stream_clock(c) == END_OF_STREAM_US
@@ -297,14 +302,7 @@ def test_in_local_cluster_executors_stage_segments_and_the_driver_links_them(wor
     assert json.loads(line[len("RESULT ") :])["executors"] == 2
 
     b = workdir / "b"
-    assert sorted(data_of(b)) == sorted(expected)
-    t = read_stream(b)
-    for p in range(2):  # partition p of the target holds partition p of the source, in order
-        part = t.filter(pa.compute.equal(t.column("partition"), p))
-        data = part.filter(pa.compute.invert(part.column("is_bound")))
-        assert set(data.column("tag").to_pylist()) == {f"p{p}"}
-        times = part.column("rowtime").cast(pa.int64()).to_pylist()
-        assert times == sorted(times)
+    assert_passed_through(b, expected)
     assert stream_clock(b) == END_OF_STREAM_US
     state = SinkState(str(b))
     entries = [state.entry(batch) for batch in state.batches()]
