@@ -118,6 +118,10 @@ def rowtime_bound_us(location: str | os.PathLike[str]) -> int | None:
     is_target, clock = _parquet_target_clock(path)
     if is_target:
         return clock
+    from .sink.stream_target import is_pending_stream_target
+
+    if is_pending_stream_target(path):
+        return None  # a stream target whose first batch has not committed yet
     for recognises, clock_us in _BOUND_SOURCES:
         if recognises(path):
             return clock_us(path)
@@ -133,7 +137,8 @@ def get_rowtime_bound(location: str | os.PathLike[str]) -> dt.datetime | None:
     the partition clocks, each the highest bound or data rowtime of its partition (SPEC 5), and
     None while any partition is empty. End of stream is 9999-12-31T23:59:59.999999Z. For a
     Parquet target it is the clock the sink committed (None before its first), below which
-    every time partition is complete.
+    every time partition is complete. A stream target whose query has not committed its first
+    batch (which creates the stream) has none yet either.
     """
     clock = rowtime_bound_us(location)
     return None if clock is None else from_rowtime_us(clock)

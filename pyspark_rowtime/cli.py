@@ -394,6 +394,15 @@ def cmd_describe(args: argparse.Namespace) -> int:
         target = describe_parquet_target(path)  # a Parquet target of writeStream.format("rowtime")
         print(json.dumps(target, indent=2) if args.json else describe_text(target))
         return 0
+    from .sink.stream_target import is_pending_stream_target
+
+    if is_pending_stream_target(path):
+        if args.json:
+            print(json.dumps({"location": path, "kind": "stream target", "created": False}))
+        else:
+            print(f"stream target {path}: not created yet (its query's first commit creates it)")
+            print("stream clock  none")
+        return 0
     info = describe(open_stream(args.path))
     if args.json:
         print(json.dumps(info, indent=2))

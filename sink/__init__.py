@@ -7,9 +7,10 @@ payload. A query without ``rowtime`` fails when it starts, naming the column.
 Options (:mod:`.options`; an unknown one is an error naming it):
 
 * ``path``: the target; ``target``: ``stream`` (default, a rowtime stream, created with the
-  payload columns if absent; :mod:`.stream_target`) or ``parquet`` (files in time partitions;
-  :mod:`.parquet_target`) with ``granularity`` minute|hour|day (default hour) and
-  ``compression`` (default snappy);
+  payload columns by the first commit if absent, with ``partitions``: by default one per write
+  task of that batch with ``clock=bounds``, one with ``clock=watermark``; :mod:`.stream_target`)
+  or ``parquet`` (files in time partitions; :mod:`.parquet_target`) with ``granularity``
+  minute|hour|day (default hour) and ``compression`` (default snappy);
 * ``clock``: ``bounds`` (the default when the query has ``is_bound``: pass-through queries) or
   ``watermark`` (the default without it: stateful queries after ``with_watermark``), see
   :mod:`.clock`; ``checkpointLocation`` is read for the watermark and the query's id.

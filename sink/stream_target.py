@@ -80,7 +80,7 @@ from .layout import SINK_DIR, SinkState, batch_name, wait_for_lock
 from .options import ROWTIME, SinkConfig
 from .task import RowSplitter, StagedFile, TaskInfo, TaskReport, as_datetime, iso
 
-__all__ = ["StreamTarget"]
+__all__ = ["StreamTarget", "is_pending_stream_target"]
 
 KIND = "stream"
 #: The format of this target's manifest entries (the intent of each batch).
@@ -92,6 +92,15 @@ RUN_ROWS = 1 << 23
 #: The writer buffers a merged part and flushes it once: rows and bound are one segment.
 _NO_AUTO_FLUSH = 1 << 62
 _NO_CLOCK = -(2**63)
+
+
+def is_pending_stream_target(path: str) -> bool:
+    """Whether ``path`` (absolute) is a stream target of this sink whose query has started
+    but not yet committed a batch: the stream does not exist yet, its clock is none."""
+    if read_meta(path) is not None:
+        return False
+    doc = SinkState(path).read_target()
+    return isinstance(doc, dict) and doc.get("kind") == KIND
 
 
 def _compatible(stream_schema: pa.Schema, query_schema: pa.Schema) -> str | None:

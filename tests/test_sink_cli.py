@@ -43,3 +43,20 @@ def test_clock_and_describe_read_a_stream_target_as_a_stream(tmp_path, capsys):
     assert capsys.readouterr().out.strip() == "2023-11-14T23:00:00Z"
     assert main(["describe", target.cfg.location]) == 0
     assert "stream clock  2023-11-14T23:00:00Z" in capsys.readouterr().out
+
+
+def test_a_stream_target_before_its_first_commit_has_no_clock_yet(tmp_path, capsys):
+    target = make(tmp_path, "stream")  # the query started: the stream comes with its first commit
+    path = target.cfg.location
+    assert get_rowtime_bound(path) is None
+    assert main(["clock", path]) == 0
+    assert capsys.readouterr().out.strip() == "none"
+    assert main(["describe", path]) == 0
+    assert "not created yet" in capsys.readouterr().out
+    assert main(["describe", path, "--json"]) == 0
+    assert json.loads(capsys.readouterr().out)["created"] is False
+    run(target, 0, [[records([(1, T0 + 5)])], [records([(2, T0 + 6)], bound=T0 + 9)]])
+    assert get_rowtime_bound(path) == from_rowtime_us(T0 + 9)
+    assert main(["describe", path]) == 0
+    text = capsys.readouterr().out
+    assert "stream clock  " in text and "not created" not in text
