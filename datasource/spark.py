@@ -28,6 +28,7 @@ from pyspark.sql.streaming.datasource import (
 )
 from pyspark.sql.types import StructType
 
+from ..bounds.errors import StreamNotFoundError
 from ..bounds.plan import StreamPosition
 from ..streams.log import open_stream
 from .options import ReaderConfig, parse_reader_options
@@ -47,7 +48,20 @@ def _config(options: Any) -> tuple[ReaderConfig, pa.Schema]:
     if "path" not in {k.lower() for k in opts}:
         parse_reader_options(opts)  # raises the error that names option path
     location = next(v for k, v in opts.items() if k.lower() == "path")
-    meta = open_stream(location).meta
+    try:
+        meta = open_stream(location).meta
+    except StreamNotFoundError:
+        from ..sink.stream_target import is_pending_stream_target
+        from ..streams.log import resolve_location
+
+        if is_pending_stream_target(resolve_location(location)):
+            raise StreamNotFoundError(
+                f"{location!r} is the target stream of a query that has not committed its "
+                "first batch, which creates the stream (with a partition per write task). "
+                "Start this query once it has, or give that query option partitions: then "
+                "its target stream is created when it starts"
+            ) from None
+        raise
     cfg = parse_reader_options(opts, meta.defaults)
     if cfg.rowtime_column is not None and cfg.rowtime_column not in meta.payload_schema.names:
         from ..bounds.errors import OptionError

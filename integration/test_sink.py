@@ -319,3 +319,19 @@ def test_in_local_cluster_executors_stage_segments_and_the_driver_links_them(wor
     )
     assert sorted(got) == sorted(expected)
     assert parquet_clock_us(str(workdir / "pq")) == END_OF_STREAM_US
+
+
+def test_reading_a_target_stream_before_its_first_commit_says_why_it_is_not_there(spark, workdir):
+    from pyspark_rowtime.sink.options import parse_sink_options
+    from pyspark_rowtime.sink.stream_target import StreamTarget
+
+    schema = pa.schema([("id", pa.int64()), ("rowtime", pa.timestamp("us", tz="UTC"))])
+    schema = schema.append(pa.field("is_bound", pa.bool_()))
+    pending = workdir / "pending"
+    StreamTarget(parse_sink_options({"path": str(pending)}, schema)).prepare()  # query started
+    with pytest.raises(Exception, match="has not committed its first batch"):
+        spark.readStream.format("rowtime").load(str(pending))
+    given = workdir / "given"  # with option partitions the stream exists from the start
+    StreamTarget(parse_sink_options({"path": str(given), "partitions": "2"}, schema)).prepare()
+    df = spark.readStream.format("rowtime").load(str(given))
+    assert df.columns == ["id", "rowtime", "is_bound"]

@@ -9,8 +9,9 @@ reading the target sees the same progress (SQLstream pumps pass bounds on the sa
 **Partitions.** A new target gets option ``partitions``, or by default one partition per write
 task of its first batch with ``clock=bounds`` (a pass-through query keeps its source's
 partitioning: task ``i`` writes partition ``i``) and one with ``clock=watermark`` (windowed
-results: one ordered stream of windows). It is created by that first commit. Task ``i`` writes
-partition ``i mod partitions``.
+results: one ordered stream of windows). It is created when the query starts if its partition
+count is known then, else by the first commit. Task ``i`` writes partition ``i mod
+partitions``.
 
 **The data moves once, on the executors.** ``write()`` sorts the task's rows by rowtime (a
 pass-through query's rows already are) and stages them, in runs of up to :data:`RUN_BYTES`,
@@ -267,11 +268,13 @@ class StreamTarget:
     # -- driver, when the query starts --------------------------------------------------------
 
     def prepare(self) -> None:
-        """Check an existing stream can take the query's rows (a new one is created by the
-        first commit, when the number of write tasks is known)."""
+        """Check an existing stream can take the query's rows, or create the stream when its
+        partition count is known now (option ``partitions``, or ``clock=watermark``); else the
+        first commit creates it, when the number of write tasks is known."""
         cfg = self.cfg
         wanted = self._payload()
         stream = self._stream()
+        known = cfg.partitions or (1 if cfg.clock == "watermark" else None)
         if stream is None and os.path.isdir(os.path.join(cfg.location, SINK_DIR)):
             kind = (self.state.read_target() or {}).get("kind")
             if kind != KIND:
@@ -294,6 +297,8 @@ class StreamTarget:
                     f"already has {have} partitions: remove the option, or write to a new path"
                 )
         self.state.define_target({"kind": KIND})
+        if stream is None and known is not None:
+            create_stream(cfg.location, wanted, known)
 
     # -- executors ----------------------------------------------------------------------------
 
