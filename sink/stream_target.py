@@ -52,7 +52,7 @@ import functools
 import os
 import shutil
 import uuid
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable, Iterator, Sequence
 from typing import Any
 
 import numpy as np
@@ -76,7 +76,7 @@ from ..streams.log import (
     ROWTIME as LOG_ROWTIME,
 )
 from ..streams.meta import payload_schema, read_meta
-from ..streams.writer import Writer, constant_int64, wall_clock_us
+from ..streams.writer import Writer, wall_clock_us
 from .layout import SINK_DIR, SinkState, batch_name, wait_for_lock
 from .options import ROWTIME, SinkConfig
 from .task import RowSplitter, StagedFile, TaskInfo, TaskReport, as_datetime, iso
@@ -90,6 +90,8 @@ ENTRY_FORMAT = 2
 RUN_BYTES = 128 << 20
 #: ... and this many rows.
 RUN_ROWS = 1 << 23
+#: Rows per record batch in a staged run.
+WRITE_ROWS = 1 << 16
 #: The writer buffers a merged part and flushes it once: rows and bound are one segment.
 _NO_AUTO_FLUSH = 1 << 62
 _NO_CLOCK = -(2**63)
@@ -151,6 +153,9 @@ class _Runs:
         self.ordered = True
         self._top: int | None = None  # the last rowtime of the runs written
         self._pending: list[pa.RecordBatch] = []
+        self._times: list[np.ndarray] = []  # the pending rows' rowtimes, batch by batch
+        self._arrival_block: pa.Array | None = None  # shared by the record batches written
+        self._false_block: pa.Array | None = None
         self._rows = 0
         self._bytes = 0
         self._sorted = True  # the pending rows are in rowtime order
@@ -167,6 +172,7 @@ class _Runs:
             self._sorted = False
         self._last = int(rt[-1])
         self._pending.append(data)
+        self._times.append(rt)
         self._rows += data.num_rows
         self._bytes += data.nbytes
         if self._bytes >= RUN_BYTES or self._rows >= RUN_ROWS:
@@ -186,18 +192,18 @@ class _Runs:
         self.files = []
 
     def _write_run(self) -> None:
-        table = pa.Table.from_batches(self._pending).combine_chunks()
-        self._pending, self._rows, self._bytes = [], 0, 0
-        rowtime = table.column(ROWTIME).cast(pa.int64())
-        rt = rowtime.to_numpy()
-        if not self._sorted:
+        batches, times = self._pending, self._times
+        self._pending, self._times, self._rows, self._bytes = [], [], 0, 0
+        if self._sorted:  # the rows as Spark sent them: nothing to gather
+            n = sum(len(t) for t in times)
+            lo, hi = int(times[0][0]), int(times[-1][-1])
+        else:
+            table = pa.Table.from_batches(batches).combine_chunks()
+            rt = np.concatenate(times)
             order = np.argsort(rt, kind="stable")
-            table = table.take(pa.array(order))
-            rowtime = table.column(ROWTIME).cast(pa.int64())
-            rt = rt[order]
+            batches = table.take(pa.array(order)).to_batches(max_chunksize=WRITE_ROWS)
+            n, lo, hi = len(rt), int(rt[order[0]]), int(rt[order[-1]])
         self._sorted, self._last = True, None
-        n = table.num_rows
-        lo, hi = int(rt[0]), int(rt[-1])
         if self._top is not None and lo < self._top:
             self.ordered = False
         self._top = hi if self._top is None else max(hi, self._top)
@@ -215,14 +221,6 @@ class _Runs:
             last_row_arrival_us=self.arrival,
             last_row_rowtime_us=hi,
         )
-        columns: list[Any] = [
-            constant_int64(n, self.arrival),
-            rowtime,
-            pa.chunked_array([pa.array(np.zeros(n, dtype=np.bool_))]),
-        ]
-        for f in self._payload:
-            col = table.column(f.name)
-            columns.append(col if col.type == f.type else col.cast(f.type))
         rel = os.path.join(
             SINK_DIR,
             "staging",
@@ -233,10 +231,45 @@ class _Runs:
         path = os.path.join(self.target.cfg.location, rel)
         # Listed first, so that discard() removes a half-written file too.
         self.files.append(StagedFile(staged=rel, rows=n, first=self.next_first))
-        write_segment_file(
-            path, stats, self.file_schema, [pa.Table.from_arrays(columns, schema=self.file_schema)]
-        )
+        write_segment_file(path, stats, self.file_schema, self._record_batches(batches))
         self.next_first += n
+
+    def _record_batches(self, batches: list[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
+        """``batches`` (payload and ``rowtime``) as record batches of the segment format, of
+        about :data:`WRITE_ROWS` rows: each gathered from a few of Spark's small batches into
+        memory that the next one reuses, so the file is written without a copy of the run."""
+        group: list[pa.RecordBatch] = []
+        rows = 0
+        for batch in batches:
+            group.append(batch)
+            rows += batch.num_rows
+            if rows >= WRITE_ROWS:
+                yield self._record_batch(group, rows)
+                group, rows = [], 0
+        if group:
+            yield self._record_batch(group, rows)
+
+    def _record_batch(self, group: list[pa.RecordBatch], n: int) -> pa.RecordBatch:
+        if len(group) == 1:
+            data = group[0]
+            columns = {name: data.column(name) for name in data.schema.names}
+        else:
+            table = pa.Table.from_batches(group).combine_chunks()
+            columns = {name: table.column(name).chunk(0) for name in table.column_names}
+        if self._arrival_block is None or len(self._arrival_block) < n:
+            size = max(n, WRITE_ROWS)
+            self._arrival_block = pa.array(np.full(size, self.arrival, dtype=np.int64))
+            self._false_block = pa.array(np.zeros(size, dtype=np.bool_))
+        assert self._false_block is not None
+        arrays = [
+            self._arrival_block.slice(0, n),
+            columns[ROWTIME].cast(pa.int64()),
+            self._false_block.slice(0, n),
+        ]
+        for f in self._payload:
+            col = columns[f.name]
+            arrays.append(col if col.type == f.type else col.cast(f.type))
+        return pa.RecordBatch.from_arrays(arrays, schema=self.file_schema)
 
 
 class StreamTarget:

@@ -356,7 +356,7 @@ def write_segment_file(
     path: str,
     stats: SegmentStats,
     schema: pa.Schema,
-    chunks: Sequence[pa.Table | pa.RecordBatch],
+    chunks: Iterable[pa.Table | pa.RecordBatch],
 ) -> None:
     """Write records in the segment format (``schema``, ``stats`` in the footer) to ``path``
     and fsync it. The file is not part of any partition until :func:`link_segment` names it."""
