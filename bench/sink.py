@@ -123,7 +123,7 @@ def drain(df: DataFrame, fmt: str, path: str, root: str, **options: str) -> tupl
 def main() -> None:
     ap = argparse.ArgumentParser()
     ap.add_argument("--rows", type=int, default=20_000_000)
-    ap.add_argument("--repeat", type=int, default=3)
+    ap.add_argument("--repeat", type=int, default=5)
     ap.add_argument("--dir", default=None, help="where to write the data (default: a temp dir)")
     args = ap.parse_args()
     base = args.dir or tempfile.mkdtemp(prefix="bench-sink-")

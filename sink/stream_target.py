@@ -48,6 +48,7 @@ made), before anything is written.
 
 from __future__ import annotations
 
+import concurrent.futures
 import functools
 import os
 import shutil
@@ -68,6 +69,7 @@ from ..streams.log import (
     SegmentStats,
     Stream,
     create_stream,
+    fsync_file,
     open_stream,
     segment_schema,
     write_segment_file,
@@ -152,6 +154,8 @@ class _Runs:
         self.files: list[StagedFile] = []
         self.ordered = True
         self._top: int | None = None  # the last rowtime of the runs written
+        self._syncer = concurrent.futures.ThreadPoolExecutor(1, "rowtime-fsync")
+        self._syncs: list[concurrent.futures.Future[None]] = []
         self._pending: list[pa.RecordBatch] = []
         self._times: list[np.ndarray] = []  # the pending rows' rowtimes, batch by batch
         self._arrival_block: pa.Array | None = None  # shared by the record batches written
@@ -179,11 +183,18 @@ class _Runs:
             self._write_run()
 
     def close(self) -> list[StagedFile]:
+        """Write what is pending; return the files once every one is durable."""
         if self._pending:
             self._write_run()
+        try:
+            for sync in self._syncs:
+                sync.result()
+        finally:
+            self._syncer.shutdown()
         return self.files
 
     def discard(self) -> None:
+        self._syncer.shutdown(wait=True, cancel_futures=True)
         for f in self.files:
             try:
                 os.unlink(os.path.join(self.target.cfg.location, f.staged))
@@ -231,7 +242,9 @@ class _Runs:
         path = os.path.join(self.target.cfg.location, rel)
         # Listed first, so that discard() removes a half-written file too.
         self.files.append(StagedFile(staged=rel, rows=n, first=self.next_first))
-        write_segment_file(path, stats, self.file_schema, self._record_batches(batches))
+        write_segment_file(path, stats, self.file_schema, self._record_batches(batches), sync=False)
+        # The disk catches up while the task goes on receiving rows; close() waits for it.
+        self._syncs.append(self._syncer.submit(fsync_file, path))
         self.next_first += n
 
     def _record_batches(self, batches: list[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:

@@ -357,9 +357,13 @@ def write_segment_file(
     stats: SegmentStats,
     schema: pa.Schema,
     chunks: Iterable[pa.Table | pa.RecordBatch],
+    *,
+    sync: bool = True,
 ) -> None:
     """Write records in the segment format (``schema``, ``stats`` in the footer) to ``path``
-    and fsync it. The file is not part of any partition until :func:`link_segment` names it."""
+    and fsync it (unless ``sync=False``: then the caller calls :func:`fsync_file` before the
+    file is linked). The file is not part of any partition until :func:`link_segment` names
+    it."""
     file_schema = schema.with_metadata(stats.to_metadata())
     with pa.OSFile(path, "wb") as sink, pa.ipc.new_file(sink, file_schema) as writer:
         for chunk in chunks:
@@ -367,6 +371,12 @@ def write_segment_file(
                 writer.write_batch(chunk)
             else:
                 writer.write_table(chunk)
+    if sync:
+        fsync_file(path)
+
+
+def fsync_file(path: str) -> None:
+    """Make the contents of the file at ``path`` durable."""
     fd = os.open(path, os.O_RDONLY)
     try:
         os.fsync(fd)
