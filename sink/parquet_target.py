@@ -46,6 +46,7 @@ import pyarrow.parquet as pq
 
 from ..bounds.errors import CorruptLogError, OptionError, SchemaError
 from ..bounds.time import from_rowtime_us
+from ..streams.log import fsync_file
 from ..streams.meta import fsync_dir
 from .clock import advance
 from .layout import CLOCK_FILE, SINK_DIR, SinkState, batch_name, read_json, replace_json
@@ -99,14 +100,6 @@ def parquet_clock_us(path: str) -> int | None:
         return None
     clock = doc.get("clock_us")
     return None if clock is None else int(clock)
-
-
-def _fsync_file(path: str) -> None:
-    fd = os.open(path, os.O_RDONLY)
-    try:
-        os.fsync(fd)
-    finally:
-        os.close(fd)
 
 
 class _Stager:
@@ -182,7 +175,7 @@ class _Stager:
         for key, writer in self.writers.items():
             writer.close()
             f = self.files[key]
-            _fsync_file(os.path.join(self.target.cfg.location, f.staged))
+            fsync_file(os.path.join(self.target.cfg.location, f.staged))
             out.append(StagedFile(staged=f.staged, rows=self.rows[key], final=f.final, key=key))
         for root, _dirs, _files in os.walk(self.folder):
             fsync_dir(root)
