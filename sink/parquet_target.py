@@ -46,8 +46,7 @@ import pyarrow.parquet as pq
 
 from ..bounds.errors import CorruptLogError, OptionError, SchemaError
 from ..bounds.time import from_rowtime_us
-from ..streams.log import fsync_file
-from ..streams.meta import fsync_dir
+from ..streams.meta import fsync_dir, fsync_file
 from .clock import advance
 from .layout import CLOCK_FILE, SINK_DIR, SinkState, batch_name, read_json, replace_json
 from .layout import write_json_once as _write_once

@@ -69,7 +69,6 @@ from ..streams.log import (
     SegmentStats,
     Stream,
     create_stream,
-    fsync_file,
     open_stream,
     segment_schema,
     write_segment_file,
@@ -77,9 +76,9 @@ from ..streams.log import (
 from ..streams.log import (
     ROWTIME as LOG_ROWTIME,
 )
-from ..streams.meta import payload_schema, read_meta
+from ..streams.meta import fsync_file, payload_schema, read_meta
 from ..streams.writer import Writer, wall_clock_us
-from .layout import SINK_DIR, SinkState, batch_name, wait_for_lock
+from .layout import SINK_DIR, STAGING_DIR, SinkState, batch_name, wait_for_lock
 from .options import ROWTIME, SinkConfig
 from .task import RowSplitter, StagedFile, TaskInfo, TaskReport, as_datetime, iso
 
@@ -164,9 +163,7 @@ class _Runs:
         self._bytes = 0
         self._sorted = True  # the pending rows are in rowtime order
         self._last: int | None = None  # the last pending rowtime, while sorted
-        self._folder = os.path.join(
-            target.cfg.location, SINK_DIR, "staging", batch_name(info.batch_id)
-        )
+        self._rel_folder = os.path.join(SINK_DIR, STAGING_DIR, batch_name(info.batch_id))
         self._payload = list(file_schema)[len(SYSTEM_COLUMNS) :]
 
     def add(self, data: pa.RecordBatch, rt: np.ndarray) -> None:
@@ -232,14 +229,10 @@ class _Runs:
             last_row_arrival_us=self.arrival,
             last_row_rowtime_us=hi,
         )
-        rel = os.path.join(
-            SINK_DIR,
-            "staging",
-            batch_name(self.info.batch_id),
-            f"{self.info.task:05d}-{self.info.attempt}-{uuid.uuid4().hex[:12]}.arrow",
-        )
-        os.makedirs(self._folder, exist_ok=True)
+        name = f"{self.info.task:05d}-{self.info.attempt}-{uuid.uuid4().hex[:12]}.arrow"
+        rel = os.path.join(self._rel_folder, name)
         path = os.path.join(self.target.cfg.location, rel)
+        os.makedirs(os.path.dirname(path), exist_ok=True)
         # Listed first, so that discard() removes a half-written file too.
         self.files.append(StagedFile(staged=rel, rows=n, first=self.next_first))
         write_segment_file(path, stats, self.file_schema, self._record_batches(batches), sync=False)
@@ -305,11 +298,14 @@ class StreamTarget:
         except SchemaError as e:
             raise SchemaError(f"{self.where}: the query's payload cannot be a stream: {e}") from e
 
+    def _partitions_known(self) -> int | None:
+        """The partition count of a new target if the options decide it (see the module's
+        docstring); None when it is one per write task of the first batch."""
+        return self.cfg.partitions or (1 if self.cfg.clock == "watermark" else None)
+
     def _new_partitions(self, tasks: int) -> int:
-        """How many partitions a target created now gets (see the module's docstring)."""
-        if self.cfg.partitions is not None:
-            return self.cfg.partitions
-        return 1 if self.cfg.clock == "watermark" else max(1, tasks)
+        """How many partitions a target created by a commit of ``tasks`` tasks gets."""
+        return self._partitions_known() or max(1, tasks)
 
     # -- driver, when the query starts --------------------------------------------------------
 
@@ -320,7 +316,6 @@ class StreamTarget:
         cfg = self.cfg
         wanted = self._payload()
         stream = self._stream()
-        known = cfg.partitions or (1 if cfg.clock == "watermark" else None)
         if stream is None and os.path.isdir(os.path.join(cfg.location, SINK_DIR)):
             kind = (self.state.read_target() or {}).get("kind")
             if kind != KIND:
@@ -343,6 +338,7 @@ class StreamTarget:
                     f"already has {have} partitions: remove the option, or write to a new path"
                 )
         self.state.define_target({"kind": KIND})
+        known = self._partitions_known()
         if stream is None and known is not None:
             create_stream(cfg.location, wanted, known)
 
@@ -357,7 +353,7 @@ class StreamTarget:
             return TaskReport(info=info, skipped=True)
         stream = self._stream()
         if stream is None:  # the first commit creates it, with this many partitions
-            partitions = self.cfg.partitions or (1 if self.cfg.clock == "watermark" else None)
+            partitions = self._partitions_known()
             partition = info.task if partitions is None else info.task % partitions
             first, base_clock, last_arrival, floor = 0, None, None, None
             file_schema = segment_schema(self._payload())

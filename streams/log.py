@@ -61,6 +61,7 @@ from .meta import (
     META_FILE,
     StreamMeta,
     fsync_dir,
+    fsync_file,
     payload_schema,
     publish,
     read_meta,
@@ -321,7 +322,7 @@ def list_segments(part_dir: str) -> tuple[list[Segment], list[str], list[str]]:
     )
 
 
-def _open_table(path: str) -> pa.Table:
+def open_segment_file(path: str) -> pa.Table:
     """A segment as a table whose buffers point into a read-only memory map (no copy)."""
     with pa.memory_map(path, "r") as source:
         return pa.ipc.open_file(source).read_all()
@@ -373,15 +374,6 @@ def write_segment_file(
                 writer.write_table(chunk)
     if sync:
         fsync_file(path)
-
-
-def fsync_file(path: str) -> None:
-    """Make the contents of the file at ``path`` durable."""
-    fd = os.open(path, os.O_RDONLY)
-    try:
-        os.fsync(fd)
-    finally:
-        os.close(fd)
 
 
 def link_segment(part_dir: str, path: str, stats: SegmentStats) -> Segment:
@@ -491,7 +483,7 @@ class Stream:
                 self._tables.move_to_end(segment.path)
                 return table
         try:
-            table = _open_table(segment.path)
+            table = open_segment_file(segment.path)
         except FileNotFoundError:
             raise
         except (OSError, pa.ArrowInvalid) as e:

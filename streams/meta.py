@@ -257,13 +257,22 @@ def read_meta(location: str) -> StreamMeta | None:
     return meta
 
 
-def fsync_dir(path: str) -> None:
-    """Make a rename or a new entry in directory ``path`` durable."""
-    fd = os.open(path, os.O_RDONLY | os.O_DIRECTORY)
+def _fsync(path: str, flags: int) -> None:
+    fd = os.open(path, flags)
     try:
         os.fsync(fd)
     finally:
         os.close(fd)
+
+
+def fsync_dir(path: str) -> None:
+    """Make a rename or a new entry in directory ``path`` durable."""
+    _fsync(path, os.O_RDONLY | os.O_DIRECTORY)
+
+
+def fsync_file(path: str) -> None:
+    """Make the contents of the file at ``path`` durable."""
+    _fsync(path, os.O_RDONLY)
 
 
 _NO_HARD_LINKS = {errno.EPERM, errno.ENOTSUP, errno.EOPNOTSUPP, errno.EMLINK, errno.ENOSYS}

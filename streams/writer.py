@@ -68,6 +68,7 @@ from .log import (
     clean_partition,
     compact_tail,
     link_segment,
+    open_segment_file,
     open_stream,
     write_segment,
 )
@@ -662,10 +663,10 @@ class Writer:
             end, clock, arrival = self._end, self._clock, self._arrival
             checked: list[tuple[str, SegmentStats]] = []
             for path in paths:
+                table = _segment_file(path, self._file_schema)
+                stats = self._check_footer(table, path, end, clock, arrival)
                 if verify:
-                    stats = self._verify_file(path, end, clock, arrival)
-                else:
-                    stats = self._check_footer(path, end, clock, arrival)
+                    self._verify_records(table, stats, path, end, clock)
                 checked.append((path, stats))
                 end, clock, arrival = stats.end, stats.clock_us, stats.last_arrival_us
             for path, stats in checked:
@@ -677,9 +678,10 @@ class Writer:
                 self._activity_us = max(self._activity_us, self._arrival)
             return self._end
 
-    def _check_footer(self, path: str, end: int, clock: int, arrival: int) -> SegmentStats:
+    def _check_footer(
+        self, table: pa.Table, path: str, end: int, clock: int, arrival: int
+    ) -> SegmentStats:
         """A segment file's footer, checked to continue the partition at ``end``."""
-        table = _segment_file(path, self._file_schema)
         stats = SegmentStats.from_metadata(table.schema.metadata, path)
         if stats.count != table.num_rows or stats.rows + stats.bounds != stats.count:
             raise CorruptLogError(
@@ -710,10 +712,10 @@ class Writer:
             self._late(low, clock, False, index=0)
         return stats
 
-    def _verify_file(self, path: str, end: int, clock: int, arrival: int) -> SegmentStats:
-        """A segment file's footer, checked against its records and the partition."""
-        stats = self._check_footer(path, end, clock, arrival)
-        table = _segment_file(path, self._file_schema)
+    def _verify_records(
+        self, table: pa.Table, stats: SegmentStats, path: str, end: int, clock: int
+    ) -> None:
+        """A segment file's records, checked against its footer and the partition's rules."""
         arrivals = table.column(ARRIVAL).to_numpy()
         rowtime = table.column(ROWTIME)
         has_rt = rowtime.is_valid().to_numpy(zero_copy_only=False)
@@ -743,7 +745,6 @@ class Writer:
         if self._reject and late.any():
             i = int(np.flatnonzero(late)[0])
             self._late(int(effective[i]), int(before[i]), not bool(has_rt[i]), index=i)
-        return stats
 
     def _seal_rows(self) -> None:
         """Turn the row buffer into an Arrow chunk (so an Arrow chunk can follow it)."""
@@ -891,8 +892,7 @@ def _segment_file(path: str, file_schema: pa.Schema) -> pa.Table:
     """A segment file's records (memory-mapped), checked to have the stream's segment columns
     and at least one record."""
     try:
-        with pa.memory_map(path, "r") as source:
-            table = pa.ipc.open_file(source).read_all()
+        table = open_segment_file(path)
     except (OSError, pa.ArrowInvalid) as e:
         raise CorruptLogError(f"segment file {path} cannot be read: {e}") from e
     if not table.schema.remove_metadata().equals(file_schema.remove_metadata()):
