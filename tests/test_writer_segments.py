@@ -336,14 +336,21 @@ def assert_nothing_committed(w: Writer, loc: Path, before: tuple) -> None:
     assert [r["a"] for r in raw(loc)] == [1, 2]
 
 
+def assert_refused(
+    w: Writer, loc: Path, files: list[str], error: type[Exception], match: str | None = None
+) -> None:
+    """Appending ``files`` raises ``error`` and commits nothing."""
+    before = committed(loc)
+    with pytest.raises(error, match=match):
+        w.append_segment_files(files)
+    assert_nothing_committed(w, loc, before)
+
+
 @pytest.mark.parametrize(("make_bad", "says"), BAD_FILES.values(), ids=BAD_FILES.keys())
 def test_a_file_that_does_not_continue_the_partition_is_refused(base, loc, stage, make_bad, says):
     schema = open_stream(loc).file_schema
     bad = make_bad(stage / "bad.arrow", schema, BASE_END, BASE_CLOCK, BASE_ARRIVAL)
-    before = committed(loc)
-    with pytest.raises(CorruptLogError, match=says):
-        base.append_segment_files([bad])
-    assert_nothing_committed(base, loc, before)
+    assert_refused(base, loc, [bad], CorruptLogError, match=says)
     # The writer is not stuck: a file that continues the partition is taken afterwards.
     assert base.append_segment_files([good_file(loc, stage)]) == GOOD_END
     assert committed(loc)[:2] == (GOOD_END, GOOD_CLOCK)
@@ -356,20 +363,14 @@ def test_when_the_second_file_is_bad_the_first_is_not_committed_either(
     schema = open_stream(loc).file_schema
     good = good_file(loc, stage)
     bad = make_bad(stage / "bad.arrow", schema, GOOD_END, GOOD_CLOCK, GOOD_ARRIVAL)
-    before = committed(loc)
-    with pytest.raises(CorruptLogError, match=says):
-        base.append_segment_files([good, bad])
-    assert_nothing_committed(base, loc, before)
+    assert_refused(base, loc, [good, bad], CorruptLogError, match=says)
     assert os.stat(good).st_nlink == 1  # never linked
     assert base.append_segment_files([good]) == GOOD_END
 
 
 def test_the_same_file_twice_is_refused_and_nothing_is_committed(base, loc, stage):
     good = good_file(loc, stage)
-    before = committed(loc)
-    with pytest.raises(CorruptLogError, match="starts at offset 2"):
-        base.append_segment_files([good, good])
-    assert_nothing_committed(base, loc, before)
+    assert_refused(base, loc, [good, good], CorruptLogError, match="starts at offset 2")
     assert base.append_segment_files([good]) == GOOD_END
     with pytest.raises(CorruptLogError):  # and once committed, it cannot come again
         base.append_segment_files([good])
@@ -396,10 +397,7 @@ def test_under_order_reject_a_file_with_rows_below_the_partition_clock_is_late(
     base, loc, stage, records
 ):
     path = segment_file(stage / "late.arrow", open_stream(loc).file_schema, 2, records, BASE_CLOCK)
-    before = committed(loc)
-    with pytest.raises(LateRowError, match="order=reject"):
-        base.append_segment_files([path])
-    assert_nothing_committed(base, loc, before)
+    assert_refused(base, loc, [path], LateRowError, match="order=reject")
 
 
 def test_a_late_second_file_leaves_the_first_uncommitted(base, loc, stage):
@@ -412,10 +410,7 @@ def test_a_late_second_file_leaves_the_first_uncommitted(base, loc, stage):
         [row(GOOD_ARRIVAL + 1, T0 + 300, 9)],
         GOOD_CLOCK,
     )
-    before = committed(loc)
-    with pytest.raises(LateRowError):
-        base.append_segment_files([good, late])
-    assert_nothing_committed(base, loc, before)
+    assert_refused(base, loc, [good, late], LateRowError)
     assert os.stat(good).st_nlink == 1
 
 
@@ -469,10 +464,7 @@ def test_a_file_with_a_bound_below_the_partition_clock_is_refused(base, loc, sta
     )
     with pytest.raises(BoundError):
         base.set_rowtime_bound(at(BASE_CLOCK - 100))  # what the writer says to the same bound
-    before = committed(loc)
-    with pytest.raises((BoundError, LateRowError, CorruptLogError)):
-        base.append_segment_files([path])
-    assert_nothing_committed(base, loc, before)
+    assert_refused(base, loc, [path], BoundError, match="below the clock")
 
 
 def test_under_order_reject_a_file_whose_rows_go_back_in_time_is_late(base, loc, stage):
@@ -483,10 +475,7 @@ def test_under_order_reject_a_file_whose_rows_go_back_in_time_is_late(base, loc,
         [row(T0 + 10, T0 + 400, 3), row(T0 + 11, T0 + 300, 4)],  # both above the clock T0+200
         BASE_CLOCK,
     )
-    before = committed(loc)
-    with pytest.raises(LateRowError):
-        base.append_segment_files([path])
-    assert_nothing_committed(base, loc, before)
+    assert_refused(base, loc, [path], LateRowError)
 
 
 def test_a_footer_without_rowtime_statistics_is_corrupt(base, loc, stage):
@@ -498,10 +487,7 @@ def test_a_footer_without_rowtime_statistics_is_corrupt(base, loc, stage):
         BASE_CLOCK,
         max_rowtime_us=None,
     )
-    before = committed(loc)
-    with pytest.raises(CorruptLogError):
-        base.append_segment_files([path])
-    assert_nothing_committed(base, loc, before)
+    assert_refused(base, loc, [path], CorruptLogError)
 
 
 def test_a_footer_whose_last_arrival_is_below_the_files_arrivals_is_refused(base, loc, stage):
@@ -513,16 +499,7 @@ def test_a_footer_whose_last_arrival_is_below_the_files_arrivals_is_refused(base
         BASE_CLOCK,
         last_arrival_us=T0 + 10,
     )
-    before = committed(loc)
-    try:
-        base.append_segment_files([path])
-    except CorruptLogError:
-        assert_nothing_committed(base, loc, before)
-        return
-    base.insert({"a": 5}, rowtime=at(T0 + 500))  # the FakeClock is far behind: clamped
-    base.flush()
-    arrivals = [r["__arrival_us"] for r in raw(loc, ["__arrival_us"])]
-    assert arrivals == sorted(arrivals), arrivals
+    assert_refused(base, loc, [path], CorruptLogError, match="does not describe its records")
 
 
 # -- the writer's own state -------------------------------------------------------------------
