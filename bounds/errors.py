@@ -49,3 +49,8 @@ class CorruptLogError(RowtimeError, RuntimeError):
 
 class WriterClosedError(RowtimeError, ValueError):
     """A writer used after ``close()`` (like I/O on a closed file, a ValueError)."""
+
+
+class QueryShapeError(RowtimeError, ValueError):
+    """A query shape that would stop bound records from reaching Spark's watermark (a filter
+    or a union below ``with_watermark``), refused before the query starts."""

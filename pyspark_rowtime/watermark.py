@@ -1,20 +1,89 @@
-"""``with_watermark``: Spark's watermark on ``rowtime``, fed by the reader's bound records."""
+"""``with_watermark``: Spark's watermark on ``rowtime``, fed by the reader's bound records.
+
+The promise (SPEC 7): a bound record alone moves Spark's watermark and closes whatever it
+should, whatever the user writes after ``with_watermark``. Two things stand in its way, both in
+Spark's optimizer, and this module answers each.
+
+**Predicates are pushed below the watermark.** ``PushPredicateThroughNonJoin`` moves any
+*deterministic* predicate that does not reference the event-time column through
+``EventTimeWatermark`` (SPARK-21587), and it moves filters through deterministic projections
+on the way. A bound record has a null payload, so the user's ``where("k = 'a'")``, a
+``na.drop()``, a UDF filter, or the ``isnotnull(key)`` that ``InferFiltersFromConstraints``
+adds on each side of a join would all remove the bound records before the watermark sees them:
+the watermark then follows data only, and the last windows of a quiet stream never close.
+
+The fix is a barrier the optimizer respects. ``with_watermark`` removes the bound records with a
+filter directly above the watermark node whose condition is *non-deterministic*
+(``spark_partition_id() >= 0``, always true, one integer compare per row):
+
+- ``CombineFilters`` merges a filter into the one below only if the lower one is deterministic,
+  so a later filter is not merged into ours;
+- ``PushPredicateThroughNonJoin`` pushes a filter only through the operators it lists
+  (``canPushThrough``: projections, sorts, repartitions, ...); a filter is not among them, so
+  nothing written later moves past ours, and ours is not pushed below the watermark because it
+  is not deterministic (nor would its conjunct on ``rowtime`` be).
+
+So every predicate the user writes, or Spark infers, stops above the barrier, where the bound
+records are already gone and the watermark has seen them. A test shows the optimized plan of
+each query shape (filters, projections, ``na.drop``, UDF filters, joins on keys,
+``dropDuplicatesWithinWatermark``, unions) with no filter between a ``rowtime`` source and its
+watermark.
+
+**What cannot be protected is refused or named.** Nothing placed *before* ``with_watermark`` can
+be protected: a filter there removes bound records before the watermark node exists, and one
+watermark over the union of two rowtime streams follows the faster one (Spark's watermark is the
+maximum event time it saw) and drops the slower one's rows as late. ``with_watermark`` refuses
+both when it is called (:class:`QueryShapeError`, naming the operator and what to write
+instead). A query that calls Spark's own ``withWatermark("rowtime", ...)`` without the helper
+lets bound records through as rows (counted, joined, deduplicated) and lets filters freeze its
+watermark; :func:`watch_queries` (installed by the first ``with_watermark`` call of a session)
+checks every query that session starts and logs a warning naming the fix. :func:`check_query`
+runs the same check on demand (say, in a test of your own job).
+"""
 
 from __future__ import annotations
 
+import atexit
+import logging
+import threading
 from typing import TYPE_CHECKING, Any
 
+from .bounds.errors import QueryShapeError
 from .bounds.time import parse_duration_us
 
 if TYPE_CHECKING:
-    from pyspark.sql import DataFrame
+    from pyspark.sql import DataFrame, SparkSession
+    from pyspark.sql.streaming import StreamingQuery
+
+log = logging.getLogger("pyspark_rowtime")
 
 #: The smallest delay Spark does not truncate to zero: it keeps watermarks in milliseconds.
 _MIN_DELAY_US = 1000
 
+#: How the barrier reads in Spark's plans (``Expression.sql``); :func:`check_query` looks for it.
+_BARRIER_SQL = "spark_partition_id() >= 0"
+
+#: Operators that may stand between the reader and its watermark: they do not remove rows
+#: (column selection and renaming, names for the plan). A union is judged by how many rowtime
+#: streams it mixes (one watermark over two of them runs ahead of the slower one).
+_TRANSPARENT = {"Project", "SubqueryAlias", "View", "ResolvedHint", "Union"}
+
+#: What to write instead, shared by the error and the warning.
+_RULE = (
+    "call pyspark_rowtime.with_watermark(df) directly on each spark.readStream.format('rowtime')"
+    " DataFrame, then write filters, joins, unions and aggregations after it"
+)
+
 
 def with_watermark(df: DataFrame, delay: Any = None) -> DataFrame:
-    """Apply ``withWatermark("rowtime", ...)`` and remove the bound records after it.
+    """Apply ``withWatermark("rowtime", ...)`` and remove the bound records after it, behind a
+    barrier that keeps everything written later above the watermark (module docstring).
+
+    ``df`` must be the reader's output (columns ``rowtime`` and ``is_bound``), at most with
+    columns selected or renamed: a filter, a join, an aggregation or a union of two rowtime
+    streams below the watermark is refused with :class:`QueryShapeError`, because it would let
+    the watermark run past rows still to come or stop it. Union streams after calling this on
+    each: Spark then takes the minimum of their watermarks, as the stream clock would.
 
     ``delay`` (a duration: seconds, a timedelta or a string such as ``"5s"``) is raised to at
     least one millisecond: Spark drops rows *below or at* the watermark it derives from a batch,
@@ -22,23 +91,199 @@ def with_watermark(df: DataFrame, delay: Any = None) -> DataFrame:
     microsecond is not enough: Spark keeps the watermark and the delay in whole milliseconds
     (``EventTimeWatermark.getDelayMs`` truncates), so a delay under 1 ms is a delay of zero.
     The price: a window ending exactly at a bound closes once a bound at least 1 ms past its
-    end arrives.
-
-    The bound records must pass the watermark node to move it, and only then be removed. Spark's
-    optimizer pushes a filter below ``EventTimeWatermark`` unless the predicate references the
-    event-time column, so the predicate is written over ``rowtime`` as well as ``is_bound``: a
-    plain ``where(~is_bound)`` would be pushed below the watermark and bounds would never reach
-    it. The ``is_bound`` column is dropped from the result.
+    end arrives. The ``is_bound`` column is dropped from the result.
     """
     from pyspark.sql import functions as F
 
     if "rowtime" not in df.columns or "is_bound" not in df.columns:
-        raise ValueError(
+        raise QueryShapeError(
             "with_watermark needs the columns rowtime and is_bound of a format('rowtime') stream;"
             f" got columns {df.columns}"
         )
+    _refuse_unprotectable(df)
     delay_us = _MIN_DELAY_US if delay is None else parse_duration_us(delay, what="delay")
     delay_us = max(_MIN_DELAY_US, delay_us)
     watermarked = df.withWatermark("rowtime", f"{delay_us} microseconds")
+    # The predicate references rowtime, so it would not be pushed below the watermark anyway;
+    # the non-deterministic conjunct is what keeps every *later* predicate above this one.
     data_rows = F.when(F.col("rowtime").isNotNull(), ~F.col("is_bound")).otherwise(F.lit(False))
-    return watermarked.where(data_rows).drop("is_bound")
+    barrier = F.spark_partition_id() >= 0
+    result = watermarked.where(data_rows & barrier).drop("is_bound")
+    try:
+        watch_queries(df.sparkSession)
+    except Exception as e:  # the check is a help, never a reason to fail the user's query
+        log.debug("pyspark_rowtime: could not watch queries: %s", e)
+    return result
+
+
+# -- reading Spark's logical plans (through Py4J; classic Spark, not Spark Connect) --------------
+
+
+def _children(node: Any) -> list[Any]:
+    seq = node.children()
+    return [seq.apply(i) for i in range(seq.size())]
+
+
+def _is_rowtime_source(node: Any) -> bool:
+    name = node.nodeName()
+    if name == "StreamingRelationV2":
+        return str(node.sourceName()) == "rowtime"
+    if name in ("StreamingDataSourceV2Relation", "StreamingDataSourceV2ScanRelation"):
+        return str(node.simpleString(50)).rstrip().endswith(" rowtime")
+    return False
+
+
+def _describe(node: Any) -> str:
+    if node.nodeName() == "Filter":
+        return f"a filter ({node.condition().sql()})"
+    return f"a {node.nodeName()} operator"
+
+
+def _below_watermark_problem(node: Any) -> str | None:
+    """What stands between a watermark (or the helper) and the rowtime sources below ``node``
+    that would break the promise, or None."""
+    sources = 0
+    blockers: list[str] = []
+
+    def walk(n: Any, blocked: str | None) -> None:
+        nonlocal sources
+        if _is_rowtime_source(n):
+            sources += 1
+            if blocked is not None:
+                blockers.append(blocked)
+            return
+        here = blocked
+        if here is None and n.nodeName() not in _TRANSPARENT:
+            here = _describe(n)
+        if n.nodeName() == "EventTimeWatermark":
+            here = "a watermark (withWatermark) already"
+        for c in _children(n):
+            walk(c, here)
+
+    walk(node, None)
+    if blockers:
+        return (
+            f"{blockers[0]} stands between spark.readStream.format('rowtime') and the watermark"
+            " on rowtime: it removes or mixes bound records before the watermark sees them, so"
+            " the watermark stops following the stream clock"
+        )
+    if sources > 1:
+        return (
+            f"one watermark over {sources} rowtime streams follows the fastest of them and drops"
+            " the others' rows as late; call with_watermark on each stream and union the results"
+            " (Spark then takes the minimum of their watermarks)"
+        )
+    return None
+
+
+def _refuse_unprotectable(df: DataFrame) -> None:
+    jdf = getattr(df, "_jdf", None)
+    if jdf is None:  # Spark Connect: no plan to read from here
+        return
+    problem = _below_watermark_problem(jdf.queryExecution().analyzed())
+    if problem is not None:
+        raise QueryShapeError(f"with_watermark: {problem}; {_RULE}")
+
+
+def check_plan(plan: Any) -> list[str]:
+    """The shapes in a JVM logical plan that break the rowtime promise, as messages (empty
+    when none). Looks at every watermark on a column of a ``format("rowtime")`` source."""
+    problems: list[str] = []
+
+    def walk(n: Any, parent: Any | None) -> None:
+        if n.nodeName() == "EventTimeWatermark" and _reads_rowtime(n):
+            below = _below_watermark_problem(_children(n)[0])
+            if below is not None:
+                problems.append(below)
+            protected = (
+                parent is not None
+                and parent.nodeName() == "Filter"
+                and _BARRIER_SQL in str(parent.condition().sql()).lower()
+            )
+            if not protected:
+                problems.append(
+                    f"withWatermark({n.eventTime().name()!r}) on a format('rowtime') stream"
+                    " without pyspark_rowtime.with_watermark: bound records (is_bound = true,"
+                    " null payload) reach the rest of the query as rows, and filters after it"
+                    " are pushed below the watermark and stop it"
+                )
+        for c in _children(n):
+            walk(c, n)
+
+    walk(plan, None)
+    return problems
+
+
+def _reads_rowtime(watermark: Any) -> bool:
+    def has_source(n: Any) -> bool:
+        return _is_rowtime_source(n) or any(has_source(c) for c in _children(n))
+
+    return has_source(watermark)
+
+
+def check_query(query: StreamingQuery) -> list[str]:
+    """:func:`check_plan` for a started query (classic Spark; Spark Connect returns [])."""
+    jsq = getattr(query, "_jsq", None)
+    if jsq is None:
+        return []
+    return check_plan(jsq.streamingQuery().analyzedPlan())
+
+
+_watched: set[int] = set()
+_watch_lock = threading.Lock()
+
+
+def watch_queries(spark: SparkSession) -> None:
+    """Check every query ``spark`` starts from now on with :func:`check_query`, and log a
+    warning (logger ``pyspark_rowtime``) for each shape that breaks the rowtime promise.
+
+    Installed by the first ``with_watermark`` call of a session; idempotent. Spark tells
+    listeners about a started query just after ``start()`` returns, on its listener thread.
+    """
+    from pyspark.sql.streaming import StreamingQueryListener
+
+    jsession = getattr(spark, "_jsparkSession", None)
+    if jsession is None:
+        return
+    key = int(jsession.hashCode())
+    with _watch_lock:
+        if key in _watched:
+            return
+        _watched.add(key)
+
+    class _ShapeWatch(StreamingQueryListener):
+        def onQueryStarted(self, event: Any) -> None:
+            try:
+                query = spark.streams.get(str(event.id))
+                problems = check_query(query) if query is not None else []
+            except Exception as e:  # the query may already be gone
+                log.debug("pyspark_rowtime: could not check query %s: %s", event.id, e)
+                return
+            for problem in problems:
+                log.warning(
+                    "pyspark_rowtime: query %s: %s; %s",
+                    event.name or event.id,
+                    problem,
+                    _RULE,
+                )
+
+        def onQueryProgress(self, event: Any) -> None:
+            pass
+
+        def onQueryIdle(self, event: Any) -> None:
+            pass
+
+        def onQueryTerminated(self, event: Any) -> None:
+            pass
+
+    listener = _ShapeWatch()
+    spark.streams.addListener(listener)
+    # Spark would otherwise call into this interpreter while it shuts down (a Py4J stack trace).
+    atexit.register(_unwatch, spark, listener)
+
+
+def _unwatch(spark: SparkSession, listener: Any) -> None:
+    try:
+        spark.streams.removeListener(listener)
+    except Exception:  # the session or the JVM is already gone: nothing left to call us
+        pass
