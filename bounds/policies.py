@@ -41,12 +41,8 @@ from typing import Any, ClassVar
 
 import numpy as np
 
-from .bounds import END_OF_STREAM_US
+from .bounds import END_OF_STREAM_US, NO_TIME
 from .errors import HeldRowsOverflowError, LateRowError, OptionError
-
-#: Stands for "no value yet" in the int64 arrays: far below any Spark timestamp, far enough above
-#: int64's minimum that subtracting a range cannot overflow.
-NO_TIME = -(2**62)
 
 ADJUST_UNITS_US: dict[str, int] = {"sec": 1_000_000, "msec": 1_000, "usec": 1}
 

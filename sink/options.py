@@ -17,10 +17,8 @@ from typing import Any
 import pyarrow as pa
 
 from ..bounds.errors import OptionError, SchemaError
+from ..streams.columns import SPARK_IS_BOUND, SPARK_ROWTIME
 from ..streams.log import resolve_location
-
-ROWTIME = "rowtime"
-IS_BOUND = "is_bound"
 
 GRANULARITY_US = {
     "minute": 60_000_000,
@@ -117,8 +115,8 @@ def check_columns(schema: pa.Schema) -> tuple[tuple[str, ...], bool]:
     """The payload columns and whether ``is_bound`` is present; :class:`SchemaError` when the
     query has no usable ``rowtime`` column or a bad ``is_bound``."""
     names = schema.names
-    if ROWTIME not in names:
-        near = [n for n in names if n.lower() == ROWTIME]
+    if SPARK_ROWTIME not in names:
+        near = [n for n in names if n.lower() == SPARK_ROWTIME]
         hint = (
             f" (there is {near[0]!r}: the name must be exactly rowtime)"
             if near
@@ -128,22 +126,24 @@ def check_columns(schema: pa.Schema) -> tuple[tuple[str, ...], bool]:
             "writeStream.format('rowtime') needs a column named rowtime (TIMESTAMP) holding each "
             f"row's event time; the query's columns are {', '.join(names) or '(none)'}{hint}"
         )
-    if names.count(ROWTIME) > 1 or names.count(IS_BOUND) > 1:
+    if names.count(SPARK_ROWTIME) > 1 or names.count(SPARK_IS_BOUND) > 1:
         raise SchemaError(f"the query has duplicate columns: {', '.join(names)}")
-    rowtime_type = schema.field(ROWTIME).type
+    rowtime_type = schema.field(SPARK_ROWTIME).type
     if not pa.types.is_timestamp(rowtime_type) or rowtime_type.tz is None:
         raise SchemaError(
             f"column rowtime must be a TIMESTAMP (with time zone), not {rowtime_type}; "
             "cast it with F.col('rowtime').cast('timestamp')"
         )
-    has_is_bound = IS_BOUND in names
-    if has_is_bound and not pa.types.is_boolean(schema.field(IS_BOUND).type):
+    has_is_bound = SPARK_IS_BOUND in names
+    if has_is_bound and not pa.types.is_boolean(schema.field(SPARK_IS_BOUND).type):
         raise SchemaError(
             f"column is_bound must be BOOLEAN (true on bound records), not "
-            f"{schema.field(IS_BOUND).type}; rename the column or drop it"
+            f"{schema.field(SPARK_IS_BOUND).type}; rename the column or drop it"
         )
-    payload = tuple(n for n in names if n not in (ROWTIME, IS_BOUND))
-    reserved = [n for n in payload if n.startswith("__") or n.lower() in (ROWTIME, IS_BOUND)]
+    payload = tuple(n for n in names if n not in (SPARK_ROWTIME, SPARK_IS_BOUND))
+    reserved = [
+        n for n in payload if n.startswith("__") or n.lower() in (SPARK_ROWTIME, SPARK_IS_BOUND)
+    ]
     if reserved:
         raise SchemaError(
             f"payload column {reserved[0]!r} clashes with the columns the project adds "

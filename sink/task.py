@@ -20,7 +20,8 @@ import pyarrow.compute as pc
 from ..bounds.bounds import END_OF_STREAM_US
 from ..bounds.errors import InvalidRowtimeError, LateRowError
 from ..bounds.time import from_rowtime_us
-from .options import IS_BOUND, ROWTIME, SinkConfig
+from ..streams.columns import SPARK_IS_BOUND, SPARK_ROWTIME
+from .options import SinkConfig
 
 UTC_US = pa.timestamp("us", tz="UTC")
 
@@ -105,10 +106,10 @@ class RowSplitter:
         self.min_rowtime_us: int | None = None
         self.max_rowtime_us: int | None = None
         names = list(cfg.schema.names)
-        self._keep = [names.index(n) for n in (*cfg.payload, ROWTIME)]
-        self._out_names = [*cfg.payload, ROWTIME]
-        self._is_bound = names.index(IS_BOUND) if cfg.has_is_bound else None
-        self._rowtime = names.index(ROWTIME)
+        self._keep = [names.index(n) for n in (*cfg.payload, SPARK_ROWTIME)]
+        self._out_names = [*cfg.payload, SPARK_ROWTIME]
+        self._is_bound = names.index(SPARK_IS_BOUND) if cfg.has_is_bound else None
+        self._rowtime = names.index(SPARK_ROWTIME)
 
     def report(self) -> TaskReport:
         return TaskReport(
