@@ -291,7 +291,7 @@ def classify_pieces(
     end = prev.scan + len(t)
     loose = policy
     if isinstance(policy, AdjustPolicy):
-        loose = dataclasses.replace(policy, max_held_rows=np.iinfo(np.int64).max)
+        loose = dataclasses.replace(policy, max_held=np.iinfo(np.int64).max)
     state, before = prev, clock_before_us
     while True:
         stop = end if state.next - state.scan > piece else min(end, state.next + piece)

@@ -83,7 +83,7 @@ from ..streams.storage import (
 from ..streams.writer import Writer, wall_clock_us
 from .layout import SINK_DIR, STAGING_DIR, SinkState, batch_name, wait_for_lock
 from .options import SinkConfig
-from .task import RowSplitter, StagedFile, TaskInfo, TaskReport, as_datetime, iso
+from .task import RowSplitter, StagedFile, TaskInfo, TaskReport, as_datetime, iso, reports_query_id
 
 __all__ = ["StreamTarget"]
 
@@ -457,7 +457,7 @@ class StreamTarget:
         return {
             "format": ENTRY_FORMAT,
             "batch": batch_id,
-            "query_id": _query_id(reports),
+            "query_id": reports_query_id(reports),
             "rows": sum(p["rows"] for p in parts),
             "clock_us": new_clock,
             "clock": iso(new_clock),
@@ -559,8 +559,3 @@ def _merged(paths: Iterable[str]) -> pa.Table:
     if not _is_sorted(rt):
         table = table.take(pa.array(np.argsort(rt, kind="stable")))
     return table
-
-
-def _query_id(reports: Iterable[TaskReport]) -> str | None:
-    ids = {r.info.query_id for r in reports if r.info.query_id}
-    return ids.pop() if len(ids) == 1 else None

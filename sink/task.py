@@ -11,6 +11,7 @@ to the driver in Spark's commit message: nothing is kept in memory between ``wri
 from __future__ import annotations
 
 import datetime as dt
+from collections.abc import Iterable
 from dataclasses import dataclass, field
 
 import numpy as np
@@ -86,6 +87,12 @@ class TaskReport:
     base_clock_us: int | None = None
     arrival_us: int | None = None
     ordered: bool = True
+
+
+def reports_query_id(reports: Iterable[TaskReport | None]) -> str | None:
+    """The Spark query id the tasks of a batch ran under, if they agree on one."""
+    ids = {r.info.query_id for r in reports if r is not None and r.info.query_id}
+    return ids.pop() if len(ids) == 1 else None
 
 
 class RowSplitter:
