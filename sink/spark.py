@@ -24,14 +24,13 @@ from .clock import batch_watermark_ms, bounds_clock_us, checkpoint_query_id, wat
 from .options import SinkConfig, parse_sink_options
 from .parquet_target import ParquetTarget
 from .stream_target import StreamTarget
+from .target import Target
 from .task import TaskInfo, TaskReport, reports_query_id
 
 __all__ = ["RowtimeCommitMessage", "RowtimeStreamWriter", "make_stream_writer"]
 
 BATCH_ID_PROPERTY = "streaming.sql.batchId"
 QUERY_ID_PROPERTY = "sql.streaming.queryId"
-
-Target = StreamTarget | ParquetTarget
 
 
 def make_target(cfg: SinkConfig) -> Target:
