@@ -33,8 +33,8 @@ from .api import create_stream, open_writer, rowtime_bound_us
 from .bounds.bounds import END_OF_STREAM_US, merge_clock
 from .bounds.errors import OptionError, RowtimeError, SchemaError
 from .bounds.time import from_rowtime_us, to_rowtime_us
-from .streams.log import ARRIVAL, IS_BOUND, ROWTIME, Stream, open_stream, resolve_location
-from .streams.meta import META_FILE
+from .streams.columns import LOG_ARRIVAL_US, LOG_IS_BOUND, LOG_ROWTIME_US
+from .streams.storage import LocationKind, StreamStorage, open_storage, what_is_at
 from .streams.writer import Writer
 
 __all__ = ["main"]
@@ -230,7 +230,7 @@ def cmd_create(args: argparse.Namespace) -> int:
 
 
 def cmd_insert(args: argparse.Namespace) -> int:
-    stream = open_stream(args.path)
+    stream = open_storage(args.path)
     meta = stream.meta
     defaults = meta.defaults
     unit = args.rowtime_unit or defaults.get("rowtime_unit", "ms")
@@ -254,13 +254,15 @@ def cmd_insert(args: argparse.Namespace) -> int:
                 try:
                     writer.insert(row, rowtime=rowtime)
                 except RowtimeError as e:
-                    raise type(e)(f"line {lineno}: {e}") from None
+                    _in_context(e, f"line {lineno}")
+                    raise
                 count += 1
                 if interactive and not _input_waiting(source):
                     writer.flush()  # the pipe is quiet: make what came so far visible
     except RowtimeError as e:
         done = f" ({count} row(s) before it were written)" if count else ""
-        raise type(e)(f"{name}: {e}{done}") from None
+        _in_context(e, name, done)
+        raise
     except (UnicodeDecodeError, csv.Error) as e:
         done = f" ({count} row(s) before it were written)" if count else ""
         where = f"after line {lineno}" if lineno else "at the start"
@@ -272,6 +274,13 @@ def cmd_insert(args: argparse.Namespace) -> int:
             source.close()
     print(f"inserted {count} row(s) into partition {args.partition} of {meta.location}")
     return 0
+
+
+def _in_context(e: RowtimeError, where: str, after: str = "") -> None:
+    """Put ``where`` in front of ``e``'s message and ``after`` behind it (the input line or
+    file it came from), for the caller to re-raise ``e`` itself: its class, cause and
+    attributes stay as they were."""
+    e.args = (f"{where}: {e}{after}", *e.args[1:])
 
 
 def _convert_row(
@@ -289,7 +298,8 @@ def _convert_row(
         try:
             rowtime = reader.instant(value)
         except RowtimeError as e:
-            raise type(e)(f"line {lineno}: rowtime column {rowtime_col!r}: {e}") from None
+            _in_context(e, f"line {lineno}: rowtime column {rowtime_col!r}")
+            raise
     row = {}
     for key, value in raw.items():
         convert = payload.get(key)
@@ -305,7 +315,7 @@ def _convert_row(
     return row, rowtime
 
 
-def _bound_us(text: str, unit: str, stream: Stream) -> int:
+def _bound_us(text: str, unit: str, stream: StreamStorage) -> int:
     word = text.strip().lower()
     if word in ("end", "eos", "end-of-stream"):
         return END_OF_STREAM_US
@@ -319,7 +329,7 @@ def _bound_us(text: str, unit: str, stream: Stream) -> int:
 
 
 def cmd_bound(args: argparse.Namespace) -> int:
-    stream = open_stream(args.path)
+    stream = open_storage(args.path)
     unit = args.unit or stream.meta.defaults.get("rowtime_unit", "ms")
     bound_us = _bound_us(args.time, unit, stream)
     parts = range(stream.meta.partitions) if args.partition is None else [args.partition]
@@ -341,7 +351,7 @@ def cmd_bound(args: argparse.Namespace) -> int:
     return 0
 
 
-def describe(stream: Stream) -> dict[str, Any]:
+def describe(stream: StreamStorage) -> dict[str, Any]:
     """What ``rowtime describe --json`` prints."""
     partitions = []
     clocks: list[int | None] = []
@@ -387,23 +397,22 @@ def describe(stream: Stream) -> dict[str, Any]:
 
 
 def cmd_describe(args: argparse.Namespace) -> int:
-    from .sink.parquet_target import describe_parquet_target, describe_text, is_parquet_target
+    where = what_is_at(args.path)
+    path = where.resolved
+    if where.kind is LocationKind.PARQUET_TARGET:
+        from .sink.parquet_target import describe_parquet_target, describe_text
 
-    path = resolve_location(args.path)
-    if not os.path.isfile(os.path.join(path, META_FILE)) and is_parquet_target(path):
         target = describe_parquet_target(path)  # a Parquet target of writeStream.format("rowtime")
         print(json.dumps(target, indent=2) if args.json else describe_text(target))
         return 0
-    from .sink.stream_target import is_pending_stream_target
-
-    if is_pending_stream_target(path):
+    if where.kind is LocationKind.PENDING_STREAM_TARGET:
         if args.json:
             print(json.dumps({"location": path, "kind": "stream target", "created": False}))
         else:
             print(f"stream target {path}: not created yet (its query's first commit creates it)")
             print("stream clock  none")
         return 0
-    info = describe(open_stream(args.path))
+    info = describe(open_storage(args.path))
     if args.json:
         print(json.dumps(info, indent=2))
         return 0
@@ -445,7 +454,7 @@ def cmd_clock(args: argparse.Namespace) -> int:
     return 0
 
 
-def _record_dicts(stream: Stream, p: int, start: int, end: int) -> list[dict[str, Any]]:
+def _record_dicts(stream: StreamStorage, p: int, start: int, end: int) -> list[dict[str, Any]]:
     table = stream.read(p, start, end)
     out = []
     payload = stream.meta.payload_schema.names
@@ -453,11 +462,11 @@ def _record_dicts(stream: Stream, p: int, start: int, end: int) -> list[dict[str
         d: dict[str, Any] = {
             "partition": p,
             "offset": start + i,
-            "arrival": _iso(rec[ARRIVAL]),
-            "rowtime": _iso(rec[ROWTIME]),
-            "is_bound": rec[IS_BOUND],
+            "arrival": _iso(rec[LOG_ARRIVAL_US]),
+            "rowtime": _iso(rec[LOG_ROWTIME_US]),
+            "is_bound": rec[LOG_IS_BOUND],
         }
-        if not rec[IS_BOUND]:
+        if not rec[LOG_IS_BOUND]:
             d.update((name, rec[name]) for name in payload)
         out.append(d)
     return out
@@ -470,7 +479,7 @@ def _emit(records: list[dict[str, Any]]) -> None:
 
 
 def cmd_tail(args: argparse.Namespace) -> int:
-    stream = open_stream(args.path)
+    stream = open_storage(args.path)
     if args.n < 0:
         raise OptionError(f"-n {args.n}: the number of records must be >= 0")
     ends = [stream.end_offset(p) for p in range(stream.meta.partitions)]
@@ -479,7 +488,7 @@ def cmd_tail(args: argparse.Namespace) -> int:
     for p, end in enumerate(ends):
         start = max(0, end - args.n)
         recent += _record_dicts(stream, p, start, end)
-        arrival_us += stream.read(p, start, end, [ARRIVAL]).column(0).to_pylist()
+        arrival_us += stream.read(p, start, end, [LOG_ARRIVAL_US]).column(0).to_pylist()
     # Across partitions by arrival (the numbers: ISO strings drop zero microseconds).
     order = sorted(range(len(recent)), key=lambda i: (arrival_us[i], recent[i]["partition"]))
     recent = [recent[i] for i in order]

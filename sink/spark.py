@@ -19,19 +19,18 @@ from pyspark.sql.datasource import DataSourceStreamArrowWriter, WriterCommitMess
 from pyspark.sql.pandas.types import to_arrow_schema
 from pyspark.sql.types import StructType
 
-from ..bounds.errors import OptionError
+from ..bounds.errors import CommitError, OptionError
 from .clock import batch_watermark_ms, bounds_clock_us, checkpoint_query_id, watermark_clock_us
 from .options import SinkConfig, parse_sink_options
 from .parquet_target import ParquetTarget
 from .stream_target import StreamTarget
-from .task import TaskInfo, TaskReport
+from .target import Target
+from .task import TaskInfo, TaskReport, reports_query_id
 
 __all__ = ["RowtimeCommitMessage", "RowtimeStreamWriter", "make_stream_writer"]
 
 BATCH_ID_PROPERTY = "streaming.sql.batchId"
 QUERY_ID_PROPERTY = "sql.streaming.queryId"
-
-Target = StreamTarget | ParquetTarget
 
 
 def make_target(cfg: SinkConfig) -> Target:
@@ -81,7 +80,7 @@ class RowtimeStreamWriter(DataSourceStreamArrowWriter):
         reports = []
         for m in messages:
             if not isinstance(m, RowtimeCommitMessage):
-                raise OptionError(
+                raise CommitError(
                     f"batch {batch_id}: a write task sent no commit message ({m!r}); Spark "
                     "commits only batches whose tasks all succeeded"
                 )
@@ -98,18 +97,13 @@ class RowtimeStreamWriter(DataSourceStreamArrowWriter):
     def commit(self, messages: list[Any], batchId: int) -> None:
         reports = self._reports(messages, batchId)
         target = make_target(self.cfg)
-        query_id = _query_id(reports) or checkpoint_query_id(self.cfg.checkpoint)
+        query_id = reports_query_id(reports) or checkpoint_query_id(self.cfg.checkpoint)
         target.state.claim(query_id)
         target.commit(reports, batchId, self.candidate_clock_us(reports, batchId))
 
     def abort(self, messages: list[Any], batchId: int) -> None:
         reports = [m.report if isinstance(m, RowtimeCommitMessage) else None for m in messages]
         make_target(self.cfg).abort(reports, batchId)
-
-
-def _query_id(reports: list[TaskReport]) -> str | None:
-    ids = {r.info.query_id for r in reports if r.info.query_id}
-    return ids.pop() if len(ids) == 1 else None
 
 
 def make_stream_writer(

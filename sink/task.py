@@ -10,8 +10,11 @@ to the driver in Spark's commit message: nothing is kept in memory between ``wri
 
 from __future__ import annotations
 
+import dataclasses
 import datetime as dt
-from dataclasses import dataclass, field
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass
+from typing import Any
 
 import numpy as np
 import pyarrow as pa
@@ -20,7 +23,8 @@ import pyarrow.compute as pc
 from ..bounds.bounds import END_OF_STREAM_US
 from ..bounds.errors import InvalidRowtimeError, LateRowError
 from ..bounds.time import from_rowtime_us
-from .options import IS_BOUND, ROWTIME, SinkConfig
+from ..streams.columns import SPARK_IS_BOUND, SPARK_ROWTIME
+from .options import SinkConfig
 
 UTC_US = pa.timestamp("us", tz="UTC")
 
@@ -43,6 +47,18 @@ class TaskInfo:
     attempt: int
     query_id: str | None = None
 
+    def to_dict(self) -> dict[str, Any]:
+        return dataclasses.asdict(self)
+
+    @classmethod
+    def from_dict(cls, doc: Mapping[str, Any]) -> TaskInfo:
+        return cls(
+            batch_id=int(doc["batch_id"]),
+            task=int(doc["task"]),
+            attempt=int(doc["attempt"]),
+            query_id=doc.get("query_id"),
+        )
+
 
 @dataclass(frozen=True)
 class StagedFile:
@@ -60,8 +76,24 @@ class StagedFile:
     key: int | None = None
     first: int | None = None
 
+    def to_dict(self) -> dict[str, Any]:
+        return dataclasses.asdict(self)
 
-@dataclass
+    @classmethod
+    def from_dict(cls, doc: Mapping[str, Any]) -> StagedFile:
+        def opt(name: str) -> Any:
+            return doc.get(name)
+
+        return cls(
+            staged=str(doc["staged"]),
+            rows=int(doc["rows"]),
+            final=opt("final"),
+            key=None if opt("key") is None else int(doc["key"]),
+            first=None if opt("first") is None else int(doc["first"]),
+        )
+
+
+@dataclass(frozen=True)
 class TaskReport:
     """One task's part of a batch: what it staged and what it saw. Picklable.
 
@@ -79,12 +111,44 @@ class TaskReport:
     bound_us: int | None = None
     min_rowtime_us: int | None = None
     max_rowtime_us: int | None = None
-    files: list[StagedFile] = field(default_factory=list)
+    files: tuple[StagedFile, ...] = ()
     skipped: bool = False
     partition: int | None = None
     base_clock_us: int | None = None
     arrival_us: int | None = None
     ordered: bool = True
+
+    def to_dict(self) -> dict[str, Any]:
+        doc = dataclasses.asdict(self)
+        doc["info"] = self.info.to_dict()
+        doc["files"] = [f.to_dict() for f in self.files]
+        return doc
+
+    @classmethod
+    def from_dict(cls, doc: Mapping[str, Any]) -> TaskReport:
+        def opt(name: str) -> int | None:
+            value = doc.get(name)
+            return None if value is None else int(value)
+
+        return cls(
+            info=TaskInfo.from_dict(doc["info"]),
+            rows=int(doc.get("rows", 0)),
+            bound_us=opt("bound_us"),
+            min_rowtime_us=opt("min_rowtime_us"),
+            max_rowtime_us=opt("max_rowtime_us"),
+            files=tuple(StagedFile.from_dict(f) for f in doc.get("files", [])),
+            skipped=bool(doc.get("skipped", False)),
+            partition=opt("partition"),
+            base_clock_us=opt("base_clock_us"),
+            arrival_us=opt("arrival_us"),
+            ordered=bool(doc.get("ordered", True)),
+        )
+
+
+def reports_query_id(reports: Iterable[TaskReport | None]) -> str | None:
+    """The Spark query id the tasks of a batch ran under, if they agree on one."""
+    ids = {r.info.query_id for r in reports if r is not None and r.info.query_id}
+    return ids.pop() if len(ids) == 1 else None
 
 
 class RowSplitter:
@@ -105,10 +169,10 @@ class RowSplitter:
         self.min_rowtime_us: int | None = None
         self.max_rowtime_us: int | None = None
         names = list(cfg.schema.names)
-        self._keep = [names.index(n) for n in (*cfg.payload, ROWTIME)]
-        self._out_names = [*cfg.payload, ROWTIME]
-        self._is_bound = names.index(IS_BOUND) if cfg.has_is_bound else None
-        self._rowtime = names.index(ROWTIME)
+        self._keep = [names.index(n) for n in (*cfg.payload, SPARK_ROWTIME)]
+        self._out_names = [*cfg.payload, SPARK_ROWTIME]
+        self._is_bound = names.index(SPARK_IS_BOUND) if cfg.has_is_bound else None
+        self._rowtime = names.index(SPARK_ROWTIME)
 
     def report(self) -> TaskReport:
         return TaskReport(
