@@ -41,8 +41,8 @@ from .bounds import END_OF_STREAM_US, MIN_ROWTIME_US
 from .errors import InvalidRowtimeError, OptionError
 
 __all__ = [
-    "ADJUST_UNITS_US",
     "EPOCH_UNITS_US",
+    "format_rowtime",
     "from_rowtime_us",
     "parse_duration_us",
     "rowtime_array_us",
@@ -50,10 +50,8 @@ __all__ = [
     "truncate_us",
 ]
 
-#: SDP's ``adjust`` units (seed 000) in microseconds.
-ADJUST_UNITS_US: Mapping[str, int] = {"sec": 1_000_000, "msec": 1_000, "usec": 1}
-
-#: Units of an integer epoch as ``(multiplier, divisor)``: ``rowtime_us = value * mul // div``.
+#: Units of an integer epoch (and of Arrow timestamps) as ``(multiplier, divisor)``:
+#: ``rowtime_us = value * mul // div``.
 #: The floor division truncates nanoseconds toward the past (``-1 ns`` is ``-1 us``).
 EPOCH_UNITS_US: Mapping[str, tuple[int, int]] = {
     "s": (1_000_000, 1),
@@ -586,6 +584,27 @@ def from_rowtime_us(rowtime_us: int) -> _dt.datetime:
     return _EPOCH + _dt.timedelta(microseconds=rowtime_us)
 
 
+#: How :func:`format_rowtime` writes :data:`END_OF_STREAM_US`; the CLI reads the same word back.
+END_OF_STREAM_TEXT = "end-of-stream"
+
+
+def format_rowtime(rowtime_us: int | None) -> str:
+    """A rowtime for people, logs and JSON files: ISO-8601 UTC with ``Z``, exact to the
+    microsecond (the fraction is written when it is not zero).
+
+    ``END_OF_STREAM_US`` (and above) is :data:`END_OF_STREAM_TEXT`, ``None`` (no clock yet) is
+    ``"none"``, and an int below Spark's range (a corrupt file being reported) is
+    ``"<n> us"``: formatting never raises, so an error message is never lost to its formatter.
+    """
+    if rowtime_us is None:
+        return "none"
+    if rowtime_us >= END_OF_STREAM_US:
+        return END_OF_STREAM_TEXT
+    if rowtime_us < MIN_ROWTIME_US:
+        return f"{rowtime_us} us"
+    return from_rowtime_us(rowtime_us).isoformat().replace("+00:00", "Z")
+
+
 def truncate_us(rowtime_us: int, unit_us: int) -> int:
     """``rowtime_us`` floored to a multiple of ``unit_us`` (toward the past, also before 1970).
 
@@ -685,7 +704,7 @@ def _array_to_us(
 
     if pa.types.is_timestamp(kind):
         raw = array.view(pa.int64()).to_numpy(zero_copy_only=False)
-        result = _scale_ints(raw, *_TS_UNITS[kind.unit], array, what, base, unit, tz, fmt)
+        result = _scale_ints(raw, *EPOCH_UNITS_US[kind.unit], array, what, base, unit, tz, fmt)
         if kind.tz is None:
             result = _wall_to_utc_array(result, tz)
         return check_range(result)
@@ -752,14 +771,6 @@ def _item(array: pa.Array, index: int) -> object:
 def _is_string_view(kind: pa.DataType) -> bool:
     check: Callable[[pa.DataType], bool] | None = getattr(pa.types, "is_string_view", None)
     return bool(check and check(kind))
-
-
-_TS_UNITS: Mapping[str, tuple[int, int]] = {
-    "s": (1_000_000, 1),
-    "ms": (1_000, 1),
-    "us": (1, 1),
-    "ns": (1, 1_000),
-}
 
 
 def _scale_ints(

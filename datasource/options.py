@@ -13,7 +13,8 @@ from dataclasses import dataclass
 from typing import Any
 
 from ..bounds.errors import InvalidRowtimeError, OptionError
-from ..bounds.policies import Policy, make_policy
+from ..bounds.policies import ADJUST_UNITS_US, Policy, make_policy
+from ..bounds.time import EPOCH_UNITS_US
 
 #: Every option the reader accepts (lower case, as Spark passes them), with what it accepts.
 READER_OPTIONS: dict[str, str] = {
@@ -138,7 +139,7 @@ def parse_reader_options(
             f"option {spelled(adjust_keys[0])} only applies with order=adjust, but order={order}; "
             "set option order=adjust or remove it"
         )
-    unit = _choice("adjust.unit", merged.get("adjust.unit", "usec"), ("sec", "msec", "usec"))
+    unit = _choice("adjust.unit", merged.get("adjust.unit", "usec"), tuple(ADJUST_UNITS_US))
     range_ = _int("adjust.range", merged.get("adjust.range", 0), 0)
     max_held = _int("adjust.maxheld", merged.get("adjust.maxheld", 1_000_000), 1)
     try:
@@ -151,7 +152,7 @@ def parse_reader_options(
         max_rows = _int("maxrowsperbatch", merged["maxrowsperbatch"], 1)
     column = merged.get("rowtime.column")
     column = str(column).strip() if column is not None and str(column).strip() else None
-    unit_e = _choice("rowtime.unit", merged.get("rowtime.unit", "ms"), ("s", "ms", "us", "ns"))
+    unit_e = _choice("rowtime.unit", merged.get("rowtime.unit", "ms"), tuple(EPOCH_UNITS_US))
     fmt = merged.get("rowtime.format")
     tz = str(merged.get("rowtime.timezone", "UTC"))
     if column is None:

@@ -32,7 +32,7 @@ import pyarrow as pa
 from .api import create_stream, open_writer, rowtime_bound_us
 from .bounds.bounds import END_OF_STREAM_US, merge_clock
 from .bounds.errors import OptionError, RowtimeError, SchemaError
-from .bounds.time import from_rowtime_us, to_rowtime_us
+from .bounds.time import END_OF_STREAM_TEXT, format_rowtime, from_rowtime_us, to_rowtime_us
 from .streams.log import ARRIVAL, IS_BOUND, ROWTIME, Stream, open_stream, resolve_location
 from .streams.meta import META_FILE
 from .streams.writer import Writer
@@ -45,12 +45,9 @@ PROG = "rowtime"
 # -- formatting --------------------------------------------------------------------------------
 
 
-def _iso(t_us: int | None) -> str | None:
-    if t_us is None:
-        return None
-    if t_us >= END_OF_STREAM_US:
-        return "end-of-stream"
-    return from_rowtime_us(t_us).isoformat().replace("+00:00", "Z")
+def _json_time(t_us: int | None) -> str | None:
+    """A rowtime for ``--json`` output: no clock yet is JSON's null, not the word "none"."""
+    return None if t_us is None else format_rowtime(t_us)
 
 
 def _duration(us: int | None) -> str:
@@ -307,7 +304,7 @@ def _convert_row(
 
 def _bound_us(text: str, unit: str, stream: Stream) -> int:
     word = text.strip().lower()
-    if word in ("end", "eos", "end-of-stream"):
+    if word in ("end", "eos", END_OF_STREAM_TEXT):
         return END_OF_STREAM_US
     if word == "now":
         return time.time_ns() // 1000
@@ -335,7 +332,7 @@ def cmd_bound(args: argparse.Namespace) -> int:
     finally:
         for w in writers:
             w.abort() if w.pending else w.close()
-    shown = _iso(bound_us + (1 if args.strict and bound_us < END_OF_STREAM_US else 0))
+    shown = format_rowtime(bound_us + (1 if args.strict and bound_us < END_OF_STREAM_US else 0))
     where = f"partition {args.partition}" if args.partition is not None else "every partition"
     print(f"bound {shown} written to {where} of {stream.location}")
     return 0
@@ -367,9 +364,9 @@ def describe(stream: Stream) -> dict[str, Any]:
                 "bounds": sum(s.bounds for s in stats),
                 "segments": len(stats),
                 "clock_us": clock,
-                "clock": _iso(clock),
+                "clock": _json_time(clock),
                 "last_arrival_us": last_arrival,
-                "last_arrival": _iso(last_arrival),
+                "last_arrival": _json_time(last_arrival),
                 "skew_latest_us": latest_skew,
                 "skew_max_us": max(skews) if skews else None,
             }
@@ -381,7 +378,7 @@ def describe(stream: Stream) -> dict[str, Any]:
         "partitions": stream.meta.partitions,
         "defaults": stream.meta.defaults,
         "stream_clock_us": stream_clock,
-        "stream_clock": _iso(stream_clock),
+        "stream_clock": _json_time(stream_clock),
         "partition_info": partitions,
     }
 
@@ -441,7 +438,7 @@ def cmd_clock(args: argparse.Namespace) -> int:
     elif args.us:
         print(clock)
     else:
-        print(_iso(clock))
+        print(format_rowtime(clock))
     return 0
 
 
@@ -453,8 +450,8 @@ def _record_dicts(stream: Stream, p: int, start: int, end: int) -> list[dict[str
         d: dict[str, Any] = {
             "partition": p,
             "offset": start + i,
-            "arrival": _iso(rec[ARRIVAL]),
-            "rowtime": _iso(rec[ROWTIME]),
+            "arrival": _json_time(rec[ARRIVAL]),
+            "rowtime": _json_time(rec[ROWTIME]),
             "is_bound": rec[IS_BOUND],
         }
         if not rec[IS_BOUND]:

@@ -28,7 +28,8 @@ from typing import Any
 import pyarrow as pa
 
 from ..bounds.errors import CorruptLogError, OptionError, SchemaError
-from ..bounds.time import to_rowtime_us
+from ..bounds.policies import ADJUST_UNITS_US
+from ..bounds.time import EPOCH_UNITS_US, to_rowtime_us
 from .ddl import normalize_schema, parse_ddl, to_ddl
 
 FORMAT = "pyspark-rowtime-stream"
@@ -39,8 +40,8 @@ META_FILE = "_stream.json"
 RESERVED_COLUMNS = ("rowtime", "is_bound")
 
 ORDERS = ("reject", "drop", "adjust")
-ADJUST_UNITS = ("sec", "msec", "usec")
-ROWTIME_UNITS = ("s", "ms", "us", "ns")
+ADJUST_UNITS = tuple(ADJUST_UNITS_US)
+ROWTIME_UNITS = tuple(EPOCH_UNITS_US)
 
 #: The defaults a stream may carry, with what each accepts (shown in errors).
 KNOWN_DEFAULTS: dict[str, str] = {

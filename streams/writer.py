@@ -52,11 +52,11 @@ from ..bounds.errors import (
     InvalidRowtimeError,
     LateRowError,
     OptionError,
-    RowtimeError,
     SchemaError,
     WriterClosedError,
 )
-from ..bounds.time import from_rowtime_us, parse_duration_us, rowtime_array_us, to_rowtime_us
+from ..bounds.time import format_rowtime as _iso  # the one formatter, short for messages
+from ..bounds.time import parse_duration_us, rowtime_array_us, to_rowtime_us
 from .ddl import type_to_ddl
 from .lock import LOCK_FILE, PartitionLock
 from .log import (
@@ -105,15 +105,6 @@ def constant_int64(n: int, value: int) -> pa.ChunkedArray:
     if rest:
         chunks.append(block.slice(0, rest))
     return pa.chunked_array(chunks, type=pa.int64())
-
-
-def _iso(t_us: int) -> str:
-    if t_us >= END_OF_STREAM_US:
-        return "end of stream"
-    try:
-        return from_rowtime_us(t_us).isoformat().replace("+00:00", "Z")
-    except RowtimeError:
-        return f"{t_us} us"
 
 
 _INT_RANGES = {

@@ -124,6 +124,18 @@ def test_bound_releases_held_rows_below_it_and_ties_at_it():
     assert run.state.held == 1
 
 
+@pytest.mark.parametrize(("unit", "unit_us"), [("sec", 1_000_000), ("msec", 1_000), ("usec", 1)])
+def test_each_adjust_unit_sets_truncation_and_range_in_microseconds(unit, unit_us):
+    policy = make_policy("adjust", unit=unit, range=3)
+    assert (policy.unit_us, policy.range_us) == (unit_us, 3 * unit_us)
+    run = PolicyRun(policy)
+    # 10.5 units truncates to 10; 3 units of range keep 7 units and discard anything below
+    t = np.array([10 * unit_us + unit_us // 2, 7 * unit_us, 7 * unit_us - 1], dtype=np.int64)
+    out = run.push(np.append(t, END_OF_STREAM_US), np.array([False, False, False, True]))
+    assert out.rowtime_us.tolist() == [7 * unit_us, 10 * unit_us]
+    assert out.discarded_offsets.tolist() == [2]
+
+
 def test_max_held_overflow_fails_clearly_and_keeps_state():
     run = PolicyRun(AdjustPolicy(unit="usec", range=1000, max_held_rows=3))
     run.push(np.array([1, 2, 3], dtype=np.int64), np.zeros(3, dtype=bool))

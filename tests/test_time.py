@@ -15,8 +15,8 @@ from hypothesis import strategies as st
 from pyspark_rowtime.bounds.bounds import END_OF_STREAM_US, MIN_ROWTIME_US
 from pyspark_rowtime.bounds.errors import InvalidRowtimeError, OptionError, RowtimeError
 from pyspark_rowtime.bounds.time import (
-    ADJUST_UNITS_US,
     EPOCH_UNITS_US,
+    format_rowtime,
     from_rowtime_us,
     parse_duration_us,
     rowtime_array_us,
@@ -271,6 +271,18 @@ def test_from_rowtime_us_rejects_non_ints_and_out_of_range(bad: Any) -> None:
         from_rowtime_us(bad)
 
 
+def test_format_rowtime_reads_back_and_never_raises() -> None:
+    t = us(2009, 3, 1, 12, 15, 22) + 345_678
+    assert format_rowtime(t) == "2009-03-01T12:15:22.345678Z"
+    assert to_rowtime_us(format_rowtime(t)) == t
+    assert format_rowtime(MIN_ROWTIME_US) == "0001-01-01T00:00:00Z"
+    # the CLI reads "end-of-stream" back as the end of stream
+    assert format_rowtime(END_OF_STREAM_US) == format_rowtime(END_OF_STREAM_US + 1)
+    assert format_rowtime(END_OF_STREAM_US) == "end-of-stream"
+    assert format_rowtime(None) == "none"
+    assert format_rowtime(MIN_ROWTIME_US - 1) == f"{MIN_ROWTIME_US - 1} us"
+
+
 TRUNCATE = [
     (1_999_999, 1_000_000, 1_000_000),
     (2_000_000, 1_000_000, 2_000_000),
@@ -292,15 +304,11 @@ def test_truncate_us_rejects_non_positive_units(bad: Any) -> None:
         truncate_us(1, bad)
 
 
-def test_unit_tables() -> None:
-    assert ADJUST_UNITS_US == {"sec": 1_000_000, "msec": 1_000, "usec": 1}
-    assert {u: 7 * m // d for u, (m, d) in EPOCH_UNITS_US.items()} == {
-        "s": 7_000_000,
-        "ms": 7_000,
-        "us": 7,
-        "ns": 0,
-    }
-    assert -7 * EPOCH_UNITS_US["ns"][0] // EPOCH_UNITS_US["ns"][1] == -1
+def test_each_epoch_unit_scales_ints_and_truncates_nanoseconds_toward_the_past() -> None:
+    assert [to_rowtime_us(7, unit=u) for u in EPOCH_UNITS_US] == [7_000_000, 7_000, 7, 0]
+    assert to_rowtime_us(-7, unit="ns") == -1
+    got = rowtime_array_us(pa.array([7, -7], pa.int64()), unit="ns").tolist()
+    assert got == [0, -1]
 
 
 # ---------------------------------------------------------------------------------------------
