@@ -36,7 +36,6 @@ rather than being held until the reference time moves. The order of rows is the 
 
 from __future__ import annotations
 
-from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any, ClassVar
 
@@ -44,14 +43,12 @@ import numpy as np
 
 from .bounds import END_OF_STREAM_US
 from .errors import HeldRowsOverflowError, LateRowError, OptionError
+from .units import ADJUST_UNITS_US
 
 #: Stands for "no value yet" in the int64 arrays: far below any Spark timestamp, far enough above
 #: int64's minimum that subtracting a range cannot overflow.
 NO_TIME = -(2**62)
 
-#: SDP's ``adjust`` units (seed 000) in microseconds: the one table of them (options, stream
-#: defaults and the policy all read it).
-ADJUST_UNITS_US: Mapping[str, int] = {"sec": 1_000_000, "msec": 1_000, "usec": 1}
 
 #: Reasons recorded with a discarded row.
 REASON_BELOW_RANGE = "below_adjust_range"

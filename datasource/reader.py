@@ -32,7 +32,6 @@ from ..bounds.policies import (
     classify,
     scan_partition,
 )
-from ..bounds.time import rowtime_array_us, to_rowtime_us
 from ..streams.log import Stream, open_stream
 from .options import ReaderConfig
 
@@ -91,13 +90,7 @@ def record_times(
     values = column if len(data) == len(t) else column.take(pa.array(data))
     what = f"rowtime.column {cfg.rowtime_column!r} of {where_of(cfg, partition)}"
     try:
-        promoted = rowtime_array_us(
-            values,
-            unit=cfg.rowtime_unit,
-            tz=cfg.rowtime_timezone,
-            fmt=cfg.rowtime_format,
-            what=what,
-        )
+        promoted = cfg.time_format.read_array(values, what=what)
     except InvalidRowtimeError:
         raise _first_bad_rowtime(values, data, cfg, partition, first_offset) from None
     t = t.copy()
@@ -117,9 +110,7 @@ def _first_bad_rowtime(
         try:
             if value is None:
                 raise InvalidRowtimeError("the value is null")
-            to_rowtime_us(
-                value, unit=cfg.rowtime_unit, tz=cfg.rowtime_timezone, fmt=cfg.rowtime_format
-            )
+            cfg.time_format.read(value)
         except InvalidRowtimeError as e:
             return InvalidRowtimeError(
                 f"{where_of(cfg, partition)}, offset {first_offset + int(data[i])}: "

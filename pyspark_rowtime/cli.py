@@ -32,7 +32,13 @@ import pyarrow as pa
 from .api import create_stream, open_writer, rowtime_bound_us
 from .bounds.bounds import END_OF_STREAM_US, merge_clock
 from .bounds.errors import OptionError, RowtimeError, SchemaError
-from .bounds.time import END_OF_STREAM_TEXT, format_rowtime, from_rowtime_us, to_rowtime_us
+from .bounds.time import (
+    END_OF_STREAM_TEXT,
+    TimeFormat,
+    format_rowtime,
+    from_rowtime_us,
+    to_rowtime_us,
+)
 from .streams.log import ARRIVAL, IS_BOUND, ROWTIME, Stream, open_stream, resolve_location
 from .streams.meta import META_FILE
 from .streams.writer import Writer
@@ -86,13 +92,13 @@ Convert = Callable[[Any], Any]
 class _Reader:
     """Turns JSON or CSV values into the Python values a payload column takes."""
 
-    def __init__(self, unit: str, tz: str, fmt: str | None) -> None:
-        self.unit, self.tz, self.fmt = unit, tz, fmt
+    def __init__(self, time_format: TimeFormat) -> None:
+        self.time_format = time_format
 
     def instant(self, value: Any) -> dt.datetime:
         if isinstance(value, str) and value.strip().lstrip("-").isdigit():
             value = int(value)  # an epoch in `unit` written as text (CSV)
-        return from_rowtime_us(to_rowtime_us(value, unit=self.unit, tz=self.tz, fmt=self.fmt))
+        return from_rowtime_us(self.time_format.read(value))
 
     def converter(self, dtype: pa.DataType, csv_cell: bool) -> Convert:
         """A function from a JSON value (or a CSV cell's text) to a column value."""
@@ -231,7 +237,9 @@ def cmd_insert(args: argparse.Namespace) -> int:
     meta = stream.meta
     defaults = meta.defaults
     unit = args.rowtime_unit or defaults.get("rowtime_unit", "ms")
-    reader = _Reader(unit, defaults.get("rowtime_timezone", "UTC"), defaults.get("rowtime_format"))
+    reader = _Reader(
+        TimeFormat(unit, defaults.get("rowtime_timezone", "UTC"), defaults.get("rowtime_format"))
+    )
     csv_cells = args.format == "csv"
     payload = {f.name: reader.converter(f.type, csv_cells) for f in meta.payload_schema}
     rowtime_col = args.rowtime_column

@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import datetime as dt
+import pickle
+import re
 from decimal import Decimal
 from typing import Any
 
@@ -16,6 +18,7 @@ from pyspark_rowtime.bounds.bounds import END_OF_STREAM_US, MIN_ROWTIME_US
 from pyspark_rowtime.bounds.errors import InvalidRowtimeError, OptionError, RowtimeError
 from pyspark_rowtime.bounds.time import (
     EPOCH_UNITS_US,
+    TimeFormat,
     format_rowtime,
     from_rowtime_us,
     parse_duration_us,
@@ -269,6 +272,35 @@ def test_from_rowtime_us_is_aware_utc_and_exact(rowtime_us: int, expected: dt.da
 def test_from_rowtime_us_rejects_non_ints_and_out_of_range(bad: Any) -> None:
     with pytest.raises(InvalidRowtimeError, match="rowtime"):
         from_rowtime_us(bad)
+
+
+def test_a_time_format_reads_like_the_keyword_functions_and_survives_pickling() -> None:
+    tf = TimeFormat("s", "Europe/Berlin", "dd.MM.yyyy HH:mm")
+    assert tf.read("01.03.2009 13:15") == to_rowtime_us(
+        "01.03.2009 13:15", unit="s", tz="Europe/Berlin", fmt="dd.MM.yyyy HH:mm"
+    )
+    assert tf.read(7) == 7_000_000
+    column = pa.array(["01.03.2009 13:15", "01.07.2009 14:15"])
+    assert tf.read_array(column).tolist() == [us(2009, 3, 1, 12, 15), us(2009, 7, 1, 12, 15)]
+    assert pickle.loads(pickle.dumps(tf)) == tf
+
+
+@pytest.mark.parametrize(
+    ("kwargs", "option", "keyword"),
+    [
+        ({"unit": "min"}, "option rowtime.unit='min' is not valid", "unit='min'"),
+        ({"tz": "Mars/Olympus"}, "option rowtime.timezone='Mars/Olympus' is not valid", "tz="),
+        ({"fmt": "HH:mm"}, "option rowtime.format='HH:mm' is not valid", "fmt='HH:mm'"),
+    ],
+)
+def test_a_bad_time_format_fails_when_built_naming_the_option(
+    kwargs: dict[str, str], option: str, keyword: str
+) -> None:
+    names = ("option rowtime.unit", "option rowtime.timezone", "option rowtime.format")
+    with pytest.raises(OptionError, match=re.escape(option)):
+        TimeFormat(**kwargs, names=names)
+    with pytest.raises(OptionError, match="^" + re.escape(keyword)):
+        TimeFormat(**kwargs)  # without names, the keyword argument is named
 
 
 def test_format_rowtime_reads_back_and_never_raises() -> None:
