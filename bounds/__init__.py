@@ -5,7 +5,7 @@ tested anywhere. Rowtimes are ``int`` microseconds since the Unix epoch, UTC; in
 half-open ``[start, end)``.
 """
 
-from .bounds import END_OF_STREAM_US, MIN_ROWTIME_US, BoundTracker, merge_clock, normalize_bound
+from .bounds import END_OF_STREAM_US, MIN_ROWTIME_US, merge_clock, normalize_bound
 from .durations import parse_duration_us
 from .errors import (
     BoundError,
@@ -27,7 +27,6 @@ __all__ = [
     "MIN_ROWTIME_US",
     "AdjustPolicy",
     "BoundError",
-    "BoundTracker",
     "DropPolicy",
     "HeldRowsOverflowError",
     "InvalidRowtimeError",

@@ -15,10 +15,8 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
-import numpy as np
-
 from .bounds import merge_clock
-from .policies import Classified, PartitionScan, PartitionState, Policy, classify
+from .policies import Classified, PartitionScan, PartitionState, classify
 
 FORMAT_VERSION = 1
 
@@ -76,7 +74,7 @@ def stream_clock(scans: Sequence[PartitionScan], before: int | None) -> int | No
 
 
 def step(
-    policy: Policy, prev: StreamPosition, scans: Sequence[PartitionScan]
+    prev: StreamPosition, scans: Sequence[PartitionScan]
 ) -> tuple[StreamPosition, list[Classified]]:
     """One step over every partition: the new position and what each partition emits."""
     clock = stream_clock(scans, prev.clock_us)
@@ -119,8 +117,3 @@ def choose_ends(prev: StreamPosition, available: Sequence[int], max_rows: int | 
                 break
         open_parts = still
     return [s + k for s, k in zip(starts, take, strict=True)]
-
-
-def emitted_offsets(first: int, c: Classified) -> np.ndarray:
-    """Absolute offsets of the rows a partition emits, in emission order."""
-    return c.emit + first

@@ -80,9 +80,6 @@ class Policy:
         """Whether the policy holds rows back (only ``adjust`` does)."""
         return False
 
-    def to_options(self) -> dict[str, Any]:
-        return {"order": self.name}
-
 
 @dataclass(frozen=True)
 class RejectPolicy(Policy):
@@ -143,17 +140,6 @@ class AdjustPolicy(Policy):
     @property
     def holds(self) -> bool:
         return True
-
-    def to_options(self) -> dict[str, Any]:
-        return {
-            "order": "adjust",
-            "adjust.unit": self.unit,
-            "adjust.range": self.range,
-            "adjust.maxHeld": self.max_held_rows,
-        }
-
-
-POLICY_NAMES = ("reject", "drop", "adjust")
 
 
 def make_policy(

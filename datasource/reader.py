@@ -293,9 +293,7 @@ def classify_pieces(
         state, before = c.state, clock_after_us
 
 
-def partition_tasks(
-    cfg: ReaderConfig, start: dict[str, Any], end: dict[str, Any]
-) -> list[ReadTask]:
+def partition_tasks(start: dict[str, Any], end: dict[str, Any]) -> list[ReadTask]:
     """One task per stream partition; the first also carries the step's bound record."""
     s = StreamPosition.from_dict(start)
     e = StreamPosition.from_dict(end)

@@ -944,7 +944,7 @@ def test_planning_and_reading_in_pieces_equal_one_pass_over_the_step() -> None:
                     scan_partition(policy, s, t, b)
                     for s, (t, b) in zip(pos.partitions, win, strict=True)
                 ]
-                one, outs = step(policy, pos, scans)
+                one, outs = step(pos, scans)
             except (ValueError, RuntimeError) as e:  # a late row, or too many held
                 with pytest.raises(type(e)):
                     in_pieces(policy, pos, win, piece)

@@ -12,7 +12,6 @@ from __future__ import annotations
 
 import datetime as dt
 import os
-from collections.abc import Callable
 from typing import Any
 
 import numpy as np
@@ -31,7 +30,6 @@ __all__ = [
     "open_stream",
     "open_writer",
     "read_stream",
-    "register_bound_source",
 ]
 
 UTC_US = pa.timestamp("us", tz="UTC")
@@ -84,10 +82,6 @@ def open_writer(
 
 # -- clocks ------------------------------------------------------------------------------------
 
-#: Other kinds of location whose clock get_rowtime_bound reads: (recognises(path), clock_us(path)),
-#: tried in order after rowtime streams and the sink's Parquet targets.
-_BOUND_SOURCES: list[tuple[Callable[[str], bool], Callable[[str], int | None]]] = []
-
 
 def _parquet_target_clock(path: str) -> tuple[bool, int | None]:
     """(is a Parquet target of the sink, its clock). Imported lazily: most callers never
@@ -97,17 +91,6 @@ def _parquet_target_clock(path: str) -> tuple[bool, int | None]:
     if not is_parquet_target(path):
         return False, None
     return True, parquet_clock_us(path)
-
-
-def register_bound_source(
-    recognises: Callable[[str], bool], clock_us: Callable[[str], int | None]
-) -> None:
-    """Teach :func:`get_rowtime_bound` another kind of location (e.g. a Parquet sink target).
-
-    ``recognises(path)`` says whether an absolute local path is one; ``clock_us(path)`` returns
-    its clock in microseconds, or None if it has none yet.
-    """
-    _BOUND_SOURCES.append((recognises, clock_us))
 
 
 def rowtime_bound_us(location: str | os.PathLike[str]) -> int | None:
@@ -122,9 +105,6 @@ def rowtime_bound_us(location: str | os.PathLike[str]) -> int | None:
 
     if is_pending_stream_target(path):
         return None  # a stream target whose first batch has not committed yet
-    for recognises, clock_us in _BOUND_SOURCES:
-        if recognises(path):
-            return clock_us(path)
     return open_stream(path).stream_clock_us()  # raises StreamNotFoundError, saying what to do
 
 
