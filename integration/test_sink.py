@@ -281,7 +281,7 @@ def test_in_local_cluster_executors_stage_segments_and_the_driver_links_them(wor
     import json
 
     import pyarrow.dataset as ds
-    from conftest import run_in_local_cluster
+    from helpers import run_in_local_cluster
     from pyspark_rowtime.sink.layout import SinkState
 
     source = workdir / "a"

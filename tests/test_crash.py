@@ -81,7 +81,6 @@ def test_sigkill_at_random_points_loses_nothing_flushed_and_tears_nothing(tmp_pa
     ctx.set_forkserver_preload(["pandas", "pyspark_rowtime.streams.writer"])
     rng = random.Random(1234)
     flushed = 0
-    started = time.monotonic()
     for round_ in range(KILLS):
         parent, child = ctx.Pipe(duplex=False)
         proc = ctx.Process(target=write_until_killed, args=(loc, round_, child))
@@ -116,4 +115,3 @@ def test_sigkill_at_random_points_loses_nothing_flushed_and_tears_nothing(tmp_pa
     assert not [n for n in os.listdir(part) if n.startswith(".tmp.")]
     assert check_partition(loc, flushed + 1) == flushed + 1
     assert flushed > 0
-    assert time.monotonic() - started < 60

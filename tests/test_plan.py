@@ -9,10 +9,10 @@ import sys
 import numpy as np
 from hypothesis import given
 from hypothesis import strategies as st
+from policy_strategies import POLICIES, streams, tolerant
 from pyspark_rowtime.bounds.bounds import END_OF_STREAM_US
 from pyspark_rowtime.bounds.plan import StreamPosition, bound_to_emit, choose_ends, step
 from pyspark_rowtime.bounds.policies import AdjustPolicy, DropPolicy, PolicyRun, scan_partition
-from test_policies import POLICIES, streams, tolerant
 
 
 def run_steps(policy, parts, schedule):
