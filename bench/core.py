@@ -10,6 +10,7 @@ import argparse
 
 import numpy as np
 from benchutil import best_of
+
 from pyspark_rowtime.bounds.plan import StreamPosition, step
 from pyspark_rowtime.bounds.policies import (
     AdjustPolicy,

@@ -20,9 +20,9 @@ import time
 import numpy as np
 import pyarrow as pa
 from benchutil import best_of
-from pyspark_rowtime.streams.log import ARRIVAL, IS_BOUND, ROWTIME, SEGMENT_RE, open_stream
 
 from pyspark_rowtime.api import create_stream, open_writer
+from pyspark_rowtime.streams.log import ARRIVAL, IS_BOUND, ROWTIME, SEGMENT_RE, open_stream
 
 SCHEMA = "id BIGINT, price DOUBLE, qty INT, name STRING"
 

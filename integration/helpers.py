@@ -22,9 +22,9 @@ import pytest
 from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql import functions as F
 from pyspark.sql.types import TimestampType
-from pyspark_rowtime.bounds.time import from_rowtime_us
 
 import pyspark_rowtime as pr
+from pyspark_rowtime.bounds.time import from_rowtime_us
 
 US = 1_000_000
 #: 2023-11-14T22:13:20Z, a round number of seconds.

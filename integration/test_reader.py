@@ -34,9 +34,9 @@ from helpers import (
 from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql import functions as F
 from pyspark.sql.types import BooleanType, TimestampType
-from pyspark_rowtime.bounds.bounds import END_OF_STREAM_US
 
 import pyspark_rowtime as pr
+from pyspark_rowtime.bounds.bounds import END_OF_STREAM_US
 
 # -- 2. options ----------------------------------------------------------------------------------
 
@@ -204,6 +204,7 @@ def test_a_stream_whose_metadata_has_a_clashing_column_fails_at_load_naming_both
 ) -> None:
     # A stream written by another tool that did not check names: the reader must refuse it.
     import pyarrow as pa
+
     from pyspark_rowtime.streams.meta import StreamMeta, write_meta_once
 
     location = tmp_path / "foreign"
@@ -736,6 +737,7 @@ def test_planning_and_reading_in_pieces_equal_one_pass_over_the_step() -> None:
     import random
 
     import numpy as np
+
     from pyspark_rowtime.bounds.errors import HeldRowsOverflowError, LateRowError
     from pyspark_rowtime.bounds.plan import StreamPosition, step, stream_clock
     from pyspark_rowtime.bounds.policies import (

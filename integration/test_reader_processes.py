@@ -24,9 +24,9 @@ from helpers import (
     write_rows,
 )
 from pyspark.sql import SparkSession
-from pyspark_rowtime.bounds.bounds import END_OF_STREAM_US
 
 import pyspark_rowtime as pr
+from pyspark_rowtime.bounds.bounds import END_OF_STREAM_US
 
 OPTIONS = {"order": "adjust", "adjust.unit": "msec", "adjust.range": 500, "maxRowsPerBatch": 15}
 

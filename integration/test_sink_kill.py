@@ -23,11 +23,11 @@ from pathlib import Path
 
 import pyarrow as pa
 import pyarrow.dataset as ds
+
+from pyspark_rowtime.api import create_stream, open_writer, read_stream
 from pyspark_rowtime.bounds.bounds import END_OF_STREAM_US
 from pyspark_rowtime.sink.parquet_target import COMPLETE_MARKER, parquet_clock_us
 from pyspark_rowtime.streams.log import open_stream
-
-from pyspark_rowtime.api import create_stream, open_writer, read_stream
 
 ROWS = 2400
 BOUND_EVERY = 100  # rows between the writer's bounds

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import numpy as np
 from hypothesis import strategies as st
+
 from pyspark_rowtime.bounds.bounds import END_OF_STREAM_US
 from pyspark_rowtime.bounds.policies import AdjustPolicy, DropPolicy, Policy, RejectPolicy
 

@@ -7,6 +7,7 @@ import pickle
 from pathlib import Path
 
 import pyarrow as pa
+
 from pyspark_rowtime.sink.clock import bounds_clock_us
 from pyspark_rowtime.sink.options import SinkConfig, parse_sink_options
 from pyspark_rowtime.sink.parquet_target import ParquetTarget

@@ -22,10 +22,10 @@ from multiprocessing.connection import Connection
 
 import numpy as np
 import pyarrow as pa
-from pyspark_rowtime.bounds.time import from_rowtime_us
-from pyspark_rowtime.streams.log import ARRIVAL, IS_BOUND, SEGMENT_RE, open_stream
 
 from pyspark_rowtime.api import create_stream, open_writer
+from pyspark_rowtime.bounds.time import from_rowtime_us
+from pyspark_rowtime.streams.log import ARRIVAL, IS_BOUND, SEGMENT_RE, open_stream
 
 KILLS = 20
 

@@ -11,6 +11,7 @@ import json
 
 import pyarrow as pa
 import pytest
+
 from pyspark_rowtime.bounds.errors import SchemaError
 from pyspark_rowtime.streams.ddl import (
     SPARK_METADATA_KEY,

@@ -10,6 +10,13 @@ from pathlib import Path
 import pyarrow as pa
 import pytest
 from clocks import T0, FakeClock
+
+from pyspark_rowtime.api import (
+    create_stream,
+    get_rowtime_bound,
+    open_writer,
+    read_stream,
+)
 from pyspark_rowtime.bounds.bounds import END_OF_STREAM_US
 from pyspark_rowtime.bounds.errors import (
     CorruptLogError,
@@ -27,13 +34,6 @@ from pyspark_rowtime.streams.log import (
     open_stream,
 )
 from pyspark_rowtime.streams.meta import KNOWN_DEFAULTS
-
-from pyspark_rowtime.api import (
-    create_stream,
-    get_rowtime_bound,
-    open_writer,
-    read_stream,
-)
 
 
 def snapshot(path: Path) -> dict[str, bytes]:

@@ -10,6 +10,7 @@ import numpy as np
 from hypothesis import given
 from hypothesis import strategies as st
 from policy_strategies import POLICIES, streams, tolerant
+
 from pyspark_rowtime.bounds.bounds import END_OF_STREAM_US
 from pyspark_rowtime.bounds.plan import StreamPosition, bound_to_emit, choose_ends, step
 from pyspark_rowtime.bounds.policies import AdjustPolicy, DropPolicy, PolicyRun, scan_partition

@@ -10,6 +10,8 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 from policy_strategies import POLICIES, streams, tolerant
+from reference_policy import ReferencePolicy
+
 from pyspark_rowtime.bounds.bounds import END_OF_STREAM_US
 from pyspark_rowtime.bounds.errors import (
     HeldRowsOverflowError,
@@ -27,7 +29,6 @@ from pyspark_rowtime.bounds.policies import (
     RejectPolicy,
     make_policy,
 )
-from reference_policy import ReferencePolicy
 
 BASE_US = int(datetime(2009, 3, 1, 12, 15, tzinfo=timezone.utc).timestamp()) * 1_000_000
 

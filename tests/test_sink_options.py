@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import pyarrow as pa
 import pytest
+
 from pyspark_rowtime.bounds.errors import OptionError, RowtimeError, SchemaError
 from pyspark_rowtime.sink.options import GRANULARITY_US, parse_sink_options
 

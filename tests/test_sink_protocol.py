@@ -21,6 +21,9 @@ import pyarrow.dataset as ds
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
+from sink_helpers import HOUR, SCHEMA, T0, TS, make, records, run
+
+from pyspark_rowtime.api import read_stream
 from pyspark_rowtime.bounds.bounds import END_OF_STREAM_US
 from pyspark_rowtime.bounds.errors import (
     InvalidRowtimeError,
@@ -38,9 +41,6 @@ from pyspark_rowtime.sink.parquet_target import (
 )
 from pyspark_rowtime.sink.stream_target import StreamTarget
 from pyspark_rowtime.sink.task import TaskInfo
-from sink_helpers import HOUR, SCHEMA, T0, TS, make, records, run
-
-from pyspark_rowtime.api import read_stream
 
 
 def data_rows(target: StreamTarget | ParquetTarget) -> list[tuple[int, int]]:
@@ -386,9 +386,8 @@ def test_stream_crash_after_the_append_is_not_repeated(tmp_path):
 
 @pytest.mark.parametrize("partitions", ["1", "2"])  # merge, link
 def test_stream_target_written_by_another_writer_meanwhile_is_reported(tmp_path, partitions):
-    from pyspark_rowtime.bounds.errors import CorruptLogError
-
     from pyspark_rowtime.api import open_writer
+    from pyspark_rowtime.bounds.errors import CorruptLogError
 
     target = make(tmp_path, "stream", partitions=partitions)
     run(target, 0, [[records([], bound=T0)]])

@@ -14,6 +14,7 @@ import pyarrow as pa
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
+
 from pyspark_rowtime.bounds.bounds import END_OF_STREAM_US, MIN_ROWTIME_US
 from pyspark_rowtime.bounds.errors import InvalidRowtimeError, OptionError, RowtimeError
 from pyspark_rowtime.bounds.time import (

@@ -10,10 +10,10 @@ from multiprocessing.connection import Connection
 
 import pyarrow as pa
 import pytest
-from pyspark_rowtime.bounds.errors import WriterLockedError
-from pyspark_rowtime.streams.log import ARRIVAL, IS_BOUND, open_stream
 
 from pyspark_rowtime.api import create_stream, open_writer
+from pyspark_rowtime.bounds.errors import WriterLockedError
+from pyspark_rowtime.streams.log import ARRIVAL, IS_BOUND, open_stream
 
 BATCH = 7
 

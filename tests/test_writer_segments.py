@@ -19,6 +19,8 @@ import numpy as np
 import pyarrow as pa
 import pytest
 from clocks import T0, FakeClock
+
+from pyspark_rowtime.api import create_stream, open_stream, open_writer, read_stream
 from pyspark_rowtime.bounds.bounds import END_OF_STREAM_US
 from pyspark_rowtime.bounds.errors import (
     BoundError,
@@ -29,8 +31,6 @@ from pyspark_rowtime.bounds.errors import (
 from pyspark_rowtime.bounds.time import from_rowtime_us
 from pyspark_rowtime.streams.log import SegmentStats, segment_name, write_segment_file
 from pyspark_rowtime.streams.writer import Writer
-
-from pyspark_rowtime.api import create_stream, open_stream, open_writer, read_stream
 
 DDL = "a INT, b STRING"
 
