@@ -26,7 +26,7 @@ REPO = Path(__file__).resolve().parent.parent
 SOURCES = [
     "pyproject.toml",
     "README.md",
-    "pyspark_rowtime",
+    "src",
     "bounds",
     "streams",
     "datasource",
