@@ -10,6 +10,7 @@ import argparse
 
 import numpy as np
 from benchutil import best_of
+
 from pyspark_rowtime.bounds.plan import StreamPosition, step
 from pyspark_rowtime.bounds.policies import (
     AdjustPolicy,
@@ -23,7 +24,7 @@ from pyspark_rowtime.bounds.policies import (
 def one_step(policy: Policy, t: np.ndarray, b: np.ndarray) -> None:
     pos = StreamPosition.start([0])
     scan = scan_partition(policy, pos.partitions[0], t, b)
-    step(policy, pos, [scan])
+    step(pos, [scan])
 
 
 def main() -> None:

@@ -5,7 +5,8 @@ tested anywhere. Rowtimes are ``int`` microseconds since the Unix epoch, UTC; in
 half-open ``[start, end)``.
 """
 
-from .bounds import END_OF_STREAM_US, MIN_ROWTIME_US, BoundTracker, merge_clock, normalize_bound
+from .bounds import END_OF_STREAM_US, MIN_ROWTIME_US, merge_clock, normalize_bound
+from .durations import parse_duration_us
 from .errors import (
     BoundError,
     HeldRowsOverflowError,
@@ -18,7 +19,7 @@ from .intervals import INFINITY_US, ValidityInterval, combine, intersection, ove
 from .panes import TimeIntervalSpec, TimeIntervalWindow, assign_panes
 from .plan import StreamPosition
 from .policies import AdjustPolicy, DropPolicy, PolicyRun, RejectPolicy, make_policy
-from .time import from_rowtime_us, parse_duration_us, to_rowtime_us, truncate_us
+from .time import TimeFormat, format_rowtime, from_rowtime_us, to_rowtime_us, truncate_us
 
 __all__ = [
     "END_OF_STREAM_US",
@@ -26,7 +27,6 @@ __all__ = [
     "MIN_ROWTIME_US",
     "AdjustPolicy",
     "BoundError",
-    "BoundTracker",
     "DropPolicy",
     "HeldRowsOverflowError",
     "InvalidRowtimeError",
@@ -36,11 +36,13 @@ __all__ = [
     "RejectPolicy",
     "RowtimeError",
     "StreamPosition",
+    "TimeFormat",
     "TimeIntervalSpec",
     "TimeIntervalWindow",
     "ValidityInterval",
     "assign_panes",
     "combine",
+    "format_rowtime",
     "from_rowtime_us",
     "intersection",
     "make_policy",

@@ -11,8 +11,6 @@ from __future__ import annotations
 
 from collections.abc import Iterable
 
-from .errors import BoundError
-
 #: Spark's largest timestamp, 9999-12-31T23:59:59.999999Z, in microseconds: the end of stream.
 END_OF_STREAM_US = 253_402_300_799_999_999
 #: Spark's smallest timestamp, 0001-01-01T00:00:00Z, in microseconds.
@@ -41,37 +39,3 @@ def merge_clock(clocks: Iterable[int | None]) -> int | None:
             return None
         result = clock if result is None else min(result, clock)
     return result
-
-
-class BoundTracker:
-    """The current bound of one partition, as a writer or reader advances it.
-
-    ``clock_us`` is None until the first row or bound. Raising leaves the tracker unchanged.
-    """
-
-    __slots__ = ("clock_us", "where")
-
-    def __init__(self, clock_us: int | None = None, where: str = "partition") -> None:
-        self.clock_us = clock_us
-        self.where = where
-
-    def check_bound(self, t_us: int) -> None:
-        """Raise :class:`BoundError` if a bound ``t_us`` would move the clock back."""
-        if self.clock_us is not None and t_us < self.clock_us:
-            raise BoundError(
-                f"rowtime bound {t_us} us is below the current bound {self.clock_us} us of "
-                f"{self.where}: bounds never move backwards; send a bound >= {self.clock_us} us"
-            )
-
-    def set_bound(self, t_us: int, strict: bool = False) -> int:
-        """Advance to the bound ``t_us`` (normalised); returns the new clock."""
-        t_us = normalize_bound(t_us, strict)
-        self.check_bound(t_us)
-        self.clock_us = t_us
-        return t_us
-
-    def observe_row(self, rowtime_us: int) -> int:
-        """A data row implies the bound equal to its rowtime; returns the new clock."""
-        if self.clock_us is None or rowtime_us > self.clock_us:
-            self.clock_us = rowtime_us
-        return self.clock_us

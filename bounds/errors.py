@@ -6,6 +6,16 @@ Each leaf also derives from the builtin it resembles, so callers may catch eithe
 
 from __future__ import annotations
 
+_MAX_SHOWN = 80
+
+
+def shown(value: object) -> str:
+    """The repr of a value for an error message, truncated if long."""
+    text = repr(value)
+    if len(text) > _MAX_SHOWN:
+        text = text[: _MAX_SHOWN - 3] + "..."
+    return text
+
 
 class RowtimeError(Exception):
     """Root of every error this project raises on purpose."""

@@ -15,11 +15,9 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
-import numpy as np
-
 from .bounds import merge_clock
 from .errors import OffsetError
-from .policies import Classified, PartitionScan, PartitionState, Policy, classify
+from .policies import Classified, PartitionScan, PartitionState, classify
 
 FORMAT_VERSION = 1
 
@@ -85,7 +83,7 @@ def stream_clock(scans: Sequence[PartitionScan], before: int | None) -> int | No
 
 
 def step(
-    policy: Policy, prev: StreamPosition, scans: Sequence[PartitionScan]
+    prev: StreamPosition, scans: Sequence[PartitionScan]
 ) -> tuple[StreamPosition, list[Classified]]:
     """One step over every partition: the new position and what each partition emits."""
     clock = stream_clock(scans, prev.clock_us)
@@ -128,8 +126,3 @@ def choose_ends(prev: StreamPosition, available: Sequence[int], max_rows: int | 
                 break
         open_parts = still
     return [s + k for s, k in zip(starts, take, strict=True)]
-
-
-def emitted_offsets(first: int, c: Classified) -> np.ndarray:
-    """Absolute offsets of the rows a partition emits, in emission order."""
-    return c.emit + first

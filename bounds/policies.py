@@ -43,8 +43,7 @@ import numpy as np
 
 from .bounds import END_OF_STREAM_US, NO_TIME
 from .errors import HeldRowsOverflowError, LateRowError, OptionError
-
-ADJUST_UNITS_US: dict[str, int] = {"sec": 1_000_000, "msec": 1_000, "usec": 1}
+from .units import ADJUST_UNITS_US
 
 #: Reasons recorded with a discarded row.
 REASON_BELOW_RANGE = "below_adjust_range"
@@ -75,9 +74,6 @@ class Policy:
     def holds(self) -> bool:
         """Whether the policy holds rows back (only ``adjust`` does)."""
         return False
-
-    def to_options(self) -> dict[str, Any]:
-        return {"order": self.name}
 
 
 @dataclass(frozen=True)
@@ -139,17 +135,6 @@ class AdjustPolicy(Policy):
     @property
     def holds(self) -> bool:
         return True
-
-    def to_options(self) -> dict[str, Any]:
-        return {
-            "order": "adjust",
-            "adjust.unit": self.unit,
-            "adjust.range": self.range,
-            "adjust.maxHeld": self.max_held,
-        }
-
-
-POLICY_NAMES = ("reject", "drop", "adjust")
 
 
 def make_policy(

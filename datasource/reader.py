@@ -32,7 +32,6 @@ from ..bounds.policies import (
     classify,
     scan_partition,
 )
-from ..bounds.time import rowtime_array_us, to_rowtime_us
 from ..streams.columns import (
     LOG_ARRIVAL_US,
     LOG_IS_BOUND,
@@ -96,13 +95,7 @@ def record_times(
     values = column if len(data) == len(t) else column.take(pa.array(data))
     what = f"rowtime.column {cfg.rowtime_column!r} of {where_of(cfg, partition)}"
     try:
-        promoted = rowtime_array_us(
-            values,
-            unit=cfg.rowtime_unit,
-            tz=cfg.rowtime_timezone,
-            fmt=cfg.rowtime_format,
-            what=what,
-        )
+        promoted = cfg.time_format.read_array(values, what=what)
     except InvalidRowtimeError:
         raise _first_bad_rowtime(values, data, cfg, partition, first_offset) from None
     t = t.copy()
@@ -122,9 +115,7 @@ def _first_bad_rowtime(
         try:
             if value is None:
                 raise InvalidRowtimeError("the value is null")
-            to_rowtime_us(
-                value, unit=cfg.rowtime_unit, tz=cfg.rowtime_timezone, fmt=cfg.rowtime_format
-            )
+            cfg.time_format.read(value)
         except InvalidRowtimeError as e:
             return InvalidRowtimeError(
                 f"{where_of(cfg, partition)}, offset {first_offset + int(data[i])}: "
@@ -307,9 +298,7 @@ def classify_pieces(
         state, before = c.state, clock_after_us
 
 
-def partition_tasks(
-    cfg: ReaderConfig, start: dict[str, Any], end: dict[str, Any]
-) -> list[ReadTask]:
+def partition_tasks(start: dict[str, Any], end: dict[str, Any]) -> list[ReadTask]:
     """One task per stream partition; the first also carries the step's bound record."""
     s = StreamPosition.from_dict(start)
     e = StreamPosition.from_dict(end)

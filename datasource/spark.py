@@ -143,7 +143,7 @@ class RowtimeStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         return {"records": {str(p): n for p, n in enumerate(self.planner.available())}}
 
     def partitions(self, start: dict, end: dict) -> Sequence[InputPartition]:
-        return [RowtimePartition(t) for t in partition_tasks(self.cfg, start, end)]
+        return [RowtimePartition(t) for t in partition_tasks(start, end)]
 
     def read(self, partition: InputPartition) -> Iterator[pa.RecordBatch]:
         assert isinstance(partition, RowtimePartition)
@@ -173,9 +173,7 @@ class RowtimeBatchReader(DataSourceReader):
         planner = Planner(self.cfg)
         start = StreamPosition.start([0] * planner.stream.meta.partitions)
         end = planner.plan(start, planner.available(), None) or start
-        return [
-            RowtimePartition(t) for t in partition_tasks(self.cfg, start.to_dict(), end.to_dict())
-        ]
+        return [RowtimePartition(t) for t in partition_tasks(start.to_dict(), end.to_dict())]
 
     def read(self, partition: InputPartition) -> Iterator[pa.RecordBatch]:
         assert isinstance(partition, RowtimePartition)

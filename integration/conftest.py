@@ -1,7 +1,7 @@
 """Real Spark for the integration tests: one local SparkSession for the whole run.
 
 Tests that need executors in separate processes (``local-cluster``) run their own Spark in a
-subprocess (see ``run_in_local_cluster``), since a process can hold only one SparkContext.
+subprocess (``helpers.run_in_local_cluster``), since a process can hold only one SparkContext.
 Never sleep to wait for Spark: drive queries to quiescence with ``processAllAvailable()`` or
 ``trigger(availableNow=True)`` + ``awaitTermination()``.
 """
@@ -10,13 +10,12 @@ from __future__ import annotations
 
 import os
 import shutil
-import subprocess
 import sys
-import textwrap
 from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
+from helpers import spark_builder
 
 # Spark's Python workers must run this interpreter, which has the project installed.
 os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
@@ -25,21 +24,6 @@ os.environ.setdefault("PYSPARK_DRIVER_PYTHON", sys.executable)
 
 def _java_ok() -> bool:
     return shutil.which("java") is not None or bool(os.environ.get("JAVA_HOME"))
-
-
-def spark_builder(master: str = "local[2]"):  # type: ignore[no-untyped-def]
-    from pyspark.sql import SparkSession
-
-    return (
-        SparkSession.builder.master(master)
-        .appName("pyspark-rowtime-tests")
-        .config("spark.sql.shuffle.partitions", "2")
-        .config("spark.sql.session.timeZone", "UTC")
-        .config("spark.ui.enabled", "false")
-        .config("spark.sql.streaming.stateStore.providerClass",
-                "org.apache.spark.sql.execution.streaming.state.HDFSBackedStateStoreProvider")
-        .config("spark.driver.memory", "2g")
-    )  # fmt: skip
 
 
 @pytest.fixture(scope="session")
@@ -56,30 +40,3 @@ def spark():  # type: ignore[no-untyped-def]
 def workdir(tmp_path: Path) -> Iterator[Path]:
     """A fresh directory for streams, checkpoints and targets of one test."""
     yield tmp_path
-
-
-def run_in_local_cluster(code: str, timeout: int = 600) -> str:
-    """Run ``code`` in a new Python process whose SparkSession is ``local-cluster[2,1,1024]``
-    (two executors, each a separate JVM with its own Python workers); returns its stdout.
-
-    The code finds a ready ``spark`` variable. Fails the test with the child's output on error.
-    """
-    prelude = textwrap.dedent(
-        """
-        import sys
-        sys.path.insert(0, %r)
-        from conftest import spark_builder
-        spark = spark_builder("local-cluster[2,1,1024]").getOrCreate()
-        spark.sparkContext.setLogLevel("ERROR")
-        """
-    ) % str(Path(__file__).parent)
-    proc = subprocess.run(
-        [sys.executable, "-P", "-c", prelude + textwrap.dedent(code)],
-        capture_output=True,
-        text=True,
-        timeout=timeout,
-        env={**os.environ, "PYSPARK_PYTHON": sys.executable},
-    )
-    if proc.returncode != 0:
-        pytest.fail(f"local-cluster run failed ({proc.returncode}):\n{proc.stderr[-6000:]}")
-    return proc.stdout

@@ -1,6 +1,8 @@
 """The README's install, for real: a fresh virtual environment, a normal (non-editable)
 ``pip install`` of this repository, and a new Python process in which Spark finds
-``format("rowtime")`` by name, with no ``spark.dataSource.register``.
+``format("rowtime")`` by name, with no ``spark.dataSource.register``. Then the same from the root
+of a fresh clone, where ``python``, ``python -m pytest`` and the ``pyspark`` shell put the
+current folder first on ``sys.path``: they must import the install, not the checkout's folders.
 
 Spark finds a Python data source by itself only when a top-level ``pyspark_*`` module exposing
 ``DefaultSource`` is visible to ``pkgutil.iter_modules()`` in its Python workers; a
@@ -26,7 +28,7 @@ REPO = Path(__file__).resolve().parent.parent
 SOURCES = [
     "pyproject.toml",
     "README.md",
-    "pyspark_rowtime",
+    "src",
     "bounds",
     "streams",
     "datasource",
@@ -34,13 +36,26 @@ SOURCES = [
 ]
 
 
-def _pip(python: Path, *args: str) -> subprocess.CompletedProcess[str]:
+def _pip(python: Path, *args: str, cwd: Path | None = None) -> subprocess.CompletedProcess[str]:
     return subprocess.run(
         [str(python), "-m", "pip", "install", "-q", "--disable-pip-version-check", *args],
         capture_output=True,
         text=True,
         timeout=900,
+        cwd=cwd,
     )
+
+
+def _env(python: Path) -> dict[str, str]:
+    """The environment of a user's shell with the venv active: none of the test run's
+    PYTHON* settings (PYTHONSAFEPATH would hide what this checks), Spark on the venv's python."""
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("PYTHON", "PYSPARK"))}
+    env.update(
+        PATH=f"{python.parent}{os.pathsep}{env.get('PATH', '')}",
+        PYSPARK_PYTHON=str(python),
+        PYSPARK_DRIVER_PYTHON=str(python),
+    )
+    return env
 
 
 @pytest.fixture(scope="module")
@@ -142,14 +157,12 @@ def test_a_normal_install_lets_spark_find_format_rowtime_by_name(
         text=True,
         check=True,
     ).stdout.strip()
-    env = {k: v for k, v in os.environ.items() if not k.startswith(("PYTHON", "PYSPARK"))}
-    env.update(PYSPARK_PYTHON=str(installed), PYSPARK_DRIVER_PYTHON=str(installed))
     proc = subprocess.run(
         [str(installed), "-c", textwrap.dedent(CHECK), site, str(tmp_path)],
         capture_output=True,
         text=True,
         cwd=tmp_path,
-        env=env,
+        env=_env(installed),
         timeout=600,
     )
     assert proc.returncode == 0, proc.stderr[-6000:]
@@ -169,3 +182,101 @@ def test_a_normal_install_lets_spark_find_format_rowtime_by_name(
     assert [r for r in result["streamed"] if r[3]] == [[None, None, t0 + 3_000_000, True]]
     # The batch read returns the history under the same rules: the same records.
     assert result["history"] == result["streamed"]
+
+
+# -- from the root of a fresh clone ----------------------------------------------------------
+
+#: A tiny test for ``python -m pytest`` in the clone's root: collecting it imports the package.
+TINY_TEST = """
+import os
+
+import pyspark_rowtime.bounds
+from pyspark_rowtime.bounds.time import format_rowtime
+
+
+def test_the_package_is_the_installed_one():
+    here = os.path.realpath(os.getcwd())
+    assert not os.path.realpath(pyspark_rowtime.bounds.__file__).startswith(here)
+    assert format_rowtime(0) == "1970-01-01T00:00:00Z"
+"""
+
+#: Fed to the ``pyspark`` shell on stdin, one statement a line (it reads them as typed).
+SHELL = """
+import os, pyspark_rowtime as rt
+print("SHELL FILE " + os.path.realpath(rt.__file__))
+location = os.path.join(os.environ["ROWTIME_TEST_WORK"], "shell-stream")
+rt.create_stream(location, "id INT")
+w = rt.open_writer(location)
+w.insert({"id": 7}, rowtime=0); w.insert({"id": 8}, rowtime=1000); w.end_stream(); w.close()
+df = spark.readStream.format("rowtime").load(location)
+q = df.writeStream.format("memory").queryName("shell_rows").trigger(availableNow=True).start()
+q.awaitTermination()
+rows = spark.table("shell_rows").where("NOT is_bound").collect()
+print("SHELL ROWS " + repr(sorted(r.id for r in rows)))
+"""
+
+
+@pytest.fixture(scope="module")
+def clone(installed: Path, tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """A fresh clone of this repository (its committed tree), installed into the venv the
+    README's way: ``pip install .`` in the clone's root."""
+    if shutil.which("git") is None or not (REPO / ".git").exists():
+        pytest.skip("not a git checkout (or no git): there is nothing to clone")
+    root = tmp_path_factory.mktemp("clone") / "pyspark-rowtime"
+    subprocess.run(["git", "clone", "--quiet", str(REPO), str(root)], check=True, timeout=300)
+    built = _pip(installed, "--no-deps", "--no-build-isolation", ".", cwd=root)
+    assert built.returncode == 0, built.stderr[-4000:]
+    got = _pip(installed, "pytest")
+    if got.returncode != 0:
+        pytest.skip(f"pip cannot install pytest in the fresh venv: {got.stderr.strip()[-800:]}")
+    (root / "test_from_the_root.py").write_text(TINY_TEST)
+    return root
+
+
+def test_python_pytest_and_the_pyspark_shell_started_in_the_clones_root_import_the_install(
+    installed: Path, clone: Path, tmp_path: Path
+) -> None:
+    env = _env(installed)
+    site = subprocess.run(
+        [str(installed), "-c", "import sysconfig; print(sysconfig.get_paths()['purelib'])"],
+        capture_output=True,
+        text=True,
+        check=True,
+    ).stdout.strip()
+
+    # python: the checkout's folders do not shadow the install
+    check = "import pyspark_rowtime.bounds, pyspark_rowtime; print(pyspark_rowtime.__file__)"
+    proc = subprocess.run(
+        [str(installed), "-c", check], capture_output=True, text=True, cwd=clone, env=env
+    )
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    assert os.path.realpath(proc.stdout.strip()).startswith(os.path.realpath(site))
+
+    # python -m pytest
+    proc = subprocess.run(
+        [str(installed), "-m", "pytest", "-q", "test_from_the_root.py"],
+        capture_output=True,
+        text=True,
+        cwd=clone,
+        env=env,
+        timeout=300,
+    )
+    assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
+    assert "1 passed" in proc.stdout
+
+    # the pyspark shell, fed on stdin (-i: read it as typed lines, with `spark` made ready)
+    proc = subprocess.run(
+        [str(installed.parent / "pyspark"), "--conf", "spark.ui.enabled=false"],
+        input=SHELL,
+        capture_output=True,
+        text=True,
+        cwd=clone,
+        env={**env, "PYSPARK_DRIVER_PYTHON_OPTS": "-i", "ROWTIME_TEST_WORK": str(tmp_path)},
+        timeout=600,
+    )
+    out = proc.stdout + proc.stderr
+    assert proc.returncode == 0, out[-6000:]
+    assert "Traceback" not in out, out[-6000:]
+    shell_file = next(x for x in proc.stdout.splitlines() if "SHELL FILE " in x)
+    assert shell_file.split("SHELL FILE ", 1)[1].startswith(os.path.realpath(site))
+    assert "SHELL ROWS [7, 8]" in proc.stdout, out[-6000:]

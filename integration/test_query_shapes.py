@@ -16,10 +16,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from pyspark.sql import DataFrame, SparkSession
-from pyspark.sql import functions as F
-from pyspark.sql.types import BooleanType
-from test_reader import (
+from helpers import (
     BASE_US,
     US,
     Run,
@@ -29,6 +26,9 @@ from test_reader import (
     start_append,
     write_rows,
 )
+from pyspark.sql import DataFrame, SparkSession
+from pyspark.sql import functions as F
+from pyspark.sql.types import BooleanType
 
 import pyspark_rowtime as pr
 

@@ -11,151 +11,36 @@ the log where that is possible.
 
 from __future__ import annotations
 
-import json
-from collections.abc import Iterable
-from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 import pytest
+from helpers import (
+    BASE_US,
+    SDP_INPUT,
+    SDP_TABLE,
+    US,
+    Run,
+    at,
+    batch_reader,
+    check_batches,
+    drain,
+    dropped_by_watermark,
+    jittered_rows,
+    names_and_rowtimes,
+    plain,
+    reader,
+    run_available_now,
+    start,
+    start_append,
+    write_rows,
+)
 from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql import functions as F
 from pyspark.sql.types import BooleanType, TimestampType
-from pyspark_rowtime.bounds.bounds import END_OF_STREAM_US
-from pyspark_rowtime.bounds.time import from_rowtime_us
 
 import pyspark_rowtime as pr
-
-US = 1_000_000
-#: 2023-11-14T22:13:20Z, a round number of seconds.
-BASE_US = 1_700_000_000 * US
-
-
-# -- helpers -------------------------------------------------------------------------------------
-
-
-def at(t_us: int) -> Any:
-    """A rowtime for the writer: an aware datetime (an int would be read as milliseconds)."""
-    return from_rowtime_us(t_us)
-
-
-def reader(spark: SparkSession, location: Path | str, **options: Any):  # type: ignore[no-untyped-def]
-    r = spark.readStream.format("rowtime")
-    for k, v in options.items():
-        r = r.option(k, v)
-    return r.load(str(location))
-
-
-def batch_reader(spark: SparkSession, location: Path | str, **options: Any):  # type: ignore[no-untyped-def]
-    r = spark.read.format("rowtime")
-    for k, v in options.items():
-        r = r.option(k, v)
-    return r.load(str(location))
-
-
-def plain(df: DataFrame) -> list[dict[str, Any]]:
-    """Collect a DataFrame, every timestamp column (``rowtime``...) as integer microseconds."""
-    cols = [
-        F.unix_micros(f.name).alias(f.name) if isinstance(f.dataType, TimestampType) else f.name
-        for f in df.schema.fields
-    ]
-    return [r.asDict() for r in df.select(*cols).collect()]
-
-
-@dataclass
-class Run:
-    """What a streaming query produced: each micro-batch's records, in batch order."""
-
-    batches: list[tuple[int, list[dict[str, Any]]]] = field(default_factory=list)
-    progress: list[dict[str, Any]] = field(default_factory=list)
-
-    def sink(self, df: DataFrame, batch_id: int) -> None:
-        self.batches.append((batch_id, plain(df)))
-
-    @property
-    def records(self) -> list[dict[str, Any]]:
-        return [r for _, rows in self.batches for r in rows]
-
-    @property
-    def rows(self) -> list[dict[str, Any]]:
-        return [r for r in self.records if not r["is_bound"]]
-
-    @property
-    def bounds(self) -> list[int]:
-        return [r["rowtime"] for r in self.records if r["is_bound"]]
-
-    def end_offset(self, batch_id: int) -> dict[str, Any]:
-        """The source's end offset of a batch, from the query's progress reports."""
-        for p in self.progress:
-            if p["batchId"] == batch_id and "addBatch" in p["durationMs"]:
-                offset = p["sources"][0]["endOffset"]
-                return json.loads(offset) if isinstance(offset, str) else offset
-        raise AssertionError(f"no progress for batch {batch_id}")
-
-
-def start(df: DataFrame, checkpoint: Path, run: Run, *, available_now: bool = False):  # type: ignore[no-untyped-def]
-    w = df.writeStream.foreachBatch(run.sink).option("checkpointLocation", str(checkpoint))
-    if available_now:
-        w = w.trigger(availableNow=True)
-    return w.start()
-
-
-def drain(query: Any, run: Run) -> None:
-    """Process everything available now and keep the query's progress reports."""
-    query.processAllAvailable()
-    keep = {(p["batchId"], p["timestamp"]) for p in run.progress}
-    for p in query.recentProgress:
-        d = json.loads(p.json)
-        if (d["batchId"], d["timestamp"]) not in keep:
-            run.progress.append(d)
-
-
-def run_available_now(df: DataFrame, checkpoint: Path) -> Run:
-    run = Run()
-    q = start(df, checkpoint, run, available_now=True)
-    q.awaitTermination()
-    drain(q, run)
-    return run
-
-
-def check_batches(run: Run) -> None:
-    """SPEC 7 on every micro-batch: at most one bound record, which is above the previous
-    one; every data row between the previous batch's clock and this batch's clock."""
-    clock: int | None = None
-    for batch_id, records in run.batches:
-        bounds = [r["rowtime"] for r in records if r["is_bound"]]
-        assert len(bounds) <= 1, f"batch {batch_id} carries {len(bounds)} bound records"
-        new = bounds[0] if bounds else clock
-        if bounds and clock is not None:
-            assert bounds[0] > clock, f"batch {batch_id}: bound {bounds[0]} <= previous {clock}"
-        for r in records:
-            if r["is_bound"]:
-                continue
-            assert r["rowtime"] is not None
-            assert new is not None and r["rowtime"] <= new, (batch_id, r, new)
-            assert clock is None or r["rowtime"] >= clock, (batch_id, r, clock)
-        clock = new
-
-
-def write_rows(
-    location: Path | str,
-    partition: int,
-    rows: Iterable[tuple[dict[str, Any], int]],
-    *,
-    bound_us: int | None = None,
-    end: bool = False,
-) -> None:
-    """Append ``(row, rowtime_us)`` pairs to a partition, then a bound or the end of stream,
-    and flush (one committed segment per call)."""
-    with pr.open_writer(str(location), partition) as w:
-        for row, t_us in rows:
-            w.insert(row, rowtime=at(t_us))
-        if bound_us is not None:
-            w.set_rowtime_bound(at(bound_us))
-        if end:
-            w.end_stream()
-        w.flush()
-
+from pyspark_rowtime.bounds.bounds import END_OF_STREAM_US
 
 # -- 2. options ----------------------------------------------------------------------------------
 
@@ -323,6 +208,7 @@ def test_a_stream_whose_metadata_has_a_clashing_column_fails_at_load_naming_both
 ) -> None:
     # A stream written by another tool that did not check names: the reader must refuse it.
     import pyarrow as pa
+
     from pyspark_rowtime.streams.meta import StreamMeta, write_meta_once
 
     location = tmp_path / "foreign"
@@ -337,16 +223,6 @@ def test_a_stream_whose_metadata_has_a_clashing_column_fails_at_load_naming_both
 
 # -- 4. the SDP examples (SPEC 11) under order=adjust --------------------------------------------
 
-#: 2009-03-01 12:15:00Z; the tuples' times are seconds after it.
-T0_US = 1_235_909_700 * US
-SDP_INPUT = [
-    ("A", "2009/03/01 12:15:22:345678901"),
-    ("B", "2009/03/01 12:15:22:123456789"),
-    ("C", "2009/03/01 12:15:23:123456789"),
-    ("D", "2009/03/01 12:15:22:890123456"),
-    ("E", "2009/03/01 12:15:24:123456789"),
-]
-
 
 def sdp_stream(location: Path, **defaults: Any) -> Path:
     """The five tuples of seed 000 in arrival order (explicit SDP rowtimes), then end of
@@ -358,47 +234,6 @@ def sdp_stream(location: Path, **defaults: Any) -> Path:
             w.flush()
         w.end_stream()
     return location
-
-
-def s(seconds: str) -> int:
-    """``"22.345"`` seconds after T0, in microseconds."""
-    whole, _, frac = seconds.partition(".")
-    return T0_US + int(whole) * US + int((frac + "000000")[:6])
-
-
-#: SPEC section 11: (unit, range) -> rows in order with rowtimes, and the discarded rows with
-#: their (truncated) rowtime and the partition clock when they arrived.
-SDP_TABLE = {
-    ("sec", 1): (
-        [("A", s("22")), ("B", s("22")), ("D", s("22")), ("C", s("23")), ("E", s("24"))],
-        [],
-    ),
-    ("msec", 999): (
-        [
-            ("B", s("22.123")),
-            ("A", s("22.345")),
-            ("D", s("22.890")),
-            ("C", s("23.123")),
-            ("E", s("24.123")),
-        ],
-        [],
-    ),
-    ("usec", 999): (
-        [("A", s("22.345678")), ("C", s("23.123456")), ("E", s("24.123456"))],
-        [
-            ("B", 1, s("22.123456"), s("22.344679")),
-            ("D", 3, s("22.890123"), s("23.122457")),
-        ],
-    ),
-    ("sec", 0): (
-        [("A", s("22")), ("B", s("22")), ("C", s("23")), ("E", s("24"))],
-        [("D", 3, s("22"), s("23"))],
-    ),
-}
-
-
-def names_and_rowtimes(records: Iterable[dict[str, Any]]) -> list[tuple[str, int]]:
-    return [(r["name"], r["rowtime"]) for r in records if not r["is_bound"]]
 
 
 @pytest.mark.parametrize(("unit", "range_"), list(SDP_TABLE))
@@ -558,21 +393,6 @@ def test_every_micro_batch_keeps_the_spec_7_invariants_with_skewed_partitions(
 def windowed_counts(df: DataFrame, size: str = "10 seconds") -> DataFrame:
     w = df.groupBy(F.window("rowtime", size)).count()
     return w.select(F.col("window.start").alias("start"), F.col("window.end").alias("end"), "count")
-
-
-def start_append(df: DataFrame, checkpoint: Path, run: Run):  # type: ignore[no-untyped-def]
-    return (
-        df.writeStream.outputMode("append")
-        .foreachBatch(run.sink)
-        .option("checkpointLocation", str(checkpoint))
-        .start()
-    )
-
-
-def dropped_by_watermark(run: Run) -> int:
-    return sum(
-        op["numRowsDroppedByWatermark"] for p in run.progress for op in p.get("stateOperators", [])
-    )
 
 
 def test_a_bound_alone_closes_a_window_in_append_mode(spark: SparkSession, tmp_path: Path) -> None:
@@ -798,25 +618,6 @@ def test_discarded_rows_are_counted_in_offsets_and_kept_in_the_quarantine(
 # -- 6. replay from the checkpoint ---------------------------------------------------------------
 
 
-def jittered_rows(
-    seed: int, partition: int, first: int, n: int
-) -> list[tuple[dict[str, Any], int]]:
-    """In rowtime order 100 ms apart, but every fifth row up to 400 ms early (inside
-    adjust msec/500) and every eleventh 2 s early (discarded)."""
-    import random
-
-    rng = random.Random(seed * 100 + partition)
-    out = []
-    for i in range(first, first + n):
-        t = BASE_US + partition * 700_000 + i * 100_000
-        if i % 11 == 10:
-            t -= 2 * US
-        elif i % 5 == 4:
-            t -= rng.randrange(1, 400) * 1000
-        out.append(({"p": partition, "i": i}, t))
-    return out
-
-
 def test_a_restart_from_the_checkpoint_gives_exactly_the_uninterrupted_output(
     spark: SparkSession, tmp_path: Path
 ) -> None:
@@ -874,6 +675,8 @@ def test_planning_and_reading_in_pieces_equal_one_pass_over_the_step() -> None:
     import random
 
     import numpy as np
+
+    from pyspark_rowtime.bounds.errors import HeldRowsOverflowError, LateRowError
     from pyspark_rowtime.bounds.plan import StreamPosition, step, stream_clock
     from pyspark_rowtime.bounds.policies import (
         AdjustPolicy,
@@ -944,9 +747,9 @@ def test_planning_and_reading_in_pieces_equal_one_pass_over_the_step() -> None:
                     scan_partition(policy, s, t, b)
                     for s, (t, b) in zip(pos.partitions, win, strict=True)
                 ]
-                one, outs = step(policy, pos, scans)
-            except (ValueError, RuntimeError) as e:  # a late row, or too many held
-                with pytest.raises(type(e)):
+                one, outs = step(pos, scans)
+            except (LateRowError, HeldRowsOverflowError) as e:  # a late row, or too many held
+                with pytest.raises(type(e)):  # the same error, not just any
                     in_pieces(policy, pos, win, piece)
                 break
             clock, got = in_pieces(policy, pos, win, piece)

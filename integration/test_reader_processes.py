@@ -14,19 +14,19 @@ import textwrap
 from pathlib import Path
 from typing import Any
 
-from conftest import run_in_local_cluster
-from pyspark.sql import SparkSession
-from pyspark_rowtime.bounds.bounds import END_OF_STREAM_US
-from test_reader import (
+from helpers import (
     Run,
     check_batches,
     jittered_rows,
     reader,
     run_available_now,
+    run_in_local_cluster,
     write_rows,
 )
+from pyspark.sql import SparkSession
 
 import pyspark_rowtime as pr
+from pyspark_rowtime.bounds.bounds import END_OF_STREAM_US
 
 OPTIONS = {"order": "adjust", "adjust.unit": "msec", "adjust.range": 500, "maxRowsPerBatch": 15}
 
@@ -51,8 +51,7 @@ def adjusted_stream(location: Path, rounds: int = 3) -> Path:
 DRIVER = """
 import json, os, sys
 sys.path.insert(0, {integration!r})
-from conftest import spark_builder
-from test_reader import plain
+from helpers import plain, spark_builder
 
 location, checkpoint, out, kill_at = sys.argv[1], sys.argv[2], sys.argv[3], int(sys.argv[4])
 options = json.loads(sys.argv[5])

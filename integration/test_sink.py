@@ -16,11 +16,11 @@ import pyarrow as pa
 import pytest
 from pyspark.errors import StreamingQueryException
 from pyspark.sql import functions as F
+
+from pyspark_rowtime.api import create_stream, get_rowtime_bound, open_writer, read_stream
 from pyspark_rowtime.bounds.bounds import END_OF_STREAM_US
 from pyspark_rowtime.sink.parquet_target import COMPLETE_MARKER, parquet_clock_us, partition_name
 from pyspark_rowtime.streams.log import open_stream
-
-from pyspark_rowtime.api import create_stream, get_rowtime_bound, open_writer, read_stream
 from pyspark_rowtime.watermark import with_watermark
 
 MINUTE_US = 60_000_000
@@ -281,7 +281,8 @@ def test_in_local_cluster_executors_stage_segments_and_the_driver_links_them(wor
     import json
 
     import pyarrow.dataset as ds
-    from conftest import run_in_local_cluster
+    from helpers import run_in_local_cluster
+
     from pyspark_rowtime.sink.layout import SinkState
 
     source = workdir / "a"

@@ -3,8 +3,8 @@
 A child process runs two streaming queries, one after the other (a pass-through filter into a
 rowtime stream and into a Parquet target) over a prepared source, ``availableNow``, restarting
 from their checkpoints each time it is started. The test kills the child's whole process group
-(Python driver, JVM, and with them the commits in flight) with SIGKILL at random moments: a
-random fraction of a second after a write task starts staging, or after a random number of
+(Python driver, JVM, and with them the commits in flight) with SIGKILL at moments drawn from a
+fixed seed: a fraction of a second after a write task starts staging, or after one to three
 committed batches. It samples both targets' clocks while the child runs and between restarts,
 and finally lets a run finish. The targets must then hold exactly
 the expected rows, each once, and their clocks must never have gone back.
@@ -23,25 +23,37 @@ from pathlib import Path
 
 import pyarrow as pa
 import pyarrow.dataset as ds
+
+from pyspark_rowtime.api import create_stream, open_writer, read_stream
 from pyspark_rowtime.bounds.bounds import END_OF_STREAM_US
 from pyspark_rowtime.sink.parquet_target import COMPLETE_MARKER, parquet_clock_us
 from pyspark_rowtime.streams.log import open_stream
 
-from pyspark_rowtime.api import create_stream, open_writer, read_stream
-
 ROWS = 2400
+BOUND_EVERY = 100  # rows between the writer's bounds
+ROWS_PER_BATCH = 150  # the reader's maxRowsPerBatch: records per micro-batch
 T0_US = 1_700_000_000_000_000
 KILLS = 6
+#: A kill waits for 1 to this many commits after it is armed (or for staged files after one).
+MAX_WAIT_COMMITS = 3
+#: The random choices (which phase each kill aims at, how long it waits) are the same on every
+#: run; ROWTIME_KILL_SEED explores others.
+SEED = 20_240_611
+#: Micro-batches the two queries run in all: data rows, bounds and the end of stream, cut into
+#: batches of ROWS_PER_BATCH records, once per target.
+BATCHES = 2 * -(-(ROWS + ROWS // BOUND_EVERY + 1) // ROWS_PER_BATCH)
+# Each kill uses at most MAX_WAIT_COMMITS commits and the one in flight: leave batches for all.
+assert KILLS * (MAX_WAIT_COMMITS + 1) < BATCHES, "too few micro-batches for every kill"
 
 CHILD = textwrap.dedent(
     """
     import sys
     sys.path.insert(0, {integration!r})
-    from conftest import spark_builder
+    from helpers import spark_builder
     spark = spark_builder().getOrCreate()
     spark.sparkContext.setLogLevel("ERROR")
     work = {work!r}
-    df = (spark.readStream.format("rowtime").option("maxRowsPerBatch", 250)
+    df = (spark.readStream.format("rowtime").option("maxRowsPerBatch", {rows_per_batch})
           .load(work + "/src").where("is_bound OR id % 3 != 0"))
     to_stream = df.writeStream.format("rowtime").option("checkpointLocation", work + "/ck-stream")
     to_parquet = (df.writeStream.format("rowtime").option("target", "parquet")
@@ -125,7 +137,7 @@ def where_it_died(work: Path) -> str:
 
 
 def test_sigkill_the_driver_many_times_and_the_targets_hold_each_row_once(workdir: Path):
-    seed = int(os.environ.get("ROWTIME_KILL_SEED", time.time_ns()))
+    seed = int(os.environ.get("ROWTIME_KILL_SEED", SEED))
     print(f"ROWTIME_KILL_SEED={seed}")
     rng = random.Random(seed)
     src = workdir / "src"
@@ -137,17 +149,20 @@ def test_sigkill_the_driver_many_times_and_the_targets_hold_each_row_once(workdi
             w.insert({"id": i, "name": f"n{i}"}, rowtime=t // 1000)
             if i % 3 != 0:
                 expected.append((t, i, f"n{i}"))
-            if i % 100 == 99:
+            if i % BOUND_EVERY == BOUND_EVERY - 1:
                 w.set_rowtime_bound(t // 1000)
         w.end_stream()
 
-    code = CHILD.format(integration=str(Path(__file__).parent), work=str(workdir))
+    code = CHILD.format(
+        integration=str(Path(__file__).parent), work=str(workdir), rows_per_batch=ROWS_PER_BATCH
+    )
     clocks = Clocks(workdir)
     landed = 0
     runs = 0
     while True:
         runs += 1
-        assert runs <= KILLS + 3, "the query never finished"
+        # every run but the last is killed: more runs means a run neither finished nor died
+        assert runs <= KILLS + 1, f"run {runs}: the queries neither finished nor were killed"
         log = open(workdir / f"run-{runs}.log", "w+")  # a pipe could fill up and stall it
         child = subprocess.Popen(
             [sys.executable, "-P", "-c", code, "stream-first" if runs % 2 else "parquet-first"],
@@ -162,7 +177,7 @@ def test_sigkill_the_driver_many_times_and_the_targets_hold_each_row_once(workdi
         # sink's two phases), the others a random moment after some batches commit.
         on_staging = rng.random() < 0.5
         before = len(commits(workdir / "ck-stream")) + len(commits(workdir / "ck-parquet"))
-        wait_commits = rng.randint(1, 3)
+        wait_commits = rng.randint(1, MAX_WAIT_COMMITS)
         extra_s = rng.uniform(0.0, 0.3 if on_staging else 0.6)
         killed_at = None
         while child.poll() is None:
@@ -190,9 +205,12 @@ def test_sigkill_the_driver_many_times_and_the_targets_hold_each_row_once(workdi
             continue
         assert child.returncode == 0, f"run {runs} failed:\n{output[-6000:]}"
         assert "done" in output
-        if landed >= KILLS:
-            break
-    assert landed == KILLS
+        assert landed == KILLS, (
+            f"the queries finished after {landed} of {KILLS} kills: they ran out of "
+            f"micro-batches to kill in (seed {seed}, {BATCHES} batches); give the source more "
+            "rows or lower ROWS_PER_BATCH"
+        )
+        break
 
     # the stream: every expected row once, in rowtime order, then the end of stream
     t = read_stream(workdir / "out")

@@ -225,7 +225,7 @@ class _Parser:
                 self.expect_punct(")", "after the precision")
             return pa.time64("ns")
         if word == "interval":
-            return self.interval(tok)
+            return self.interval()
         if word == "array":
             self.expect_punct("<", "after ARRAY")
             element = self.type()
@@ -269,7 +269,7 @@ class _Parser:
             )
         return pa.decimal128(precision, scale)
 
-    def interval(self, tok: _Tok) -> pa.DataType:
+    def interval(self) -> pa.DataType:
         if self.is_word("year", "month"):
             raise self.fail("year-month intervals have no Arrow form in Spark; use INT months")
         if not self.is_word(*_INTERVAL_FIELDS):

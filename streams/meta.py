@@ -28,7 +28,8 @@ from typing import Any
 import pyarrow as pa
 
 from ..bounds.errors import CorruptLogError, OptionError, SchemaError
-from ..bounds.time import to_rowtime_us
+from ..bounds.time import TimeFormat
+from ..bounds.units import ADJUST_UNITS_US, EPOCH_UNITS_US
 from .columns import SPARK_COLUMNS
 from .ddl import normalize_schema, parse_ddl, to_ddl
 
@@ -40,8 +41,8 @@ META_FILE = "_stream.json"
 RESERVED_COLUMNS = SPARK_COLUMNS
 
 ORDERS = ("reject", "drop", "adjust")
-ADJUST_UNITS = ("sec", "msec", "usec")
-ROWTIME_UNITS = ("s", "ms", "us", "ns")
+ADJUST_UNITS = tuple(ADJUST_UNITS_US)
+ROWTIME_UNITS = tuple(EPOCH_UNITS_US)
 
 #: The defaults a stream may carry, with what each accepts (shown in errors).
 KNOWN_DEFAULTS: dict[str, str] = {
@@ -128,14 +129,19 @@ def _as_int(name: str, value: Any) -> int:
     raise _bad(name, value)
 
 
+#: How a :class:`TimeFormat` built from the defaults names them in errors.
+_TIME_DEFAULT_NAMES = (
+    "stream default rowtime_unit",
+    "stream default rowtime_timezone",
+    "stream default rowtime_format",
+)
+
+
 def _check_with_time(name: str, value: Any, **kwargs: Any) -> str:
-    """Validate a time zone or pattern the way the reader will use it (bounds.time)."""
+    """Validate a time zone or pattern the way writers and readers will use it."""
     if not isinstance(value, str) or not value.strip():
         raise _bad(name, value)
-    try:
-        to_rowtime_us(0, **kwargs)
-    except OptionError as e:
-        raise OptionError(f"stream default {name}={value!r} is not valid: {e}") from None
+    TimeFormat(**kwargs, names=_TIME_DEFAULT_NAMES)
     return value
 
 

@@ -26,8 +26,8 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from ..bounds.bounds import END_OF_STREAM_US, NO_TIME
-from ..bounds.errors import BoundError, CorruptLogError, LateRowError, RowtimeError
-from ..bounds.time import from_rowtime_us
+from ..bounds.errors import BoundError, CorruptLogError, LateRowError
+from ..bounds.time import format_rowtime
 from .columns import LOG_ARRIVAL_US, LOG_IS_BOUND, LOG_ROWTIME_US, LOG_SYSTEM_COLUMNS
 from .meta import fsync_file
 from .storage import PartitionTail
@@ -43,7 +43,6 @@ __all__ = [
     "segment_name",
     "segment_record_batches",
     "segment_schema",
-    "time_text",
     "write_segment_file",
 ]
 
@@ -69,16 +68,6 @@ def segment_name(first: int, count: int) -> str:
 def segment_schema(payload: pa.Schema) -> pa.Schema:
     """The columns of every segment of a stream with this payload schema."""
     return pa.schema([*SYSTEM_FIELDS, *(f.with_nullable(True) for f in payload)])
-
-
-def time_text(t_us: int) -> str:
-    """A time in an error message: ISO-8601 UTC, "end of stream", or microseconds."""
-    if t_us >= END_OF_STREAM_US:
-        return "end of stream"
-    try:
-        return from_rowtime_us(t_us).isoformat().replace("+00:00", "Z")
-    except RowtimeError:
-        return f"{t_us} us"
 
 
 # -- footers ---------------------------------------------------------------------------------
@@ -361,11 +350,11 @@ def _late_in_file(path: str, where: str, index: int | None, rowtime_us: int, clo
     if clock_us == END_OF_STREAM_US:
         raise LateRowError(
             f"{what} has a row after the end of stream of {where} (end_stream() was called); "
-            f"its rowtime is {time_text(rowtime_us)}. Nothing was written"
+            f"its rowtime is {format_rowtime(rowtime_us)}. Nothing was written"
         )
     raise LateRowError(
-        f"{what} has a row with rowtime {time_text(rowtime_us)} ({rowtime_us} us), below the "
-        f"clock {time_text(clock_us)} ({clock_us} us) of {where}: under the stream's "
+        f"{what} has a row with rowtime {format_rowtime(rowtime_us)} ({rowtime_us} us), below the "
+        f"clock {format_rowtime(clock_us)} ({clock_us} us) of {where}: under the stream's "
         "order=reject rows may not go back in time. Nothing was written"
     )
 
@@ -437,8 +426,8 @@ def _verify_records(
     if low_bounds.any():
         i = int(np.flatnonzero(low_bounds)[0])
         raise BoundError(
-            f"segment file {path} has a bound at record {i}, {time_text(int(effective[i]))}, "
-            f"below the clock {time_text(int(before[i]))} of {where}: bounds never move "
+            f"segment file {path} has a bound at record {i}, {format_rowtime(int(effective[i]))}, "
+            f"below the clock {format_rowtime(int(before[i]))} of {where}: bounds never move "
             "backwards. Nothing was written"
         )
     late = ~is_bound & (effective < before)

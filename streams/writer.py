@@ -23,10 +23,11 @@ What is guaranteed:
   rows). After ``end_stream()`` the clock is the end of stream and no row can follow.
 * One writer per partition: a second one gets :class:`WriterLockedError` while the first lives.
 
-Rowtimes are read with :func:`pyspark_rowtime.bounds.time.to_rowtime_us` using the stream's
-defaults ``rowtime_unit`` (else ``ms``), ``rowtime_timezone`` (else UTC) and
-``rowtime_format``. When the stream names a ``rowtime_column`` and a row comes without an
-explicit rowtime, that column's value is the row's explicit rowtime (what readers promote).
+Rowtimes are read with one :class:`pyspark_rowtime.bounds.time.TimeFormat` built from the
+stream's defaults ``rowtime_unit`` (else ``ms``), ``rowtime_timezone`` (else UTC) and
+``rowtime_format`` when the writer opens. When the stream names a ``rowtime_column`` and a row
+comes without an explicit rowtime, that column's value is the row's explicit rowtime (what
+readers promote).
 """
 
 from __future__ import annotations
@@ -54,10 +55,10 @@ from ..bounds.errors import (
     UnflushedRecordsError,
     WriterClosedError,
 )
-from ..bounds.time import parse_duration_us, rowtime_array_us, to_rowtime_us
+from ..bounds.time import TimeFormat, parse_duration_us
+from ..bounds.time import format_rowtime as _iso  # the one formatter, short for messages
 from .ddl import type_to_ddl
 from .segments import SegmentStats, clock_before, data_run_stats
-from .segments import time_text as _iso
 from .storage import StreamStorage, open_storage
 
 __all__ = ["Writer", "open_writer", "wall_clock_us"]
@@ -173,9 +174,13 @@ class Writer:
         )
         defaults = meta.defaults
         self._reject = defaults.get("order") == "reject"
-        self._unit = defaults.get("rowtime_unit", "ms")
-        self._tz = defaults.get("rowtime_timezone", "UTC")
-        self._fmt = defaults.get("rowtime_format")
+        # Built (and so checked) once per writer, not on every insert().
+        self._time = TimeFormat(
+            defaults.get("rowtime_unit", "ms"),
+            defaults.get("rowtime_timezone", "UTC"),
+            defaults.get("rowtime_format"),
+            names=("rowtime_unit", "rowtime_timezone", "rowtime_format"),
+        )
         promote = defaults.get("rowtime_column")
         self._promote = promote
         self._promote_index = self._names.index(promote) if promote in self._names else None
@@ -347,7 +352,7 @@ class Writer:
                 self._flush_locked()
 
     def _rowtime_us(self, value: Any) -> int:
-        return to_rowtime_us(value, unit=self._unit, tz=self._tz, fmt=self._fmt)
+        return self._time.read(value)
 
     def _check_row(
         self, row: Mapping[str, Any], values: tuple[Any, ...], types: tuple[type, ...]
@@ -488,12 +493,8 @@ class Writer:
             clock = self._clock
             check_late = self._reject or clock == END_OF_STREAM_US
             if rt_col is not None:
-                rt = rowtime_array_us(
-                    table.column(rt_col),
-                    unit=self._unit,
-                    tz=self._tz,
-                    fmt=self._fmt,
-                    what=f"rowtime column {rt_col!r} of the inserted table",
+                rt = self._time.read_array(
+                    table.column(rt_col), what=f"rowtime column {rt_col!r} of the inserted table"
                 )
                 top = int(rt.max())
                 if check_late:

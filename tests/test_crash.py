@@ -22,10 +22,10 @@ from multiprocessing.connection import Connection
 
 import numpy as np
 import pyarrow as pa
-from pyspark_rowtime.bounds.time import from_rowtime_us
-from pyspark_rowtime.streams.log import ARRIVAL, IS_BOUND, SEGMENT_RE, open_stream
 
 from pyspark_rowtime.api import create_stream, open_writer
+from pyspark_rowtime.bounds.time import from_rowtime_us
+from pyspark_rowtime.streams.log import ARRIVAL, IS_BOUND, SEGMENT_RE, open_stream
 
 KILLS = 20
 
@@ -81,7 +81,6 @@ def test_sigkill_at_random_points_loses_nothing_flushed_and_tears_nothing(tmp_pa
     ctx.set_forkserver_preload(["pandas", "pyspark_rowtime.streams.writer"])
     rng = random.Random(1234)
     flushed = 0
-    started = time.monotonic()
     for round_ in range(KILLS):
         parent, child = ctx.Pipe(duplex=False)
         proc = ctx.Process(target=write_until_killed, args=(loc, round_, child))
@@ -116,4 +115,3 @@ def test_sigkill_at_random_points_loses_nothing_flushed_and_tears_nothing(tmp_pa
     assert not [n for n in os.listdir(part) if n.startswith(".tmp.")]
     assert check_partition(loc, flushed + 1) == flushed + 1
     assert flushed > 0
-    assert time.monotonic() - started < 60

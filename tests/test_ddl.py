@@ -11,6 +11,7 @@ import json
 
 import pyarrow as pa
 import pytest
+
 from pyspark_rowtime.bounds.errors import SchemaError
 from pyspark_rowtime.streams.ddl import (
     SPARK_METADATA_KEY,
@@ -107,7 +108,7 @@ def test_a_whole_struct_type_is_accepted_as_a_schema():
     assert parse_ddl("struct<a: int, b: string>") == parse_ddl("a INT, b STRING")
 
 
-def test_rendering_round_trips():
+def test_to_ddl_output_parses_back_to_the_same_schema_and_spells_types_in_capitals():
     ddl = (
         "a INT NOT NULL, `b c` STRING COMMENT 'x', ts TIMESTAMP, n TIMESTAMP_NTZ, "
         "d DECIMAL(10,2), l ARRAY<MAP<STRING,STRUCT<x: INT NOT NULL, y: DOUBLE>>>, "

@@ -8,6 +8,7 @@ import numpy as np
 import pytest
 from hypothesis import given
 from hypothesis import strategies as st
+
 from pyspark_rowtime.bounds.bounds import END_OF_STREAM_US, MIN_ROWTIME_US
 from pyspark_rowtime.bounds.errors import InvalidRowtimeError, OptionError
 from pyspark_rowtime.bounds.intervals import (

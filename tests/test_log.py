@@ -10,6 +10,13 @@ from pathlib import Path
 import pyarrow as pa
 import pytest
 from clocks import T0, FakeClock
+
+from pyspark_rowtime.api import (
+    create_stream,
+    get_rowtime_bound,
+    open_writer,
+    read_stream,
+)
 from pyspark_rowtime.bounds.bounds import END_OF_STREAM_US
 from pyspark_rowtime.bounds.errors import (
     CorruptLogError,
@@ -25,14 +32,6 @@ from pyspark_rowtime.streams.log import (
     open_stream,
 )
 from pyspark_rowtime.streams.meta import KNOWN_DEFAULTS
-
-from pyspark_rowtime.api import (
-    create_stream,
-    get_rowtime_bound,
-    open_writer,
-    read_stream,
-    register_bound_source,
-)
 
 
 def snapshot(path: Path) -> dict[str, bytes]:
@@ -335,17 +334,6 @@ def test_end_of_stream_sets_the_clock_to_sparks_max_timestamp(tmp_path):
 def test_get_rowtime_bound_of_a_missing_stream_says_how_to_create_one(tmp_path):
     with pytest.raises(StreamNotFoundError, match="rowtime create"):
         get_rowtime_bound(tmp_path / "nope")
-
-
-def test_other_locations_can_register_how_their_clock_is_read(tmp_path, monkeypatch):
-    from pyspark_rowtime import api
-
-    monkeypatch.setattr(api, "_BOUND_SOURCES", [])
-    target = tmp_path / "parquet-target"
-    target.mkdir()
-    (target / "_manifest").write_text("")
-    register_bound_source(lambda p: os.path.exists(os.path.join(p, "_manifest")), lambda p: T0)
-    assert api.rowtime_bound_us(target) == T0
 
 
 # -- segments on disk --------------------------------------------------------------------------

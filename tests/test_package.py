@@ -2,11 +2,12 @@
 
 from __future__ import annotations
 
+import os
 import pkgutil
-
-import pyspark_rowtime.bounds as core
+import sysconfig
 
 import pyspark_rowtime
+import pyspark_rowtime.bounds as core
 
 
 def test_every_public_name_resolves():
@@ -42,7 +43,12 @@ def test_spark_finds_default_source_the_way_its_lookup_does():
 
 
 def test_nothing_generic_is_installed_at_the_top_of_site_packages():
-    top = {m.name for m in pkgutil.iter_modules()}
+    # Where installs go, and where this one went (an editable install links into its own
+    # folder); not sys.path as a whole, which starts with the checkout when run from its root.
+    installed_in = os.path.dirname(os.path.dirname(os.path.abspath(pyspark_rowtime.__file__)))
+    folders = [sysconfig.get_paths()["purelib"], installed_in]
+    top = {m.name for m in pkgutil.iter_modules(folders)}
+    assert "pyspark_rowtime" in top
     assert not top & {"bounds", "sink", "datasource", "streams"}
 
 

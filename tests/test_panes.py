@@ -9,6 +9,7 @@ import numpy as np
 import pytest
 from hypothesis import given
 from hypothesis import strategies as st
+
 from pyspark_rowtime.bounds.errors import BoundError, InvalidRowtimeError, OptionError
 from pyspark_rowtime.bounds.panes import (
     PaneResult,

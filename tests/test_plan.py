@@ -10,10 +10,11 @@ import numpy as np
 import pytest
 from hypothesis import given
 from hypothesis import strategies as st
+from policy_strategies import POLICIES, streams, tolerant
+
 from pyspark_rowtime.bounds.bounds import END_OF_STREAM_US
 from pyspark_rowtime.bounds.plan import StreamPosition, bound_to_emit, choose_ends, step
 from pyspark_rowtime.bounds.policies import AdjustPolicy, DropPolicy, PolicyRun, scan_partition
-from test_policies import POLICIES, streams, tolerant
 
 
 def run_steps(policy, parts, schedule):
@@ -27,7 +28,7 @@ def run_steps(policy, parts, schedule):
         for p, (t, b) in enumerate(parts):
             st_ = pos.partitions[p]
             scans.append(scan_partition(policy, st_, t[st_.scan : ends[p]], b[st_.scan : ends[p]]))
-        new, out = step(policy, pos, scans)
+        new, out = step(pos, scans)
         rows = [
             [(int(st_.scan + i), int(r)) for i, r in zip(c.emit, c.emit_rowtime_us, strict=True)]
             for st_, c in zip(pos.partitions, out, strict=True)
@@ -125,7 +126,7 @@ def test_adjust_positions_are_small_json_of_primitives():
     _, _batches = run_steps(policy, [(t, np.zeros(len(t), dtype=bool))], [[len(t)]])
     pos = StreamPosition.start([0])
     scan = scan_partition(policy, pos.partitions[0], t, np.zeros(len(t), dtype=bool))
-    new, _ = step(policy, pos, [scan])
+    new, _ = step(pos, [scan])
     text = json.dumps(new.to_dict())
     assert len(text) < 300
     assert new.partitions[0].held == 1000  # the last 999 ms (and the reference row) are held

@@ -9,6 +9,9 @@ import numpy as np
 import pytest
 from hypothesis import given
 from hypothesis import strategies as st
+from policy_strategies import POLICIES, streams, tolerant
+from reference_policy import ReferencePolicy
+
 from pyspark_rowtime.bounds.bounds import END_OF_STREAM_US
 from pyspark_rowtime.bounds.errors import (
     HeldRowsOverflowError,
@@ -26,7 +29,6 @@ from pyspark_rowtime.bounds.policies import (
     RejectPolicy,
     make_policy,
 )
-from reference_policy import ReferencePolicy
 
 BASE_US = int(datetime(2009, 3, 1, 12, 15, tzinfo=timezone.utc).timestamp()) * 1_000_000
 
@@ -124,6 +126,18 @@ def test_bound_releases_held_rows_below_it_and_ties_at_it():
     assert run.state.held == 1
 
 
+@pytest.mark.parametrize(("unit", "unit_us"), [("sec", 1_000_000), ("msec", 1_000), ("usec", 1)])
+def test_each_adjust_unit_sets_truncation_and_range_in_microseconds(unit, unit_us):
+    policy = make_policy("adjust", unit=unit, range=3)
+    assert (policy.unit_us, policy.range_us) == (unit_us, 3 * unit_us)
+    run = PolicyRun(policy)
+    # 10.5 units truncates to 10; 3 units of range keep 7 units and discard anything below
+    t = np.array([10 * unit_us + unit_us // 2, 7 * unit_us, 7 * unit_us - 1], dtype=np.int64)
+    out = run.push(np.append(t, END_OF_STREAM_US), np.array([False, False, False, True]))
+    assert out.rowtime_us.tolist() == [7 * unit_us, 10 * unit_us]
+    assert out.discarded_offsets.tolist() == [2]
+
+
 def test_max_held_overflow_fails_clearly_and_keeps_state():
     run = PolicyRun(AdjustPolicy(unit="usec", range=1000, max_held=3))
     run.push(np.array([1, 2, 3], dtype=np.int64), np.zeros(3, dtype=bool))
@@ -149,52 +163,12 @@ def test_bad_policy_options_name_the_option(kwargs, match):
 
 # ---------------------------------------------------------------------------- properties
 
-POLICIES = st.one_of(
-    st.just(RejectPolicy()),
-    st.just(DropPolicy()),
-    st.builds(
-        AdjustPolicy,
-        unit=st.sampled_from(["usec", "msec", "sec"]),
-        range=st.integers(0, 30),
-        max_held=st.just(10**9),
-    ),
-)
-
-
-@st.composite
-def streams(draw, max_len=60):
-    """Records (rowtime or bound, is_bound), mostly increasing with jitter, bounds sprinkled."""
-    n = draw(st.integers(0, max_len))
-    scale = draw(st.sampled_from([1, 1000, 1_000_000]))
-    jitter = draw(st.integers(0, 40))
-    now = draw(st.integers(-(10**6), 10**6)) * scale
-    t, b = [], []
-    bound = None
-    for _ in range(n):
-        now += draw(st.integers(0, 10)) * scale
-        if draw(st.integers(0, 9)) == 0:
-            value = now + draw(st.integers(-5, 5)) * scale
-            bound = value if bound is None else max(bound, value)
-            t.append(bound)
-            b.append(True)
-        else:
-            t.append(now - draw(st.integers(0, jitter)) * scale)
-            b.append(False)
-    if draw(st.booleans()):
-        t.append(END_OF_STREAM_US)
-        b.append(True)
-    return np.array(t, dtype=np.int64), np.array(b, dtype=bool)
-
 
 def reference(policy: Policy, t, b):
     ref = ReferencePolicy(policy)
     for x, y in zip(t.tolist(), b.tolist(), strict=True):
         ref.push(x, y)
     return ref
-
-
-def tolerant(policy: Policy) -> Policy:
-    return DropPolicy() if isinstance(policy, RejectPolicy) else policy
 
 
 @given(policy=POLICIES, data=streams(), cuts=st.lists(st.integers(0, 70), max_size=6))

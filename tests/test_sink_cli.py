@@ -4,10 +4,10 @@ from __future__ import annotations
 
 import json
 
-from pyspark_rowtime.bounds.time import from_rowtime_us
-from test_sink_protocol import HOUR, T0, make, records, run
+from sink_helpers import HOUR, T0, make, records, run
 
 from pyspark_rowtime.api import get_rowtime_bound
+from pyspark_rowtime.bounds.time import from_rowtime_us
 from pyspark_rowtime.cli import main
 
 

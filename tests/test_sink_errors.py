@@ -6,6 +6,7 @@ import os
 
 import pyarrow as pa
 import pytest
+
 from pyspark_rowtime.bounds.errors import CommitError, SinkBusyError, WriterLockedError
 from pyspark_rowtime.sink.layout import SinkState
 from pyspark_rowtime.sink.options import parse_sink_options

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import pyarrow as pa
 import pytest
+
 from pyspark_rowtime.bounds.errors import OptionError, RowtimeError, SchemaError
 from pyspark_rowtime.sink.options import GRANULARITY_US, parse_sink_options
 
@@ -45,7 +46,7 @@ def test_clock_watermark_may_be_chosen_for_a_query_that_keeps_is_bound():
 
 
 @pytest.mark.parametrize("granularity", sorted(GRANULARITY_US))
-def test_parquet_granularities(granularity):
+def test_each_granularity_is_accepted_in_any_case_with_its_length_in_microseconds(granularity):
     cfg = parse(target="parquet", granularity=granularity.upper())
     assert (cfg.target, cfg.granularity) == ("parquet", granularity)
     assert cfg.granularity_us == GRANULARITY_US[granularity]

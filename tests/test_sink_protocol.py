@@ -10,7 +10,6 @@ then replays the batch as Spark does (same batch id, same rows, new task attempt
 from __future__ import annotations
 
 import os
-import pickle
 import tempfile
 from collections.abc import Iterator
 from contextlib import contextmanager
@@ -22,6 +21,9 @@ import pyarrow.dataset as ds
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
+from sink_helpers import HOUR, SCHEMA, T0, TS, make, records, run
+
+from pyspark_rowtime.api import read_stream
 from pyspark_rowtime.bounds.bounds import END_OF_STREAM_US
 from pyspark_rowtime.bounds.errors import (
     InvalidRowtimeError,
@@ -29,9 +31,7 @@ from pyspark_rowtime.bounds.errors import (
     OptionError,
     SchemaError,
 )
-from pyspark_rowtime.sink.clock import bounds_clock_us
 from pyspark_rowtime.sink.layout import MANIFEST_KEEP, SinkState
-from pyspark_rowtime.sink.options import SinkConfig, parse_sink_options
 from pyspark_rowtime.sink.parquet_target import (
     COMPLETE_MARKER,
     ParquetTarget,
@@ -40,64 +40,7 @@ from pyspark_rowtime.sink.parquet_target import (
     partition_name,
 )
 from pyspark_rowtime.sink.stream_target import StreamTarget
-from pyspark_rowtime.sink.task import TaskInfo, TaskReport
-
-from pyspark_rowtime.api import read_stream
-
-TS = pa.timestamp("us", tz="UTC")
-SCHEMA = pa.schema([("id", pa.int64()), ("rowtime", TS), ("is_bound", pa.bool_())])
-HOUR = 3_600_000_000
-T0 = 1_700_000_000_000_000 - 1_700_000_000_000_000 % HOUR  # 2023-11-14T22:00:00Z
-
-
-def config(root: Path, target: str, **options: str) -> SinkConfig:
-    return parse_sink_options({"path": str(root / "target"), "target": target, **options}, SCHEMA)
-
-
-def make(
-    root: Path, target: str, owner: str | None = "q1", **options: str
-) -> StreamTarget | ParquetTarget:
-    """The target, prepared as at query start, and owned by query ``owner``."""
-    cfg = config(root, target, **options)
-    t: StreamTarget | ParquetTarget = (
-        ParquetTarget(cfg) if target == "parquet" else StreamTarget(cfg)
-    )
-    t.prepare()
-    t.state.claim(owner)
-    return t
-
-
-def records(rows: list[tuple[int, int]], bound: int | None = None) -> pa.RecordBatch:
-    """A record batch as the reader emits it: data rows, then maybe one bound record."""
-    ids: list[int | None] = [i for i, _ in rows]
-    times = [t for _, t in rows]
-    flags = [False] * len(rows)
-    if bound is not None:
-        ids.append(None)
-        times.append(bound)
-        flags.append(True)
-    return pa.RecordBatch.from_arrays(
-        [pa.array(ids, pa.int64()), pa.array(times, pa.int64()).cast(TS), pa.array(flags)],
-        schema=SCHEMA,
-    )
-
-
-def run(
-    target: StreamTarget | ParquetTarget,
-    batch_id: int,
-    tasks: list[list[pa.RecordBatch]],
-    query_id: str = "q1",
-    attempt: int = 0,
-) -> list[TaskReport]:
-    """One micro-batch: every task's write(), the reports through pickle, then commit()."""
-    reports = [
-        target.write(TaskInfo(batch_id, i, attempt, query_id), iter(batches))
-        for i, batches in enumerate(tasks)
-    ]
-    reports = pickle.loads(pickle.dumps(reports))  # they travel to the driver
-    target.state.claim(query_id)
-    target.commit(reports, batch_id, bounds_clock_us(r.bound_us for r in reports))
-    return reports
+from pyspark_rowtime.sink.task import TaskInfo
 
 
 def data_rows(target: StreamTarget | ParquetTarget) -> list[tuple[int, int]]:
@@ -310,7 +253,9 @@ def test_the_parquet_files_hold_the_payload_and_rowtime_in_utc(tmp_path):
         (-62_135_596_800_000_000, "day", "rowtime_day=0001-01-01"),
     ],
 )
-def test_partition_names(key_us, granularity, name):
+def test_a_time_partition_is_named_by_its_start_floored_to_the_granularity(
+    key_us, granularity, name
+):
     from pyspark_rowtime.sink.options import GRANULARITY_US
 
     assert partition_name(key_us // GRANULARITY_US[granularity], granularity) == name
@@ -441,9 +386,8 @@ def test_stream_crash_after_the_append_is_not_repeated(tmp_path):
 
 @pytest.mark.parametrize("partitions", ["1", "2"])  # merge, link
 def test_stream_target_written_by_another_writer_meanwhile_is_reported(tmp_path, partitions):
-    from pyspark_rowtime.bounds.errors import CorruptLogError
-
     from pyspark_rowtime.api import open_writer
+    from pyspark_rowtime.bounds.errors import CorruptLogError
 
     target = make(tmp_path, "stream", partitions=partitions)
     run(target, 0, [[records([], bound=T0)]])

@@ -4,6 +4,8 @@ backend like any other would be (registered for plain paths and file:// URLs).""
 from __future__ import annotations
 
 import pytest
+
+from pyspark_rowtime.api import create_stream, get_rowtime_bound
 from pyspark_rowtime.bounds.errors import OptionError, StreamNotFoundError
 from pyspark_rowtime.sink.layout import SinkState
 from pyspark_rowtime.streams.storage import (
@@ -14,8 +16,6 @@ from pyspark_rowtime.streams.storage import (
     open_storage,
     what_is_at,
 )
-
-from pyspark_rowtime.api import create_stream, get_rowtime_bound
 
 
 def test_what_is_at_tells_the_four_kinds_of_location_apart(tmp_path):

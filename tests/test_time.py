@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import datetime as dt
+import pickle
+import re
 from decimal import Decimal
 from typing import Any
 
@@ -12,11 +14,13 @@ import pyarrow as pa
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
+
 from pyspark_rowtime.bounds.bounds import END_OF_STREAM_US, MIN_ROWTIME_US
 from pyspark_rowtime.bounds.errors import InvalidRowtimeError, OptionError, RowtimeError
 from pyspark_rowtime.bounds.time import (
-    ADJUST_UNITS_US,
     EPOCH_UNITS_US,
+    TimeFormat,
+    format_rowtime,
     from_rowtime_us,
     parse_duration_us,
     rowtime_array_us,
@@ -271,6 +275,47 @@ def test_from_rowtime_us_rejects_non_ints_and_out_of_range(bad: Any) -> None:
         from_rowtime_us(bad)
 
 
+def test_a_time_format_reads_like_the_keyword_functions_and_survives_pickling() -> None:
+    tf = TimeFormat("s", "Europe/Berlin", "dd.MM.yyyy HH:mm")
+    assert tf.read("01.03.2009 13:15") == to_rowtime_us(
+        "01.03.2009 13:15", unit="s", tz="Europe/Berlin", fmt="dd.MM.yyyy HH:mm"
+    )
+    assert tf.read(7) == 7_000_000
+    column = pa.array(["01.03.2009 13:15", "01.07.2009 14:15"])
+    assert tf.read_array(column).tolist() == [us(2009, 3, 1, 12, 15), us(2009, 7, 1, 12, 15)]
+    assert pickle.loads(pickle.dumps(tf)) == tf
+
+
+@pytest.mark.parametrize(
+    ("kwargs", "option", "keyword"),
+    [
+        ({"unit": "min"}, "option rowtime.unit='min' is not valid", "unit='min'"),
+        ({"tz": "Mars/Olympus"}, "option rowtime.timezone='Mars/Olympus' is not valid", "tz="),
+        ({"fmt": "HH:mm"}, "option rowtime.format='HH:mm' is not valid", "fmt='HH:mm'"),
+    ],
+)
+def test_a_bad_time_format_fails_when_built_naming_the_option(
+    kwargs: dict[str, str], option: str, keyword: str
+) -> None:
+    names = ("option rowtime.unit", "option rowtime.timezone", "option rowtime.format")
+    with pytest.raises(OptionError, match=re.escape(option)):
+        TimeFormat(**kwargs, names=names)
+    with pytest.raises(OptionError, match="^" + re.escape(keyword)):
+        TimeFormat(**kwargs)  # without names, the keyword argument is named
+
+
+def test_format_rowtime_reads_back_and_never_raises() -> None:
+    t = us(2009, 3, 1, 12, 15, 22) + 345_678
+    assert format_rowtime(t) == "2009-03-01T12:15:22.345678Z"
+    assert to_rowtime_us(format_rowtime(t)) == t
+    assert format_rowtime(MIN_ROWTIME_US) == "0001-01-01T00:00:00Z"
+    # the CLI reads "end-of-stream" back as the end of stream
+    assert format_rowtime(END_OF_STREAM_US) == format_rowtime(END_OF_STREAM_US + 1)
+    assert format_rowtime(END_OF_STREAM_US) == "end-of-stream"
+    assert format_rowtime(None) == "none"
+    assert format_rowtime(MIN_ROWTIME_US - 1) == f"{MIN_ROWTIME_US - 1} us"
+
+
 TRUNCATE = [
     (1_999_999, 1_000_000, 1_000_000),
     (2_000_000, 1_000_000, 2_000_000),
@@ -292,15 +337,11 @@ def test_truncate_us_rejects_non_positive_units(bad: Any) -> None:
         truncate_us(1, bad)
 
 
-def test_unit_tables() -> None:
-    assert ADJUST_UNITS_US == {"sec": 1_000_000, "msec": 1_000, "usec": 1}
-    assert {u: 7 * m // d for u, (m, d) in EPOCH_UNITS_US.items()} == {
-        "s": 7_000_000,
-        "ms": 7_000,
-        "us": 7,
-        "ns": 0,
-    }
-    assert -7 * EPOCH_UNITS_US["ns"][0] // EPOCH_UNITS_US["ns"][1] == -1
+def test_each_epoch_unit_scales_ints_and_truncates_nanoseconds_toward_the_past() -> None:
+    assert [to_rowtime_us(7, unit=u) for u in EPOCH_UNITS_US] == [7_000_000, 7_000, 7, 0]
+    assert to_rowtime_us(-7, unit="ns") == -1
+    got = rowtime_array_us(pa.array([7, -7], pa.int64()), unit="ns").tolist()
+    assert got == [0, -1]
 
 
 # ---------------------------------------------------------------------------------------------

@@ -11,6 +11,8 @@ import numpy as np
 import pyarrow as pa
 import pytest
 from clocks import T0, FakeClock
+
+from pyspark_rowtime.api import create_stream, open_writer, read_stream
 from pyspark_rowtime.bounds.bounds import END_OF_STREAM_US
 from pyspark_rowtime.bounds.errors import (
     BoundError,
@@ -25,8 +27,6 @@ from pyspark_rowtime.bounds.time import from_rowtime_us
 from pyspark_rowtime.streams import log as log_module
 from pyspark_rowtime.streams.columns import LOG_ARRIVAL_US, LOG_IS_BOUND, LOG_ROWTIME_US
 from pyspark_rowtime.streams.log import open_stream
-
-from pyspark_rowtime.api import create_stream, open_writer, read_stream
 
 UTC = dt.timezone.utc
 JAN1 = dt.datetime(2024, 1, 1, tzinfo=UTC)

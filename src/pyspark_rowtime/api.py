@@ -12,7 +12,6 @@ from __future__ import annotations
 
 import datetime as dt
 import os
-from collections.abc import Callable
 from typing import Any
 
 import numpy as np
@@ -36,7 +35,6 @@ __all__ = [
     "open_stream",
     "open_writer",
     "read_stream",
-    "register_bound_source",
 ]
 
 UTC_US = pa.timestamp("us", tz="UTC")
@@ -95,21 +93,6 @@ def open_writer(
 
 # -- clocks ------------------------------------------------------------------------------------
 
-#: Other kinds of location whose clock get_rowtime_bound reads: (recognises(path), clock_us(path)),
-#: tried in order after rowtime streams and the sink's Parquet targets.
-_BOUND_SOURCES: list[tuple[Callable[[str], bool], Callable[[str], int | None]]] = []
-
-
-def register_bound_source(
-    recognises: Callable[[str], bool], clock_us: Callable[[str], int | None]
-) -> None:
-    """Teach :func:`get_rowtime_bound` another kind of location (e.g. a Parquet sink target).
-
-    ``recognises(path)`` says whether an absolute local path is one; ``clock_us(path)`` returns
-    its clock in microseconds, or None if it has none yet.
-    """
-    _BOUND_SOURCES.append((recognises, clock_us))
-
 
 def rowtime_bound_us(location: str | os.PathLike[str]) -> int | None:
     """:func:`get_rowtime_bound` in microseconds since the epoch."""
@@ -122,9 +105,6 @@ def rowtime_bound_us(location: str | os.PathLike[str]) -> int | None:
         return parquet_clock_us(where.resolved)
     if where.kind is LocationKind.PENDING_STREAM_TARGET:
         return None  # a stream target whose first batch has not committed yet
-    for recognises, clock_us in _BOUND_SOURCES:
-        if recognises(where.resolved):
-            return clock_us(where.resolved)
     return open_storage(location).stream_clock_us()  # raises StreamNotFoundError, saying what to do
 
 

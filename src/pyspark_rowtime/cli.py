@@ -32,7 +32,13 @@ import pyarrow as pa
 from .api import create_stream, open_writer, rowtime_bound_us
 from .bounds.bounds import END_OF_STREAM_US, merge_clock
 from .bounds.errors import OptionError, RowtimeError, SchemaError
-from .bounds.time import from_rowtime_us, to_rowtime_us
+from .bounds.time import (
+    END_OF_STREAM_TEXT,
+    TimeFormat,
+    format_rowtime,
+    from_rowtime_us,
+    to_rowtime_us,
+)
 from .streams.columns import LOG_ARRIVAL_US, LOG_IS_BOUND, LOG_ROWTIME_US
 from .streams.storage import LocationKind, StreamStorage, open_storage, what_is_at
 from .streams.writer import Writer
@@ -45,12 +51,9 @@ PROG = "rowtime"
 # -- formatting --------------------------------------------------------------------------------
 
 
-def _iso(t_us: int | None) -> str | None:
-    if t_us is None:
-        return None
-    if t_us >= END_OF_STREAM_US:
-        return "end-of-stream"
-    return from_rowtime_us(t_us).isoformat().replace("+00:00", "Z")
+def _json_time(t_us: int | None) -> str | None:
+    """A rowtime for ``--json`` output: no clock yet is JSON's null, not the word "none"."""
+    return None if t_us is None else format_rowtime(t_us)
 
 
 def _duration(us: int | None) -> str:
@@ -89,13 +92,13 @@ Convert = Callable[[Any], Any]
 class _Reader:
     """Turns JSON or CSV values into the Python values a payload column takes."""
 
-    def __init__(self, unit: str, tz: str, fmt: str | None) -> None:
-        self.unit, self.tz, self.fmt = unit, tz, fmt
+    def __init__(self, time_format: TimeFormat) -> None:
+        self.time_format = time_format
 
     def instant(self, value: Any) -> dt.datetime:
         if isinstance(value, str) and value.strip().lstrip("-").isdigit():
             value = int(value)  # an epoch in `unit` written as text (CSV)
-        return from_rowtime_us(to_rowtime_us(value, unit=self.unit, tz=self.tz, fmt=self.fmt))
+        return from_rowtime_us(self.time_format.read(value))
 
     def converter(self, dtype: pa.DataType, csv_cell: bool) -> Convert:
         """A function from a JSON value (or a CSV cell's text) to a column value."""
@@ -234,7 +237,9 @@ def cmd_insert(args: argparse.Namespace) -> int:
     meta = stream.meta
     defaults = meta.defaults
     unit = args.rowtime_unit or defaults.get("rowtime_unit", "ms")
-    reader = _Reader(unit, defaults.get("rowtime_timezone", "UTC"), defaults.get("rowtime_format"))
+    reader = _Reader(
+        TimeFormat(unit, defaults.get("rowtime_timezone", "UTC"), defaults.get("rowtime_format"))
+    )
     csv_cells = args.format == "csv"
     payload = {f.name: reader.converter(f.type, csv_cells) for f in meta.payload_schema}
     rowtime_col = args.rowtime_column
@@ -317,7 +322,7 @@ def _convert_row(
 
 def _bound_us(text: str, unit: str, stream: StreamStorage) -> int:
     word = text.strip().lower()
-    if word in ("end", "eos", "end-of-stream"):
+    if word in ("end", "eos", END_OF_STREAM_TEXT):
         return END_OF_STREAM_US
     if word == "now":
         return time.time_ns() // 1000
@@ -345,7 +350,7 @@ def cmd_bound(args: argparse.Namespace) -> int:
     finally:
         for w in writers:
             w.abort() if w.pending else w.close()
-    shown = _iso(bound_us + (1 if args.strict and bound_us < END_OF_STREAM_US else 0))
+    shown = format_rowtime(bound_us + (1 if args.strict and bound_us < END_OF_STREAM_US else 0))
     where = f"partition {args.partition}" if args.partition is not None else "every partition"
     print(f"bound {shown} written to {where} of {stream.location}")
     return 0
@@ -377,9 +382,9 @@ def describe(stream: StreamStorage) -> dict[str, Any]:
                 "bounds": sum(s.bounds for s in stats),
                 "segments": len(stats),
                 "clock_us": clock,
-                "clock": _iso(clock),
+                "clock": _json_time(clock),
                 "last_arrival_us": last_arrival,
-                "last_arrival": _iso(last_arrival),
+                "last_arrival": _json_time(last_arrival),
                 "skew_latest_us": latest_skew,
                 "skew_max_us": max(skews) if skews else None,
             }
@@ -391,7 +396,7 @@ def describe(stream: StreamStorage) -> dict[str, Any]:
         "partitions": stream.meta.partitions,
         "defaults": stream.meta.defaults,
         "stream_clock_us": stream_clock,
-        "stream_clock": _iso(stream_clock),
+        "stream_clock": _json_time(stream_clock),
         "partition_info": partitions,
     }
 
@@ -450,7 +455,7 @@ def cmd_clock(args: argparse.Namespace) -> int:
     elif args.us:
         print(clock)
     else:
-        print(_iso(clock))
+        print(format_rowtime(clock))
     return 0
 
 
@@ -462,8 +467,8 @@ def _record_dicts(stream: StreamStorage, p: int, start: int, end: int) -> list[d
         d: dict[str, Any] = {
             "partition": p,
             "offset": start + i,
-            "arrival": _iso(rec[LOG_ARRIVAL_US]),
-            "rowtime": _iso(rec[LOG_ROWTIME_US]),
+            "arrival": _json_time(rec[LOG_ARRIVAL_US]),
+            "rowtime": _json_time(rec[LOG_ROWTIME_US]),
             "is_bound": rec[LOG_IS_BOUND],
         }
         if not rec[LOG_IS_BOUND]:

@@ -1,0 +1,283 @@
+"""What the integration tests share: a SparkSession builder, readers, a streaming-run recorder
+with its SPEC 7 checks, stream writers, and a ``local-cluster`` runner.
+
+One module, imported by the test modules and by the child processes some tests start (which put
+this folder on ``sys.path``), so no test module imports another.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import random
+import subprocess
+import sys
+import textwrap
+from collections.abc import Iterable
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import pytest
+from pyspark.sql import DataFrame, SparkSession
+from pyspark.sql import functions as F
+from pyspark.sql.types import TimestampType
+
+import pyspark_rowtime as pr
+from pyspark_rowtime.bounds.time import from_rowtime_us
+
+US = 1_000_000
+#: 2023-11-14T22:13:20Z, a round number of seconds.
+BASE_US = 1_700_000_000 * US
+
+
+def spark_builder(master: str = "local[2]"):  # type: ignore[no-untyped-def]
+    return (
+        SparkSession.builder.master(master)
+        .appName("pyspark-rowtime-tests")
+        .config("spark.sql.shuffle.partitions", "2")
+        .config("spark.sql.session.timeZone", "UTC")
+        .config("spark.ui.enabled", "false")
+        .config("spark.sql.streaming.stateStore.providerClass",
+                "org.apache.spark.sql.execution.streaming.state.HDFSBackedStateStoreProvider")
+        .config("spark.driver.memory", "2g")
+    )  # fmt: skip
+
+
+def run_in_local_cluster(code: str, timeout: int = 600) -> str:
+    """Run ``code`` in a new Python process whose SparkSession is ``local-cluster[2,1,1024]``
+    (two executors, each a separate JVM with its own Python workers); returns its stdout.
+
+    The code finds a ready ``spark`` variable. Fails the test with the child's output on error.
+    """
+    prelude = textwrap.dedent(
+        """
+        import sys
+        sys.path.insert(0, %r)
+        from helpers import spark_builder
+        spark = spark_builder("local-cluster[2,1,1024]").getOrCreate()
+        spark.sparkContext.setLogLevel("ERROR")
+        """
+    ) % str(Path(__file__).parent)
+    proc = subprocess.run(
+        [sys.executable, "-P", "-c", prelude + textwrap.dedent(code)],
+        capture_output=True,
+        text=True,
+        timeout=timeout,
+        env={**os.environ, "PYSPARK_PYTHON": sys.executable},
+    )
+    if proc.returncode != 0:
+        pytest.fail(f"local-cluster run failed ({proc.returncode}):\n{proc.stderr[-6000:]}")
+    return proc.stdout
+
+
+def at(t_us: int) -> Any:
+    """A rowtime for the writer: an aware datetime (an int would be read as milliseconds)."""
+    return from_rowtime_us(t_us)
+
+
+def reader(spark: SparkSession, location: Path | str, **options: Any):  # type: ignore[no-untyped-def]
+    r = spark.readStream.format("rowtime")
+    for k, v in options.items():
+        r = r.option(k, v)
+    return r.load(str(location))
+
+
+def batch_reader(spark: SparkSession, location: Path | str, **options: Any):  # type: ignore[no-untyped-def]
+    r = spark.read.format("rowtime")
+    for k, v in options.items():
+        r = r.option(k, v)
+    return r.load(str(location))
+
+
+def plain(df: DataFrame) -> list[dict[str, Any]]:
+    """Collect a DataFrame, every timestamp column (``rowtime``...) as integer microseconds."""
+    cols = [
+        F.unix_micros(f.name).alias(f.name) if isinstance(f.dataType, TimestampType) else f.name
+        for f in df.schema.fields
+    ]
+    return [r.asDict() for r in df.select(*cols).collect()]
+
+
+@dataclass
+class Run:
+    """What a streaming query produced: each micro-batch's records, in batch order."""
+
+    batches: list[tuple[int, list[dict[str, Any]]]] = field(default_factory=list)
+    progress: list[dict[str, Any]] = field(default_factory=list)
+
+    def sink(self, df: DataFrame, batch_id: int) -> None:
+        self.batches.append((batch_id, plain(df)))
+
+    @property
+    def records(self) -> list[dict[str, Any]]:
+        return [r for _, rows in self.batches for r in rows]
+
+    @property
+    def rows(self) -> list[dict[str, Any]]:
+        return [r for r in self.records if not r["is_bound"]]
+
+    @property
+    def bounds(self) -> list[int]:
+        return [r["rowtime"] for r in self.records if r["is_bound"]]
+
+    def end_offset(self, batch_id: int) -> dict[str, Any]:
+        """The source's end offset of a batch, from the query's progress reports."""
+        for p in self.progress:
+            if p["batchId"] == batch_id and "addBatch" in p["durationMs"]:
+                offset = p["sources"][0]["endOffset"]
+                return json.loads(offset) if isinstance(offset, str) else offset
+        raise AssertionError(f"no progress for batch {batch_id}")
+
+
+def start(df: DataFrame, checkpoint: Path, run: Run, *, available_now: bool = False):  # type: ignore[no-untyped-def]
+    w = df.writeStream.foreachBatch(run.sink).option("checkpointLocation", str(checkpoint))
+    if available_now:
+        w = w.trigger(availableNow=True)
+    return w.start()
+
+
+def drain(query: Any, run: Run) -> None:
+    """Process everything available now and keep the query's progress reports."""
+    query.processAllAvailable()
+    keep = {(p["batchId"], p["timestamp"]) for p in run.progress}
+    for p in query.recentProgress:
+        d = json.loads(p.json)
+        if (d["batchId"], d["timestamp"]) not in keep:
+            run.progress.append(d)
+
+
+def run_available_now(df: DataFrame, checkpoint: Path) -> Run:
+    run = Run()
+    q = start(df, checkpoint, run, available_now=True)
+    q.awaitTermination()
+    drain(q, run)
+    return run
+
+
+def check_batches(run: Run) -> None:
+    """SPEC 7 on every micro-batch: at most one bound record, which is above the previous
+    one; every data row between the previous batch's clock and this batch's clock."""
+    clock: int | None = None
+    for batch_id, records in run.batches:
+        bounds = [r["rowtime"] for r in records if r["is_bound"]]
+        assert len(bounds) <= 1, f"batch {batch_id} carries {len(bounds)} bound records"
+        new = bounds[0] if bounds else clock
+        if bounds and clock is not None:
+            assert bounds[0] > clock, f"batch {batch_id}: bound {bounds[0]} <= previous {clock}"
+        for r in records:
+            if r["is_bound"]:
+                continue
+            assert r["rowtime"] is not None
+            assert new is not None and r["rowtime"] <= new, (batch_id, r, new)
+            assert clock is None or r["rowtime"] >= clock, (batch_id, r, clock)
+        clock = new
+
+
+def write_rows(
+    location: Path | str,
+    partition: int,
+    rows: Iterable[tuple[dict[str, Any], int]],
+    *,
+    bound_us: int | None = None,
+    end: bool = False,
+) -> None:
+    """Append ``(row, rowtime_us)`` pairs to a partition, then a bound or the end of stream,
+    and flush (one committed segment per call)."""
+    with pr.open_writer(str(location), partition) as w:
+        for row, t_us in rows:
+            w.insert(row, rowtime=at(t_us))
+        if bound_us is not None:
+            w.set_rowtime_bound(at(bound_us))
+        if end:
+            w.end_stream()
+        w.flush()
+
+
+def jittered_rows(
+    seed: int, partition: int, first: int, n: int
+) -> list[tuple[dict[str, Any], int]]:
+    """In rowtime order 100 ms apart, but every fifth row up to 400 ms early (inside
+    adjust msec/500) and every eleventh 2 s early (discarded)."""
+    rng = random.Random(seed * 100 + partition)
+    out = []
+    for i in range(first, first + n):
+        t = BASE_US + partition * 700_000 + i * 100_000
+        if i % 11 == 10:
+            t -= 2 * US
+        elif i % 5 == 4:
+            t -= rng.randrange(1, 400) * 1000
+        out.append(({"p": partition, "i": i}, t))
+    return out
+
+
+# -- the SDP examples (seed 000, SPEC 11) --------------------------------------------------------
+
+#: 2009-03-01 12:15:00Z; the tuples' times are seconds after it.
+T0_US = 1_235_909_700 * US
+SDP_INPUT = [
+    ("A", "2009/03/01 12:15:22:345678901"),
+    ("B", "2009/03/01 12:15:22:123456789"),
+    ("C", "2009/03/01 12:15:23:123456789"),
+    ("D", "2009/03/01 12:15:22:890123456"),
+    ("E", "2009/03/01 12:15:24:123456789"),
+]
+
+
+def s(seconds: str) -> int:
+    """``"22.345"`` seconds after T0, in microseconds."""
+    whole, _, frac = seconds.partition(".")
+    return T0_US + int(whole) * US + int((frac + "000000")[:6])
+
+
+#: SPEC section 11: (unit, range) -> rows in order with rowtimes, and the discarded rows with
+#: their (truncated) rowtime and the partition clock when they arrived.
+SDP_TABLE = {
+    ("sec", 1): (
+        [("A", s("22")), ("B", s("22")), ("D", s("22")), ("C", s("23")), ("E", s("24"))],
+        [],
+    ),
+    ("msec", 999): (
+        [
+            ("B", s("22.123")),
+            ("A", s("22.345")),
+            ("D", s("22.890")),
+            ("C", s("23.123")),
+            ("E", s("24.123")),
+        ],
+        [],
+    ),
+    ("usec", 999): (
+        [("A", s("22.345678")), ("C", s("23.123456")), ("E", s("24.123456"))],
+        [
+            ("B", 1, s("22.123456"), s("22.344679")),
+            ("D", 3, s("22.890123"), s("23.122457")),
+        ],
+    ),
+    ("sec", 0): (
+        [("A", s("22")), ("B", s("22")), ("C", s("23")), ("E", s("24"))],
+        [("D", 3, s("22"), s("23"))],
+    ),
+}
+
+
+def names_and_rowtimes(records: Iterable[dict[str, Any]]) -> list[tuple[str, int]]:
+    return [(r["name"], r["rowtime"]) for r in records if not r["is_bound"]]
+
+
+# -- stateful queries -----------------------------------------------------------------------------
+
+
+def start_append(df: DataFrame, checkpoint: Path, run: Run):  # type: ignore[no-untyped-def]
+    return (
+        df.writeStream.outputMode("append")
+        .foreachBatch(run.sink)
+        .option("checkpointLocation", str(checkpoint))
+        .start()
+    )
+
+
+def dropped_by_watermark(run: Run) -> int:
+    return sum(
+        op["numRowsDroppedByWatermark"] for p in run.progress for op in p.get("stateOperators", [])
+    )
