@@ -32,6 +32,10 @@ READER_OPTIONS: dict[str, str] = {
     "maxrowsperbatch": "a whole number of records > 0 admitted per micro-batch (default: all)",
     "startingoffsets": "earliest (default) or latest",
     "output": "rows (default) or discarded: the quarantine of rows the policy discarded",
+    "endingoffsets": (
+        "clock (default) or latest, for batch reads: rows up to the stream clock, as a streaming"
+        " query would have emitted them by now, or every row written so far"
+    ),
 }
 
 #: Option names as users spell them in errors and docs.
@@ -39,6 +43,7 @@ _SPELLING = {
     "adjust.maxheld": "adjust.maxHeld",
     "maxrowsperbatch": "maxRowsPerBatch",
     "startingoffsets": "startingOffsets",
+    "endingoffsets": "endingOffsets",
 }
 
 #: Stream defaults (as ``create_stream`` stores them) and the option each stands for.
@@ -89,6 +94,9 @@ class ReaderConfig:
     max_rows_per_batch: int | None = None
     starting: str = "earliest"
     output: str = "rows"
+    #: Batch reads only: "clock" (what a streaming query would have emitted by now) or
+    #: "latest" (every row written so far, each partition as if it ended now).
+    ending: str = "clock"
 
 
 def parse_reader_options(
@@ -150,6 +158,7 @@ def parse_reader_options(
             "startingoffsets", merged.get("startingoffsets", "earliest"), ("earliest", "latest")
         ),
         output=_choice("output", merged.get("output", "rows"), ("rows", "discarded")),
+        ending=_choice("endingoffsets", merged.get("endingoffsets", "clock"), ("clock", "latest")),
     )
 
 

@@ -20,6 +20,7 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
+from ..bounds.bounds import END_OF_STREAM_US
 from ..bounds.errors import InvalidRowtimeError, SchemaError
 from ..bounds.plan import StreamPosition, bound_to_emit, choose_ends, stream_clock
 from ..bounds.policies import (
@@ -318,9 +319,30 @@ def partition_tasks(start: dict[str, Any], end: dict[str, Any]) -> list[ReadTask
     return tasks
 
 
+def written_tasks(ends: Sequence[int]) -> list[ReadTask]:
+    """A batch read of every record written so far (``endingOffsets=latest``): each partition
+    from its start to ``ends[p]`` under its policy as if an end of stream followed, with no
+    alignment between partitions and no bound record."""
+    return [
+        ReadTask(
+            partition=p,
+            prev=PartitionState(next=0, scan=0).to_dict(),
+            end=end,
+            clock_before=None,
+            clock_after=END_OF_STREAM_US,
+            bound=None,
+            ends_now=True,
+        )
+        for p, end in enumerate(ends)
+    ]
+
+
 @dataclass
 class ReadTask:
-    """What an executor needs to replay one partition's part of a step (picklable)."""
+    """What an executor needs to replay one partition's part of a step (picklable).
+
+    ``ends_now``: replay as if an end-of-stream bound followed record ``end - 1`` (a batch
+    read of everything written so far): the policy releases every row it holds."""
 
     partition: int
     prev: dict[str, Any]
@@ -328,6 +350,7 @@ class ReadTask:
     clock_before: int | None
     clock_after: int | None
     bound: int | None
+    ends_now: bool = False
 
 
 def _timestamps(values_us: np.ndarray) -> pa.Array:
@@ -351,6 +374,9 @@ def read_task(cfg: ReaderConfig, task: ReadTask, schema: pa.Schema) -> Iterator[
     if task.end > prev.scan:
         table = stream.read(task.partition, prev.scan, task.end)
         t, b = record_times(table, cfg, task.partition, prev.scan)
+        if task.ends_now:  # a virtual end of stream after the last record; never emitted
+            t = np.append(t, np.int64(END_OF_STREAM_US))
+            b = np.append(b, True)
         pieces = classify_pieces(cfg.policy, prev, t, b, task.clock_before, task.clock_after, where)
         for first, c in pieces:
             window = table.slice(first - prev.scan, c.state.next - first)

@@ -31,7 +31,14 @@ from ..bounds.errors import StreamNotFoundError
 from ..bounds.plan import StreamPosition
 from ..streams.storage import LocationKind, open_storage, what_is_at
 from .options import ReaderConfig, parse_reader_options
-from .reader import Planner, ReadTask, output_arrow_schema, partition_tasks, read_task
+from .reader import (
+    Planner,
+    ReadTask,
+    output_arrow_schema,
+    partition_tasks,
+    read_task,
+    written_tasks,
+)
 
 
 class RowtimePartition(InputPartition):
@@ -91,12 +98,17 @@ class RowtimeReaderSource(DataSource):
 
     def streamReader(self, schema: StructType) -> DataSourceStreamReader:
         cfg, arrow = self._reading()
-        if cfg.output != "rows":
-            from ..bounds.errors import OptionError
+        from ..bounds.errors import OptionError
 
+        if cfg.output != "rows":
             raise OptionError(
                 "option output=discarded is for batch reads (spark.read), which return the "
                 "quarantine of discarded rows; streaming reads always emit rows"
+            )
+        if cfg.ending != "clock":
+            raise OptionError(
+                f"option endingOffsets={cfg.ending} is for batch reads (spark.read); a streaming "
+                "read runs on, each micro-batch up to the stream clock: remove the option"
             )
         return RowtimeStreamReader(cfg, arrow)
 
@@ -159,10 +171,13 @@ class RowtimeStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
 class RowtimeBatchReader(DataSourceReader):
     """``spark.read.format("rowtime")``: the history as one step from the start of the log.
 
-    The rows are exactly what a streaming query would have emitted by now: released by the
-    policy and at or below the stream clock, plus the final bound record. With
-    ``option("output", "discarded")`` it returns the quarantine instead: every row the policy
-    discarded, with its partition, offset, arrival, reason and the clock at the time.
+    By default (``endingOffsets=clock``) the rows are exactly what a streaming query would
+    have emitted by now: released by the policy and at or below the stream clock, plus the
+    final bound record. With ``endingOffsets=latest`` they are every row written so far: each
+    partition under its policy as if it ended now (held rows released, nothing cut at the
+    slowest partition's clock), and no bound record. With ``option("output", "discarded")`` it
+    returns the quarantine instead: every row the policy discarded, with its partition, offset,
+    arrival, reason and the clock at the time.
     """
 
     def __init__(self, cfg: ReaderConfig, arrow_schema: pa.Schema) -> None:
@@ -171,6 +186,8 @@ class RowtimeBatchReader(DataSourceReader):
 
     def partitions(self) -> Sequence[InputPartition]:
         planner = Planner(self.cfg)
+        if self.cfg.ending == "latest":
+            return [RowtimePartition(t) for t in written_tasks(planner.available())]
         start = StreamPosition.start([0] * planner.stream.meta.partitions)
         end = planner.plan(start, planner.available(), None) or start
         return [RowtimePartition(t) for t in partition_tasks(start.to_dict(), end.to_dict())]

@@ -111,6 +111,11 @@ BAD_OPTIONS = [
         id="starting",
     ),
     pytest.param({"output": "all"}, ["output='all'", "rows (default) or discarded"], id="output"),
+    pytest.param(
+        {"endingOffsets": "soon"},
+        ["endingOffsets='soon'", "clock (default) or latest"],
+        id="ending",
+    ),
 ]
 
 
