@@ -34,9 +34,13 @@ from typing import Any, TypeVar
 from ..bounds.errors import CorruptLogError, OptionError, SinkBusyError, WriterLockedError
 from ..streams.lock import PartitionLock
 from ..streams.meta import fsync_dir
+from ..streams.storage import SINK_DIR as STORAGE_SINK_DIR
+from ..streams.storage import SINK_TARGET_FILE
 
-SINK_DIR = "_rowtime_sink"
-TARGET_FILE = "target.json"
+# The folder and the file that say what a target is are defined below the sink, in
+# streams.storage, whose what_is_at() reads them for the reader and the CLI too.
+SINK_DIR = STORAGE_SINK_DIR
+TARGET_FILE = SINK_TARGET_FILE
 OWNER_FILE = "owner.json"
 CLOCK_FILE = "clock.json"
 MANIFEST_DIR = "manifest"

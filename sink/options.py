@@ -20,6 +20,7 @@ from ..bounds.errors import OptionError, SchemaError
 from ..streams.columns import SPARK_COLUMNS, SPARK_IS_BOUND, SPARK_ROWTIME
 from ..streams.log import resolve_location
 from ..streams.options import OptionTable
+from ..streams.storage import resolve
 
 GRANULARITY_US = {
     "minute": 60_000_000,
@@ -195,7 +196,7 @@ def parse_sink_options(
             "watermark each batch ran with from the checkpoint's offsets log"
         )
     return SinkConfig(
-        location=resolve_location(path),
+        location=resolve(path),
         target=target,
         clock=clock,
         schema=schema,

@@ -48,8 +48,18 @@ from ..bounds.errors import CorruptLogError, OptionError, SchemaError
 from ..bounds.time import from_rowtime_us
 from ..streams.columns import SPARK_ROWTIME
 from ..streams.meta import fsync_dir, fsync_file
+from ..streams.storage import SINK_KIND_PARQUET, LocationKind, what_is_at
 from .clock import advance
-from .layout import CLOCK_FILE, SINK_DIR, SinkState, batch_name, read_json, replace_json
+from .layout import (
+    CLOCK_FILE,
+    OWNER_FILE,
+    SINK_DIR,
+    TARGET_FILE,
+    SinkState,
+    batch_name,
+    read_json,
+    replace_json,
+)
 from .layout import write_json_once as _write_once
 from .manifest import ParquetEntry, ParquetFile
 from .options import GRANULARITY_US, SinkConfig
@@ -65,7 +75,7 @@ __all__ = [
 ]
 
 COMPLETE_MARKER = "_COMPLETE"
-KIND = "parquet"
+KIND = SINK_KIND_PARQUET
 #: Rows gathered per time partition before a row group is written.
 ROW_GROUP_ROWS = 1 << 20
 #: A column chunk's dictionary is given up beyond this size. Columns of few distinct values
@@ -91,8 +101,7 @@ def partition_name(key: int, granularity: str) -> str:
 
 def is_parquet_target(path: str) -> bool:
     """Whether ``path`` (absolute) is a Parquet target of this sink."""
-    doc = read_json(os.path.join(path, SINK_DIR, "target.json"))
-    return isinstance(doc, dict) and doc.get("kind") == KIND
+    return what_is_at(path).kind is LocationKind.PARQUET_TARGET
 
 
 def parquet_clock_us(path: str) -> int | None:
@@ -207,8 +216,8 @@ class ParquetTarget:
         cfg = self.cfg
         if os.path.exists(cfg.location) and not os.path.isdir(cfg.location):
             raise OptionError(f"option path={cfg.location!r}: a file is in the way of a folder")
-        stream_kind = (self.state.read_target() or {}).get("kind") == "stream"
-        if stream_kind or os.path.isfile(os.path.join(cfg.location, "_stream.json")):
+        kind = what_is_at(cfg.location).kind
+        if kind in (LocationKind.STREAM, LocationKind.PENDING_STREAM_TARGET):
             raise OptionError(
                 f"option path={cfg.location!r} is a rowtime stream; target=parquet writes a "
                 "folder of Parquet files: choose another path, or write to the stream with "
@@ -400,8 +409,8 @@ def _remove_staged(root: str, reports: Iterable[TaskReport | None]) -> None:
 def describe_parquet_target(path: str) -> dict[str, Any]:
     """What ``rowtime describe`` says about the Parquet target at ``path`` (absolute)."""
     root = os.path.join(path, SINK_DIR)
-    target = read_json(os.path.join(root, "target.json")) or {}
-    owner = read_json(os.path.join(root, "owner.json")) or {}
+    target = read_json(os.path.join(root, TARGET_FILE)) or {}
+    owner = read_json(os.path.join(root, OWNER_FILE)) or {}
     applied = read_json(os.path.join(root, CLOCK_FILE)) or {}
     clock = applied.get("clock_us")
     partitions = []

@@ -22,7 +22,8 @@ a committed segment survives a crash. Its columns are the system columns
 then the payload columns (all nullable in the file: a bound record's payload is null). A
 record's offset is the segment's first offset plus its index in the file.
 
-Each segment's schema metadata (``rowtime.*`` keys, see :class:`SegmentStats`) summarises it:
+Each segment's schema metadata (``rowtime.*`` keys, see :class:`.segments.SegmentStats`, where
+the file format is defined and checked) summarises it:
 the partition clock after it, min/max data rowtime, last bound, last arrival, skew. The clock of
 a partition is read from its last segment's footer alone.
 

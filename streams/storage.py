@@ -64,6 +64,7 @@ __all__ = [
     "create_storage",
     "open_storage",
     "register_backend",
+    "resolve",
     "what_is_at",
 ]
 
@@ -253,6 +254,11 @@ def backend_for(location: str | os.PathLike[str]) -> Backend:
             f"(not {scheme}://); no storage backend is registered for {scheme}://"
         )
     return backend
+
+
+def resolve(location: str | os.PathLike[str]) -> str:
+    """``location`` in its backend's canonical form (an absolute path for local files)."""
+    return backend_for(location).resolve(os.fspath(location))
 
 
 def what_is_at(location: str | os.PathLike[str]) -> Location:
