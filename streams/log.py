@@ -56,11 +56,6 @@ from ..bounds.errors import (
     SchemaError,
     StreamNotFoundError,
 )
-
-# The log's system columns under their old names, only for tests/test_crash.py (changed on
-# another branch at the same time); everything else imports them from .columns.
-from .columns import LOG_ARRIVAL_US as ARRIVAL
-from .columns import LOG_IS_BOUND as IS_BOUND
 from .ddl import to_ddl
 from .lock import LOCK_FILE, PartitionLock
 from .meta import (
@@ -93,9 +88,7 @@ from .storage import (
 )
 
 __all__ = [
-    "ARRIVAL",
     "EMBEDDED_LOG",
-    "IS_BOUND",
     "Stream",
     "create_stream",
     "open_stream",

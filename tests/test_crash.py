@@ -25,7 +25,9 @@ import pyarrow as pa
 
 from pyspark_rowtime.api import create_stream, open_writer
 from pyspark_rowtime.bounds.time import from_rowtime_us
-from pyspark_rowtime.streams.log import ARRIVAL, IS_BOUND, SEGMENT_RE, open_stream
+from pyspark_rowtime.streams.columns import LOG_ARRIVAL_US, LOG_IS_BOUND
+from pyspark_rowtime.streams.log import open_stream
+from pyspark_rowtime.streams.segments import SEGMENT_RE
 
 KILLS = 20
 
@@ -64,12 +66,12 @@ def check_partition(location: str, flushed: int) -> int:
     stream = open_stream(location)
     end = stream.end_offset(0)
     assert end >= flushed, f"flush() returned {flushed}, but only {end} records are there"
-    t = stream.read(0, 0, end, ["k", IS_BOUND, ARRIVAL])
+    t = stream.read(0, 0, end, ["k", LOG_IS_BOUND, LOG_ARRIVAL_US])
     k = t.column("k").to_numpy(zero_copy_only=False)
-    is_bound = t.column(IS_BOUND).to_numpy(zero_copy_only=False)
+    is_bound = t.column(LOG_IS_BOUND).to_numpy(zero_copy_only=False)
     offsets = np.arange(end)
     assert (k[~is_bound] == offsets[~is_bound]).all(), "a record is missing, doubled or moved"
-    arrival = t.column(ARRIVAL).to_numpy()
+    arrival = t.column(LOG_ARRIVAL_US).to_numpy()
     assert (np.diff(arrival) >= 0).all()
     return end
 
