@@ -31,6 +31,7 @@ SOURCES = [
     "streams",
     "datasource",
     "sink",
+    "windows",
 ]
 
 
