@@ -20,7 +20,8 @@ import time
 import numpy as np
 import pyarrow as pa
 from benchutil import best_of
-from pyspark_rowtime.streams.log import ARRIVAL, IS_BOUND, ROWTIME, SEGMENT_RE, open_stream
+from pyspark_rowtime.streams.columns import LOG_ARRIVAL_US, LOG_IS_BOUND, LOG_ROWTIME_US
+from pyspark_rowtime.streams.log import SEGMENT_RE, open_stream
 
 from pyspark_rowtime.api import create_stream, open_writer
 
@@ -124,7 +125,7 @@ def bench_read(loc: str, repeat: int) -> None:
     n = stream.end_offset(0)
     part = stream.partition_dir(0)
     files = sorted(os.path.join(part, f) for f in os.listdir(part) if SEGMENT_RE.match(f))
-    system = [ARRIVAL, ROWTIME, IS_BOUND]
+    system = [LOG_ARRIVAL_US, LOG_ROWTIME_US, LOG_IS_BOUND]
 
     def pyarrow_read(columns: list[str] | None) -> pa.Table:
         tables = []

@@ -17,6 +17,9 @@ from .errors import BoundError
 END_OF_STREAM_US = 253_402_300_799_999_999
 #: Spark's smallest timestamp, 0001-01-01T00:00:00Z, in microseconds.
 MIN_ROWTIME_US = -62_135_596_800_000_000
+#: Below every rowtime: the clock of a partition that has none yet, where an ``int`` is needed
+#: (far from int64's minimum, so that adding a range or a bound never wraps).
+NO_TIME = -(2**62)
 
 
 def normalize_bound(t_us: int, strict: bool = False) -> int:

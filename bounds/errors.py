@@ -49,3 +49,20 @@ class CorruptLogError(RowtimeError, RuntimeError):
 
 class WriterClosedError(RowtimeError, ValueError):
     """A writer used after ``close()`` (like I/O on a closed file, a ValueError)."""
+
+
+class UnflushedRecordsError(RowtimeError, RuntimeError):
+    """An operation that needs a writer's buffer empty, called while records are buffered:
+    call ``flush()`` first."""
+
+
+class OffsetError(RowtimeError, ValueError):
+    """A stream position (a Spark offset from a checkpoint) that cannot be read."""
+
+
+class CommitError(RowtimeError, RuntimeError):
+    """A sink commit that Spark called without what it needs (a task's commit message)."""
+
+
+class SinkBusyError(RowtimeError, RuntimeError):
+    """Another commit to the same sink target still holds it after the wait."""

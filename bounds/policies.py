@@ -41,12 +41,8 @@ from typing import Any, ClassVar
 
 import numpy as np
 
-from .bounds import END_OF_STREAM_US
+from .bounds import END_OF_STREAM_US, NO_TIME
 from .errors import HeldRowsOverflowError, LateRowError, OptionError
-
-#: Stands for "no value yet" in the int64 arrays: far below any Spark timestamp, far enough above
-#: int64's minimum that subtracting a range cannot overflow.
-NO_TIME = -(2**62)
 
 ADJUST_UNITS_US: dict[str, int] = {"sec": 1_000_000, "msec": 1_000, "usec": 1}
 
@@ -98,6 +94,10 @@ class DropPolicy(Policy):
     name: ClassVar[str] = "drop"
 
 
+#: ``adjust.maxHeld`` when not given: rows ``adjust`` may hold at once.
+DEFAULT_MAX_HELD = 1_000_000
+
+
 @dataclass(frozen=True)
 class AdjustPolicy(Policy):
     """The SDP timestamp adjustment (SPEC 6, seed 000).
@@ -110,7 +110,7 @@ class AdjustPolicy(Policy):
     name: ClassVar[str] = "adjust"
     unit: str = "usec"
     range: int = 0
-    max_held_rows: int = 1_000_000
+    max_held: int = DEFAULT_MAX_HELD
 
     def __post_init__(self) -> None:
         if self.unit not in ADJUST_UNITS_US:
@@ -120,12 +120,12 @@ class AdjustPolicy(Policy):
                 f"adjust.range must be a whole number of {self.unit} >= 0; got {self.range!r}"
             )
         if (
-            isinstance(self.max_held_rows, bool)
-            or not isinstance(self.max_held_rows, int)
-            or self.max_held_rows <= 0
+            isinstance(self.max_held, bool)
+            or not isinstance(self.max_held, int)
+            or self.max_held <= 0
         ):
             raise OptionError(
-                f"adjust.maxHeld must be a whole number of rows > 0; got {self.max_held_rows!r}"
+                f"adjust.maxHeld must be a whole number of rows > 0; got {self.max_held!r}"
             )
 
     @property
@@ -137,10 +137,6 @@ class AdjustPolicy(Policy):
         return self.range * ADJUST_UNITS_US[self.unit]
 
     @property
-    def max_held(self) -> int:
-        return self.max_held_rows
-
-    @property
     def holds(self) -> bool:
         return True
 
@@ -149,7 +145,7 @@ class AdjustPolicy(Policy):
             "order": "adjust",
             "adjust.unit": self.unit,
             "adjust.range": self.range,
-            "adjust.maxHeld": self.max_held_rows,
+            "adjust.maxHeld": self.max_held,
         }
 
 
@@ -157,7 +153,7 @@ POLICY_NAMES = ("reject", "drop", "adjust")
 
 
 def make_policy(
-    order: str, *, unit: str = "usec", range: int = 0, max_held: int = 1_000_000
+    order: str, *, unit: str = "usec", range: int = 0, max_held: int = DEFAULT_MAX_HELD
 ) -> Policy:
     """Build a policy from its option values (``order``, ``adjust.*``)."""
     if order == "reject":
@@ -165,7 +161,7 @@ def make_policy(
     if order == "drop":
         return DropPolicy()
     if order == "adjust":
-        return AdjustPolicy(unit=unit, range=range, max_held_rows=max_held)
+        return AdjustPolicy(unit=unit, range=range, max_held=max_held)
     raise OptionError(f"order must be one of reject, drop, adjust; got {order!r}")
 
 

@@ -13,7 +13,8 @@ from dataclasses import dataclass
 from typing import Any
 
 from ..bounds.errors import InvalidRowtimeError, OptionError
-from ..bounds.policies import Policy, make_policy
+from ..bounds.policies import DEFAULT_MAX_HELD, Policy, make_policy
+from ..streams.options import OptionTable
 
 #: Every option the reader accepts (lower case, as Spark passes them), with what it accepts.
 READER_OPTIONS: dict[str, str] = {
@@ -25,7 +26,7 @@ READER_OPTIONS: dict[str, str] = {
     "order": "reject, drop or adjust (default: the stream's, else reject)",
     "adjust.unit": "sec, msec or usec (default usec)",
     "adjust.range": "a whole number >= 0 of adjust.unit (default 0)",
-    "adjust.maxheld": "a whole number of rows > 0 (default 1000000)",
+    "adjust.maxheld": f"a whole number of rows > 0 (default {DEFAULT_MAX_HELD})",
     "maxrowsperbatch": "a whole number of records > 0 admitted per micro-batch (default: all)",
     "startingoffsets": "earliest (default) or latest",
     "output": "rows (default) or discarded: the quarantine of rows the policy discarded",
@@ -50,19 +51,9 @@ _DEFAULT_TO_OPTION = {
     "rowtime_timezone": "rowtime.timezone",
 }
 
-#: Options Spark itself may add to the map; accepted and ignored.
-_SPARK_OWN = {"checkpointlocation", "queryname", "__path"}
-
-
-def spelled(name: str) -> str:
-    return _SPELLING.get(name, name)
-
-
-def _bad(name: str, value: Any) -> OptionError:
-    return OptionError(
-        f"option {spelled(name)}={value!r} is not valid: {spelled(name)} accepts "
-        f"{READER_OPTIONS[name]}"
-    )
+OPTIONS = OptionTable(READER_OPTIONS, "format('rowtime')", "the reader", _SPELLING)
+spelled = OPTIONS.spelled
+_bad = OPTIONS.bad
 
 
 def _int(name: str, value: Any, minimum: int) -> int:
@@ -99,27 +90,11 @@ class ReaderConfig:
     output: str = "rows"
 
 
-def lower_options(options: Mapping[str, Any]) -> dict[str, str]:
-    """Spark's options with lower-case names; unknown names are an error naming them."""
-    out: dict[str, str] = {}
-    for key, value in options.items():
-        k = str(key).lower()
-        if k in _SPARK_OWN:
-            continue
-        if k not in READER_OPTIONS:
-            known = ", ".join(spelled(n) for n in READER_OPTIONS)
-            raise OptionError(
-                f"unknown option {key!r} for format rowtime; the reader accepts: {known}"
-            )
-        out[k] = str(value)
-    return out
-
-
 def parse_reader_options(
     options: Mapping[str, Any], stream_defaults: Mapping[str, Any] | None = None
 ) -> ReaderConfig:
     """Turn Spark's string options (plus the stream's defaults) into a :class:`ReaderConfig`."""
-    given = lower_options(options)
+    given = OPTIONS.lower(options)
     if "path" not in given or not given["path"].strip():
         raise OptionError(
             "option path is required: the stream's location, e.g. "
@@ -140,7 +115,7 @@ def parse_reader_options(
         )
     unit = _choice("adjust.unit", merged.get("adjust.unit", "usec"), ("sec", "msec", "usec"))
     range_ = _int("adjust.range", merged.get("adjust.range", 0), 0)
-    max_held = _int("adjust.maxheld", merged.get("adjust.maxheld", 1_000_000), 1)
+    max_held = _int("adjust.maxheld", merged.get("adjust.maxheld", DEFAULT_MAX_HELD), 1)
     try:
         policy = make_policy(order, unit=unit, range=range_, max_held=max_held)
     except OptionError as e:  # pragma: no cover - the checks above come first

@@ -33,12 +33,17 @@ from ..bounds.policies import (
     scan_partition,
 )
 from ..bounds.time import rowtime_array_us, to_rowtime_us
-from ..streams.log import Stream, open_stream
+from ..streams.columns import (
+    LOG_ARRIVAL_US,
+    LOG_IS_BOUND,
+    LOG_ROWTIME_US,
+    LOG_SYSTEM_COLUMNS,
+    SPARK_IS_BOUND,
+    SPARK_ROWTIME,
+)
+from ..streams.storage import StreamStorage, open_storage
 from .options import ReaderConfig
 
-ROWTIME = "rowtime"
-IS_BOUND = "is_bound"
-SYSTEM_COLUMNS = ["__rowtime_us", "__arrival_us", "__is_bound"]
 TS_TYPE = pa.timestamp("us", tz="UTC")
 #: Rows per Arrow record batch handed to Spark.
 BATCH_ROWS = 1 << 16
@@ -60,9 +65,9 @@ def output_arrow_schema(payload: pa.Schema, output: str = "rows") -> pa.Schema:
     payload of a bound record is null."""
     fields = [f.with_nullable(True) for f in payload]
     names = {f.name.lower(): f.name for f in fields}
-    extra = [pa.field(ROWTIME, TS_TYPE), pa.field(IS_BOUND, pa.bool_())]
+    extra = [pa.field(SPARK_ROWTIME, TS_TYPE), pa.field(SPARK_IS_BOUND, pa.bool_())]
     if output == "discarded":
-        extra = [pa.field(ROWTIME, TS_TYPE), *QUARANTINE_COLUMNS]
+        extra = [pa.field(SPARK_ROWTIME, TS_TYPE), *QUARANTINE_COLUMNS]
     for f in extra:
         if f.name.lower() in names:
             raise SchemaError(
@@ -81,8 +86,8 @@ def record_times(
 ) -> tuple[np.ndarray, np.ndarray]:
     """Each record's time: a data row's rowtime (promoted column, explicit, or arrival) or a
     bound record's bound, as int64 microseconds; and which records are bounds."""
-    is_bound = table.column("__is_bound").to_numpy()
-    explicit = pc.coalesce(table.column("__rowtime_us"), table.column("__arrival_us"))
+    is_bound = table.column(LOG_IS_BOUND).to_numpy()
+    explicit = pc.coalesce(table.column(LOG_ROWTIME_US), table.column(LOG_ARRIVAL_US))
     t = np.asarray(explicit.to_numpy(), dtype=np.int64)
     if cfg.rowtime_column is None or len(t) == 0:
         return t, is_bound
@@ -130,7 +135,7 @@ def _first_bad_rowtime(
 
 
 def time_columns(cfg: ReaderConfig) -> list[str]:
-    cols = list(SYSTEM_COLUMNS)
+    cols = list(LOG_SYSTEM_COLUMNS)
     if cfg.rowtime_column is not None:
         cols.append(cfg.rowtime_column)
     return cols
@@ -157,13 +162,13 @@ class Planner:
 
     def __init__(self, cfg: ReaderConfig) -> None:
         self.cfg = cfg
-        self._stream: Stream | None = None
+        self._stream: StreamStorage | None = None
         self._cache: dict[int, _Window] = {}
 
     @property
-    def stream(self) -> Stream:
+    def stream(self) -> StreamStorage:
         if self._stream is None:
-            self._stream = open_stream(self.cfg.location)
+            self._stream = open_storage(self.cfg.location)
         return self._stream
 
     def available(self) -> list[int]:
@@ -286,7 +291,7 @@ def classify_pieces(
     end = prev.scan + len(t)
     loose = policy
     if isinstance(policy, AdjustPolicy):
-        loose = dataclasses.replace(policy, max_held_rows=np.iinfo(np.int64).max)
+        loose = dataclasses.replace(policy, max_held=np.iinfo(np.int64).max)
     state, before = prev, clock_before_us
     while True:
         stop = end if state.next - state.scan > piece else min(end, state.next + piece)
@@ -350,7 +355,7 @@ def _emit_rows(table: pa.Table, c: Classified) -> pa.Table:
 
 def read_task(cfg: ReaderConfig, task: ReadTask, schema: pa.Schema) -> Iterator[pa.RecordBatch]:
     """Replay one partition's step and yield what it emits, as batches of ``schema``."""
-    stream = open_stream(cfg.location)
+    stream = open_storage(cfg.location)
     prev = PartitionState.from_dict(task.prev)
     payload = [f.name for f in stream.meta.payload_schema]
     where = where_of(cfg, task.partition)
@@ -390,7 +395,7 @@ def _discarded_batches(
     arrays += [
         pa.array(np.full(len(idx), partition, dtype=np.int32)),
         pa.array(c.discarded + first, type=pa.int64()),
-        rows.column("__arrival_us").cast(pa.int64()).combine_chunks().view(TS_TYPE),
+        rows.column(LOG_ARRIVAL_US).cast(pa.int64()).combine_chunks().view(TS_TYPE),
         pa.array(c.discarded_reason, type=pa.string()),
         _timestamps(c.discarded_clock_us),
     ]

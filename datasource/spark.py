@@ -30,7 +30,7 @@ from pyspark.sql.types import StructType
 
 from ..bounds.errors import StreamNotFoundError
 from ..bounds.plan import StreamPosition
-from ..streams.log import open_stream
+from ..streams.storage import LocationKind, open_storage, what_is_at
 from .options import ReaderConfig, parse_reader_options
 from .reader import Planner, ReadTask, output_arrow_schema, partition_tasks, read_task
 
@@ -49,12 +49,9 @@ def _config(options: Any) -> tuple[ReaderConfig, pa.Schema]:
         parse_reader_options(opts)  # raises the error that names option path
     location = next(v for k, v in opts.items() if k.lower() == "path")
     try:
-        meta = open_stream(location).meta
+        meta = open_storage(location).meta
     except StreamNotFoundError:
-        from ..sink.stream_target import is_pending_stream_target
-        from ..streams.log import resolve_location
-
-        if is_pending_stream_target(resolve_location(location)):
+        if what_is_at(location).kind is LocationKind.PENDING_STREAM_TARGET:
             raise StreamNotFoundError(
                 f"{location!r} is the target stream of a query that has not committed its "
                 "first batch, which creates the stream (with a partition per write task). "

@@ -923,7 +923,7 @@ def test_planning_and_reading_in_pieces_equal_one_pass_over_the_step() -> None:
             [
                 RejectPolicy(),
                 DropPolicy(),
-                AdjustPolicy("usec", rng.randrange(0, 40), max_held_rows=rng.choice([4, 999])),
+                AdjustPolicy("usec", rng.randrange(0, 40), max_held=rng.choice([4, 999])),
                 AdjustPolicy("msec", 0),
             ]
         )

@@ -19,9 +19,14 @@ import numpy as np
 import pyarrow as pa
 
 from .bounds.time import from_rowtime_us
-from .streams import log as _log
-from .streams.log import ARRIVAL, IS_BOUND, ROWTIME, Stream, open_stream, resolve_location
-from .streams.meta import META_FILE
+from .streams.columns import LOG_ARRIVAL_US, LOG_IS_BOUND, LOG_ROWTIME_US
+from .streams.storage import (
+    LocationKind,
+    StreamStorage,
+    create_storage,
+    open_storage,
+    what_is_at,
+)
 from .streams.writer import Writer
 from .streams.writer import open_writer as _open_writer
 
@@ -42,7 +47,7 @@ def create_stream(
     schema: str | pa.Schema,
     partitions: int = 1,
     **defaults: Any,
-) -> Stream:
+) -> StreamStorage:
     """Create a stream at ``location`` and return it opened.
 
     Args:
@@ -60,11 +65,17 @@ def create_stream(
     Creating a stream that exists with the same schema and partitions (and defaults, if given)
     is a no-op; anything different raises (:class:`SchemaError`, :class:`OptionError`).
     """
-    return _log.create_stream(location, schema, partitions, **defaults)
+    return create_storage(location, schema, partitions, **defaults)
+
+
+def open_stream(location: str | os.PathLike[str]) -> StreamStorage:
+    """The stream at ``location`` opened for reading (see :class:`~.streams.storage.
+    StreamStorage` for what it offers); :class:`StreamNotFoundError` says how to create one."""
+    return open_storage(location)
 
 
 def open_writer(
-    location: str | os.PathLike[str] | Stream,
+    location: str | os.PathLike[str] | StreamStorage,
     partition: int = 0,
     heartbeat: Any = None,
     **options: Any,
@@ -89,16 +100,6 @@ def open_writer(
 _BOUND_SOURCES: list[tuple[Callable[[str], bool], Callable[[str], int | None]]] = []
 
 
-def _parquet_target_clock(path: str) -> tuple[bool, int | None]:
-    """(is a Parquet target of the sink, its clock). Imported lazily: most callers never
-    need the sink."""
-    from .sink.parquet_target import is_parquet_target, parquet_clock_us
-
-    if not is_parquet_target(path):
-        return False, None
-    return True, parquet_clock_us(path)
-
-
 def register_bound_source(
     recognises: Callable[[str], bool], clock_us: Callable[[str], int | None]
 ) -> None:
@@ -112,20 +113,19 @@ def register_bound_source(
 
 def rowtime_bound_us(location: str | os.PathLike[str]) -> int | None:
     """:func:`get_rowtime_bound` in microseconds since the epoch."""
-    path = resolve_location(location)
-    if os.path.isfile(os.path.join(path, META_FILE)):
-        return open_stream(path).stream_clock_us()
-    is_target, clock = _parquet_target_clock(path)
-    if is_target:
-        return clock
-    from .sink.stream_target import is_pending_stream_target
+    where = what_is_at(location)
+    if where.kind is LocationKind.STREAM:
+        return open_storage(location).stream_clock_us()
+    if where.kind is LocationKind.PARQUET_TARGET:
+        from .sink.parquet_target import parquet_clock_us  # lazily: most callers need no sink
 
-    if is_pending_stream_target(path):
+        return parquet_clock_us(where.resolved)
+    if where.kind is LocationKind.PENDING_STREAM_TARGET:
         return None  # a stream target whose first batch has not committed yet
     for recognises, clock_us in _BOUND_SOURCES:
-        if recognises(path):
-            return clock_us(path)
-    return open_stream(path).stream_clock_us()  # raises StreamNotFoundError, saying what to do
+        if recognises(where.resolved):
+            return clock_us(where.resolved)
+    return open_storage(location).stream_clock_us()  # raises StreamNotFoundError, saying what to do
 
 
 def get_rowtime_bound(location: str | os.PathLike[str]) -> dt.datetime | None:
@@ -147,7 +147,7 @@ def get_rowtime_bound(location: str | os.PathLike[str]) -> dt.datetime | None:
 # -- reading everything ------------------------------------------------------------------------
 
 
-def read_stream(location: str | os.PathLike[str] | Stream) -> pa.Table:
+def read_stream(location: str | os.PathLike[str] | StreamStorage) -> pa.Table:
     """Every record of every partition, partition by partition, in offset order.
 
     Columns: ``partition`` (int32), ``offset`` (int64), ``arrival`` (timestamp UTC), ``rowtime``
@@ -155,7 +155,7 @@ def read_stream(location: str | os.PathLike[str] | Stream) -> pa.Table:
     none), ``is_bound`` (bool), then the payload columns (null on bound records). Reads only
     committed records; meant for tests, tools and small streams (it holds everything at once).
     """
-    stream = location if isinstance(location, Stream) else open_stream(location)
+    stream = location if isinstance(location, StreamStorage) else open_stream(location)
     payload = stream.meta.payload_schema
     schema = pa.schema(
         [
@@ -176,9 +176,9 @@ def read_stream(location: str | os.PathLike[str] | Stream) -> pa.Table:
         columns = [
             pa.chunked_array([pa.array(np.full(end, p, dtype=np.int32))]),
             pa.chunked_array([pa.array(np.arange(end, dtype=np.int64))]),
-            t.column(ARRIVAL).cast(UTC_US),
-            t.column(ROWTIME).cast(UTC_US),
-            t.column(IS_BOUND),
+            t.column(LOG_ARRIVAL_US).cast(UTC_US),
+            t.column(LOG_ROWTIME_US).cast(UTC_US),
+            t.column(LOG_IS_BOUND),
             *(t.column(f.name) for f in payload),
         ]
         parts.append(pa.Table.from_arrays(columns, schema=schema))

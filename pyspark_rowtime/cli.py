@@ -33,8 +33,8 @@ from .api import create_stream, open_writer, rowtime_bound_us
 from .bounds.bounds import END_OF_STREAM_US, merge_clock
 from .bounds.errors import OptionError, RowtimeError, SchemaError
 from .bounds.time import from_rowtime_us, to_rowtime_us
-from .streams.log import ARRIVAL, IS_BOUND, ROWTIME, Stream, open_stream, resolve_location
-from .streams.meta import META_FILE
+from .streams.columns import LOG_ARRIVAL_US, LOG_IS_BOUND, LOG_ROWTIME_US
+from .streams.storage import LocationKind, StreamStorage, open_storage, what_is_at
 from .streams.writer import Writer
 
 __all__ = ["main"]
@@ -230,7 +230,7 @@ def cmd_create(args: argparse.Namespace) -> int:
 
 
 def cmd_insert(args: argparse.Namespace) -> int:
-    stream = open_stream(args.path)
+    stream = open_storage(args.path)
     meta = stream.meta
     defaults = meta.defaults
     unit = args.rowtime_unit or defaults.get("rowtime_unit", "ms")
@@ -305,7 +305,7 @@ def _convert_row(
     return row, rowtime
 
 
-def _bound_us(text: str, unit: str, stream: Stream) -> int:
+def _bound_us(text: str, unit: str, stream: StreamStorage) -> int:
     word = text.strip().lower()
     if word in ("end", "eos", "end-of-stream"):
         return END_OF_STREAM_US
@@ -319,7 +319,7 @@ def _bound_us(text: str, unit: str, stream: Stream) -> int:
 
 
 def cmd_bound(args: argparse.Namespace) -> int:
-    stream = open_stream(args.path)
+    stream = open_storage(args.path)
     unit = args.unit or stream.meta.defaults.get("rowtime_unit", "ms")
     bound_us = _bound_us(args.time, unit, stream)
     parts = range(stream.meta.partitions) if args.partition is None else [args.partition]
@@ -341,7 +341,7 @@ def cmd_bound(args: argparse.Namespace) -> int:
     return 0
 
 
-def describe(stream: Stream) -> dict[str, Any]:
+def describe(stream: StreamStorage) -> dict[str, Any]:
     """What ``rowtime describe --json`` prints."""
     partitions = []
     clocks: list[int | None] = []
@@ -387,23 +387,22 @@ def describe(stream: Stream) -> dict[str, Any]:
 
 
 def cmd_describe(args: argparse.Namespace) -> int:
-    from .sink.parquet_target import describe_parquet_target, describe_text, is_parquet_target
+    where = what_is_at(args.path)
+    path = where.resolved
+    if where.kind is LocationKind.PARQUET_TARGET:
+        from .sink.parquet_target import describe_parquet_target, describe_text
 
-    path = resolve_location(args.path)
-    if not os.path.isfile(os.path.join(path, META_FILE)) and is_parquet_target(path):
         target = describe_parquet_target(path)  # a Parquet target of writeStream.format("rowtime")
         print(json.dumps(target, indent=2) if args.json else describe_text(target))
         return 0
-    from .sink.stream_target import is_pending_stream_target
-
-    if is_pending_stream_target(path):
+    if where.kind is LocationKind.PENDING_STREAM_TARGET:
         if args.json:
             print(json.dumps({"location": path, "kind": "stream target", "created": False}))
         else:
             print(f"stream target {path}: not created yet (its query's first commit creates it)")
             print("stream clock  none")
         return 0
-    info = describe(open_stream(args.path))
+    info = describe(open_storage(args.path))
     if args.json:
         print(json.dumps(info, indent=2))
         return 0
@@ -445,7 +444,7 @@ def cmd_clock(args: argparse.Namespace) -> int:
     return 0
 
 
-def _record_dicts(stream: Stream, p: int, start: int, end: int) -> list[dict[str, Any]]:
+def _record_dicts(stream: StreamStorage, p: int, start: int, end: int) -> list[dict[str, Any]]:
     table = stream.read(p, start, end)
     out = []
     payload = stream.meta.payload_schema.names
@@ -453,11 +452,11 @@ def _record_dicts(stream: Stream, p: int, start: int, end: int) -> list[dict[str
         d: dict[str, Any] = {
             "partition": p,
             "offset": start + i,
-            "arrival": _iso(rec[ARRIVAL]),
-            "rowtime": _iso(rec[ROWTIME]),
-            "is_bound": rec[IS_BOUND],
+            "arrival": _iso(rec[LOG_ARRIVAL_US]),
+            "rowtime": _iso(rec[LOG_ROWTIME_US]),
+            "is_bound": rec[LOG_IS_BOUND],
         }
-        if not rec[IS_BOUND]:
+        if not rec[LOG_IS_BOUND]:
             d.update((name, rec[name]) for name in payload)
         out.append(d)
     return out
@@ -470,7 +469,7 @@ def _emit(records: list[dict[str, Any]]) -> None:
 
 
 def cmd_tail(args: argparse.Namespace) -> int:
-    stream = open_stream(args.path)
+    stream = open_storage(args.path)
     if args.n < 0:
         raise OptionError(f"-n {args.n}: the number of records must be >= 0")
     ends = [stream.end_offset(p) for p in range(stream.meta.partitions)]
@@ -479,7 +478,7 @@ def cmd_tail(args: argparse.Namespace) -> int:
     for p, end in enumerate(ends):
         start = max(0, end - args.n)
         recent += _record_dicts(stream, p, start, end)
-        arrival_us += stream.read(p, start, end, [ARRIVAL]).column(0).to_pylist()
+        arrival_us += stream.read(p, start, end, [LOG_ARRIVAL_US]).column(0).to_pylist()
     # Across partitions by arrival (the numbers: ISO strings drop zero microseconds).
     order = sorted(range(len(recent)), key=lambda i: (arrival_us[i], recent[i]["partition"]))
     recent = [recent[i] for i in order]

@@ -17,10 +17,9 @@ from typing import Any
 import pyarrow as pa
 
 from ..bounds.errors import OptionError, SchemaError
+from ..streams.columns import SPARK_COLUMNS, SPARK_IS_BOUND, SPARK_ROWTIME
 from ..streams.log import resolve_location
-
-ROWTIME = "rowtime"
-IS_BOUND = "is_bound"
+from ..streams.options import OptionTable
 
 GRANULARITY_US = {
     "minute": 60_000_000,
@@ -47,21 +46,13 @@ SINK_OPTIONS: dict[str, str] = {
     "checkpointlocation": "the query's checkpoint folder (Spark's own option)",
 }
 
-_SPELLING = {"checkpointlocation": "checkpointLocation"}
-
-#: Options Spark itself may add; accepted and ignored.
-_SPARK_OWN = {"queryname", "__path"}
-
-
-def spelled(name: str) -> str:
-    return _SPELLING.get(name, name)
-
-
-def _bad(name: str, value: Any) -> OptionError:
-    return OptionError(
-        f"option {spelled(name)}={value!r} is not valid for writeStream.format('rowtime'): "
-        f"{spelled(name)} accepts {SINK_OPTIONS[name]}"
-    )
+OPTIONS = OptionTable(
+    SINK_OPTIONS,
+    "writeStream.format('rowtime')",
+    "the sink",
+    {"checkpointlocation": "checkpointLocation"},
+)
+_bad = OPTIONS.bad
 
 
 @dataclass(frozen=True)
@@ -92,33 +83,12 @@ class SinkConfig:
         return pa.schema([self.schema.field(n) for n in self.payload])
 
 
-def lower_options(options: Mapping[str, Any]) -> dict[str, str]:
-    """The options with lower-case names; unknown names are an error naming them."""
-    out: dict[str, str] = {}
-    unknown = []
-    for key, value in options.items():
-        k = str(key).lower()
-        if k in _SPARK_OWN:
-            continue
-        if k not in SINK_OPTIONS:
-            unknown.append(str(key))
-            continue
-        out[k] = str(value)
-    if unknown:
-        known = ", ".join(spelled(n) for n in SINK_OPTIONS)
-        raise OptionError(
-            f"unknown option{'s' if len(unknown) > 1 else ''} {', '.join(map(repr, unknown))} "
-            f"for writeStream.format('rowtime'); the sink accepts: {known}"
-        )
-    return out
-
-
 def check_columns(schema: pa.Schema) -> tuple[tuple[str, ...], bool]:
     """The payload columns and whether ``is_bound`` is present; :class:`SchemaError` when the
     query has no usable ``rowtime`` column or a bad ``is_bound``."""
     names = schema.names
-    if ROWTIME not in names:
-        near = [n for n in names if n.lower() == ROWTIME]
+    if SPARK_ROWTIME not in names:
+        near = [n for n in names if n.lower() == SPARK_ROWTIME]
         hint = (
             f" (there is {near[0]!r}: the name must be exactly rowtime)"
             if near
@@ -128,22 +98,22 @@ def check_columns(schema: pa.Schema) -> tuple[tuple[str, ...], bool]:
             "writeStream.format('rowtime') needs a column named rowtime (TIMESTAMP) holding each "
             f"row's event time; the query's columns are {', '.join(names) or '(none)'}{hint}"
         )
-    if names.count(ROWTIME) > 1 or names.count(IS_BOUND) > 1:
+    if names.count(SPARK_ROWTIME) > 1 or names.count(SPARK_IS_BOUND) > 1:
         raise SchemaError(f"the query has duplicate columns: {', '.join(names)}")
-    rowtime_type = schema.field(ROWTIME).type
+    rowtime_type = schema.field(SPARK_ROWTIME).type
     if not pa.types.is_timestamp(rowtime_type) or rowtime_type.tz is None:
         raise SchemaError(
             f"column rowtime must be a TIMESTAMP (with time zone), not {rowtime_type}; "
             "cast it with F.col('rowtime').cast('timestamp')"
         )
-    has_is_bound = IS_BOUND in names
-    if has_is_bound and not pa.types.is_boolean(schema.field(IS_BOUND).type):
+    has_is_bound = SPARK_IS_BOUND in names
+    if has_is_bound and not pa.types.is_boolean(schema.field(SPARK_IS_BOUND).type):
         raise SchemaError(
             f"column is_bound must be BOOLEAN (true on bound records), not "
-            f"{schema.field(IS_BOUND).type}; rename the column or drop it"
+            f"{schema.field(SPARK_IS_BOUND).type}; rename the column or drop it"
         )
-    payload = tuple(n for n in names if n not in (ROWTIME, IS_BOUND))
-    reserved = [n for n in payload if n.startswith("__") or n.lower() in (ROWTIME, IS_BOUND)]
+    payload = tuple(n for n in names if n not in SPARK_COLUMNS)
+    reserved = [n for n in payload if n.startswith("__") or n.lower() in SPARK_COLUMNS]
     if reserved:
         raise SchemaError(
             f"payload column {reserved[0]!r} clashes with the columns the project adds "
@@ -156,7 +126,7 @@ def parse_sink_options(
     options: Mapping[str, Any], schema: pa.Schema, overwrite: bool = False
 ) -> SinkConfig:
     """Turn Spark's string options and the query's Arrow schema into a :class:`SinkConfig`."""
-    given = lower_options(options)
+    given = OPTIONS.lower(options)
     if overwrite:
         raise OptionError(
             "writeStream.format('rowtime') appends: outputMode('complete') would rewrite the "

@@ -46,6 +46,7 @@ import pyarrow.parquet as pq
 
 from ..bounds.errors import CorruptLogError, OptionError, SchemaError
 from ..bounds.time import from_rowtime_us
+from ..streams.columns import SPARK_ROWTIME
 from ..streams.meta import fsync_dir, fsync_file
 from .clock import advance
 from .layout import CLOCK_FILE, SINK_DIR, SinkState, batch_name, read_json, replace_json
@@ -213,7 +214,7 @@ class ParquetTarget:
             )
         from ..streams.ddl import to_ddl
 
-        schema = pa.schema([*self.cfg.payload_schema, self.cfg.schema.field("rowtime")])
+        schema = pa.schema([*self.cfg.payload_schema, self.cfg.schema.field(SPARK_ROWTIME)])
         want = {"kind": KIND, "granularity": cfg.granularity, "schema": to_ddl(_utc(schema))}
         have = self.state.define_target(want)
         for key in ("kind", "granularity", "schema"):

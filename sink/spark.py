@@ -24,7 +24,7 @@ from .clock import batch_watermark_ms, bounds_clock_us, checkpoint_query_id, wat
 from .options import SinkConfig, parse_sink_options
 from .parquet_target import ParquetTarget
 from .stream_target import StreamTarget
-from .task import TaskInfo, TaskReport
+from .task import TaskInfo, TaskReport, reports_query_id
 
 __all__ = ["RowtimeCommitMessage", "RowtimeStreamWriter", "make_stream_writer"]
 
@@ -98,18 +98,13 @@ class RowtimeStreamWriter(DataSourceStreamArrowWriter):
     def commit(self, messages: list[Any], batchId: int) -> None:
         reports = self._reports(messages, batchId)
         target = make_target(self.cfg)
-        query_id = _query_id(reports) or checkpoint_query_id(self.cfg.checkpoint)
+        query_id = reports_query_id(reports) or checkpoint_query_id(self.cfg.checkpoint)
         target.state.claim(query_id)
         target.commit(reports, batchId, self.candidate_clock_us(reports, batchId))
 
     def abort(self, messages: list[Any], batchId: int) -> None:
         reports = [m.report if isinstance(m, RowtimeCommitMessage) else None for m in messages]
         make_target(self.cfg).abort(reports, batchId)
-
-
-def _query_id(reports: list[TaskReport]) -> str | None:
-    ids = {r.info.query_id for r in reports if r.info.query_id}
-    return ids.pop() if len(ids) == 1 else None
 
 
 def make_stream_writer(

@@ -53,58 +53,49 @@ import functools
 import os
 import shutil
 import uuid
-from collections.abc import Iterable, Iterator, Sequence
+from collections.abc import Iterable, Sequence
 from typing import Any
 
 import numpy as np
 import pyarrow as pa
 
-from ..bounds.bounds import merge_clock
+from ..bounds.bounds import NO_TIME, merge_clock
 from ..bounds.errors import CorruptLogError, LateRowError, OptionError, SchemaError
+from ..streams.columns import LOG_ROWTIME_US, LOG_SYSTEM_COLUMNS, SPARK_ROWTIME
 from ..streams.ddl import to_ddl
-from ..streams.log import (
-    ARRIVAL,
-    IS_BOUND,
-    SYSTEM_COLUMNS,
-    SegmentStats,
-    Stream,
-    create_stream,
-    open_stream,
+from ..streams.meta import fsync_file, payload_schema
+from ..streams.segments import (
+    WRITE_ROWS,
+    data_run_stats,
+    open_segment_file,
+    segment_record_batches,
     segment_schema,
     write_segment_file,
 )
-from ..streams.log import (
-    ROWTIME as LOG_ROWTIME,
+from ..streams.storage import (
+    SINK_KIND_STREAM,
+    LocationKind,
+    StreamStorage,
+    create_storage,
+    open_storage,
+    what_is_at,
 )
-from ..streams.meta import fsync_file, payload_schema, read_meta
 from ..streams.writer import Writer, wall_clock_us
 from .layout import SINK_DIR, STAGING_DIR, SinkState, batch_name, wait_for_lock
-from .options import ROWTIME, SinkConfig
-from .task import RowSplitter, StagedFile, TaskInfo, TaskReport, as_datetime, iso
+from .options import SinkConfig
+from .task import RowSplitter, StagedFile, TaskInfo, TaskReport, as_datetime, iso, reports_query_id
 
-__all__ = ["StreamTarget", "is_pending_stream_target"]
+__all__ = ["StreamTarget"]
 
-KIND = "stream"
+KIND = SINK_KIND_STREAM
 #: The format of this target's manifest entries (the intent of each batch).
 ENTRY_FORMAT = 2
 #: A staged run (and so a segment of the target) holds at most about this many bytes ...
 RUN_BYTES = 128 << 20
 #: ... and this many rows.
 RUN_ROWS = 1 << 23
-#: Rows per record batch in a staged run.
-WRITE_ROWS = 1 << 16
 #: The writer buffers a merged part and flushes it once: rows and bound are one segment.
 _NO_AUTO_FLUSH = 1 << 62
-_NO_CLOCK = -(2**63)
-
-
-def is_pending_stream_target(path: str) -> bool:
-    """Whether ``path`` (absolute) is a stream target of this sink whose query has started
-    but not yet committed a batch: the stream does not exist yet, its clock is none."""
-    if read_meta(path) is not None:
-        return False
-    doc = SinkState(path).read_target()
-    return isinstance(doc, dict) and doc.get("kind") == KIND
 
 
 def _compatible(stream_schema: pa.Schema, query_schema: pa.Schema) -> str | None:
@@ -148,7 +139,7 @@ class _Runs:
         self.info = info
         self.file_schema = file_schema
         self.next_first = first
-        self.clock = _NO_CLOCK if base_clock_us is None else base_clock_us
+        self.clock = NO_TIME if base_clock_us is None else base_clock_us
         self.arrival = arrival_us
         self.files: list[StagedFile] = []
         self.ordered = True
@@ -157,14 +148,11 @@ class _Runs:
         self._syncs: list[concurrent.futures.Future[None]] = []
         self._pending: list[pa.RecordBatch] = []
         self._times: list[np.ndarray] = []  # the pending rows' rowtimes, batch by batch
-        self._arrival_block: pa.Array | None = None  # shared by the record batches written
-        self._false_block: pa.Array | None = None
         self._rows = 0
         self._bytes = 0
         self._sorted = True  # the pending rows are in rowtime order
         self._last: int | None = None  # the last pending rowtime, while sorted
         self._rel_folder = os.path.join(SINK_DIR, STAGING_DIR, batch_name(info.batch_id))
-        self._payload = list(file_schema)[len(SYSTEM_COLUMNS) :]
 
     def add(self, data: pa.RecordBatch, rt: np.ndarray) -> None:
         if self._sorted and (
@@ -215,67 +203,27 @@ class _Runs:
         if self._top is not None and lo < self._top:
             self.ordered = False
         self._top = hi if self._top is None else max(hi, self._top)
-        self.clock = max(self.clock, hi)
-        stats = SegmentStats(
-            first=self.next_first,
-            count=n,
-            rows=n,
-            bounds=0,
-            clock_us=self.clock,
-            last_arrival_us=self.arrival,
+        stats = data_run_stats(
+            self.next_first,
+            n,
             min_rowtime_us=lo,
             max_rowtime_us=hi,
-            max_skew_us=self.arrival - lo,
-            last_row_arrival_us=self.arrival,
-            last_row_rowtime_us=hi,
+            last_rowtime_us=hi,
+            arrival_us=self.arrival,
+            clock_before_us=self.clock,
         )
+        self.clock = stats.clock_us
         name = f"{self.info.task:05d}-{self.info.attempt}-{uuid.uuid4().hex[:12]}.arrow"
         rel = os.path.join(self._rel_folder, name)
         path = os.path.join(self.target.cfg.location, rel)
         os.makedirs(os.path.dirname(path), exist_ok=True)
         # Listed first, so that discard() removes a half-written file too.
         self.files.append(StagedFile(staged=rel, rows=n, first=self.next_first))
-        write_segment_file(path, stats, self.file_schema, self._record_batches(batches), sync=False)
+        chunks = segment_record_batches(batches, self.file_schema, self.arrival, SPARK_ROWTIME)
+        write_segment_file(path, stats, self.file_schema, chunks, sync=False)
         # The disk catches up while the task goes on receiving rows; close() waits for it.
         self._syncs.append(self._syncer.submit(fsync_file, path))
         self.next_first += n
-
-    def _record_batches(self, batches: list[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
-        """``batches`` (payload and ``rowtime``) as record batches of the segment format, of
-        about :data:`WRITE_ROWS` rows: each gathered from a few of Spark's small batches into
-        memory that the next one reuses, so the file is written without a copy of the run."""
-        group: list[pa.RecordBatch] = []
-        rows = 0
-        for batch in batches:
-            group.append(batch)
-            rows += batch.num_rows
-            if rows >= WRITE_ROWS:
-                yield self._record_batch(group, rows)
-                group, rows = [], 0
-        if group:
-            yield self._record_batch(group, rows)
-
-    def _record_batch(self, group: list[pa.RecordBatch], n: int) -> pa.RecordBatch:
-        if len(group) == 1:
-            data = group[0]
-            columns = {name: data.column(name) for name in data.schema.names}
-        else:
-            table = pa.Table.from_batches(group).combine_chunks()
-            columns = {name: table.column(name).chunk(0) for name in table.column_names}
-        if self._arrival_block is None or len(self._arrival_block) < n:
-            size = max(n, WRITE_ROWS)
-            self._arrival_block = pa.array(np.full(size, self.arrival, dtype=np.int64))
-            self._false_block = pa.array(np.zeros(size, dtype=np.bool_))
-        assert self._false_block is not None
-        arrays = [
-            self._arrival_block.slice(0, n),
-            columns[ROWTIME].cast(pa.int64()),
-            self._false_block.slice(0, n),
-        ]
-        for f in self._payload:
-            col = columns[f.name]
-            arrays.append(col if col.type == f.type else col.cast(f.type))
-        return pa.RecordBatch.from_arrays(arrays, schema=self.file_schema)
 
 
 class StreamTarget:
@@ -286,11 +234,11 @@ class StreamTarget:
         self.state = SinkState(cfg.location)
         self.where = f"target stream {cfg.location}"
 
-    def _stream(self) -> Stream | None:
+    def _stream(self) -> StreamStorage | None:
         """The target stream, or None before the first commit created it."""
-        if read_meta(self.cfg.location) is None:
+        if what_is_at(self.cfg.location).kind is not LocationKind.STREAM:
             return None
-        return open_stream(self.cfg.location)
+        return open_storage(self.cfg.location)
 
     def _payload(self) -> pa.Schema:
         try:
@@ -340,7 +288,7 @@ class StreamTarget:
         self.state.define_target({"kind": KIND})
         known = self._partitions_known()
         if stream is None and known is not None:
-            create_stream(cfg.location, wanted, known)
+            create_storage(cfg.location, wanted, known)
 
     # -- executors ----------------------------------------------------------------------------
 
@@ -359,11 +307,8 @@ class StreamTarget:
             file_schema = segment_schema(self._payload())
         else:
             partition = info.task % stream.meta.partitions
-            chain = stream.segments(partition)
-            last = stream.stats(chain[-1]) if chain else None
-            first = 0 if last is None else last.end
-            base_clock = None if last is None else last.clock_us
-            last_arrival = None if last is None else last.last_arrival_us
+            tail = stream.tail(partition)
+            first, base_clock, last_arrival = tail.end, tail.clock_us, tail.last_arrival_us
             floor = stream.stream_clock_us()
             file_schema = stream.file_schema
         arrival = wall_clock_us()
@@ -403,7 +348,7 @@ class StreamTarget:
                 raise CorruptLogError(
                     f"{self.where}: batch {batch_id} has an intent, and the stream is missing"
                 )
-            stream = create_stream(
+            stream = create_storage(
                 self.cfg.location, self._payload(), self._new_partitions(len(reports))
             )
         # Every partition's lock, in order (waiting while a killed driver's commit runner
@@ -464,7 +409,7 @@ class StreamTarget:
                 )
         # Each task goes to the partition it wrote for, unless that partition's clock has
         # passed its rows; then to the partition with the lowest clock (never above them).
-        floors = [_NO_CLOCK if c is None else c for c in clocks]
+        floors = [NO_TIME if c is None else c for c in clocks]
         lowest = min(range(n), key=lambda q: (floors[q], q))
         assigned: dict[int, list[TaskReport]] = {}
         for r in with_rows:
@@ -512,7 +457,7 @@ class StreamTarget:
         return {
             "format": ENTRY_FORMAT,
             "batch": batch_id,
-            "query_id": _query_id(reports),
+            "query_id": reports_query_id(reports),
             "rows": sum(p["rows"] for p in parts),
             "clock_us": new_clock,
             "clock": iso(new_clock),
@@ -564,7 +509,7 @@ class StreamTarget:
                     raise self._foreign(entry, p, start, records, w.end_offset)
                 if files:
                     self._check_staged(entry, [path for path, _ in files])
-                    w.insert_arrow(_merged(path for path, _ in files), rowtime_column=ROWTIME)
+                    w.insert_arrow(_merged(path for path, _ in files), rowtime_column=SPARK_ROWTIME)
                 if bound is not None:
                     w.set_rowtime_bound(as_datetime(int(bound)))
             w.flush()  # a merged part's rows and bound: one segment, durable and visible whole
@@ -605,18 +550,12 @@ def _merged(paths: Iterable[str]) -> pa.Table:
     runs' order breaks ties)."""
     tables = []
     for path in paths:
-        with pa.memory_map(path, "r") as source:
-            t = pa.ipc.open_file(source).read_all()
-        rowtime = t.column(LOG_ROWTIME).cast(pa.timestamp("us", tz="UTC"))
-        t = t.drop_columns([ARRIVAL, LOG_ROWTIME, IS_BOUND])
-        tables.append(t.append_column(ROWTIME, rowtime))
+        t = open_segment_file(path)
+        rowtime = t.column(LOG_ROWTIME_US).cast(pa.timestamp("us", tz="UTC"))
+        t = t.drop_columns(list(LOG_SYSTEM_COLUMNS))
+        tables.append(t.append_column(SPARK_ROWTIME, rowtime))
     table = pa.concat_tables(tables) if len(tables) > 1 else tables[0]
-    rt = table.column(ROWTIME).cast(pa.int64()).to_numpy()
+    rt = table.column(SPARK_ROWTIME).cast(pa.int64()).to_numpy()
     if not _is_sorted(rt):
         table = table.take(pa.array(np.argsort(rt, kind="stable")))
     return table
-
-
-def _query_id(reports: Iterable[TaskReport]) -> str | None:
-    ids = {r.info.query_id for r in reports if r.info.query_id}
-    return ids.pop() if len(ids) == 1 else None

@@ -11,6 +11,7 @@ to the driver in Spark's commit message: nothing is kept in memory between ``wri
 from __future__ import annotations
 
 import datetime as dt
+from collections.abc import Iterable
 from dataclasses import dataclass, field
 
 import numpy as np
@@ -20,7 +21,8 @@ import pyarrow.compute as pc
 from ..bounds.bounds import END_OF_STREAM_US
 from ..bounds.errors import InvalidRowtimeError, LateRowError
 from ..bounds.time import from_rowtime_us
-from .options import IS_BOUND, ROWTIME, SinkConfig
+from ..streams.columns import SPARK_IS_BOUND, SPARK_ROWTIME
+from .options import SinkConfig
 
 UTC_US = pa.timestamp("us", tz="UTC")
 
@@ -87,6 +89,12 @@ class TaskReport:
     ordered: bool = True
 
 
+def reports_query_id(reports: Iterable[TaskReport | None]) -> str | None:
+    """The Spark query id the tasks of a batch ran under, if they agree on one."""
+    ids = {r.info.query_id for r in reports if r is not None and r.info.query_id}
+    return ids.pop() if len(ids) == 1 else None
+
+
 class RowSplitter:
     """Splits the record batches of one task into data rows and bounds, checking the rows.
 
@@ -105,10 +113,10 @@ class RowSplitter:
         self.min_rowtime_us: int | None = None
         self.max_rowtime_us: int | None = None
         names = list(cfg.schema.names)
-        self._keep = [names.index(n) for n in (*cfg.payload, ROWTIME)]
-        self._out_names = [*cfg.payload, ROWTIME]
-        self._is_bound = names.index(IS_BOUND) if cfg.has_is_bound else None
-        self._rowtime = names.index(ROWTIME)
+        self._keep = [names.index(n) for n in (*cfg.payload, SPARK_ROWTIME)]
+        self._out_names = [*cfg.payload, SPARK_ROWTIME]
+        self._is_bound = names.index(SPARK_IS_BOUND) if cfg.has_is_bound else None
+        self._rowtime = names.index(SPARK_ROWTIME)
 
     def report(self) -> TaskReport:
         return TaskReport(

@@ -35,18 +35,17 @@ the larger segment wins. A listing that races with a change may see a gap: it is
 
 from __future__ import annotations
 
+import json
 import os
-import re
 import threading
 import time
 import urllib.parse
 import uuid
 from collections import OrderedDict
-from collections.abc import Iterable, Sequence
+from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
-import numpy as np
 import pyarrow as pa
 
 from ..bounds.bounds import merge_clock
@@ -56,43 +55,52 @@ from ..bounds.errors import (
     SchemaError,
     StreamNotFoundError,
 )
+
+# The log's system columns under their old names, only for tests/test_crash.py (changed on
+# another branch at the same time); everything else imports them from .columns.
+from .columns import LOG_ARRIVAL_US as ARRIVAL
+from .columns import LOG_IS_BOUND as IS_BOUND
 from .ddl import to_ddl
+from .lock import LOCK_FILE, PartitionLock
 from .meta import (
     META_FILE,
     StreamMeta,
     fsync_dir,
-    fsync_file,
     payload_schema,
     publish,
     read_meta,
     validate_defaults,
     write_meta_once,
 )
+from .segments import (
+    SEGMENT_RE,
+    SegmentStats,
+    check_segment_files,
+    open_segment_file,
+    segment_name,
+    segment_schema,
+    write_segment_file,
+)
+from .storage import (
+    SINK_DIR,
+    SINK_KIND_PARQUET,
+    SINK_KIND_STREAM,
+    SINK_TARGET_FILE,
+    LocationKind,
+    PartitionAppender,
+    PartitionTail,
+)
 
 __all__ = [
     "ARRIVAL",
+    "EMBEDDED_LOG",
     "IS_BOUND",
-    "ROWTIME",
-    "SYSTEM_COLUMNS",
-    "SegmentStats",
     "Stream",
     "create_stream",
     "open_stream",
     "resolve_location",
 ]
 
-ARRIVAL = "__arrival_us"
-ROWTIME = "__rowtime_us"
-IS_BOUND = "__is_bound"
-SYSTEM_COLUMNS = (ARRIVAL, ROWTIME, IS_BOUND)
-
-SYSTEM_FIELDS = (
-    pa.field(ARRIVAL, pa.int64(), nullable=False),
-    pa.field(ROWTIME, pa.int64(), nullable=True),
-    pa.field(IS_BOUND, pa.bool_(), nullable=False),
-)
-
-SEGMENT_RE = re.compile(r"(\d{20})-(\d{10})\.arrow\Z")
 TMP_PREFIX = ".tmp."
 
 #: Segments smaller than this many records take part in merging (size classes of 16x).
@@ -106,15 +114,6 @@ def partition_dirname(partition: int) -> str:
     return f"partition-{partition:04d}"
 
 
-def segment_name(first: int, count: int) -> str:
-    return f"{first:020d}-{count:010d}.arrow"
-
-
-def segment_schema(payload: pa.Schema) -> pa.Schema:
-    """The columns of every segment of a stream with this payload schema."""
-    return pa.schema([*SYSTEM_FIELDS, *(f.with_nullable(True) for f in payload)])
-
-
 def resolve_location(location: str | os.PathLike[str]) -> str:
     """An absolute local path for a path or ``file://`` URL."""
     if isinstance(location, os.PathLike):
@@ -126,7 +125,7 @@ def resolve_location(location: str | os.PathLike[str]) -> str:
         if url.scheme != "file":
             raise OptionError(
                 f"stream location {location!r}: only local paths and file:// URLs are supported "
-                "by the embedded log (not {url.scheme}://)"
+                f"by the embedded log (not {url.scheme}://)"
             )
         if url.netloc not in ("", "localhost"):
             raise OptionError(
@@ -135,125 +134,6 @@ def resolve_location(location: str | os.PathLike[str]) -> str:
             )
         location = urllib.parse.unquote(url.path)
     return os.path.abspath(os.path.expanduser(location))
-
-
-# -- segment statistics ----------------------------------------------------------------------
-
-
-@dataclass(frozen=True)
-class SegmentStats:
-    """What a segment's footer says about it. Times are microseconds since the epoch.
-
-    ``clock_us`` is the partition clock *after* this segment: the highest bound or data rowtime
-    (explicit, or arrival for implicit rows) of the partition up to and including it. The
-    ``*_rowtime_us`` and ``*skew*`` fields cover data rows only and are None without any.
-    """
-
-    first: int
-    count: int
-    rows: int
-    bounds: int
-    clock_us: int
-    last_arrival_us: int
-    min_rowtime_us: int | None = None
-    max_rowtime_us: int | None = None
-    last_bound_us: int | None = None
-    max_skew_us: int | None = None
-    last_row_arrival_us: int | None = None
-    last_row_rowtime_us: int | None = None
-
-    @property
-    def end(self) -> int:
-        return self.first + self.count
-
-    def to_metadata(self) -> dict[bytes, bytes]:
-        out = {}
-        for key, value in self.__dict__.items():
-            if value is not None:
-                out[f"rowtime.{key}".encode()] = str(int(value)).encode()
-        out[b"rowtime.format_version"] = b"1"
-        return out
-
-    @classmethod
-    def from_metadata(cls, metadata: dict[bytes, bytes] | None, where: str) -> SegmentStats:
-        meta = metadata or {}
-        values: dict[str, int | None] = {}
-        try:
-            for name in cls.__dataclass_fields__:
-                raw = meta.get(f"rowtime.{name}".encode())
-                values[name] = int(raw) if raw is not None else None
-            return cls(**values)  # type: ignore[arg-type]
-        except (TypeError, ValueError) as e:
-            raise CorruptLogError(f"segment {where} has no valid rowtime footer: {e}") from e
-
-    @classmethod
-    def compute(
-        cls,
-        first: int,
-        arrival: np.ndarray,
-        rowtime: np.ndarray,
-        has_rowtime: np.ndarray,
-        is_bound: np.ndarray,
-        prev_clock_us: int | None,
-    ) -> SegmentStats:
-        """Statistics of records ``[first, first + len(arrival))`` from their system columns."""
-        n = len(arrival)
-        if n == 0:
-            raise ValueError("a segment holds at least one record")
-        effective = np.where(has_rowtime, rowtime, arrival)
-        data = ~is_bound
-        rows = int(data.sum())
-        clock = int(effective.max())
-        if prev_clock_us is not None and prev_clock_us > clock:
-            clock = prev_clock_us
-        kw: dict[str, Any] = {}
-        if rows:
-            eff_rows = effective[data]
-            arr_rows = arrival[data]
-            kw.update(
-                min_rowtime_us=int(eff_rows.min()),
-                max_rowtime_us=int(eff_rows.max()),
-                max_skew_us=int((arr_rows - eff_rows).max()),
-                last_row_arrival_us=int(arr_rows[-1]),
-                last_row_rowtime_us=int(eff_rows[-1]),
-            )
-        if rows < n:
-            kw["last_bound_us"] = int(effective[is_bound][-1])
-        return cls(
-            first=first,
-            count=n,
-            rows=rows,
-            bounds=n - rows,
-            clock_us=clock,
-            last_arrival_us=int(arrival[-1]),
-            **kw,
-        )
-
-    @staticmethod
-    def merge(parts: Sequence[SegmentStats]) -> SegmentStats:
-        """The statistics of consecutive segments taken as one."""
-        last = parts[-1]
-
-        def pick(values: Iterable[int | None], fn: Any) -> int | None:
-            present = [v for v in values if v is not None]
-            return fn(present) if present else None
-
-        with_rows = [p for p in parts if p.rows]
-        with_bounds = [p for p in parts if p.bounds]
-        return SegmentStats(
-            first=parts[0].first,
-            count=sum(p.count for p in parts),
-            rows=sum(p.rows for p in parts),
-            bounds=sum(p.bounds for p in parts),
-            clock_us=last.clock_us,
-            last_arrival_us=last.last_arrival_us,
-            min_rowtime_us=pick((p.min_rowtime_us for p in parts), min),
-            max_rowtime_us=pick((p.max_rowtime_us for p in parts), max),
-            last_bound_us=with_bounds[-1].last_bound_us if with_bounds else None,
-            max_skew_us=pick((p.max_skew_us for p in parts), max),
-            last_row_arrival_us=with_rows[-1].last_row_arrival_us if with_rows else None,
-            last_row_rowtime_us=with_rows[-1].last_row_rowtime_us if with_rows else None,
-        )
 
 
 @dataclass(frozen=True)
@@ -322,12 +202,6 @@ def list_segments(part_dir: str) -> tuple[list[Segment], list[str], list[str]]:
     )
 
 
-def open_segment_file(path: str) -> pa.Table:
-    """A segment as a table whose buffers point into a read-only memory map (no copy)."""
-    with pa.memory_map(path, "r") as source:
-        return pa.ipc.open_file(source).read_all()
-
-
 def write_segment(
     part_dir: str,
     stats: SegmentStats,
@@ -351,29 +225,6 @@ def write_segment(
             pass
     fsync_dir(part_dir)
     return segment
-
-
-def write_segment_file(
-    path: str,
-    stats: SegmentStats,
-    schema: pa.Schema,
-    chunks: Iterable[pa.Table | pa.RecordBatch],
-    *,
-    sync: bool = True,
-) -> None:
-    """Write records in the segment format (``schema``, ``stats`` in the footer) to ``path``
-    and fsync it (unless ``sync=False``: then the caller calls :func:`fsync_file` before the
-    file is linked). The file is not part of any partition until :func:`link_segment` names
-    it."""
-    file_schema = schema.with_metadata(stats.to_metadata())
-    with pa.OSFile(path, "wb") as sink, pa.ipc.new_file(sink, file_schema) as writer:
-        for chunk in chunks:
-            if isinstance(chunk, pa.RecordBatch):
-                writer.write_batch(chunk)
-            else:
-                writer.write_table(chunk)
-    if sync:
-        fsync_file(path)
 
 
 def link_segment(part_dir: str, path: str, stats: SegmentStats) -> Segment:
@@ -473,6 +324,24 @@ class Stream:
     def stream_clock_us(self) -> int | None:
         """The stream clock: the minimum of the partition clocks, None if any is empty."""
         return merge_clock(self.clock_us(p) for p in range(self.meta.partitions))
+
+    def tail(self, partition: int) -> PartitionTail:
+        """End offset, clock and last arrival of ``partition``, from its last footer."""
+
+        def last(chain: list[Segment]) -> PartitionTail:
+            if not chain:
+                return PartitionTail()
+            stats = self.stats(chain[-1])
+            return PartitionTail(stats.end, stats.clock_us, stats.last_arrival_us)
+
+        return self._stable(partition, last)
+
+    # -- appending --
+
+    def lock_partition(self, partition: int, where: str) -> PartitionAppender:
+        """The partition's one appender: its ``flock`` (``streams.lock``) taken, leftovers of
+        a writer that died removed."""
+        return _LogAppender(self, partition, where)
 
     # -- reading --
 
@@ -587,6 +456,54 @@ class Stream:
             ) from None
 
 
+class _LogAppender:
+    """The embedded log's :class:`~.storage.PartitionAppender`: holds the partition's flock;
+    appends segment files (write, fsync, link, fsync the folder) and merges small ones."""
+
+    def __init__(self, stream: Stream, partition: int, where: str) -> None:
+        self.stream = stream
+        self.partition = partition
+        self.where = where
+        self._dir = stream.partition_dir(partition)  # validates the partition
+        self._lock = PartitionLock(os.path.join(self._dir, LOCK_FILE))
+        self._lock.acquire(where)
+        try:
+            clean_partition(stream, partition)
+            self._tail = stream.tail(partition)
+        except BaseException:
+            self._lock.release()
+            raise
+
+    def tail(self) -> PartitionTail:
+        return self._tail
+
+    def append_run(self, stats: SegmentStats, chunks: Sequence[pa.Table | pa.RecordBatch]) -> None:
+        write_segment(self._dir, stats, self.stream.file_schema, chunks)
+        self._tail = PartitionTail(stats.end, stats.clock_us, stats.last_arrival_us)
+        try:
+            compact_tail(self.stream, self.partition)
+        except OSError:
+            pass  # merging is housekeeping: the next append tries again
+
+    def append_segment_files(self, paths: Sequence[str], *, reject: bool, verify: bool) -> None:
+        checked = check_segment_files(
+            paths,
+            self.stream.file_schema,
+            self._tail,
+            where=self.where,
+            reject=reject,
+            verify=verify,
+        )
+        for path, stats in checked:
+            link_segment(self._dir, path, stats)
+            self._tail = PartitionTail(stats.end, stats.clock_us, stats.last_arrival_us)
+        if checked:
+            fsync_dir(self._dir)
+
+    def release(self) -> None:
+        self._lock.release()
+
+
 class _Refresh(Exception):
     pass
 
@@ -692,13 +609,16 @@ def open_stream(location: str | os.PathLike[str]) -> Stream:
     Raises :class:`StreamNotFoundError` (naming the location and how to create a stream) when
     there is none.
     """
-    path = resolve_location(location)
+    return _open(resolve_location(location), str(location))
+
+
+def _open(path: str, given: str) -> Stream:
     if not os.path.isdir(path):
         why = "not a directory" if os.path.exists(path) else "no such directory"
-        raise _not_found(str(location), path, why)
+        raise _not_found(given, path, why)
     meta = read_meta(path)
     if meta is None:
-        raise _not_found(str(location), path, f"the directory has no {META_FILE}")
+        raise _not_found(given, path, f"the directory has no {META_FILE}")
     return Stream(meta)
 
 
@@ -764,3 +684,51 @@ def _check_same(existing: StreamMeta, wanted: StreamMeta, given_defaults: bool) 
             f"a stream already exists at {where} with defaults {existing.defaults}, not "
             f"{wanted.defaults}; the defaults are fixed when a stream is created"
         )
+
+
+# -- the backend -----------------------------------------------------------------------------
+
+
+def _sink_target_kind(path: str) -> str | None:
+    """``kind`` in the sink's target file at ``path``, or None without one."""
+    file = os.path.join(path, SINK_DIR, SINK_TARGET_FILE)
+    try:
+        with open(file, encoding="utf-8") as f:
+            text = f.read()
+    except (FileNotFoundError, NotADirectoryError):
+        return None
+    try:
+        doc = json.loads(text)
+    except ValueError as e:
+        raise CorruptLogError(f"sink file {file} cannot be read ({e}): it was damaged") from e
+    kind = doc.get("kind") if isinstance(doc, dict) else None
+    return kind if isinstance(kind, str) else None
+
+
+class _EmbeddedLogBackend:
+    """The embedded log as a :class:`~.storage.Backend`: local paths and ``file://`` URLs."""
+
+    def resolve(self, location: str) -> str:
+        return resolve_location(location)
+
+    def kind_at(self, resolved: str) -> LocationKind:
+        if os.path.isfile(os.path.join(resolved, META_FILE)):
+            return LocationKind.STREAM
+        kind = _sink_target_kind(resolved)
+        if kind == SINK_KIND_PARQUET:
+            return LocationKind.PARQUET_TARGET
+        if kind == SINK_KIND_STREAM and read_meta(resolved) is None:
+            return LocationKind.PENDING_STREAM_TARGET
+        return LocationKind.NOTHING
+
+    def open(self, resolved: str, given: str) -> Stream:
+        return _open(resolved, given)
+
+    def create(
+        self, resolved: str, schema: str | pa.Schema, partitions: int, defaults: dict[str, Any]
+    ) -> Stream:
+        return create_stream(resolved, schema, partitions, **defaults)
+
+
+#: The embedded log's backend, registered for plain paths and ``file://`` by :mod:`.storage`.
+EMBEDDED_LOG = _EmbeddedLogBackend()

@@ -29,6 +29,7 @@ import pyarrow as pa
 
 from ..bounds.errors import CorruptLogError, OptionError, SchemaError
 from ..bounds.time import to_rowtime_us
+from .columns import SPARK_COLUMNS
 from .ddl import normalize_schema, parse_ddl, to_ddl
 
 FORMAT = "pyspark-rowtime-stream"
@@ -36,7 +37,7 @@ FORMAT_VERSION = 1
 META_FILE = "_stream.json"
 
 #: Column names the log (``__*``) and the reader (``rowtime``, ``is_bound``) add to each record.
-RESERVED_COLUMNS = ("rowtime", "is_bound")
+RESERVED_COLUMNS = SPARK_COLUMNS
 
 ORDERS = ("reject", "drop", "adjust")
 ADJUST_UNITS = ("sec", "msec", "usec")

@@ -32,7 +32,6 @@ explicit rowtime, that column's value is the row's explicit rowtime (what reader
 from __future__ import annotations
 
 import datetime as dt
-import os
 import threading
 import time
 import warnings
@@ -45,39 +44,23 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from ..bounds.bounds import END_OF_STREAM_US, normalize_bound
+from ..bounds.bounds import END_OF_STREAM_US, NO_TIME, normalize_bound
 from ..bounds.errors import (
     BoundError,
-    CorruptLogError,
     InvalidRowtimeError,
     LateRowError,
     OptionError,
-    RowtimeError,
     SchemaError,
+    UnflushedRecordsError,
     WriterClosedError,
 )
-from ..bounds.time import from_rowtime_us, parse_duration_us, rowtime_array_us, to_rowtime_us
+from ..bounds.time import parse_duration_us, rowtime_array_us, to_rowtime_us
 from .ddl import type_to_ddl
-from .lock import LOCK_FILE, PartitionLock
-from .log import (
-    ARRIVAL,
-    IS_BOUND,
-    ROWTIME,
-    SegmentStats,
-    Stream,
-    clean_partition,
-    compact_tail,
-    link_segment,
-    open_segment_file,
-    open_stream,
-    write_segment,
-)
-from .meta import fsync_dir
+from .segments import SegmentStats, clock_before, data_run_stats
+from .segments import time_text as _iso
+from .storage import StreamStorage, open_storage
 
 __all__ = ["Writer", "open_writer", "wall_clock_us"]
-
-#: Below every rowtime: the clock of a partition that has no record yet.
-_NO_CLOCK = -(2**63)
 
 DEFAULT_FLUSH_RECORDS = 1 << 17
 DEFAULT_FLUSH_BYTES = 256 << 20
@@ -105,15 +88,6 @@ def constant_int64(n: int, value: int) -> pa.ChunkedArray:
     if rest:
         chunks.append(block.slice(0, rest))
     return pa.chunked_array(chunks, type=pa.int64())
-
-
-def _iso(t_us: int) -> str:
-    if t_us >= END_OF_STREAM_US:
-        return "end of stream"
-    try:
-        return from_rowtime_us(t_us).isoformat().replace("+00:00", "Z")
-    except RowtimeError:
-        return f"{t_us} us"
 
 
 _INT_RANGES = {
@@ -160,7 +134,7 @@ class Writer:
 
     def __init__(
         self,
-        stream: Stream,
+        stream: StreamStorage,
         partition: int = 0,
         *,
         heartbeat: Any = None,
@@ -171,8 +145,6 @@ class Writer:
         self.stream = stream
         self.partition = partition
         self._where = f"partition {partition} of stream {stream.location}"
-        part_dir = stream.partition_dir(partition)  # validates the partition
-        self._part_dir = part_dir
         heartbeat_us = None if heartbeat is None else parse_duration_us(heartbeat, what="heartbeat")
         if flush_records < 1 or flush_bytes < 1:
             raise OptionError(
@@ -209,24 +181,13 @@ class Writer:
         self._promote_index = self._names.index(promote) if promote in self._names else None
 
         self._mutex = threading.Lock()
-        self._lock = PartitionLock(os.path.join(part_dir, LOCK_FILE))
-        self._lock.acquire(self._where)
+        # The partition's one appender (validates the partition, takes its lock).
+        self._appender = stream.lock_partition(partition, self._where)
         self._closed = False
-        try:
-            clean_partition(stream, partition)
-            chain = stream.segments(partition)
-            if chain:
-                last = stream.stats(chain[-1])
-                self._end = last.end
-                self._clock = last.clock_us
-                self._arrival = last.last_arrival_us
-            else:
-                self._end = 0
-                self._clock = _NO_CLOCK
-                self._arrival = _NO_CLOCK
-        except BaseException:
-            self._lock.release()
-            raise
+        tail = self._appender.tail()
+        self._end = tail.end
+        self._clock = NO_TIME if tail.clock_us is None else tail.clock_us
+        self._arrival = NO_TIME if tail.last_arrival_us is None else tail.last_arrival_us
         # The row buffer, by column: plain lists are the cheapest thing to append to, and
         # pyarrow converts each in one call when the buffer is sealed.
         self._arrivals: list[int] = []
@@ -240,7 +201,7 @@ class Writer:
         self._chunk_bytes = 0
         self._row_room = flush_records  # rows the row buffer may take before a flush
         # When a call last wrote (heartbeats wait for a quiet interval after it).
-        self._activity_us = self._clock_now() if heartbeat_us is not None else _NO_CLOCK
+        self._activity_us = self._clock_now() if heartbeat_us is not None else NO_TIME
         self._bg_error: BaseException | None = None
         self._usable = True  # open and no heartbeat error pending: the hot path's one check
         self._heartbeat_us = heartbeat_us
@@ -298,12 +259,12 @@ class Writer:
     @property
     def clock_us(self) -> int | None:
         """The partition clock including buffered records; None before any record."""
-        return None if self._clock == _NO_CLOCK else self._clock
+        return None if self._clock == NO_TIME else self._clock
 
     @property
     def last_arrival_us(self) -> int | None:
         """The arrival time of the partition's last record (buffered or committed)."""
-        return None if self._arrival == _NO_CLOCK else self._arrival
+        return None if self._arrival == NO_TIME else self._arrival
 
     @property
     def closed(self) -> bool:
@@ -537,9 +498,7 @@ class Writer:
                 top = int(rt.max())
                 if check_late:
                     # The clock before each row: the partition clock, then the running maximum.
-                    before = np.empty_like(rt)
-                    before[0] = clock  # _NO_CLOCK is int64's minimum: fits
-                    np.maximum(np.maximum.accumulate(rt)[:-1], clock, out=before[1:])
+                    before = clock_before(rt, clock)
                     late = rt < before
                     if late.any():
                         i = int(np.flatnonzero(late)[0])
@@ -552,18 +511,14 @@ class Writer:
                     self._late(arrival, clock, True, index=0)
                 rowtime_arr = pa.nulls(n, pa.int64())
                 low = last = arrival
-            stats = SegmentStats(
-                first=0,
-                count=n,
-                rows=n,
-                bounds=0,
-                clock_us=max(top, clock),
-                last_arrival_us=arrival,
+            stats = data_run_stats(
+                0,
+                n,
                 min_rowtime_us=low,
                 max_rowtime_us=top,
-                max_skew_us=arrival - low,
-                last_row_arrival_us=arrival,
-                last_row_rowtime_us=last,
+                last_rowtime_us=last,
+                arrival_us=arrival,
+                clock_before_us=clock,
             )
             system = [
                 constant_int64(n, arrival),
@@ -638,7 +593,7 @@ class Writer:
         without copying a record; returns :attr:`end_offset`.
 
         Each file must be complete and fsync'd, on the stream's filesystem, in the segment
-        format of this stream (:func:`~streams.log.write_segment_file`), and continue the
+        format of this stream (:func:`~streams.segments.write_segment_file`), and continue the
         partition exactly: its footer's first offset is the partition's end, its footer
         statistics are those of its records with the partition clock carried over them, its
         arrival times never go below the partition's last, and its records obey the rules
@@ -651,100 +606,26 @@ class Writer:
 
         A file gets a second name (a hard link) in the partition; the caller may remove its own
         name afterwards. Files are checked before any is committed: if a check fails nothing
-        is. Nothing may be buffered (flush first).
+        is. Nothing may be buffered: :class:`UnflushedRecordsError` says to flush first.
         """
         with self._mutex:
             self._check_open()
             if self.pending:
-                raise CorruptLogError(
+                raise UnflushedRecordsError(
                     f"{self._where}: {self.pending} buffered record(s) must be flushed before "
-                    "segment files are appended"
+                    "segment files are appended: call flush() first"
                 )
-            end, clock, arrival = self._end, self._clock, self._arrival
-            checked: list[tuple[str, SegmentStats]] = []
-            for path in paths:
-                table = _segment_file(path, self._file_schema)
-                stats = self._check_footer(table, path, end, clock, arrival)
-                if verify:
-                    self._verify_records(table, stats, path, end, clock)
-                checked.append((path, stats))
-                end, clock, arrival = stats.end, stats.clock_us, stats.last_arrival_us
-            for path, stats in checked:
-                link_segment(self._part_dir, path, stats)
-                self._end, self._clock = stats.end, stats.clock_us
-                self._arrival = stats.last_arrival_us
-            if checked:
-                fsync_dir(self._part_dir)
+            self._appender.append_segment_files(paths, reject=self._reject, verify=verify)
+            tail = self._appender.tail()
+            if tail.end != self._end:
+                assert tail.clock_us is not None and tail.last_arrival_us is not None
+                self._end, self._clock, self._arrival = (
+                    tail.end,
+                    tail.clock_us,
+                    tail.last_arrival_us,
+                )
                 self._activity_us = max(self._activity_us, self._arrival)
             return self._end
-
-    def _check_footer(
-        self, table: pa.Table, path: str, end: int, clock: int, arrival: int
-    ) -> SegmentStats:
-        """A segment file's footer, checked to continue the partition at ``end``."""
-        stats = SegmentStats.from_metadata(table.schema.metadata, path)
-        if stats.count != table.num_rows or stats.rows + stats.bounds != stats.count:
-            raise CorruptLogError(
-                f"segment file {path} holds {table.num_rows} records and its footer says "
-                f"{stats.count} ({stats.rows} rows, {stats.bounds} bounds)"
-            )
-        if (stats.rows and stats.max_rowtime_us is None) or (
-            stats.bounds and stats.last_bound_us is None
-        ):
-            raise CorruptLogError(f"segment file {path} has no rowtime statistics in its footer")
-        if stats.first != end:
-            raise CorruptLogError(
-                f"segment file {path} starts at offset {stats.first}, and {self._where} "
-                f"continues at {end}"
-            )
-        first_arrival = int(table.column(0)[0].as_py())
-        top = max(clock, *(t for t in (stats.max_rowtime_us, stats.last_bound_us) if t is not None))
-        if stats.clock_us != top or first_arrival < arrival:
-            raise CorruptLogError(
-                f"segment file {path} does not continue {self._where}: its footer clock is "
-                f"{stats.clock_us} (the partition's would be {top}) and its first arrival "
-                f"{first_arrival} (the partition's last is {arrival})"
-            )
-        if clock == END_OF_STREAM_US or (
-            self._reject and stats.min_rowtime_us is not None and stats.min_rowtime_us < clock
-        ):
-            low = clock if stats.min_rowtime_us is None else stats.min_rowtime_us
-            self._late(low, clock, False, index=0)
-        return stats
-
-    def _verify_records(
-        self, table: pa.Table, stats: SegmentStats, path: str, end: int, clock: int
-    ) -> None:
-        """A segment file's records, checked against its footer and the partition's rules."""
-        arrivals = table.column(ARRIVAL).to_numpy()
-        rowtime = table.column(ROWTIME)
-        has_rt = rowtime.is_valid().to_numpy(zero_copy_only=False)
-        rt = pc.fill_null(rowtime, 0).to_numpy()
-        is_bound = table.column(IS_BOUND).to_numpy(zero_copy_only=False)
-        if len(arrivals) > 1 and not bool(np.all(arrivals[1:] >= arrivals[:-1])):
-            raise CorruptLogError(f"segment file {path} has arrival times that go back")
-        actual = SegmentStats.compute(end, arrivals, rt, has_rt, is_bound, clock)
-        if actual != stats:
-            raise CorruptLogError(
-                f"segment file {path} has a footer that does not describe its records: it "
-                f"says {stats}, its records give {actual}"
-            )
-        effective = np.where(has_rt, rt, arrivals)
-        before = np.empty_like(effective)
-        before[0] = clock
-        np.maximum(np.maximum.accumulate(effective)[:-1], clock, out=before[1:])
-        low_bounds = is_bound & (effective < before)
-        if low_bounds.any():
-            i = int(np.flatnonzero(low_bounds)[0])
-            raise BoundError(
-                f"segment file {path} has a bound at record {i}, {_iso(int(effective[i]))}, "
-                f"below the clock {_iso(int(before[i]))} of {self._where}: bounds never move "
-                "backwards. Nothing was written"
-            )
-        late = ~is_bound & (effective < before)
-        if self._reject and late.any():
-            i = int(np.flatnonzero(late)[0])
-            self._late(int(effective[i]), int(before[i]), not bool(has_rt[i]), index=i)
 
     def _seal_rows(self) -> None:
         """Turn the row buffer into an Arrow chunk (so an Arrow chunk can follow it)."""
@@ -807,16 +688,12 @@ class Writer:
         stats = SegmentStats(
             **{**stats.__dict__, "first": self._end, "clock_us": self._clock}  # exact clock
         )
-        write_segment(self._part_dir, stats, self._file_schema, self._chunks)
+        self._appender.append_run(stats, self._chunks)
         self._end = stats.end
         self._chunks = []
         self._chunk_stats = []
         self._count_chunks(0)
         self._chunk_bytes = 0
-        try:
-            compact_tail(self.stream, self.partition)
-        except OSError:
-            pass  # merging is housekeeping: the next flush tries again
         return self._end
 
     def close(self) -> None:
@@ -837,7 +714,7 @@ class Writer:
             finally:
                 self._closed = True
                 self._usable = False
-                self._lock.release()
+                self._appender.release()
 
     def abort(self) -> None:
         """Discard the buffer (nothing more is written) and release the partition."""
@@ -855,7 +732,7 @@ class Writer:
         self._stop.set()
         self._closed = True
         self._usable = False
-        self._lock.release()
+        self._appender.release()
 
     # -- heartbeats ---------------------------------------------------------------------------
 
@@ -888,23 +765,6 @@ class Writer:
             return wrote
 
 
-def _segment_file(path: str, file_schema: pa.Schema) -> pa.Table:
-    """A segment file's records (memory-mapped), checked to have the stream's segment columns
-    and at least one record."""
-    try:
-        table = open_segment_file(path)
-    except (OSError, pa.ArrowInvalid) as e:
-        raise CorruptLogError(f"segment file {path} cannot be read: {e}") from e
-    if not table.schema.remove_metadata().equals(file_schema.remove_metadata()):
-        raise CorruptLogError(
-            f"segment file {path} has columns {table.schema.remove_metadata()}, and the "
-            f"stream's segments have {file_schema.remove_metadata()}"
-        )
-    if table.num_rows == 0:
-        raise CorruptLogError(f"segment file {path} holds no records")
-    return table
-
-
 def open_writer(
     location: Any,
     partition: int = 0,
@@ -918,5 +778,5 @@ def open_writer(
     ``options``: ``clock`` (a callable returning microseconds, for tests), ``flush_records``,
     ``flush_bytes``.
     """
-    stream = location if isinstance(location, Stream) else open_stream(location)
+    stream = location if isinstance(location, StreamStorage) else open_storage(location)
     return Writer(stream, partition, heartbeat=heartbeat, **options)

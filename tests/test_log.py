@@ -18,11 +18,9 @@ from pyspark_rowtime.bounds.errors import (
     StreamNotFoundError,
 )
 from pyspark_rowtime.bounds.time import from_rowtime_us
+from pyspark_rowtime.streams.columns import LOG_ARRIVAL_US, LOG_IS_BOUND, LOG_ROWTIME_US
 from pyspark_rowtime.streams.log import (
-    ARRIVAL,
     COMPACT_FANIN,
-    IS_BOUND,
-    ROWTIME,
     SegmentStats,
     open_stream,
 )
@@ -186,8 +184,18 @@ def test_a_folder_holding_other_files_is_not_turned_into_a_stream(tmp_path):
 
 
 def test_other_url_schemes_are_refused_clearly(tmp_path):
-    with pytest.raises(OptionError, match="only local paths and file:// URLs"):
+    with pytest.raises(OptionError, match="only local paths and file:// URLs") as info:
         create_stream("s3://bucket/s", "a INT")
+    assert "(not s3://)" in str(info.value)
+    assert "{" not in str(info.value)
+
+
+def test_the_embedded_log_names_the_scheme_it_refuses():
+    from pyspark_rowtime.streams.log import resolve_location
+
+    with pytest.raises(OptionError, match="only local paths and file:// URLs") as info:
+        resolve_location("hdfs://nn/s")
+    assert "(not hdfs://)" in str(info.value)
 
 
 # -- open --------------------------------------------------------------------------------------
@@ -228,22 +236,22 @@ def test_records_read_back_in_offset_order_with_system_columns(written):
     assert stream.end_offset(0) == 5
     assert stream.end_offset(1) == 0
     t = stream.read(0, 0, 5)
-    assert t.column_names == [ARRIVAL, ROWTIME, IS_BOUND, "a", "b"]
-    assert t.column(ARRIVAL).to_pylist() == [T0, T0 + 1, T0 + 2, T0 + 3, T0 + 3]
+    assert t.column_names == [LOG_ARRIVAL_US, LOG_ROWTIME_US, LOG_IS_BOUND, "a", "b"]
+    assert t.column(LOG_ARRIVAL_US).to_pylist() == [T0, T0 + 1, T0 + 2, T0 + 3, T0 + 3]
     jan1, jan2 = 1_704_067_200_000_000, 1_704_153_600_000_000
-    assert t.column(ROWTIME).to_pylist() == [None, jan1, jan2, None, None]
-    assert t.column(IS_BOUND).to_pylist() == [False, False, True, False, False]
+    assert t.column(LOG_ROWTIME_US).to_pylist() == [None, jan1, jan2, None, None]
+    assert t.column(LOG_IS_BOUND).to_pylist() == [False, False, True, False, False]
     assert t.column("a").to_pylist() == [1, 2, None, 5, 6]
     assert t.column("b").to_pylist() == ["x", None, None, "p", "q"]
 
 
 def test_reads_are_column_pruned_and_sliced_across_segments(written):
     stream = open_stream(written)
-    t = stream.read(0, 1, 4, columns=[ROWTIME, "b"])
-    assert t.column_names == [ROWTIME, "b"]
+    t = stream.read(0, 1, 4, columns=[LOG_ROWTIME_US, "b"])
+    assert t.column_names == [LOG_ROWTIME_US, "b"]
     assert t.column("b").to_pylist() == [None, None, "p"]
     assert stream.read(0, 3, 3).num_rows == 0
-    assert stream.read(0, 2, 3, columns=[IS_BOUND]).column(0).to_pylist() == [True]
+    assert stream.read(0, 2, 3, columns=[LOG_IS_BOUND]).column(0).to_pylist() == [True]
 
 
 def test_reads_point_into_the_memory_mapped_segment_without_copying(written):
@@ -353,7 +361,7 @@ def test_segments_are_arrow_ipc_files_named_by_first_offset_and_count(written):
         reader = pa.ipc.open_file(source)
         table = reader.read_all()
     assert table.num_rows == 3
-    assert table.schema.field(ARRIVAL).nullable is False
+    assert table.schema.field(LOG_ARRIVAL_US).nullable is False
     stats = SegmentStats.from_metadata(reader.schema.metadata, names[1])
     assert (stats.first, stats.count, stats.rows, stats.bounds) == (2, 3, 2, 1)
     assert stats.last_bound_us == 1_704_153_600_000_000
@@ -397,10 +405,10 @@ def test_small_segments_are_merged_without_changing_what_is_read(tmp_path):
     n = stream.end_offset(0)
     assert len(files) <= 15  # 53 flushes
     t = stream.read(0, 0, n)
-    flags = t.column(IS_BOUND).to_pylist()
+    flags = t.column(LOG_IS_BOUND).to_pylist()
     rows = [a for a, b in zip(t.column("a").to_pylist(), flags, strict=True) if not b]
     assert rows == list(range(3 * COMPACT_FANIN + 5))
-    arrivals = t.column(ARRIVAL).to_pylist()
+    arrivals = t.column(LOG_ARRIVAL_US).to_pylist()
     assert arrivals == sorted(arrivals)
     stats = stream.partition_stats(0)
     assert sum(s.count for s in stats) == n

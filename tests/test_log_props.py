@@ -16,7 +16,8 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from pyspark_rowtime.bounds.bounds import END_OF_STREAM_US
 from pyspark_rowtime.bounds.time import from_rowtime_us
-from pyspark_rowtime.streams.log import ARRIVAL, IS_BOUND, ROWTIME, open_stream
+from pyspark_rowtime.streams.columns import LOG_ARRIVAL_US, LOG_IS_BOUND, LOG_ROWTIME_US
+from pyspark_rowtime.streams.log import open_stream
 
 from pyspark_rowtime.api import create_stream, open_writer
 
@@ -129,9 +130,9 @@ def test_any_sequence_of_writes_reads_back_identically_with_non_decreasing_arriv
         t = stream.read(0, 0, n)
         got = list(
             zip(
-                t.column(ARRIVAL).to_pylist(),
-                t.column(ROWTIME).to_pylist(),
-                t.column(IS_BOUND).to_pylist(),
+                t.column(LOG_ARRIVAL_US).to_pylist(),
+                t.column(LOG_ROWTIME_US).to_pylist(),
+                t.column(LOG_IS_BOUND).to_pylist(),
                 t.column("a").to_pylist(),
                 t.column("b").to_pylist(),
                 strict=True,

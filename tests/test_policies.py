@@ -125,7 +125,7 @@ def test_bound_releases_held_rows_below_it_and_ties_at_it():
 
 
 def test_max_held_overflow_fails_clearly_and_keeps_state():
-    run = PolicyRun(AdjustPolicy(unit="usec", range=1000, max_held_rows=3))
+    run = PolicyRun(AdjustPolicy(unit="usec", range=1000, max_held=3))
     run.push(np.array([1, 2, 3], dtype=np.int64), np.zeros(3, dtype=bool))
     snap = run.snapshot()
     with pytest.raises(HeldRowsOverflowError, match=r"adjust.maxHeld=3.*nothing was lost"):
@@ -156,7 +156,7 @@ POLICIES = st.one_of(
         AdjustPolicy,
         unit=st.sampled_from(["usec", "msec", "sec"]),
         range=st.integers(0, 30),
-        max_held_rows=st.just(10**9),
+        max_held=st.just(10**9),
     ),
 )
 

@@ -23,7 +23,8 @@ from pyspark_rowtime.bounds.errors import (
 )
 from pyspark_rowtime.bounds.time import from_rowtime_us
 from pyspark_rowtime.streams import log as log_module
-from pyspark_rowtime.streams.log import ARRIVAL, IS_BOUND, ROWTIME, open_stream
+from pyspark_rowtime.streams.columns import LOG_ARRIVAL_US, LOG_IS_BOUND, LOG_ROWTIME_US
+from pyspark_rowtime.streams.log import open_stream
 
 from pyspark_rowtime.api import create_stream, open_writer, read_stream
 
@@ -96,20 +97,18 @@ def test_a_closed_writer_refuses_work_and_close_is_idempotent(loc):
 
 
 def test_a_failed_flush_keeps_the_buffer_and_commits_nothing(loc, monkeypatch):
-    from pyspark_rowtime.streams import writer as writer_module
-
-    real = writer_module.write_segment
+    real = log_module.write_segment
 
     def disk_full(*args, **kwargs):
         raise OSError(28, "No space left on device")
 
     with open_writer(loc) as w:
         w.insert({"a": 1})
-        monkeypatch.setattr(writer_module, "write_segment", disk_full)
+        monkeypatch.setattr(log_module, "write_segment", disk_full)
         with pytest.raises(OSError, match="No space"):
             w.flush()
         assert w.pending == 1 and open_stream(loc).end_offset(0) == 0
-        monkeypatch.setattr(writer_module, "write_segment", real)
+        monkeypatch.setattr(log_module, "write_segment", real)
         assert w.flush() == 1
     assert [r["a"] for r in records(loc)] == [1]
 
@@ -124,7 +123,7 @@ def test_arrival_is_stored_with_every_record_and_never_decreases(loc):
         w.insert({"a": 2})
         w.set_rowtime_bound(JAN1)
         w.insert_arrow(pa.table({"a": [3, 4]}))
-    assert system(loc, ARRIVAL) == [T0] * 5
+    assert system(loc, LOG_ARRIVAL_US) == [T0] * 5
 
 
 def test_a_new_writer_continues_arrival_from_the_last_stored_one(loc):
@@ -132,7 +131,7 @@ def test_a_new_writer_continues_arrival_from_the_last_stored_one(loc):
         w.insert({"a": 1})
     with open_writer(loc, clock=FakeClock(T0)) as w:  # this process's clock is behind
         w.insert({"a": 2})
-    assert system(loc, ARRIVAL) == [T0 + 100, T0 + 100]
+    assert system(loc, LOG_ARRIVAL_US) == [T0 + 100, T0 + 100]
 
 
 # -- rowtimes ------------------------------------------------------------------------------------
@@ -152,20 +151,20 @@ def test_a_new_writer_continues_arrival_from_the_last_stored_one(loc):
 def test_explicit_rowtimes_are_stored_in_microseconds_as_given(loc, rowtime):
     with open_writer(loc) as w:
         w.insert({"a": 1}, rowtime=rowtime)
-    assert system(loc, ROWTIME) == [JAN1_US]
+    assert system(loc, LOG_ROWTIME_US) == [JAN1_US]
 
 
 def test_implicit_rowtime_is_stored_as_null_and_the_arrival_is_the_rowtime(loc):
     with open_writer(loc, clock=FakeClock()) as w:
         w.insert({"a": 1})
-    assert system(loc, ROWTIME) == [None]
+    assert system(loc, LOG_ROWTIME_US) == [None]
     assert open_stream(loc).clock_us(0) == T0
 
 
 def test_nanosecond_rowtimes_are_truncated_toward_the_past(loc):
     with open_writer(loc) as w:
         w.insert({"a": 1}, rowtime="2024-01-01T00:00:00.000000999Z")
-    assert system(loc, ROWTIME) == [JAN1_US]
+    assert system(loc, LOG_ROWTIME_US) == [JAN1_US]
 
 
 def test_the_streams_rowtime_unit_and_column_defaults_apply(tmp_path):
@@ -176,7 +175,7 @@ def test_the_streams_rowtime_unit_and_column_defaults_apply(tmp_path):
         w.insert({"ts": 0, "v": "y"}, rowtime=JAN1)  # an explicit rowtime wins
         with pytest.raises(InvalidRowtimeError, match="no value in column 'ts'"):
             w.insert({"v": "z"})
-    assert system(loc, ROWTIME) == [JAN1_US, JAN1_US]
+    assert system(loc, LOG_ROWTIME_US) == [JAN1_US, JAN1_US]
 
 
 def test_an_unreadable_rowtime_raises_and_buffers_nothing(loc):
@@ -190,7 +189,7 @@ def test_rows_below_the_clock_are_stored_as_given_unless_the_policy_is_reject(lo
     with open_writer(loc) as w:
         w.insert({"a": 1}, rowtime=JAN1 + dt.timedelta(seconds=5))
         w.insert({"a": 2}, rowtime=JAN1)  # goes back: the reader's policy decides
-    assert system(loc, ROWTIME) == [JAN1_US + 5_000_000, JAN1_US]
+    assert system(loc, LOG_ROWTIME_US) == [JAN1_US + 5_000_000, JAN1_US]
 
 
 @pytest.fixture
@@ -283,7 +282,7 @@ def test_end_stream_writes_the_maximum_bound_flushes_and_no_row_may_follow(loc):
         with pytest.raises(LateRowError, match="after the end of stream"):
             w.insert({"a": 2}, rowtime=JAN1)
         w.end_stream()  # repeating the end is allowed
-    assert system(loc, ROWTIME)[1] == END_OF_STREAM_US
+    assert system(loc, LOG_ROWTIME_US)[1] == END_OF_STREAM_US
     with open_writer(loc) as w, pytest.raises(LateRowError, match="end of stream"):
         w.insert_arrow(pa.table({"a": [1]}))
 
@@ -388,7 +387,7 @@ def test_insert_arrow_matches_columns_by_name_casts_losslessly_and_fills_missing
     assert [r["a"] for r in recs] == [0, 1, 2, 1, 2]
     assert [r["b"] for r in recs] == [None, "x", "y", "x", "y"]
     assert all(r["ts"] is None and r["rowtime"] is None for r in recs)
-    assert system(loc, ARRIVAL) == [T0, T0 + 1, T0 + 1, T0 + 2, T0 + 2]
+    assert system(loc, LOG_ARRIVAL_US) == [T0, T0 + 1, T0 + 1, T0 + 2, T0 + 2]
 
 
 def test_insert_arrow_takes_rowtimes_from_a_column_which_may_be_extra(loc):
@@ -397,7 +396,7 @@ def test_insert_arrow_takes_rowtimes_from_a_column_which_may_be_extra(loc):
     )
     with open_writer(loc) as w:
         w.insert_arrow(table, rowtime_column="event_time")
-    assert system(loc, ROWTIME) == [JAN1_US, JAN1_US + 1_500_000]
+    assert system(loc, LOG_ROWTIME_US) == [JAN1_US, JAN1_US + 1_500_000]
     assert "event_time" not in read_stream(loc).column_names
 
 
@@ -490,9 +489,9 @@ def test_the_heartbeat_thread_writes_bounds_while_idle(loc):
         deadline = time.monotonic() + 10
         while stream.end_offset(0) < 3 and time.monotonic() < deadline:
             time.sleep(0.01)
-    flags = system(loc, IS_BOUND)
+    flags = system(loc, LOG_IS_BOUND)
     assert flags[0] is False and flags[1:3] == [True, True]
-    rowtimes = system(loc, ROWTIME)[1:]
+    rowtimes = system(loc, LOG_ROWTIME_US)[1:]
     assert rowtimes == sorted(rowtimes)
 
 
@@ -512,9 +511,7 @@ def test_flushes_through_the_log_module_commit_whole_segments(loc, monkeypatch):
         seen.append((stats.first, stats.count))
         return real(part_dir, stats, schema, chunks)
 
-    from pyspark_rowtime.streams import writer as writer_module
-
-    monkeypatch.setattr(writer_module, "write_segment", spy)
+    monkeypatch.setattr(log_module, "write_segment", spy)
     with open_writer(loc, clock=FakeClock()) as w:
         w.insert({"a": 1})
         w.insert_arrow(pa.table({"a": [2, 3]}))

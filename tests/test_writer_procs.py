@@ -11,7 +11,8 @@ from multiprocessing.connection import Connection
 import pyarrow as pa
 import pytest
 from pyspark_rowtime.bounds.errors import WriterLockedError
-from pyspark_rowtime.streams.log import ARRIVAL, IS_BOUND, open_stream
+from pyspark_rowtime.streams.columns import LOG_ARRIVAL_US, LOG_IS_BOUND
+from pyspark_rowtime.streams.log import open_stream
 
 from pyspark_rowtime.api import create_stream, open_writer
 
@@ -94,11 +95,11 @@ def test_readers_in_other_processes_see_only_whole_batches(tmp_path):
             end = stream.end_offset(0)
             seen_ends.add(end)
             assert end % BATCH == 0, f"a reader saw {end} records: part of a batch"
-            t = stream.read(0, 0, end, ["a", "b", ARRIVAL, IS_BOUND])
+            t = stream.read(0, 0, end, ["a", "b", LOG_ARRIVAL_US, LOG_IS_BOUND])
             a, b = t.column("a").to_pylist(), t.column("b").to_pylist()
             assert a == [n for n in range(end // BATCH) for _ in range(BATCH)]
             assert b == list(range(BATCH)) * (end // BATCH)
-            arrivals = t.column(ARRIVAL).to_pylist()
+            arrivals = t.column(LOG_ARRIVAL_US).to_pylist()
             assert arrivals == sorted(arrivals)
         assert done, "the writer did not finish"
         writer.join(30)

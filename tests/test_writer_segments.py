@@ -24,10 +24,11 @@ from pyspark_rowtime.bounds.errors import (
     BoundError,
     CorruptLogError,
     LateRowError,
+    UnflushedRecordsError,
     WriterClosedError,
 )
 from pyspark_rowtime.bounds.time import from_rowtime_us
-from pyspark_rowtime.streams.log import SegmentStats, segment_name, write_segment_file
+from pyspark_rowtime.streams.segments import SegmentStats, segment_name, write_segment_file
 from pyspark_rowtime.streams.writer import Writer
 
 from pyspark_rowtime.api import create_stream, open_stream, open_writer, read_stream
@@ -516,7 +517,7 @@ def test_the_writer_refuses_while_it_has_buffered_records(base, loc, stage, buff
         base.set_rowtime_bound(at(T0 + 250))
     good = good_file(loc, stage)
     before = committed(loc)
-    with pytest.raises(CorruptLogError, match="flushed"):
+    with pytest.raises(UnflushedRecordsError, match="flushed"):
         base.append_segment_files([good])
     assert base.pending == 1
     assert base.end_offset == BASE_END and committed(loc) == before

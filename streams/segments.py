@@ -1,0 +1,478 @@
+"""The log's file format: segment files, their footers, and the checks a partition applies.
+
+A segment is an Arrow IPC *file* (random access, memory-mappable): the system columns of
+:mod:`.columns`, then the payload columns (all nullable in the file: a bound record's payload is
+null). Its schema metadata (``rowtime.*`` keys) is its footer, a :class:`SegmentStats`: first
+offset, record count, the partition clock after it, min/max data rowtime, last bound, last
+arrival, skew. ``rowtime.format_version`` says which version of this format wrote the file; a
+reader refuses a newer one (:data:`FORMAT_VERSION`) with :class:`CorruptLogError` naming the
+file, instead of misreading it.
+
+Everything that writes or checks segment files lives here: the writer's flushes
+(:func:`write_segment_file`), the sink's staged runs (:func:`segment_record_batches`), and the
+checks that decide whether files written elsewhere continue a partition
+(:func:`check_segment_files`). Times are ``int`` microseconds since the epoch, UTC.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Iterable, Iterator, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+import pyarrow as pa
+import pyarrow.compute as pc
+
+from ..bounds.bounds import END_OF_STREAM_US, NO_TIME
+from ..bounds.errors import BoundError, CorruptLogError, LateRowError, RowtimeError
+from ..bounds.time import from_rowtime_us
+from .columns import LOG_ARRIVAL_US, LOG_IS_BOUND, LOG_ROWTIME_US, LOG_SYSTEM_COLUMNS
+from .meta import fsync_file
+from .storage import PartitionTail
+
+__all__ = [
+    "FORMAT_VERSION",
+    "SYSTEM_FIELDS",
+    "SegmentStats",
+    "check_segment_files",
+    "clock_before",
+    "data_run_stats",
+    "open_segment_file",
+    "segment_name",
+    "segment_record_batches",
+    "segment_schema",
+    "time_text",
+    "write_segment_file",
+]
+
+#: The segment format this code writes and the newest it reads.
+FORMAT_VERSION = 1
+
+SYSTEM_FIELDS = (
+    pa.field(LOG_ARRIVAL_US, pa.int64(), nullable=False),
+    pa.field(LOG_ROWTIME_US, pa.int64(), nullable=True),
+    pa.field(LOG_IS_BOUND, pa.bool_(), nullable=False),
+)
+
+SEGMENT_RE = re.compile(r"(\d{20})-(\d{10})\.arrow\Z")
+
+#: Rows per record batch of a staged run (:func:`segment_record_batches`).
+WRITE_ROWS = 1 << 16
+
+
+def segment_name(first: int, count: int) -> str:
+    return f"{first:020d}-{count:010d}.arrow"
+
+
+def segment_schema(payload: pa.Schema) -> pa.Schema:
+    """The columns of every segment of a stream with this payload schema."""
+    return pa.schema([*SYSTEM_FIELDS, *(f.with_nullable(True) for f in payload)])
+
+
+def time_text(t_us: int) -> str:
+    """A time in an error message: ISO-8601 UTC, "end of stream", or microseconds."""
+    if t_us >= END_OF_STREAM_US:
+        return "end of stream"
+    try:
+        return from_rowtime_us(t_us).isoformat().replace("+00:00", "Z")
+    except RowtimeError:
+        return f"{t_us} us"
+
+
+# -- footers ---------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class SegmentStats:
+    """What a segment's footer says about it. Times are microseconds since the epoch.
+
+    ``clock_us`` is the partition clock *after* this segment: the highest bound or data rowtime
+    (explicit, or arrival for implicit rows) of the partition up to and including it. The
+    ``*_rowtime_us`` and ``*skew*`` fields cover data rows only and are None without any.
+    """
+
+    first: int
+    count: int
+    rows: int
+    bounds: int
+    clock_us: int
+    last_arrival_us: int
+    min_rowtime_us: int | None = None
+    max_rowtime_us: int | None = None
+    last_bound_us: int | None = None
+    max_skew_us: int | None = None
+    last_row_arrival_us: int | None = None
+    last_row_rowtime_us: int | None = None
+
+    @property
+    def end(self) -> int:
+        return self.first + self.count
+
+    def to_metadata(self) -> dict[bytes, bytes]:
+        out = {}
+        for key, value in self.__dict__.items():
+            if value is not None:
+                out[f"rowtime.{key}".encode()] = str(int(value)).encode()
+        out[b"rowtime.format_version"] = str(FORMAT_VERSION).encode()
+        return out
+
+    @classmethod
+    def from_metadata(cls, metadata: dict[bytes, bytes] | None, where: str) -> SegmentStats:
+        """The footer of the segment ``where`` (named in errors). A footer written by a newer
+        version of the format is refused: its fields may not mean what this version reads."""
+        meta = metadata or {}
+        raw_version = meta.get(b"rowtime.format_version")
+        try:
+            version = int(raw_version) if raw_version is not None else None
+        except ValueError:
+            version = -1
+        if version is None or version < 1:
+            raise CorruptLogError(
+                f"segment {where} has no valid rowtime footer: its format_version is "
+                f"{raw_version!r}"
+            )
+        if version > FORMAT_VERSION:
+            raise CorruptLogError(
+                f"segment {where} is in log format version {version}, and this version of "
+                f"pyspark-rowtime reads versions up to {FORMAT_VERSION}: upgrade "
+                "pyspark-rowtime to read this stream"
+            )
+        values: dict[str, int | None] = {}
+        try:
+            for name in cls.__dataclass_fields__:
+                raw = meta.get(f"rowtime.{name}".encode())
+                values[name] = int(raw) if raw is not None else None
+            return cls(**values)  # type: ignore[arg-type]
+        except (TypeError, ValueError) as e:
+            raise CorruptLogError(f"segment {where} has no valid rowtime footer: {e}") from e
+
+    @classmethod
+    def compute(
+        cls,
+        first: int,
+        arrival: np.ndarray,
+        rowtime: np.ndarray,
+        has_rowtime: np.ndarray,
+        is_bound: np.ndarray,
+        prev_clock_us: int | None,
+    ) -> SegmentStats:
+        """Statistics of records ``[first, first + len(arrival))`` from their system columns."""
+        n = len(arrival)
+        if n == 0:
+            raise ValueError("a segment holds at least one record")
+        effective = np.where(has_rowtime, rowtime, arrival)
+        data = ~is_bound
+        rows = int(data.sum())
+        clock = int(effective.max())
+        if prev_clock_us is not None and prev_clock_us > clock:
+            clock = prev_clock_us
+        kw: dict[str, Any] = {}
+        if rows:
+            eff_rows = effective[data]
+            arr_rows = arrival[data]
+            kw.update(
+                min_rowtime_us=int(eff_rows.min()),
+                max_rowtime_us=int(eff_rows.max()),
+                max_skew_us=int((arr_rows - eff_rows).max()),
+                last_row_arrival_us=int(arr_rows[-1]),
+                last_row_rowtime_us=int(eff_rows[-1]),
+            )
+        if rows < n:
+            kw["last_bound_us"] = int(effective[is_bound][-1])
+        return cls(
+            first=first,
+            count=n,
+            rows=rows,
+            bounds=n - rows,
+            clock_us=clock,
+            last_arrival_us=int(arrival[-1]),
+            **kw,
+        )
+
+    @staticmethod
+    def merge(parts: Sequence[SegmentStats]) -> SegmentStats:
+        """The statistics of consecutive segments taken as one."""
+        last = parts[-1]
+
+        def pick(values: Iterable[int | None], fn: Any) -> int | None:
+            present = [v for v in values if v is not None]
+            return fn(present) if present else None
+
+        with_rows = [p for p in parts if p.rows]
+        with_bounds = [p for p in parts if p.bounds]
+        return SegmentStats(
+            first=parts[0].first,
+            count=sum(p.count for p in parts),
+            rows=sum(p.rows for p in parts),
+            bounds=sum(p.bounds for p in parts),
+            clock_us=last.clock_us,
+            last_arrival_us=last.last_arrival_us,
+            min_rowtime_us=pick((p.min_rowtime_us for p in parts), min),
+            max_rowtime_us=pick((p.max_rowtime_us for p in parts), max),
+            last_bound_us=with_bounds[-1].last_bound_us if with_bounds else None,
+            max_skew_us=pick((p.max_skew_us for p in parts), max),
+            last_row_arrival_us=with_rows[-1].last_row_arrival_us if with_rows else None,
+            last_row_rowtime_us=with_rows[-1].last_row_rowtime_us if with_rows else None,
+        )
+
+
+def data_run_stats(
+    first: int,
+    count: int,
+    *,
+    min_rowtime_us: int,
+    max_rowtime_us: int,
+    last_rowtime_us: int,
+    arrival_us: int,
+    clock_before_us: int,
+) -> SegmentStats:
+    """The footer of ``count`` data rows (no bound) that all arrived at ``arrival_us``, from
+    offset ``first``, on a partition whose clock was ``clock_before_us`` (:data:`NO_TIME` when
+    it had none). ``last_rowtime_us`` is the rowtime of the last row."""
+    return SegmentStats(
+        first=first,
+        count=count,
+        rows=count,
+        bounds=0,
+        clock_us=max(max_rowtime_us, clock_before_us),
+        last_arrival_us=arrival_us,
+        min_rowtime_us=min_rowtime_us,
+        max_rowtime_us=max_rowtime_us,
+        max_skew_us=arrival_us - min_rowtime_us,
+        last_row_arrival_us=arrival_us,
+        last_row_rowtime_us=last_rowtime_us,
+    )
+
+
+def clock_before(times: np.ndarray, clock_us: int) -> np.ndarray:
+    """The partition clock just before each record: ``clock_us`` (:data:`NO_TIME` for none)
+    before the first, then the running maximum of ``clock_us`` and the records' effective
+    rowtimes ``times`` (int64 microseconds)."""
+    before = np.empty_like(times)
+    if len(times):
+        before[0] = clock_us
+        np.maximum(np.maximum.accumulate(times)[:-1], clock_us, out=before[1:])
+    return before
+
+
+# -- files -----------------------------------------------------------------------------------
+
+
+def open_segment_file(path: str) -> pa.Table:
+    """A segment as a table whose buffers point into a read-only memory map (no copy)."""
+    with pa.memory_map(path, "r") as source:
+        return pa.ipc.open_file(source).read_all()
+
+
+def write_segment_file(
+    path: str,
+    stats: SegmentStats,
+    schema: pa.Schema,
+    chunks: Iterable[pa.Table | pa.RecordBatch],
+    *,
+    sync: bool = True,
+) -> None:
+    """Write records in the segment format (``schema``, ``stats`` in the footer) to ``path``
+    and fsync it (unless ``sync=False``: then the caller calls :func:`fsync_file` before the
+    file is linked). The file is not part of any partition until the log links it."""
+    file_schema = schema.with_metadata(stats.to_metadata())
+    with pa.OSFile(path, "wb") as sink, pa.ipc.new_file(sink, file_schema) as writer:
+        for chunk in chunks:
+            if isinstance(chunk, pa.RecordBatch):
+                writer.write_batch(chunk)
+            else:
+                writer.write_table(chunk)
+    if sync:
+        fsync_file(path)
+
+
+def segment_record_batches(
+    batches: Iterable[pa.RecordBatch],
+    file_schema: pa.Schema,
+    arrival_us: int,
+    rowtime_column: str,
+) -> Iterator[pa.RecordBatch]:
+    """Data rows (payload columns and ``rowtime_column``, a timestamp) as record batches of the
+    segment format, every row arriving at ``arrival_us``, of about :data:`WRITE_ROWS` rows:
+    each gathered from a few small batches into memory the next one reuses, so a run is
+    written without a copy of it."""
+    payload = list(file_schema)[len(LOG_SYSTEM_COLUMNS) :]
+    blocks: list[pa.Array] = []  # [arrival, false], shared by every batch made
+
+    def build(group: list[pa.RecordBatch], n: int) -> pa.RecordBatch:
+        if len(group) == 1:
+            data = group[0]
+            columns = {name: data.column(name) for name in data.schema.names}
+        else:
+            table = pa.Table.from_batches(group).combine_chunks()
+            columns = {name: table.column(name).chunk(0) for name in table.column_names}
+        if not blocks or len(blocks[0]) < n:
+            size = max(n, WRITE_ROWS)
+            blocks[:] = [
+                pa.array(np.full(size, arrival_us, dtype=np.int64)),
+                pa.array(np.zeros(size, dtype=np.bool_)),
+            ]
+        arrays = [
+            blocks[0].slice(0, n),
+            columns[rowtime_column].cast(pa.int64()),
+            blocks[1].slice(0, n),
+        ]
+        for f in payload:
+            col = columns[f.name]
+            arrays.append(col if col.type == f.type else col.cast(f.type))
+        return pa.RecordBatch.from_arrays(arrays, schema=file_schema)
+
+    group: list[pa.RecordBatch] = []
+    rows = 0
+    for batch in batches:
+        group.append(batch)
+        rows += batch.num_rows
+        if rows >= WRITE_ROWS:
+            yield build(group, rows)
+            group, rows = [], 0
+    if group:
+        yield build(group, rows)
+
+
+# -- checking files written elsewhere --------------------------------------------------------
+
+
+def _segment_file(path: str, file_schema: pa.Schema) -> pa.Table:
+    """A segment file's records (memory-mapped), checked to have the stream's segment columns
+    and at least one record."""
+    try:
+        table = open_segment_file(path)
+    except (OSError, pa.ArrowInvalid) as e:
+        raise CorruptLogError(f"segment file {path} cannot be read: {e}") from e
+    if not table.schema.remove_metadata().equals(file_schema.remove_metadata()):
+        raise CorruptLogError(
+            f"segment file {path} has columns {table.schema.remove_metadata()}, and the "
+            f"stream's segments have {file_schema.remove_metadata()}"
+        )
+    if table.num_rows == 0:
+        raise CorruptLogError(f"segment file {path} holds no records")
+    return table
+
+
+def _late_in_file(path: str, where: str, index: int | None, rowtime_us: int, clock_us: int) -> None:
+    what = f"record {index} of segment file {path}" if index is not None else f"segment file {path}"
+    if clock_us == END_OF_STREAM_US:
+        raise LateRowError(
+            f"{what} has a row after the end of stream of {where} (end_stream() was called); "
+            f"its rowtime is {time_text(rowtime_us)}. Nothing was written"
+        )
+    raise LateRowError(
+        f"{what} has a row with rowtime {time_text(rowtime_us)} ({rowtime_us} us), below the "
+        f"clock {time_text(clock_us)} ({clock_us} us) of {where}: under the stream's "
+        "order=reject rows may not go back in time. Nothing was written"
+    )
+
+
+def _check_footer(
+    table: pa.Table, path: str, where: str, tail: PartitionTail, reject: bool
+) -> SegmentStats:
+    """A segment file's footer, checked to continue the partition at ``tail``."""
+    clock = NO_TIME if tail.clock_us is None else tail.clock_us
+    arrival = NO_TIME if tail.last_arrival_us is None else tail.last_arrival_us
+    stats = SegmentStats.from_metadata(table.schema.metadata, path)
+    if stats.count != table.num_rows or stats.rows + stats.bounds != stats.count:
+        raise CorruptLogError(
+            f"segment file {path} holds {table.num_rows} records and its footer says "
+            f"{stats.count} ({stats.rows} rows, {stats.bounds} bounds)"
+        )
+    if (stats.rows and stats.max_rowtime_us is None) or (
+        stats.bounds and stats.last_bound_us is None
+    ):
+        raise CorruptLogError(f"segment file {path} has no rowtime statistics in its footer")
+    if stats.first != tail.end:
+        raise CorruptLogError(
+            f"segment file {path} starts at offset {stats.first}, and {where} continues at "
+            f"{tail.end}"
+        )
+    first_arrival = int(table.column(0)[0].as_py())
+    top = max(clock, *(t for t in (stats.max_rowtime_us, stats.last_bound_us) if t is not None))
+    if stats.clock_us != top or first_arrival < arrival:
+        raise CorruptLogError(
+            f"segment file {path} does not continue {where}: its footer clock is "
+            f"{stats.clock_us} (the partition's would be {top}) and its first arrival "
+            f"{first_arrival} (the partition's last is {arrival})"
+        )
+    if clock == END_OF_STREAM_US and not stats.rows:
+        raise BoundError(
+            f"segment file {path} has a bound after the end of stream of {where} (end_stream() "
+            "was called): nothing can follow it. Nothing was written"
+        )
+    if stats.rows and stats.min_rowtime_us is not None:
+        if clock == END_OF_STREAM_US or (reject and stats.min_rowtime_us < clock):
+            # Which record is late is known only from the records (verify=True finds it).
+            _late_in_file(path, where, None, stats.min_rowtime_us, clock)
+    return stats
+
+
+def _verify_records(
+    table: pa.Table, stats: SegmentStats, path: str, where: str, clock: int, reject: bool
+) -> None:
+    """A segment file's records, checked against its footer and the partition's rules."""
+    arrivals = table.column(LOG_ARRIVAL_US).to_numpy()
+    rowtime = table.column(LOG_ROWTIME_US)
+    has_rt = rowtime.is_valid().to_numpy(zero_copy_only=False)
+    rt = pc.fill_null(rowtime, 0).to_numpy()
+    is_bound = table.column(LOG_IS_BOUND).to_numpy(zero_copy_only=False)
+    if len(arrivals) > 1 and not bool(np.all(arrivals[1:] >= arrivals[:-1])):
+        raise CorruptLogError(f"segment file {path} has arrival times that go back")
+    prev = None if clock == NO_TIME else clock
+    actual = SegmentStats.compute(stats.first, arrivals, rt, has_rt, is_bound, prev)
+    if actual != stats:
+        raise CorruptLogError(
+            f"segment file {path} has a footer that does not describe its records: it "
+            f"says {stats}, its records give {actual}"
+        )
+    effective = np.where(has_rt, rt, arrivals)
+    before = clock_before(effective, clock)
+    low_bounds = is_bound & (effective < before)
+    if low_bounds.any():
+        i = int(np.flatnonzero(low_bounds)[0])
+        raise BoundError(
+            f"segment file {path} has a bound at record {i}, {time_text(int(effective[i]))}, "
+            f"below the clock {time_text(int(before[i]))} of {where}: bounds never move "
+            "backwards. Nothing was written"
+        )
+    late = ~is_bound & (effective < before)
+    if reject and late.any():
+        i = int(np.flatnonzero(late)[0])
+        _late_in_file(path, where, i, int(effective[i]), int(before[i]))
+
+
+def check_segment_files(
+    paths: Sequence[str],
+    file_schema: pa.Schema,
+    tail: PartitionTail,
+    *,
+    where: str,
+    reject: bool,
+    verify: bool = True,
+) -> list[tuple[str, SegmentStats]]:
+    """Check that segment files continue, in order, a partition that ends at ``tail``; return
+    each file's footer. ``where`` names the partition in errors; ``reject``: the stream's order
+    is ``reject`` (no data row below the clock).
+
+    Each file must have the stream's columns and at least one record; its footer's first offset
+    is the partition's end, its clock the partition clock carried over its records, its first
+    arrival at or after the partition's last; no bound goes below the clock, nothing follows
+    the end of stream. ``verify=True`` also reads the records and checks that the footer
+    describes them and that arrivals never go back; ``verify=False`` trusts the footers (for
+    files built from records the caller checked). Raises :class:`CorruptLogError`,
+    :class:`BoundError` or :class:`LateRowError`, naming the file and the record.
+    """
+    checked: list[tuple[str, SegmentStats]] = []
+    for path in paths:
+        table = _segment_file(path, file_schema)
+        stats = _check_footer(table, path, where, tail, reject)
+        if verify:
+            clock = NO_TIME if tail.clock_us is None else tail.clock_us
+            _verify_records(table, stats, path, where, clock, reject)
+        checked.append((path, stats))
+        tail = PartitionTail(stats.end, stats.clock_us, stats.last_arrival_us)
+    return checked

@@ -1,0 +1,288 @@
+"""The storage seam: what the rest of the project needs from a stream, and who serves a location.
+
+Everything above ``streams/`` (the reader's planner and executors in ``datasource/``, the sink in
+``sink/``, the CLI and the adapter API in the face package) reaches records only through the two
+interfaces below. The embedded log (:mod:`.log`) is the first implementation; a second backend
+(say Redis Streams) implements :class:`StreamStorage` and :class:`PartitionAppender`, wraps them
+in a :class:`Backend`, and calls :func:`register_backend` for its URL scheme. Nothing in
+``datasource/`` or ``sink/`` changes.
+
+Units and ends, for every backend:
+
+* times are ``int`` microseconds since the Unix epoch, UTC; ``None`` means "no time yet";
+* a partition is numbered ``0 .. partitions - 1``; a record's *offset* counts the records before
+  it in its partition from 0; ranges of offsets are half-open ``[start, end)``; ``end_offset`` is
+  the offset the next record gets (the number of committed records);
+* a *record* is a data row or a bound record; both take an offset;
+* records are read with the *system columns* of :mod:`.columns` first (``__arrival_us``,
+  ``__rowtime_us``, ``__is_bound``), then the payload columns (nullable; null on bound records).
+
+Guarantees every backend gives (the reader and the sink rely on them):
+
+* **committed is immutable**: the records below ``end_offset`` never change, so a range read
+  twice gives the same table, and a reader may cache what it read;
+* **appends are atomic and durable**: an append (a run, or a list of segment files) is visible
+  to readers wholly or not at all, and survives a crash once the call returns;
+* **one appender per partition**: :meth:`StreamStorage.lock_partition` refuses a second holder
+  with :class:`~pyspark_rowtime.bounds.errors.WriterLockedError`, and the lock dies with its
+  holder's process (never a stale lock);
+* **the clock** of a partition is the highest bound or data rowtime (explicit, or arrival for
+  implicit rows) of its committed records; the stream clock is the minimum over partitions
+  (None while any is empty).
+
+What sits at a location (a stream, a pending sink target, a Parquet target, nothing) is decided
+by :func:`what_is_at` alone: the reader, ``get_rowtime_bound`` and the CLI all ask it.
+"""
+
+from __future__ import annotations
+
+import enum
+import os
+import urllib.parse
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any, Protocol, runtime_checkable
+
+import pyarrow as pa
+
+from ..bounds.errors import OptionError
+
+if TYPE_CHECKING:
+    from .meta import StreamMeta
+    from .segments import SegmentStats
+
+__all__ = [
+    "SINK_DIR",
+    "SINK_TARGET_FILE",
+    "Backend",
+    "Location",
+    "LocationKind",
+    "PartitionAppender",
+    "PartitionTail",
+    "StreamStorage",
+    "backend_for",
+    "create_storage",
+    "open_storage",
+    "register_backend",
+    "what_is_at",
+]
+
+#: The folder the sink keeps beside a target (``sink.layout`` describes what is in it), and
+#: the file in it that says what the target is. Defined here, below both the sink that writes
+#: them and the readers that look for them, so that :func:`what_is_at` decides alone.
+SINK_DIR = "_rowtime_sink"
+SINK_TARGET_FILE = "target.json"
+#: ``kind`` in the sink's target file.
+SINK_KIND_STREAM = "stream"
+SINK_KIND_PARQUET = "parquet"
+
+
+@dataclass(frozen=True)
+class PartitionTail:
+    """Where a partition ends now.
+
+    ``end`` is the offset the next record gets; ``clock_us`` the partition clock (None while
+    the partition is empty); ``last_arrival_us`` the arrival time of its last record (None
+    while empty). Arrival times never go down within a partition, across writers too.
+    """
+
+    end: int = 0
+    clock_us: int | None = None
+    last_arrival_us: int | None = None
+
+
+@runtime_checkable
+class PartitionAppender(Protocol):
+    """Exclusive append access to one partition, from :meth:`StreamStorage.lock_partition`
+    until :meth:`release`. Not shared between threads without the caller's own lock."""
+
+    partition: int
+
+    def tail(self) -> PartitionTail:
+        """The partition's committed end, clock and last arrival (as the holder sees them:
+        nobody else appends while the lock is held)."""
+        ...
+
+    def append_run(self, stats: SegmentStats, chunks: Sequence[pa.Table | pa.RecordBatch]) -> None:
+        """Commit records ``[stats.first, stats.end)``: ``chunks`` in the stream's record
+        schema (:attr:`StreamStorage.file_schema`), summarised by ``stats``
+        (:mod:`.segments`). ``stats.first`` is :meth:`tail`'s ``end``. Atomic and durable when
+        it returns; on error nothing is committed."""
+        ...
+
+    def append_segment_files(self, paths: Sequence[str], *, reject: bool, verify: bool) -> None:
+        """Commit files written in the segment format (:func:`.segments.write_segment_file`)
+        as the partition's next records, in order. Every file is checked to continue the
+        partition (:func:`.segments.check_segment_files`; ``reject``: the stream's order is
+        ``reject``, so no data row may go below the clock; ``verify=False`` trusts the footers
+        and reads no record) before any is committed; if a check fails nothing is."""
+        ...
+
+    def release(self) -> None:
+        """Give the partition up (idempotent). Also happens when the process dies."""
+        ...
+
+
+@runtime_checkable
+class StreamStorage(Protocol):
+    """A stream's committed records, as one backend keeps them. Safe to share between threads
+    for reading; cheap to open. See the module docstring for units, ends and guarantees."""
+
+    #: Where the stream is: an absolute local path (embedded log) or the backend's URL.
+    location: str
+    #: Payload schema, partition count and ops' defaults (:class:`.meta.StreamMeta`).
+    meta: StreamMeta
+
+    @property
+    def file_schema(self) -> pa.Schema:
+        """The columns a read returns with ``columns=None``: system columns, then payload."""
+        ...
+
+    def end_offset(self, partition: int) -> int:
+        """The number of committed records of ``partition``: reads may go up to it."""
+        ...
+
+    def tail(self, partition: int) -> PartitionTail:
+        """End, clock and last arrival of ``partition`` from one consistent look."""
+        ...
+
+    def clock_us(self, partition: int) -> int | None:
+        """The partition clock in microseconds; None while the partition is empty."""
+        ...
+
+    def stream_clock_us(self) -> int | None:
+        """The minimum of the partition clocks; None while any partition is empty."""
+        ...
+
+    def partition_stats(self, partition: int) -> list[SegmentStats]:
+        """Summaries of the committed records of ``partition`` in offset order, one per run
+        as the backend keeps them (they tile ``[0, end_offset)``)."""
+        ...
+
+    def read(
+        self, partition: int, start: int, end: int, columns: Sequence[str] | None = None
+    ) -> pa.Table:
+        """Records ``[start, end)`` of ``partition`` in offset order, as Arrow. ``columns``
+        picks columns by name (system columns included), None means all. ``end`` may not
+        pass :meth:`end_offset` (an :class:`OptionError` says so)."""
+        ...
+
+    def lock_partition(self, partition: int, where: str) -> PartitionAppender:
+        """The partition's one appender (``where`` names it in errors); raises
+        :class:`WriterLockedError` while another holder lives."""
+        ...
+
+
+class LocationKind(enum.Enum):
+    """What sits at a location."""
+
+    #: a rowtime stream (readable, writable)
+    STREAM = "stream"
+    #: a stream target of the sink whose query has not committed its first batch (which
+    #: creates the stream): no stream yet, its clock reads as none
+    PENDING_STREAM_TARGET = "pending stream target"
+    #: a Parquet target of the sink (its clock is the sink's, ``sink.parquet_target``)
+    PARQUET_TARGET = "parquet target"
+    #: nothing this project wrote
+    NOTHING = "nothing"
+
+
+@dataclass(frozen=True)
+class Location:
+    """The answer of :func:`what_is_at`: the location as given, resolved, and its kind."""
+
+    given: str
+    resolved: str
+    kind: LocationKind
+
+
+class Backend(Protocol):
+    """One kind of storage, serving the locations of its URL scheme(s)."""
+
+    def resolve(self, location: str) -> str:
+        """The canonical form of ``location`` (an absolute path for local files). Raises
+        :class:`OptionError` naming the location when it is not one of this backend's."""
+        ...
+
+    def kind_at(self, resolved: str) -> LocationKind:
+        """What sits at the resolved location."""
+        ...
+
+    def open(self, resolved: str, given: str) -> StreamStorage:
+        """The stream at the resolved location; :class:`StreamNotFoundError` naming ``given``
+        and how to create one when there is none."""
+        ...
+
+    def create(
+        self, resolved: str, schema: str | pa.Schema, partitions: int, defaults: dict[str, Any]
+    ) -> StreamStorage:
+        """Create the stream (or open the identical one that exists), see
+        :func:`.log.create_stream` for the rules."""
+        ...
+
+
+_BACKENDS: dict[str, Backend] = {}
+
+
+def register_backend(schemes: Iterable[str], backend: Backend) -> None:
+    """Serve locations whose URL scheme is one of ``schemes`` (lower case; ``""`` is a plain
+    path) with ``backend``. A later registration of a scheme replaces the earlier one."""
+    for scheme in schemes:
+        _BACKENDS[scheme.lower()] = backend
+
+
+def _scheme(location: str | os.PathLike[str]) -> str:
+    if isinstance(location, os.PathLike):
+        return ""
+    if not isinstance(location, str) or not location:
+        raise OptionError(f"a stream location must be a path or a URL, got {location!r}")
+    if "://" not in location:
+        return ""
+    return urllib.parse.urlparse(location).scheme.lower()
+
+
+def backend_for(location: str | os.PathLike[str]) -> Backend:
+    """The backend serving ``location``, by its URL scheme (a plain path is a local file)."""
+    _register_builtin()
+    scheme = _scheme(location)
+    backend = _BACKENDS.get(scheme)
+    if backend is None:
+        known = ", ".join(f"{s}:// URLs" for s in sorted(_BACKENDS) if s)
+        raise OptionError(
+            f"stream location {str(location)!r}: only local paths and {known} are supported "
+            f"(not {scheme}://); no storage backend is registered for {scheme}://"
+        )
+    return backend
+
+
+def what_is_at(location: str | os.PathLike[str]) -> Location:
+    """What sits at ``location`` (a path or URL): the one place that decides it."""
+    backend = backend_for(location)
+    given = os.fspath(location)
+    resolved = backend.resolve(given)
+    return Location(given, resolved, backend.kind_at(resolved))
+
+
+def open_storage(location: str | os.PathLike[str]) -> StreamStorage:
+    """The stream at ``location``, from the backend serving its scheme."""
+    backend = backend_for(location)
+    given = os.fspath(location)
+    return backend.open(backend.resolve(given), given)
+
+
+def create_storage(
+    location: str | os.PathLike[str],
+    schema: str | pa.Schema,
+    partitions: int = 1,
+    **defaults: Any,
+) -> StreamStorage:
+    """Create the stream at ``location`` (or open the identical one) with its backend."""
+    backend = backend_for(location)
+    return backend.create(backend.resolve(os.fspath(location)), schema, partitions, defaults)
+
+
+def _register_builtin() -> None:
+    if "" not in _BACKENDS:
+        from .log import EMBEDDED_LOG  # the log imports this module: register on first use
+
+        register_backend(("", "file"), EMBEDDED_LOG)
