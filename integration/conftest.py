@@ -13,8 +13,9 @@ import shutil
 import subprocess
 import sys
 import textwrap
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -83,3 +84,32 @@ def run_in_local_cluster(code: str, timeout: int = 600) -> str:
     if proc.returncode != 0:
         pytest.fail(f"local-cluster run failed ({proc.returncode}):\n{proc.stderr[-6000:]}")
     return proc.stdout
+
+
+# -- storage backends ------------------------------------------------------------------------
+# Tests that take ``stream_at`` run once per backend: the embedded log (a folder) and Redis
+# Streams (a real server, tests/redis_server.py: testcontainers when Docker answers, else
+# redis-server; skipped, saying why, only when neither can start).
+
+sys.path.insert(0, str(Path(__file__).parent.parent / "tests"))
+
+
+@pytest.fixture(scope="session")
+def redis_for_tests(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Any]:
+    from redis_server import redis_server
+
+    with redis_server(tmp_path_factory.mktemp("redis"), appendonly=True) as server:
+        yield server
+
+
+_stream_names = iter(range(1, 10**9))
+
+
+@pytest.fixture(params=["log", "redis"])
+def stream_at(request: pytest.FixtureRequest, tmp_path: Path) -> Callable[[str], str]:
+    """``stream_at(name)``: a fresh stream location of the test's backend (a folder under the
+    test's tmp_path, or ``redis://127.0.0.1:<port>/0/<unique name>``)."""
+    if request.param == "log":
+        return lambda name: str(tmp_path / name)
+    server = request.getfixturevalue("redis_for_tests")
+    return lambda name: server.url(f"{name}-{next(_stream_names)}")

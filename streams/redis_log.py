@@ -80,16 +80,19 @@ from ..bounds.errors import (
     WriterLockedError,
 )
 from ..bounds.time import to_rowtime_us
+from .columns import LOG_ARRIVAL_US as ARRIVAL
+from .columns import LOG_ROWTIME_US as ROWTIME
 from .ddl import to_ddl
-from .log import ARRIVAL, ROWTIME, SegmentStats, segment_schema
 from .meta import StreamMeta, meta_from_json, meta_to_json, payload_schema, validate_defaults
 from .redis_location import RedisLocation, RedisUnavailableError, parse_location, redact
+from .segments import SegmentStats, check_segment_files, open_segment_file, segment_schema
+from .storage import LocationKind, PartitionTail
 
 __all__ = [
     "ENTRY_MAX_BYTES",
     "ENTRY_MAX_ROWS",
+    "REDIS_BACKEND",
     "BadEntry",
-    "PartitionTail",
     "RedisAppender",
     "RedisStream",
     "create_redis_stream",
@@ -119,17 +122,20 @@ if redis.call('GET', KEYS[5]) ~= ARGV[1] then
 end
 local cur = tonumber(redis.call('HGET', KEYS[4], 'end') or '0')
 if cur ~= tonumber(ARGV[2]) then
-  if redis.call('HGET', KEYS[4], 'run') == ARGV[7] then return 'DUP' end
+  if redis.call('HGET', KEYS[4], 'run') == ARGV[6] then return 'DUP' end
   return redis.error_reply('ROWTIME_OFFSET ' .. cur)
 end
-local i = 8
+local runs = tonumber(ARGV[7])
+for r = 0, runs - 1 do
+  redis.call('ZADD', KEYS[3], ARGV[8 + 2 * r], ARGV[9 + 2 * r])
+end
+local i = 8 + 2 * runs
 while i <= #ARGV do
   local id = redis.call('XADD', KEYS[1], '*', 'f', ARGV[i], 'n', ARGV[i + 1], 'a', ARGV[i + 2])
   redis.call('ZADD', KEYS[2], ARGV[i], ARGV[i] .. ':' .. ARGV[i + 1] .. ':' .. id .. ':' .. id)
   i = i + 3
 end
-redis.call('ZADD', KEYS[3], ARGV[2], ARGV[6])
-redis.call('HSET', KEYS[4], 'end', ARGV[3], 'clock', ARGV[4], 'arrival', ARGV[5], 'run', ARGV[7])
+redis.call('HSET', KEYS[4], 'end', ARGV[3], 'clock', ARGV[4], 'arrival', ARGV[5], 'run', ARGV[6])
 return 'OK'
 """
 
@@ -171,16 +177,6 @@ _RELEASE = """
 if redis.call('GET', KEYS[1]) == ARGV[1] then return redis.call('DEL', KEYS[1]) end
 return 0
 """
-
-
-@dataclass(frozen=True)
-class PartitionTail:
-    """Where a partition ends now: ``end`` is the offset the next record gets, ``clock_us`` the
-    partition clock and ``last_arrival_us`` the last record's arrival (None while empty)."""
-
-    end: int = 0
-    clock_us: int | None = None
-    last_arrival_us: int | None = None
 
 
 @dataclass(frozen=True)
@@ -718,6 +714,11 @@ class RedisStream:
         return RedisAppender(self, partition, where, lease_s)
 
 
+def _one_table(chunks: Sequence[pa.Table | pa.RecordBatch]) -> pa.Table:
+    tables = [pa.Table.from_batches([c]) if isinstance(c, pa.RecordBatch) else c for c in chunks]
+    return pa.concat_tables(tables) if len(tables) > 1 else tables[0]
+
+
 def _tail(raw: dict[bytes, bytes]) -> PartitionTail:
     clock = raw.get(b"clock")
     arrival = raw.get(b"arrival")
@@ -804,6 +805,7 @@ class RedisAppender:
                 "if its process died"
             )
         self._lost = False
+        self._tail: PartitionTail | None = None
         self._stop = threading.Event()
         self._thread = threading.Thread(
             target=self._renew_loop, name=f"rowtime-redis-lease-{partition}", daemon=True
@@ -821,46 +823,67 @@ class RedisAppender:
                 continue  # the server is away: the next append says so; try again
 
     def tail(self) -> PartitionTail:
-        return self.stream.tail(self.partition)
+        """The partition's end as this holder sees it (nobody else appends meanwhile)."""
+        if self._tail is None:
+            self._tail = self.stream.tail(self.partition)
+        return self._tail
 
     def append_run(self, stats: SegmentStats, chunks: Sequence[pa.Table | pa.RecordBatch]) -> None:
         """Commit records ``[stats.first, stats.end)`` as one atomic script (entries of at most
         :data:`ENTRY_MAX_ROWS` rows). A retry of the same run after a lost reply is a no-op."""
+        self._append([(stats, _one_table(chunks))])
+
+    def append_segment_files(self, paths: Sequence[str], *, reject: bool, verify: bool) -> None:
+        """Check the files (:func:`.segments.check_segment_files`), then commit all their
+        records as one atomic script: Redis holds the records, the files stay the caller's."""
+        checked = check_segment_files(
+            paths,
+            self.stream.file_schema,
+            self.tail(),
+            where=self._where,
+            reject=reject,
+            verify=verify,
+        )
+        if checked:
+            self._append([(stats, open_segment_file(path)) for path, stats in checked])
+
+    def _append(self, runs: list[tuple[SegmentStats, pa.Table]]) -> None:
         if self._lost:
             raise WriterLockedError(
                 f"{self._where}: this writer's lease on the partition expired (was the process "
                 "paused, or the server away, longer than the lease?) and another writer may "
                 "have taken it; nothing more is written: open a new writer"
             )
-        tables = [
-            pa.Table.from_batches([c]) if isinstance(c, pa.RecordBatch) else c for c in chunks
-        ]
-        table = pa.concat_tables(tables) if len(tables) > 1 else tables[0]
-        table = table.replace_schema_metadata(None)
-        n = table.num_rows
-        if n != stats.count:
-            raise CorruptLogError(f"{self._where}: a run of {n} records with stats for {stats}")
-        per_row = max(table.nbytes // max(n, 1), 1)
-        step = max(min(ENTRY_MAX_ROWS, ENTRY_MAX_BYTES // per_row), 1)
+        first, last = runs[0][0], runs[-1][0]
         args: list[Any] = [
             self.token,
-            stats.first,
-            stats.end,
-            stats.clock_us,
-            stats.last_arrival_us,
-            _stats_json(stats),
-            f"{self.token}:{stats.first}",  # the run's id: the same on every retry
+            first.first,
+            last.end,
+            last.clock_us,
+            last.last_arrival_us,
+            f"{self.token}:{first.first}",  # the append's id: the same on every retry
+            len(runs),
         ]
-        for lo in range(0, n, step):
-            piece = table.slice(lo, min(step, n - lo))
-            args += [stats.first + lo, piece.num_rows, ipc_bytes(piece)]
+        entries: list[Any] = []
+        for stats, table in runs:
+            table = table.replace_schema_metadata(None)
+            n = table.num_rows
+            if n != stats.count:
+                raise CorruptLogError(f"{self._where}: a run of {n} records with stats {stats}")
+            args += [stats.first, _stats_json(stats)]
+            per_row = max(table.nbytes // max(n, 1), 1)
+            step = max(min(ENTRY_MAX_ROWS, ENTRY_MAX_BYTES // per_row), 1)
+            for lo in range(0, n, step):
+                piece = table.slice(lo, min(step, n - lo))
+                entries += [stats.first + lo, piece.num_rows, ipc_bytes(piece)]
+        args += entries
         keys = [self.stream._key(k, self.partition) for k in ("p", "i", "s", "t", "lock")]
         import redis
 
         try:
             self._conn.call(
-                f"appending records [{stats.first}, {stats.end}) to {self._where}",
-                lambda: self._conn.append(keys=keys, args=args),
+                f"appending records [{first.first}, {last.end}) to {self._where}",
+                partial(self._conn.append, keys=keys, args=args),
             )
         except redis.ResponseError as e:
             text = str(e)
@@ -874,10 +897,11 @@ class RedisAppender:
             if "ROWTIME_OFFSET" in text:
                 raise CorruptLogError(
                     f"{self._where}: the partition ends at {text.split()[-1]}, and this writer "
-                    f"appends at {stats.first}: another process wrote it while this writer held "
+                    f"appends at {first.first}: another process wrote it while this writer held "
                     "its lock; nothing of this run was written"
                 ) from None
             raise
+        self._tail = PartitionTail(last.end, last.clock_us, last.last_arrival_us)
 
     def release(self) -> None:
         """Give the partition up (idempotent). A dead process' lock expires after its lease."""
@@ -1039,3 +1063,30 @@ def _check_same(existing: RedisStream, meta: StreamMeta, external: ExternalSpec 
             )
             + "; use another name"
         )
+
+
+class _RedisBackend:
+    """The :class:`~.storage.Backend` of ``redis://`` and ``rediss://`` locations. The
+    resolved form is the location as given (it carries the credentials the executors need);
+    everything this backend prints shows it redacted."""
+
+    def resolve(self, location: str) -> str:
+        parse_location(location)  # refuses what is not a Redis location, saying why
+        return location
+
+    def kind_at(self, resolved: str) -> LocationKind:
+        loc = parse_location(resolved)
+        conn = _connection(loc)
+        found = conn.call(f"looking for {loc}", partial(conn.client.exists, _meta_key(loc)))
+        return LocationKind.STREAM if found else LocationKind.NOTHING
+
+    def open(self, resolved: str, given: str) -> RedisStream:
+        return open_redis_stream(resolved)
+
+    def create(
+        self, resolved: str, schema: str | pa.Schema, partitions: int, defaults: dict[str, Any]
+    ) -> RedisStream:
+        return create_redis_stream(resolved, schema, partitions, **defaults)
+
+
+REDIS_BACKEND = _RedisBackend()

@@ -26,7 +26,9 @@ from pyspark_rowtime.bounds.errors import (
     WriterLockedError,
 )
 from pyspark_rowtime.streams import redis_log
-from pyspark_rowtime.streams.log import ARRIVAL, IS_BOUND, ROWTIME, SegmentStats
+from pyspark_rowtime.streams.columns import LOG_ARRIVAL_US as ARRIVAL
+from pyspark_rowtime.streams.columns import LOG_IS_BOUND as IS_BOUND
+from pyspark_rowtime.streams.columns import LOG_ROWTIME_US as ROWTIME
 from pyspark_rowtime.streams.redis_location import RedisUnavailableError
 from pyspark_rowtime.streams.redis_log import (
     RedisStream,
@@ -34,6 +36,7 @@ from pyspark_rowtime.streams.redis_log import (
     open_redis_stream,
     register_external,
 )
+from pyspark_rowtime.streams.segments import SegmentStats
 from redis_server import RedisServer, redis_server
 
 T0 = 1_700_000_000_000_000  # us
