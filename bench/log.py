@@ -179,7 +179,6 @@ def bench_read(loc: str, repeat: int) -> None:
 def bench_redis(folder: str, table: pa.Table, repeat: int, url: str | None) -> None:
     import sys
 
-
     server = None
     if url is None:
         sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "tests"))

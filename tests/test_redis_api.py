@@ -9,11 +9,11 @@ from collections.abc import Iterator
 
 import pyarrow as pa
 import pytest
+from pyspark_rowtime.bounds.bounds import END_OF_STREAM_US
+from pyspark_rowtime.bounds.errors import BoundError, LateRowError, WriterLockedError
 from redis_server import RedisServer, redis_server
 
 from pyspark_rowtime.api import create_stream, get_rowtime_bound, open_writer, read_stream
-from pyspark_rowtime.bounds.bounds import END_OF_STREAM_US
-from pyspark_rowtime.bounds.errors import BoundError, LateRowError, WriterLockedError
 from pyspark_rowtime.cli import main
 
 SECRET = "Api-Secret-7"
