@@ -194,8 +194,15 @@ def parse_sink_options(
             "option checkpointLocation is required with clock=watermark: the sink reads the "
             "watermark each batch ran with from the checkpoint's offsets log"
         )
+    try:
+        location = resolve_location(path)
+    except OptionError as e:
+        # Its targets are folders: the sink's state (intents, staged files) lives beside them.
+        raise OptionError(
+            f"option path: the sink writes to a local folder (a path or file:// URL); {e}"
+        ) from None
     return SinkConfig(
-        location=resolve_location(path),
+        location=location,
         target=target,
         clock=clock,
         schema=schema,
