@@ -28,7 +28,8 @@ import numpy as np
 import pyarrow as pa
 from benchutil import best_of
 from pyspark_rowtime.streams.columns import LOG_ARRIVAL_US, LOG_IS_BOUND, LOG_ROWTIME_US
-from pyspark_rowtime.streams.log import SEGMENT_RE, open_stream
+from pyspark_rowtime.streams.log import open_stream
+from pyspark_rowtime.streams.segments import SEGMENT_RE
 
 from pyspark_rowtime.api import create_stream, open_writer
 

@@ -18,6 +18,7 @@ from typing import Any
 import numpy as np
 
 from .bounds import merge_clock
+from .errors import OffsetError
 from .policies import Classified, PartitionScan, PartitionState, Policy, classify
 
 FORMAT_VERSION = 1
@@ -39,16 +40,24 @@ class StreamPosition:
 
     @classmethod
     def from_dict(cls, d: dict[str, Any]) -> StreamPosition:
-        if d.get("v") != FORMAT_VERSION:
-            raise ValueError(
-                f"offset format version {d.get('v')!r} is not {FORMAT_VERSION}; this checkpoint "
+        """A position as :meth:`to_dict` wrote it; :class:`OffsetError` for anything else."""
+        if not isinstance(d, dict) or d.get("v") != FORMAT_VERSION:
+            version = d.get("v") if isinstance(d, dict) else None
+            raise OffsetError(
+                f"offset format version {version!r} is not {FORMAT_VERSION}; this checkpoint "
                 "was written by another version of pyspark-rowtime"
             )
-        parts = d["partitions"]
-        return cls(
-            clock_us=d.get("clock"),
-            partitions=[PartitionState.from_dict(parts[str(i)]) for i in range(len(parts))],
-        )
+        try:
+            parts = d["partitions"]
+            return cls(
+                clock_us=d.get("clock"),
+                partitions=[PartitionState.from_dict(parts[str(i)]) for i in range(len(parts))],
+            )
+        except (KeyError, TypeError, ValueError) as e:
+            raise OffsetError(
+                f"offset {str(d)[:200]} is damaged ({type(e).__name__}: {e}); the checkpoint "
+                "cannot be resumed"
+            ) from e
 
     @classmethod
     def start(cls, positions: Sequence[int]) -> StreamPosition:

@@ -16,7 +16,6 @@ from pyspark.sql.datasource import (
     DataSource,
     DataSourceReader,
     DataSourceStreamReader,
-    DataSourceStreamWriter,
     InputPartition,
 )
 from pyspark.sql.pandas.types import from_arrow_schema
@@ -70,8 +69,10 @@ def _config(options: Any) -> tuple[ReaderConfig, pa.Schema]:
     return cfg, output_arrow_schema(meta.payload_schema, cfg.output)
 
 
-class RowtimeDataSource(DataSource):
-    """``format("rowtime")``: rowtime streams for Spark, read and written."""
+class RowtimeReaderSource(DataSource):
+    """``format("rowtime")`` for reading. The face's ``RowtimeDataSource`` (what Spark finds
+    as ``pyspark_rowtime.DefaultSource``) adds the sink's ``streamWriter``; this package never
+    imports the sink."""
 
     @classmethod
     def name(cls) -> str:
@@ -98,11 +99,6 @@ class RowtimeDataSource(DataSource):
                 "quarantine of discarded rows; streaming reads always emit rows"
             )
         return RowtimeStreamReader(cfg, arrow)
-
-    def streamWriter(self, schema: StructType, overwrite: bool) -> DataSourceStreamWriter:
-        from ..sink.spark import make_stream_writer
-
-        return make_stream_writer(dict(self.options), schema, overwrite)
 
 
 class RowtimeStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):

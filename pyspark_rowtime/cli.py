@@ -254,13 +254,15 @@ def cmd_insert(args: argparse.Namespace) -> int:
                 try:
                     writer.insert(row, rowtime=rowtime)
                 except RowtimeError as e:
-                    raise type(e)(f"line {lineno}: {e}") from None
+                    _in_context(e, f"line {lineno}")
+                    raise
                 count += 1
                 if interactive and not _input_waiting(source):
                     writer.flush()  # the pipe is quiet: make what came so far visible
     except RowtimeError as e:
         done = f" ({count} row(s) before it were written)" if count else ""
-        raise type(e)(f"{name}: {e}{done}") from None
+        _in_context(e, name, done)
+        raise
     except (UnicodeDecodeError, csv.Error) as e:
         done = f" ({count} row(s) before it were written)" if count else ""
         where = f"after line {lineno}" if lineno else "at the start"
@@ -272,6 +274,13 @@ def cmd_insert(args: argparse.Namespace) -> int:
             source.close()
     print(f"inserted {count} row(s) into partition {args.partition} of {meta.location}")
     return 0
+
+
+def _in_context(e: RowtimeError, where: str, after: str = "") -> None:
+    """Put ``where`` in front of ``e``'s message and ``after`` behind it (the input line or
+    file it came from), for the caller to re-raise ``e`` itself: its class, cause and
+    attributes stay as they were."""
+    e.args = (f"{where}: {e}{after}", *e.args[1:])
 
 
 def _convert_row(
@@ -289,7 +298,8 @@ def _convert_row(
         try:
             rowtime = reader.instant(value)
         except RowtimeError as e:
-            raise type(e)(f"line {lineno}: rowtime column {rowtime_col!r}: {e}") from None
+            _in_context(e, f"line {lineno}: rowtime column {rowtime_col!r}")
+            raise
     row = {}
     for key, value in raw.items():
         convert = payload.get(key)

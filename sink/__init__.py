@@ -20,4 +20,11 @@ a batch once (a manifest entry or an intent per batch id, in ``<target>/_rowtime
 batch replayed after a crash leaves the target as if written once. A target belongs to the
 query that first commits to it. ``get_rowtime_bound(path)``, ``rowtime clock`` and
 ``rowtime describe`` read either kind of target.
+
+Modules: :mod:`.spark` (Spark's writer, thin), :mod:`.options`, :mod:`.target` (the ``Target``
+protocol and the write-task skeleton both targets share), :mod:`.stream_target`,
+:mod:`.parquet_target`, :mod:`.task` (row splitting, task reports), :mod:`.manifest` (typed
+manifest entries), :mod:`.clock`, :mod:`.layout` (the sink's files beside a target). The sink
+reaches streams only through :mod:`pyspark_rowtime.streams.storage` and never imports the
+reader (``tests/test_layers.py``).
 """

@@ -31,7 +31,7 @@ from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from typing import Any, TypeVar
 
-from ..bounds.errors import CorruptLogError, OptionError, WriterLockedError
+from ..bounds.errors import CorruptLogError, OptionError, SinkBusyError, WriterLockedError
 from ..streams.lock import PartitionLock
 from ..streams.meta import fsync_dir
 
@@ -57,15 +57,20 @@ T = TypeVar("T")
 
 
 def wait_for_lock(acquire: Callable[[], T], timeout_s: float = COMMIT_WAIT_S) -> T:
-    """Call ``acquire`` until it stops raising :class:`WriterLockedError` (or time runs out)."""
+    """Call ``acquire`` until it stops raising :class:`WriterLockedError`; when ``timeout_s``
+    runs out first, raise :class:`SinkBusyError` (another commit still holds the target)."""
     deadline = time.monotonic() + timeout_s
     delay = 0.01
     while True:
         try:
             return acquire()
-        except WriterLockedError:
+        except WriterLockedError as e:
             if time.monotonic() >= deadline:
-                raise
+                raise SinkBusyError(
+                    f"another commit to this sink target is still running after "
+                    f"{timeout_s:g} s ({e}); if its query was stopped, wait for its process to "
+                    "exit and restart this query"
+                ) from e
             time.sleep(delay)
             delay = min(delay * 2, 0.5)
 

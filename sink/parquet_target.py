@@ -51,8 +51,10 @@ from ..streams.meta import fsync_dir, fsync_file
 from .clock import advance
 from .layout import CLOCK_FILE, SINK_DIR, SinkState, batch_name, read_json, replace_json
 from .layout import write_json_once as _write_once
+from .manifest import ParquetEntry, ParquetFile
 from .options import GRANULARITY_US, SinkConfig
-from .task import RowSplitter, StagedFile, TaskInfo, TaskReport, iso
+from .target import stage_task
+from .task import StagedFile, TaskInfo, TaskReport, iso, reports_query_id
 
 __all__ = [
     "COMPLETE_MARKER",
@@ -227,33 +229,22 @@ class ParquetTarget:
     # -- executors ----------------------------------------------------------------------------
 
     def write(self, info: TaskInfo, batches: Iterable[pa.RecordBatch]) -> TaskReport:
-        """Stage this task's rows as Parquet files, one per time partition it has rows for."""
-        if self.state.entry(info.batch_id) is not None:
-            for _ in batches:  # a replay of a committed batch: nothing to stage
-                pass
-            return TaskReport(info=info, skipped=True)
-        latest = self.state.latest(before=info.batch_id)
-        floor = None if latest is None else latest.get("clock_us")
-        splitter = RowSplitter(self.cfg, info, floor, self.where)
-        stager = _Stager(self, info)
-        try:
-            for batch in batches:
-                split = splitter.split(batch)
-                if split is not None:
-                    stager.add(*split)
-            files = stager.close()
-        except BaseException:
-            stager.discard()
-            raise
-        report = splitter.report()
-        report.files = files
+        """Stage this task's rows as Parquet files, one per time partition it has rows for;
+        nothing for a batch already committed (a replay)."""
+
+        def begin() -> tuple[int | None, _Stager]:
+            latest = self.state.latest(before=info.batch_id)
+            floor = None if latest is None else latest.get("clock_us")
+            return floor, _Stager(self, info)
+
+        report, _ = stage_task(self, info, batches, begin)
         return report
 
     # -- driver, per batch --------------------------------------------------------------------
 
     def commit(
         self, reports: Sequence[TaskReport], batch_id: int, candidate_us: int | None
-    ) -> dict[str, Any] | None:
+    ) -> ParquetEntry | None:
         """Publish batch ``batch_id`` exactly once; returns its manifest entry (None when the
         batch changed nothing). ``candidate_us`` is the clock the batch would move to."""
         with self.state.commit_lock():  # one commit at a time, even a dying driver's
@@ -261,18 +252,19 @@ class ParquetTarget:
 
     def _commit(
         self, reports: Sequence[TaskReport], batch_id: int, candidate_us: int | None
-    ) -> dict[str, Any] | None:
+    ) -> ParquetEntry | None:
         state = self.state
         self.roll_forward()
         done = state.entry(batch_id)
         if done is not None:
             state.clean_staging(batch_id)
-            return done
-        previous = state.latest(before=batch_id)
-        prev_clock = None if previous is None else previous.get("clock_us")
+            return ParquetEntry.from_dict(done)
+        latest = state.latest(before=batch_id)
+        previous = None if latest is None else ParquetEntry.from_dict(latest)
+        prev_clock = None if previous is None else previous.clock_us
         clock = advance(prev_clock, candidate_us)
         files = [f for r in reports for f in r.files]
-        open_keys = set(previous.get("open", [])) if previous else set()
+        open_keys = set(previous.open) if previous else set()
         open_keys |= {f.key for f in files if f.key is not None}
         gran = self.cfg.granularity_us
         complete = sorted(k for k in open_keys if clock is not None and (k + 1) * gran <= clock)
@@ -280,21 +272,21 @@ class ParquetTarget:
         if not files and clock == prev_clock:
             state.clean_staging(batch_id)  # nothing to record: a replay recomputes the same
             return None
-        entry = {
-            "batch": batch_id,
-            "query_id": _query_id(reports),
-            "clock_us": clock,
-            "clock": iso(clock),
-            "previous_clock_us": prev_clock,
-            "rows": sum(f.rows for f in files),
-            "files": [[f.staged, f.final, f.key, f.rows] for f in files],
-            "complete": complete,
-            "open": still_open,
-        }
-        if not state.put_entry_once(batch_id, entry):
+        entry = ParquetEntry(
+            batch=batch_id,
+            query_id=reports_query_id(reports),
+            clock_us=clock,
+            clock=iso(clock),
+            previous_clock_us=prev_clock,
+            rows=sum(f.rows for f in files),
+            files=tuple(_published(f) for f in files),
+            complete=tuple(complete),
+            open=tuple(still_open),
+        )
+        if not state.put_entry_once(batch_id, entry.to_dict()):
             existing = state.entry(batch_id)  # committed concurrently: finish theirs
             assert existing is not None
-            entry = existing
+            entry = ParquetEntry.from_dict(existing)
         self.apply(entry)
         state.prune()
         state.clean_staging(batch_id)
@@ -316,15 +308,15 @@ class ParquetTarget:
             return
         applied = read_json(os.path.join(self.state.root, CLOCK_FILE)) or {}
         if int(applied.get("batch", -1)) < int(latest["batch"]):
-            self.apply(latest)
+            self.apply(ParquetEntry.from_dict(latest))
 
-    def apply(self, entry: dict[str, Any]) -> None:
+    def apply(self, entry: ParquetEntry) -> None:
         """Rename the entry's staged files into place, mark completed partitions, then publish
         the clock. Each step checks what is done, so running it twice changes nothing."""
         root = self.cfg.location
         folders = set()
-        for staged, final, _key, _rows in entry["files"]:
-            src, dst = os.path.join(root, staged), os.path.join(root, final)
+        for f in entry.files:
+            src, dst = os.path.join(root, f.staged), os.path.join(root, f.final)
             if os.path.exists(dst):
                 continue
             folder = os.path.dirname(dst)
@@ -335,7 +327,7 @@ class ParquetTarget:
                 if os.path.exists(dst):
                     continue
                 raise CorruptLogError(
-                    f"{self.where}: batch {entry['batch']} is committed but its staged file "
+                    f"{self.where}: batch {entry.batch} is committed but its staged file "
                     f"{src} is gone before it was published to {dst}; was the staging folder "
                     "removed by hand? The rows of that file are lost"
                 ) from None
@@ -344,20 +336,18 @@ class ParquetTarget:
             fsync_dir(folder)
         if folders:
             fsync_dir(root)
-        for key in entry["complete"]:
-            self._mark_complete(int(key), entry)
+        for key in entry.complete:
+            self._mark_complete(key, entry)
         clock_path = os.path.join(self.state.root, CLOCK_FILE)
         current = read_json(clock_path) or {}
-        if int(current.get("batch", -1)) < int(entry["batch"]):
-            clock = entry["clock_us"]
+        if int(current.get("batch", -1)) < entry.batch:
+            clock = entry.clock_us
             old = current.get("clock_us")
             if old is not None and (clock is None or clock < old):
                 clock = old  # never back (cannot happen: entries only move forward)
-            replace_json(
-                clock_path, {"batch": entry["batch"], "clock_us": clock, "clock": iso(clock)}
-            )
+            replace_json(clock_path, {"batch": entry.batch, "clock_us": clock, "clock": iso(clock)})
 
-    def _mark_complete(self, key: int, entry: dict[str, Any]) -> None:
+    def _mark_complete(self, key: int, entry: ParquetEntry) -> None:
         cfg = self.cfg
         folder = os.path.join(cfg.location, partition_name(key, cfg.granularity))
         os.makedirs(folder, exist_ok=True)
@@ -368,8 +358,8 @@ class ParquetTarget:
                 "partition": partition_name(key, cfg.granularity),
                 "start": iso(key * gran),
                 "end": iso((key + 1) * gran),
-                "batch": entry["batch"],
-                "clock": iso(entry["clock_us"]),
+                "batch": entry.batch,
+                "clock": iso(entry.clock_us),
             },
         )
 
@@ -388,9 +378,9 @@ def _utc(schema: pa.Schema) -> pa.Schema:
     return pa.schema(fields)
 
 
-def _query_id(reports: Iterable[TaskReport]) -> str | None:
-    ids = {r.info.query_id for r in reports if r.info.query_id}
-    return ids.pop() if len(ids) == 1 else None
+def _published(f: StagedFile) -> ParquetFile:
+    assert f.final is not None and f.key is not None  # set by _Stager for every file
+    return ParquetFile(staged=f.staged, final=f.final, key=f.key, rows=f.rows)
 
 
 def _remove_staged(root: str, reports: Iterable[TaskReport | None]) -> None:

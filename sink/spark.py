@@ -19,19 +19,18 @@ from pyspark.sql.datasource import DataSourceStreamArrowWriter, WriterCommitMess
 from pyspark.sql.pandas.types import to_arrow_schema
 from pyspark.sql.types import StructType
 
-from ..bounds.errors import OptionError
+from ..bounds.errors import CommitError, OptionError
 from .clock import batch_watermark_ms, bounds_clock_us, checkpoint_query_id, watermark_clock_us
 from .options import SinkConfig, parse_sink_options
 from .parquet_target import ParquetTarget
 from .stream_target import StreamTarget
+from .target import Target
 from .task import TaskInfo, TaskReport, reports_query_id
 
 __all__ = ["RowtimeCommitMessage", "RowtimeStreamWriter", "make_stream_writer"]
 
 BATCH_ID_PROPERTY = "streaming.sql.batchId"
 QUERY_ID_PROPERTY = "sql.streaming.queryId"
-
-Target = StreamTarget | ParquetTarget
 
 
 def make_target(cfg: SinkConfig) -> Target:
@@ -81,7 +80,7 @@ class RowtimeStreamWriter(DataSourceStreamArrowWriter):
         reports = []
         for m in messages:
             if not isinstance(m, RowtimeCommitMessage):
-                raise OptionError(
+                raise CommitError(
                     f"batch {batch_id}: a write task sent no commit message ({m!r}); Spark "
                     "commits only batches whose tasks all succeeded"
                 )

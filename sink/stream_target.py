@@ -49,6 +49,7 @@ made), before anything is written.
 from __future__ import annotations
 
 import concurrent.futures
+import dataclasses
 import functools
 import os
 import shutil
@@ -82,14 +83,14 @@ from ..streams.storage import (
 )
 from ..streams.writer import Writer, wall_clock_us
 from .layout import SINK_DIR, STAGING_DIR, SinkState, batch_name, wait_for_lock
+from .manifest import StreamEntry, StreamPart
 from .options import SinkConfig
-from .task import RowSplitter, StagedFile, TaskInfo, TaskReport, as_datetime, iso, reports_query_id
+from .target import stage_task
+from .task import StagedFile, TaskInfo, TaskReport, as_datetime, iso, reports_query_id
 
 __all__ = ["StreamTarget"]
 
 KIND = SINK_KIND_STREAM
-#: The format of this target's manifest entries (the intent of each batch).
-ENTRY_FORMAT = 2
 #: A staged run (and so a segment of the target) holds at most about this many bytes ...
 RUN_BYTES = 128 << 20
 #: ... and this many rows.
@@ -295,53 +296,42 @@ class StreamTarget:
     def write(self, info: TaskInfo, batches: Iterable[pa.RecordBatch]) -> TaskReport:
         """Stage this task's data rows as sorted runs in the segment format (see the module's
         docstring); nothing when the batch already has an intent (a replay)."""
-        if self.state.entry(info.batch_id) is not None:
-            for _ in batches:  # the commit carries out the intent from its own files
-                pass
-            return TaskReport(info=info, skipped=True)
-        stream = self._stream()
-        if stream is None:  # the first commit creates it, with this many partitions
-            partitions = self._partitions_known()
-            partition = info.task if partitions is None else info.task % partitions
-            first, base_clock, last_arrival, floor = 0, None, None, None
-            file_schema = segment_schema(self._payload())
-        else:
-            partition = info.task % stream.meta.partitions
-            tail = stream.tail(partition)
-            first, base_clock, last_arrival = tail.end, tail.clock_us, tail.last_arrival_us
-            floor = stream.stream_clock_us()
-            file_schema = stream.file_schema
-        arrival = wall_clock_us()
-        if last_arrival is not None:
-            arrival = max(arrival, last_arrival)
-        splitter = RowSplitter(self.cfg, info, floor, self.where)
-        runs = _Runs(self, info, file_schema, first, base_clock, arrival)
-        try:
-            for batch in batches:
-                split = splitter.split(batch)
-                if split is not None:
-                    runs.add(*split)
-            files = runs.close()
-        except BaseException:
-            runs.discard()
-            raise
-        report = splitter.report()
-        report.files = files
-        report.partition = partition
-        report.base_clock_us = base_clock
-        report.arrival_us = arrival
-        report.ordered = runs.ordered
-        return report
+        assumed: dict[str, Any] = {}
+
+        def begin() -> tuple[int | None, _Runs]:
+            stream = self._stream()
+            if stream is None:  # the first commit creates it, with this many partitions
+                partitions = self._partitions_known()
+                partition = info.task if partitions is None else info.task % partitions
+                first, base_clock, last_arrival, floor = 0, None, None, None
+                file_schema = segment_schema(self._payload())
+            else:
+                partition = info.task % stream.meta.partitions
+                tail = stream.tail(partition)
+                first, base_clock, last_arrival = tail.end, tail.clock_us, tail.last_arrival_us
+                floor = stream.stream_clock_us()
+                file_schema = stream.file_schema
+            arrival = wall_clock_us()
+            if last_arrival is not None:
+                arrival = max(arrival, last_arrival)
+            assumed.update(partition=partition, base_clock_us=base_clock, arrival_us=arrival)
+            return floor, _Runs(self, info, file_schema, first, base_clock, arrival)
+
+        report, runs = stage_task(self, info, batches, begin)
+        if runs is None:
+            return report
+        assert isinstance(runs, _Runs)
+        return dataclasses.replace(report, ordered=runs.ordered, **assumed)
 
     # -- driver, per batch --------------------------------------------------------------------
 
     def commit(
         self, reports: Sequence[TaskReport], batch_id: int, candidate_us: int | None
-    ) -> dict[str, Any] | None:
+    ) -> StreamEntry | None:
         """Append batch ``batch_id`` exactly once; returns its manifest entry (None when the
         batch appends nothing). ``candidate_us`` is the clock the batch would move to."""
         state = self.state
-        entry = state.entry(batch_id)
+        entry = self._entry(batch_id)
         stream = self._stream()
         if stream is None:
             if entry is not None:
@@ -365,13 +355,8 @@ class StreamTarget:
             if entry is None:
                 entry = self._plan(writers, reports, batch_id, candidate_us)
                 if entry is not None:
-                    state.replace_entry(batch_id, entry)  # the intent, durable before anything
-            elif int(entry.get("format", 1)) != ENTRY_FORMAT:
-                raise CorruptLogError(
-                    f"{self.where}: batch {batch_id}'s manifest entry has format "
-                    f"{entry.get('format', 1)}; this version replays format {ENTRY_FORMAT}: "
-                    "finish the batch with the version that started it"
-                )
+                    # The intent, durable before anything.
+                    state.replace_entry(batch_id, entry.to_dict())
             done = entry is None or not self._apply(writers, entry)
         except BaseException:
             for w in writers:
@@ -383,8 +368,21 @@ class StreamTarget:
             state.prune()
         state.clean_staging(batch_id)
         if entry is not None and replayed and done:
-            return {**entry, "replayed": True}
+            return entry.as_replayed()
         return entry
+
+    def _entry(self, batch_id: int) -> StreamEntry | None:
+        """The intent of batch ``batch_id`` if it has one; one of another format is refused."""
+        doc = self.state.entry(batch_id)
+        if doc is None:
+            return None
+        if int(doc.get("format", 1)) != StreamEntry.FORMAT:
+            raise CorruptLogError(
+                f"{self.where}: batch {batch_id}'s manifest entry has format "
+                f"{doc.get('format', 1)}; this version replays format {StreamEntry.FORMAT}: "
+                "finish the batch with the version that started it"
+            )
+        return StreamEntry.from_dict(doc)
 
     def _plan(
         self,
@@ -392,7 +390,7 @@ class StreamTarget:
         reports: Sequence[TaskReport],
         batch_id: int,
         candidate_us: int | None,
-    ) -> dict[str, Any] | None:
+    ) -> StreamEntry | None:
         """The intent of a batch not seen before (None when it appends nothing)."""
         n = len(writers)
         ends = [w.end_offset for w in writers]
@@ -442,39 +440,36 @@ class StreamTarget:
                 and (last_arrival is None or rs[0].arrival_us >= last_arrival)
             )
             parts.append(
-                {
-                    "partition": p,
-                    "start": ends[p],
-                    "rows": rows,
-                    "bound_us": candidate_us if bound else None,
-                    "mode": "link" if link else "merge",
-                    "files": [[f.staged, f.rows] for r in rs for f in r.files],
-                }
+                StreamPart(
+                    partition=p,
+                    start=ends[p],
+                    rows=rows,
+                    bound_us=candidate_us if bound else None,
+                    mode="link" if link else "merge",
+                    files=tuple((f.staged, f.rows) for r in rs for f in r.files),
+                )
             )
         if not parts:
             return None
         new_clock = merge_clock(after_all)
-        return {
-            "format": ENTRY_FORMAT,
-            "batch": batch_id,
-            "query_id": reports_query_id(reports),
-            "rows": sum(p["rows"] for p in parts),
-            "clock_us": new_clock,
-            "clock": iso(new_clock),
-            "previous_clock_us": stream_clock,
-            "parts": parts,
-        }
+        return StreamEntry(
+            batch=batch_id,
+            query_id=reports_query_id(reports),
+            rows=sum(p.rows for p in parts),
+            clock_us=new_clock,
+            clock=iso(new_clock),
+            previous_clock_us=stream_clock,
+            parts=tuple(parts),
+        )
 
-    def _apply(self, writers: Sequence[Writer], entry: dict[str, Any]) -> bool:
+    def _apply(self, writers: Sequence[Writer], entry: StreamEntry) -> bool:
         """Carry out what the intent ``entry`` has not done yet; True if anything was left."""
         did = False
-        for part in entry["parts"]:
-            p, start, rows = int(part["partition"]), int(part["start"]), int(part["rows"])
-            bound = part["bound_us"]
-            records = rows + (bound is not None)
+        for part in entry.parts:
+            p, start, records = part.partition, part.start, part.records
             if p >= len(writers):
                 raise CorruptLogError(
-                    f"{self.where}: batch {entry['batch']} was to append to partition {p}, and "
+                    f"{self.where}: batch {entry.batch} was to append to partition {p}, and "
                     f"the stream has {len(writers)} partitions"
                 )
             w = writers[p]
@@ -484,10 +479,8 @@ class StreamTarget:
             if done < 0:
                 raise self._foreign(entry, p, start, records, w.end_offset)
             did = True
-            files = [
-                (os.path.join(self.cfg.location, rel), int(count)) for rel, count in part["files"]
-            ]
-            if part["mode"] == "link":
+            files = [(os.path.join(self.cfg.location, rel), count) for rel, count in part.files]
+            if part.mode == "link":
                 pos, todo = 0, []
                 for path, count in files:
                     if pos + count <= done:
@@ -502,33 +495,31 @@ class StreamTarget:
                     # The executors built the files from rows they checked: trust the
                     # footers, so that the driver reads no record.
                     w.append_segment_files(todo, verify=False)
-                if bound is not None:
-                    w.set_rowtime_bound(as_datetime(int(bound)))
             else:
                 if done != 0:
                     raise self._foreign(entry, p, start, records, w.end_offset)
                 if files:
                     self._check_staged(entry, [path for path, _ in files])
                     w.insert_arrow(_merged(path for path, _ in files), rowtime_column=SPARK_ROWTIME)
-                if bound is not None:
-                    w.set_rowtime_bound(as_datetime(int(bound)))
+            if part.bound_us is not None:
+                w.set_rowtime_bound(as_datetime(part.bound_us))
             w.flush()  # a merged part's rows and bound: one segment, durable and visible whole
         return did
 
-    def _check_staged(self, entry: dict[str, Any], paths: Sequence[str]) -> None:
+    def _check_staged(self, entry: StreamEntry, paths: Sequence[str]) -> None:
         missing = [p for p in paths if not os.path.exists(p)]
         if missing:
             raise CorruptLogError(
-                f"{self.where}: batch {entry['batch']} is planned but its staged file "
+                f"{self.where}: batch {entry.batch} is planned but its staged file "
                 f"{missing[0]} is gone ({len(missing)} missing), so the batch cannot be "
                 f"finished; was {SINK_DIR}/staging cleaned by hand?"
             )
 
     def _foreign(
-        self, entry: dict[str, Any], p: int, start: int, records: int, end: int
+        self, entry: StreamEntry, p: int, start: int, records: int, end: int
     ) -> CorruptLogError:
         return CorruptLogError(
-            f"{self.where}: batch {entry['batch']} was to append records [{start}, "
+            f"{self.where}: batch {entry.batch} was to append records [{start}, "
             f"{start + records}) to partition {p}, which holds {end}: another writer appended "
             "to the target meanwhile; the target stream must be written by the query alone"
         )

@@ -10,9 +10,11 @@ to the driver in Spark's commit message: nothing is kept in memory between ``wri
 
 from __future__ import annotations
 
+import dataclasses
 import datetime as dt
-from collections.abc import Iterable
-from dataclasses import dataclass, field
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass
+from typing import Any
 
 import numpy as np
 import pyarrow as pa
@@ -45,6 +47,18 @@ class TaskInfo:
     attempt: int
     query_id: str | None = None
 
+    def to_dict(self) -> dict[str, Any]:
+        return dataclasses.asdict(self)
+
+    @classmethod
+    def from_dict(cls, doc: Mapping[str, Any]) -> TaskInfo:
+        return cls(
+            batch_id=int(doc["batch_id"]),
+            task=int(doc["task"]),
+            attempt=int(doc["attempt"]),
+            query_id=doc.get("query_id"),
+        )
+
 
 @dataclass(frozen=True)
 class StagedFile:
@@ -62,8 +76,24 @@ class StagedFile:
     key: int | None = None
     first: int | None = None
 
+    def to_dict(self) -> dict[str, Any]:
+        return dataclasses.asdict(self)
 
-@dataclass
+    @classmethod
+    def from_dict(cls, doc: Mapping[str, Any]) -> StagedFile:
+        def opt(name: str) -> Any:
+            return doc.get(name)
+
+        return cls(
+            staged=str(doc["staged"]),
+            rows=int(doc["rows"]),
+            final=opt("final"),
+            key=None if opt("key") is None else int(doc["key"]),
+            first=None if opt("first") is None else int(doc["first"]),
+        )
+
+
+@dataclass(frozen=True)
 class TaskReport:
     """One task's part of a batch: what it staged and what it saw. Picklable.
 
@@ -81,12 +111,38 @@ class TaskReport:
     bound_us: int | None = None
     min_rowtime_us: int | None = None
     max_rowtime_us: int | None = None
-    files: list[StagedFile] = field(default_factory=list)
+    files: tuple[StagedFile, ...] = ()
     skipped: bool = False
     partition: int | None = None
     base_clock_us: int | None = None
     arrival_us: int | None = None
     ordered: bool = True
+
+    def to_dict(self) -> dict[str, Any]:
+        doc = dataclasses.asdict(self)
+        doc["info"] = self.info.to_dict()
+        doc["files"] = [f.to_dict() for f in self.files]
+        return doc
+
+    @classmethod
+    def from_dict(cls, doc: Mapping[str, Any]) -> TaskReport:
+        def opt(name: str) -> int | None:
+            value = doc.get(name)
+            return None if value is None else int(value)
+
+        return cls(
+            info=TaskInfo.from_dict(doc["info"]),
+            rows=int(doc.get("rows", 0)),
+            bound_us=opt("bound_us"),
+            min_rowtime_us=opt("min_rowtime_us"),
+            max_rowtime_us=opt("max_rowtime_us"),
+            files=tuple(StagedFile.from_dict(f) for f in doc.get("files", [])),
+            skipped=bool(doc.get("skipped", False)),
+            partition=opt("partition"),
+            base_clock_us=opt("base_clock_us"),
+            arrival_us=opt("arrival_us"),
+            ordered=bool(doc.get("ordered", True)),
+        )
 
 
 def reports_query_id(reports: Iterable[TaskReport | None]) -> str | None:

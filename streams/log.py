@@ -302,14 +302,8 @@ class Stream:
         cached = self._stats.get(segment.path)
         if cached is not None:
             return cached
-        schema = self._table(segment).schema
-        stats = SegmentStats.from_metadata(schema.metadata, segment.path)
-        if (stats.first, stats.count) != (segment.first, segment.count):
-            raise CorruptLogError(
-                f"segment {segment.path} says it holds [{stats.first}, {stats.end}) in its footer"
-            )
-        self._stats[segment.path] = stats
-        return stats
+        self._table(segment)  # reads and checks the footer
+        return self._stats[segment.path]
 
     def partition_stats(self, partition: int) -> list[SegmentStats]:
         return [self.stats(s) for s in self._stable(partition, lambda c: c)]
@@ -366,6 +360,14 @@ class Stream:
                 f"segment {segment.path} holds {table.num_rows} records, its name says "
                 f"{segment.count}"
             )
+        # The footer is read with the records: a segment of a newer format is refused before
+        # any of its records is used.
+        stats = SegmentStats.from_metadata(table.schema.metadata, segment.path)
+        if (stats.first, stats.count) != (segment.first, segment.count):
+            raise CorruptLogError(
+                f"segment {segment.path} says it holds [{stats.first}, {stats.end}) in its footer"
+            )
+        self._stats[segment.path] = stats
         with self._mutex:
             self._tables[segment.path] = table
             while len(self._tables) > self._cache_segments:

@@ -371,9 +371,11 @@ def _late_in_file(path: str, where: str, index: int | None, rowtime_us: int, clo
 
 
 def _check_footer(
-    table: pa.Table, path: str, where: str, tail: PartitionTail, reject: bool
+    table: pa.Table, path: str, where: str, tail: PartitionTail, reject: bool, late: bool
 ) -> SegmentStats:
-    """A segment file's footer, checked to continue the partition at ``tail``."""
+    """A segment file's footer, checked to continue the partition at ``tail``; ``late``: also
+    refuse late rows from the footer's minimum (when the records are not read, so which
+    record it is stays unknown)."""
     clock = NO_TIME if tail.clock_us is None else tail.clock_us
     arrival = NO_TIME if tail.last_arrival_us is None else tail.last_arrival_us
     stats = SegmentStats.from_metadata(table.schema.metadata, path)
@@ -404,7 +406,7 @@ def _check_footer(
             f"segment file {path} has a bound after the end of stream of {where} (end_stream() "
             "was called): nothing can follow it. Nothing was written"
         )
-    if stats.rows and stats.min_rowtime_us is not None:
+    if late and stats.rows and stats.min_rowtime_us is not None:
         if clock == END_OF_STREAM_US or (reject and stats.min_rowtime_us < clock):
             # Which record is late is known only from the records (verify=True finds it).
             _late_in_file(path, where, None, stats.min_rowtime_us, clock)
@@ -440,7 +442,7 @@ def _verify_records(
             "backwards. Nothing was written"
         )
     late = ~is_bound & (effective < before)
-    if reject and late.any():
+    if (reject or clock == END_OF_STREAM_US) and late.any():
         i = int(np.flatnonzero(late)[0])
         _late_in_file(path, where, i, int(effective[i]), int(before[i]))
 
@@ -469,8 +471,8 @@ def check_segment_files(
     checked: list[tuple[str, SegmentStats]] = []
     for path in paths:
         table = _segment_file(path, file_schema)
-        stats = _check_footer(table, path, where, tail, reject)
-        if verify:
+        stats = _check_footer(table, path, where, tail, reject, late=not verify)
+        if verify:  # finds a late record itself, by its index
             clock = NO_TIME if tail.clock_us is None else tail.clock_us
             _verify_records(table, stats, path, where, clock, reject)
         checked.append((path, stats))

@@ -391,6 +391,23 @@ def test_a_damaged_segment_is_reported_naming_the_file(written):
         open_stream(written).read(0, 0, 5)
 
 
+def test_a_segment_of_a_newer_log_format_is_refused_naming_the_file_and_the_version(written):
+    # A later version of the format may give footer fields another meaning: refuse to guess.
+    path = written / "partition-0000" / "00000000000000000002-0000000003.arrow"
+    table = pa.ipc.open_file(pa.memory_map(str(path), "r")).read_all()
+    metadata = {**table.schema.metadata, b"rowtime.format_version": b"2"}
+    os.unlink(path)  # segments are read-only once committed: write a new file in its place
+    with pa.OSFile(str(path), "wb") as sink:
+        with pa.ipc.new_file(sink, table.schema.with_metadata(metadata)) as writer:
+            writer.write_table(table)
+    with pytest.raises(CorruptLogError) as info:
+        open_stream(written).read(0, 0, 5)
+    message = str(info.value)
+    assert "00000000000000000002-0000000003.arrow" in message
+    assert "format version 2" in message and "up to 1" in message
+    assert open_stream(written).read(0, 0, 2).num_rows == 2  # the older segment still reads
+
+
 def test_small_segments_are_merged_without_changing_what_is_read(tmp_path):
     create_stream(tmp_path / "s", "a INT")
     clock = FakeClock()

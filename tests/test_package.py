@@ -16,6 +16,21 @@ def test_every_public_name_resolves():
         assert getattr(core, name) is not None, name
 
 
+def test_every_error_class_is_importable_from_the_package():
+    import inspect
+
+    import pyspark_rowtime.bounds.errors as errors
+
+    classes = [
+        c
+        for _, c in inspect.getmembers(errors, inspect.isclass)
+        if issubclass(c, errors.RowtimeError) and c.__module__ == errors.__name__
+    ]
+    assert len(classes) > 10
+    for cls in classes:
+        assert getattr(pyspark_rowtime, cls.__name__) is cls, cls.__name__
+
+
 def test_spark_finds_default_source_the_way_its_lookup_does():
     # pyspark.sql.worker.lookup_data_sources: top-level pyspark_* modules with DefaultSource
     from pyspark.sql.datasource import DataSource

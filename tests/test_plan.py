@@ -7,6 +7,7 @@ import subprocess
 import sys
 
 import numpy as np
+import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 from pyspark_rowtime.bounds.bounds import END_OF_STREAM_US
@@ -146,3 +147,15 @@ def test_the_core_imports_neither_pyspark_nor_the_log():
         [sys.executable, "-P", "-c", code], capture_output=True, text=True, check=True
     )
     assert out.stdout.strip() == ""
+
+
+@pytest.mark.parametrize(
+    "offset",
+    [{"v": 99, "partitions": {}}, {"partitions": {}}, {"v": 1}, {"v": 1, "partitions": {"0": 5}}],
+    ids=["newer version", "no version", "no partitions", "damaged partition"],
+)
+def test_an_offset_that_cannot_be_read_is_an_offset_error(offset):
+    from pyspark_rowtime.bounds.errors import OffsetError
+
+    with pytest.raises(OffsetError, match="offset"):
+        StreamPosition.from_dict(offset)

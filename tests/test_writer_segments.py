@@ -401,6 +401,13 @@ def test_under_order_reject_a_file_with_rows_below_the_partition_clock_is_late(
     assert_refused(base, loc, [path], LateRowError, match="order=reject")
 
 
+def test_a_late_record_is_named_by_its_own_index_in_its_file(base, loc, stage):
+    records = [row(T0 + 10, BASE_CLOCK + 5, 7), row(T0 + 11, BASE_CLOCK + 9, 8)]
+    records.append(row(T0 + 12, BASE_CLOCK - 50, 9))  # the third record goes back
+    path = segment_file(stage / "late.arrow", open_stream(loc).file_schema, 2, records, BASE_CLOCK)
+    assert_refused(base, loc, [path], LateRowError, match=r"record 2 of segment file .*late\.arrow")
+
+
 def test_a_late_second_file_leaves_the_first_uncommitted(base, loc, stage):
     good = good_file(loc, stage)
     # Above the committed clock (T0 + 200) but below the clock after the first file (T0 + 400).
