@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import shutil
 import socket
+import ssl
 import subprocess
 import time
 from collections.abc import Iterator
@@ -66,8 +67,10 @@ class RedisServer:
         password: str | None = None,
         user: str | None = None,
         user_password: str | None = None,
+        tls: bool = False,
     ) -> None:
         self.workdir = workdir
+        self.tls = tls
         self.appendonly = appendonly
         self.password = password
         self.user = user
@@ -81,12 +84,15 @@ class RedisServer:
 
     def url(self, name: str, db: int = 0, *, as_user: bool = False, scheme: str = "redis") -> str:
         """A stream location on this server: ``redis://[user:password@]host:port/db/name``."""
+        if self.tls:
+            scheme = "rediss"
         auth = ""
         if as_user and self.user:
             auth = f"{self.user}:{self.user_password}@"
         elif self.password:
             auth = f":{self.password}@"
-        return f"{scheme}://{auth}{self.host}:{self.port}/{db}/{name}"
+        query = f"?ssl_ca_certs={self.workdir / 'cert.pem'}" if self.tls else ""
+        return f"{scheme}://{auth}{self.host}:{self.port}/{db}/{name}{query}"
 
     def client(self, db: int = 0) -> Any:
         import redis
@@ -117,12 +123,31 @@ class RedisServer:
         ]  # fmt: skip
         if self.password:
             args += ["--requirepass", self.password]
+        if self.tls:  # TLS only: the plain port is closed
+            cert, key = self.workdir / "cert.pem", self.workdir / "key.pem"
+            args[args.index("--port") + 1] = "0"
+            args += ["--tls-port", str(port), "--tls-cert-file", str(cert)]
+            args += ["--tls-key-file", str(key), "--tls-ca-cert-file", str(cert)]
+            args += ["--tls-auth-clients", "no"]
         if self.user:
             args += ["--user", self.user, "on", f">{self.user_password}", "~*", "&*", "+@all"]
         return args
 
+    def _make_cert(self) -> None:
+        """A self-signed certificate for 127.0.0.1 (openssl), once per server."""
+        if (self.workdir / "cert.pem").exists():
+            return
+        subprocess.run(
+            ["openssl", "req", "-x509", "-newkey", "rsa:2048", "-nodes", "-days", "1",
+             "-keyout", str(self.workdir / "key.pem"), "-out", str(self.workdir / "cert.pem"),
+             "-subj", "/CN=127.0.0.1", "-addext", "subjectAltName=IP:127.0.0.1"],
+            check=True, capture_output=True,
+        )  # fmt: skip
+
     def _start_process(self) -> None:
         self.workdir.mkdir(parents=True, exist_ok=True)
+        if self.tls:
+            self._make_cert()
         last = ""
         for _ in range(5):  # the free port may be taken between the probe and the bind
             port = self.port or _free_port()
@@ -146,7 +171,11 @@ class RedisServer:
             if proc is not None and proc.poll() is not None:
                 return False
             try:
-                with socket.create_connection(("127.0.0.1", port), timeout=0.5) as s:
+                with socket.create_connection(("127.0.0.1", port), timeout=0.5) as raw:
+                    s = raw
+                    if self.tls:
+                        ctx = ssl.create_default_context(cafile=str(self.workdir / "cert.pem"))
+                        s = ctx.wrap_socket(raw, server_hostname="127.0.0.1")
                     s.sendall(b"PING\r\n")
                     reply = s.recv(64)
                     if reply.startswith((b"+PONG", b"-NOAUTH")):

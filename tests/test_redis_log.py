@@ -431,3 +431,79 @@ def test_acknowledged_runs_survive_a_server_restart(tmp_path: Path) -> None:
         ids = open_redis_stream(url).read(0, 0, 100).column("id")
         assert ids.to_pylist() == list(range(100))
         assert pc.min(ids).as_py() == 0
+
+
+# -- the storage seam -------------------------------------------------------------------------
+
+
+def test_redis_implements_the_storage_interface(url: str) -> None:
+    from pyspark_rowtime.streams.storage import (
+        LocationKind,
+        PartitionAppender,
+        StreamStorage,
+        open_storage,
+        what_is_at,
+    )
+
+    assert what_is_at(url).kind is LocationKind.NOTHING
+    create_redis_stream(url, "id BIGINT, name STRING", partitions=2)
+    assert what_is_at(url).kind is LocationKind.STREAM
+    stream = open_storage(url)
+    assert isinstance(stream, StreamStorage)
+    appender = stream.lock_partition(1, "partition 1")
+    try:
+        assert isinstance(appender, PartitionAppender)
+        tail = appender.tail()
+        assert (tail.end, tail.clock_us, tail.last_arrival_us) == (0, None, None)
+    finally:
+        appender.release()
+
+
+def test_segment_files_are_appended_as_one_unit(url: str, tmp_path: Path) -> None:
+    from pyspark_rowtime.bounds.errors import BoundError
+    from pyspark_rowtime.streams.segments import write_segment_file
+
+    s = create_redis_stream(url, "id BIGINT, name STRING")
+    stats1, t1 = run(s, 0, None, rows(4))
+    stats2, t2 = run(s, 4, stats1.clock_us, rows(3, 4, T0 + 4))
+    paths = [str(tmp_path / "a.arrow"), str(tmp_path / "b.arrow")]
+    for path, stats, t in zip(paths, (stats1, stats2), (t1, t2), strict=True):
+        write_segment_file(path, stats, s.file_schema, [t])
+    a = s.lock_partition(0, "p0")
+    try:
+        # A file whose bound goes below the clock: nothing of the list is committed.
+        low, tb = run(s, 7, stats2.clock_us, [(T0 + 9, T0, True, {})])
+        write_segment_file(str(tmp_path / "c.arrow"), low, s.file_schema, [tb])
+        with pytest.raises(BoundError):
+            a.append_segment_files([*paths, str(tmp_path / "c.arrow")], reject=False, verify=True)
+        assert s.end_offset(0) == 0
+        a.append_segment_files(paths, reject=False, verify=True)
+    finally:
+        a.release()
+    assert s.read(0, 0, 7).column("id").to_pylist() == list(range(7))
+    assert [st.first for st in s.partition_stats(0)] == [0, 4]
+
+
+def test_tls_with_a_checked_certificate(tmp_path: Path) -> None:
+    import shutil
+
+    if shutil.which("openssl") is None or shutil.which("redis-server") is None:
+        pytest.skip("TLS test needs openssl and redis-server (Debian packages)")
+    with redis_server(tmp_path, tls=True, password=SECRET) as srv:
+        url = srv.url("secure")
+        assert url.startswith("rediss://")
+        s = create_redis_stream(url, "id BIGINT, name STRING")
+        a = s.lock_partition(0, "p0")
+        stats, t = run(s, 0, None, rows(3))
+        a.append_run(stats, [t])
+        a.release()
+        assert open_redis_stream(url).read(0, 0, 3).column("id").to_pylist() == [0, 1, 2]
+        # Without the CA the server's certificate cannot be checked: refused, not ignored.
+        unchecked = url.split("?")[0] + "?retries=0&connect_timeout=1s&socket_timeout=1s"
+        with pytest.raises(RedisUnavailableError) as info:
+            open_redis_stream(unchecked)
+        assert "certificate" in str(info.value).lower() and SECRET not in str(info.value)
+        # A plain redis:// client gets nowhere on a TLS-only port.
+        plain = unchecked.replace("rediss://", "redis://")
+        with pytest.raises(RedisUnavailableError):
+            open_redis_stream(plain)
