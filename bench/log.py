@@ -6,7 +6,13 @@
 * read-back: ``Stream.read`` of every column and of only the system columns (what the Spark
   driver reads), beside pyarrow reading the same segment files through a memory map.
 
-Run: ./dev bench log [--rows N] [--insert-rows N] [--dir PATH]
+* Redis Streams (the same rows): ``insert_arrow()`` into a ``redis://`` stream and read-back
+  beside the embedded log, and the two payload encodings the backend could use (one Arrow IPC
+  stream per entry of up to 64K rows, or one entry per row with a field per column): rows/s
+  written and read, and bytes in Redis (``MEMORY USAGE``). A local ``redis-server`` is started
+  on a free loopback port unless ``--redis URL`` names one.
+
+Run: ./dev bench log [--rows N] [--insert-rows N] [--redis-rows N] [--redis URL] [--dir PATH]
 """
 
 from __future__ import annotations
@@ -16,6 +22,7 @@ import os
 import shutil
 import tempfile
 import time
+from pathlib import Path
 
 import numpy as np
 import pyarrow as pa
@@ -170,6 +177,115 @@ def bench_read(loc: str, repeat: int) -> None:
         print(f"    ratio                           {pa_s / ours_s:8.2f}")
 
 
+def bench_redis(folder: str, table: pa.Table, repeat: int, url: str | None) -> None:
+    import sys
+
+    server = None
+    if url is None:
+        sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "tests"))
+        from redis_server import RedisServer
+
+        server = RedisServer(Path(folder) / "redis").start()
+        url = server.url("bench")
+    try:
+        _bench_redis(folder, table, repeat, url)
+    finally:
+        if server is not None:
+            server.close()
+
+
+def _bench_redis(folder: str, table: pa.Table, repeat: int, base: str) -> None:
+    from pyspark_rowtime.streams.redis_location import parse_location
+    from pyspark_rowtime.streams.redis_log import _connection, open_redis_stream
+
+    n = table.num_rows
+    client = _connection(parse_location(base + "x")).client
+
+    def fresh(name: str) -> str:
+        for key in client.scan_iter(f"{{rowtime:{name}}}:*"):
+            client.delete(key)
+        return base[: base.rindex("/") + 1] + name
+
+    def insert(loc: str) -> float:
+        create_stream(loc, SCHEMA)
+        with open_writer(loc) as w:
+            t0 = time.perf_counter()
+            w.insert_arrow(table)
+            w.flush()
+            return time.perf_counter() - t0
+
+    log_loc = os.path.join(folder, "redis-ref")
+    shutil.rmtree(log_loc, ignore_errors=True)
+    log_s = insert(log_loc)
+    redis_s = min(insert(fresh(f"arrow{i}")) for i in range(repeat))
+    loc = base[: base.rindex("/") + 1] + f"arrow{repeat - 1}"
+    used = sum(
+        client.memory_usage(k, samples=0) or 0
+        for k in client.scan_iter(f"{{rowtime:arrow{repeat - 1}}}:*")
+    )
+    print(f"\nRedis Streams, {n:,} rows of 4 columns ({table.nbytes / 1e6:.0f} MB of payload):")
+    print(f"  insert_arrow() + flush(), embedded log   {rate(n, log_s)}")
+    print(f"  insert_arrow() + flush(), Redis          {rate(n, redis_s)}")
+    print(f"  bytes in Redis: {used / 1e6:.0f} MB ({used / n:.1f} per row)")
+
+    def read_log() -> pa.Table:
+        s = open_stream(log_loc)
+        return s.read(0, 0, s.end_offset(0))
+
+    def read_redis() -> pa.Table:
+        s = open_redis_stream(loc)
+        return s.read(0, 0, s.end_offset(0))
+
+    assert read_redis().num_rows == read_log().num_rows == n
+    assert read_redis().column("id").equals(read_log().column("id"))
+    log_r = best_of(read_log, repeat)
+    redis_r = best_of(read_redis, repeat)
+    print(f"  read-back, fresh reader, embedded log    {rate(n, log_r)}")
+    print(f"  read-back, fresh reader, Redis           {rate(n, redis_r)}")
+    print(f"  ratio Redis / embedded log               {log_r / redis_r:8.2f}")
+    shutil.rmtree(log_loc, ignore_errors=True)
+
+    # The other encoding: one entry per row, a field per column (what XADD clients write).
+    m = min(n, 200_000)
+    rows = table.slice(0, m).to_pylist()
+    key = "bench-fields-per-row"
+    client.delete(key)
+    t0 = time.perf_counter()
+    for lo in range(0, m, 10_000):
+        pipe = client.pipeline(transaction=True)
+        for row in rows[lo : lo + 10_000]:
+            pipe.xadd(key, {k: str(v) for k, v in row.items()})
+        pipe.execute()
+    write_s = time.perf_counter() - t0
+    t0 = time.perf_counter()
+    got: list[dict[bytes, bytes]] = []
+    last = "-"
+    while True:
+        batch = client.xrange(key, last if last == "-" else f"({last}", "+", count=10_000)
+        if not batch:
+            break
+        got += [f for _, f in batch]
+        last = batch[-1][0].decode()
+    decoded = pa.table(
+        {
+            "id": pa.array([int(f[b"id"]) for f in got], pa.int64()),
+            "price": pa.array([float(f[b"price"]) for f in got]),
+            "qty": pa.array([int(f[b"qty"]) for f in got], pa.int32()),
+            "name": pa.array([f[b"name"].decode() for f in got]),
+        }
+    )
+    read_s = time.perf_counter() - t0
+    assert decoded.num_rows == m
+    per_row = (client.memory_usage(key, samples=0) or 0) / m
+    client.delete(key)
+    print(f"  fields per row ({m:,} rows): write     {rate(m, write_s)}")
+    print(f"  fields per row ({m:,} rows): read      {rate(m, read_s)}")
+    print(f"  fields per row: {per_row:.1f} bytes per row in Redis")
+    for name in [f"arrow{i}" for i in range(repeat)]:
+        for k in client.scan_iter(f"{{rowtime:{name}}}:*"):
+            client.delete(k)
+
+
 def main() -> None:
     ap = argparse.ArgumentParser()
     ap.add_argument("--rows", type=int, default=10_000_000, help="rows for the Arrow paths")
@@ -177,6 +293,8 @@ def main() -> None:
     ap.add_argument("--repeat", type=int, default=3)
     ap.add_argument("--segments", type=int, default=100, help="segments for the second read")
     ap.add_argument("--dir", help="where to write (default: a temporary folder)")
+    ap.add_argument("--redis-rows", type=int, default=2_000_000, help="rows for Redis (0: skip)")
+    ap.add_argument("--redis", help="a redis:// location to use (default: start redis-server)")
     args = ap.parse_args()
     folder = tempfile.mkdtemp(prefix="rowtime-bench-", dir=args.dir)
     try:
@@ -188,6 +306,8 @@ def main() -> None:
         bench_read(loc, args.repeat)
         shutil.rmtree(loc)
         bench_read(many_segments(folder, table, args.segments), args.repeat)
+        if args.redis_rows:
+            bench_redis(folder, make_table(args.redis_rows), args.repeat, args.redis)
     finally:
         shutil.rmtree(folder, ignore_errors=True)
 

@@ -17,9 +17,13 @@ same rows straight from the log as Arrow batches, with no planning and no policy
 costs beside Parquet is Spark's (a Python worker per task, Arrow over a socket, rows built in
 the JVM), not this reader's.
 
-Run: ``./dev bench reader [--rows N] [--repeat R] [--dir PATH]``. The reader's micro-batch
-durations (``latestOffset`` = planning on the driver, ``addBatch`` = reading on the executors)
-are printed beside the rates, so a miss says where the time went.
+A fourth, ``redis``, is this reader over the same rows kept in Redis Streams (a local
+``redis-server`` on a free loopback port, or ``--redis URL``; ``--redis none`` skips it); its
+ratio is to the reader over the embedded log. Target: >= 0.5.
+
+Run: ``./dev bench reader [--rows N] [--repeat R] [--dir PATH] [--redis URL|none]``. The
+reader's micro-batch durations (``latestOffset`` = planning on the driver, ``addBatch`` =
+reading on the executors) are printed beside the rates, so a miss says where the time went.
 """
 
 from __future__ import annotations
@@ -30,6 +34,7 @@ import shutil
 import tempfile
 import time
 import uuid
+from pathlib import Path
 from typing import Any
 
 import numpy as np
@@ -74,25 +79,29 @@ def chunk(partition: int, first: int, n: int, jitter: bool, rng: np.random.Gener
     )
 
 
-def write_data(root: str, rows: int, jitter: bool) -> tuple[str, str]:
-    """The same rows as a rowtime stream and as Parquet files; their locations."""
+def write_data(root: str, rows: int, jitter: bool, redis: str | None = None) -> tuple[str, str]:
+    """The same rows as a rowtime stream and as Parquet files (and as a stream at ``redis``,
+    when given); their locations."""
     stream = os.path.join(root, "stream")
     parquet = os.path.join(root, "parquet")
     os.makedirs(parquet)
-    pr.create_stream(stream, "id BIGINT, v DOUBLE, s STRING", partitions=PARTITIONS)
+    copies = [stream] if redis is None else [stream, redis]
+    for loc in copies:
+        pr.create_stream(loc, "id BIGINT, v DOUBLE, s STRING", partitions=PARTITIONS)
     per_partition = rows // PARTITIONS
     for p in range(PARTITIONS):
         rng = np.random.default_rng(p + (100 if jitter else 0))
         path = os.path.join(parquet, f"part-{p}.parquet")
-        with (
-            pr.open_writer(stream, p) as w,
-            pq.ParquetWriter(path, chunk(p, 0, 1, jitter, rng).schema) as pw,
-        ):
+        writers = [pr.open_writer(loc, p) for loc in copies]
+        with pq.ParquetWriter(path, chunk(p, 0, 1, jitter, rng).schema) as pw:
             for first in range(0, per_partition, CHUNK):
                 table = chunk(p, first, min(CHUNK, per_partition - first), jitter, rng)
-                w.insert_arrow(table, rowtime_column="rowtime")
+                for w in writers:
+                    w.insert_arrow(table, rowtime_column="rowtime")
                 pw.write_table(table, row_group_size=CHUNK)
+        for w in writers:
             w.end_stream()
+            w.close()
     return stream, parquet
 
 
@@ -179,8 +188,19 @@ def main() -> None:
     ap.add_argument("--repeat", type=int, default=2)
     ap.add_argument("--dir", default=None, help="where to write the data (default: a temp dir)")
     ap.add_argument("--cases", default="reject,adjust")
+    ap.add_argument("--redis", default=None, help="a redis:// base location, or none")
     args = ap.parse_args()
     base = args.dir or tempfile.mkdtemp(prefix="bench-reader-")
+    server = None
+    redis_base = None if args.redis == "none" else args.redis
+    if args.redis is None:
+        import sys
+
+        sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "tests"))
+        from redis_server import RedisServer
+
+        server = RedisServer(Path(base) / "redis").start()
+        redis_base = server.url("bench")
 
     spark = spark_session("bench-reader")
     spark.dataSource.register(FloorSource)
@@ -197,7 +217,8 @@ def main() -> None:
         for case in args.cases.split(","):
             root = os.path.join(base, case)
             t0 = time.perf_counter()
-            stream, parquet = write_data(root, args.rows, jitter=case == "adjust")
+            on_redis = None if redis_base is None else f"{redis_base}-{case}-{uuid.uuid4().hex[:8]}"
+            stream, parquet = write_data(root, args.rows, jitter=case == "adjust", redis=on_redis)
             print(f"{case:<10}(wrote both copies in {time.perf_counter() - t0:.0f} s)")
 
             def parquet_df(parquet: str = parquet) -> Any:
@@ -227,8 +248,18 @@ def main() -> None:
                 f"{ratio:7.2f}{targets[case]:>8} {verdict}   "
                 f"{d.get('latestOffset', 0)} / {d.get('addBatch', 0)}"
             )
+            if on_redis is not None:
+                redis_s, d = best(spark, lambda r=on_redis: rowtime_df(r), root, args.repeat)
+                print(
+                    f"{case:<10}{'redis':<10}{redis_s:9.2f}{args.rows / redis_s / 1e6:10.2f}"
+                    f"{rt_s / redis_s:7.2f}{0.5:>8} {'ok' if rt_s / redis_s >= 0.5 else 'MISS'}"
+                    f"   {d.get('latestOffset', 0)} / {d.get('addBatch', 0)}"
+                    "   (ratio to rowtime on the embedded log)"
+                )
             shutil.rmtree(root, ignore_errors=True)
     finally:
+        if server is not None:
+            server.close()
         spark.stop()
         if args.dir is None:
             shutil.rmtree(base, ignore_errors=True)

@@ -11,8 +11,9 @@ from __future__ import annotations
 import os
 import shutil
 import sys
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
+from typing import Any
 
 import pytest
 from helpers import spark_builder
@@ -40,3 +41,32 @@ def spark():  # type: ignore[no-untyped-def]
 def workdir(tmp_path: Path) -> Iterator[Path]:
     """A fresh directory for streams, checkpoints and targets of one test."""
     yield tmp_path
+
+
+# -- storage backends ------------------------------------------------------------------------
+# Tests that take ``stream_at`` run once per backend: the embedded log (a folder) and Redis
+# Streams (a real server, tests/redis_server.py: testcontainers when Docker answers, else
+# redis-server; skipped, saying why, only when neither can start).
+
+sys.path.insert(0, str(Path(__file__).parent.parent / "tests"))
+
+
+@pytest.fixture(scope="session")
+def redis_for_tests(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Any]:
+    from redis_server import redis_server
+
+    with redis_server(tmp_path_factory.mktemp("redis"), appendonly=True) as server:
+        yield server
+
+
+_stream_names = iter(range(1, 10**9))
+
+
+@pytest.fixture(params=["log", "redis"])
+def stream_at(request: pytest.FixtureRequest, tmp_path: Path) -> Callable[[str], str]:
+    """``stream_at(name)``: a fresh stream location of the test's backend (a folder under the
+    test's tmp_path, or ``redis://127.0.0.1:<port>/0/<unique name>``)."""
+    if request.param == "log":
+        return lambda name: str(tmp_path / name)
+    server = request.getfixturevalue("redis_for_tests")
+    return lambda name: server.url(f"{name}-{next(_stream_names)}")

@@ -11,6 +11,7 @@ the log where that is possible.
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -176,10 +177,10 @@ def test_output_discarded_on_a_streaming_read_fails_at_start(
 
 
 def test_output_is_payload_then_rowtime_and_is_bound_with_null_payload_on_bounds(
-    spark: SparkSession, tmp_path: Path
+    spark: SparkSession, tmp_path: Path, stream_at: Callable[[str], str]
 ) -> None:
-    location = tmp_path / "s"
-    pr.create_stream(str(location), "id INT, name STRING")
+    location = stream_at("s")
+    pr.create_stream(location, "id INT, name STRING")
     write_rows(location, 0, [({"id": 1, "name": "a"}, BASE_US)], bound_us=BASE_US + 5 * US)
 
     df = reader(spark, location)
@@ -229,7 +230,7 @@ def test_a_stream_whose_metadata_has_a_clashing_column_fails_at_load_naming_both
 # -- 4. the SDP examples (SPEC 11) under order=adjust --------------------------------------------
 
 
-def sdp_stream(location: Path, **defaults: Any) -> Path:
+def sdp_stream(location: Path | str, **defaults: Any) -> Path | str:
     """The five tuples of seed 000 in arrival order (explicit SDP rowtimes), then end of
     stream; one segment per tuple so that maxRowsPerBatch can split anywhere."""
     pr.create_stream(str(location), "name STRING", **defaults)
@@ -243,10 +244,10 @@ def sdp_stream(location: Path, **defaults: Any) -> Path:
 
 @pytest.mark.parametrize(("unit", "range_"), list(SDP_TABLE))
 def test_sdp_examples_come_out_of_spark_as_the_spec_table_says(
-    spark: SparkSession, tmp_path: Path, unit: str, range_: int
+    spark: SparkSession, tmp_path: Path, unit: str, range_: int, stream_at: Callable[[str], str]
 ) -> None:
     rows, discarded = SDP_TABLE[(unit, range_)]
-    location = sdp_stream(tmp_path / "sdp")
+    location = sdp_stream(stream_at("sdp"))
     options = {"order": "adjust", "adjust.unit": unit, "adjust.range": range_}
 
     # Two records per micro-batch: held rows cross batch boundaries, carried by the offsets.
@@ -296,7 +297,7 @@ def test_stream_defaults_set_the_policy_and_options_override_them(
 # -- 4. batch invariants with partitions at different speeds -------------------------------------
 
 
-def partition_clocks(location: Path) -> dict[int, list[int | None]]:
+def partition_clocks(location: Path | str) -> dict[int, list[int | None]]:
     """Independently of the reader: each partition's clock after each prefix of its records
     (``clocks[p][n]`` after ``n`` records) under ``reject``: the highest rowtime or bound."""
     log = pr.read_stream(str(location)).to_pylist()
@@ -311,10 +312,10 @@ def partition_clocks(location: Path) -> dict[int, list[int | None]]:
 
 
 def test_every_micro_batch_keeps_the_spec_7_invariants_with_skewed_partitions(
-    spark: SparkSession, tmp_path: Path
+    spark: SparkSession, tmp_path: Path, stream_at: Callable[[str], str]
 ) -> None:
-    location = tmp_path / "skewed"
-    pr.create_stream(str(location), "p INT, i INT", partitions=3)
+    location = stream_at("skewed")
+    pr.create_stream(location, "p INT, i INT", partitions=3)
     step_ms = {0: 1000, 1: 3000, 2: 500}  # partition 1 is slow, 2 is fast
     written: dict[int, int] = {0: 0, 1: 0, 2: 0}
 
@@ -400,9 +401,11 @@ def windowed_counts(df: DataFrame, size: str = "10 seconds") -> DataFrame:
     return w.select(F.col("window.start").alias("start"), F.col("window.end").alias("end"), "count")
 
 
-def test_a_bound_alone_closes_a_window_in_append_mode(spark: SparkSession, tmp_path: Path) -> None:
-    location = tmp_path / "s"
-    pr.create_stream(str(location), "id INT")
+def test_a_bound_alone_closes_a_window_in_append_mode(
+    spark: SparkSession, tmp_path: Path, stream_at: Callable[[str], str]
+) -> None:
+    location = stream_at("s")
+    pr.create_stream(location, "id INT")
     run = Run()
     q = start_append(
         windowed_counts(pr.with_watermark(reader(spark, location))), tmp_path / "ck", run
@@ -624,10 +627,10 @@ def test_discarded_rows_are_counted_in_offsets_and_kept_in_the_quarantine(
 
 
 def test_a_restart_from_the_checkpoint_gives_exactly_the_uninterrupted_output(
-    spark: SparkSession, tmp_path: Path
+    spark: SparkSession, tmp_path: Path, stream_at: Callable[[str], str]
 ) -> None:
-    location = tmp_path / "s"
-    pr.create_stream(str(location), "p INT, i INT", partitions=2)
+    location = stream_at("s")
+    pr.create_stream(location, "p INT, i INT", partitions=2)
     # Five records per partition and round, five per partition and batch: a round always ends
     # on a batch boundary, so a run that stops after a round cuts batches where an
     # uninterrupted run does, and the two outputs can be compared batch by batch.

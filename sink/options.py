@@ -20,7 +20,6 @@ from ..bounds.errors import OptionError, SchemaError
 from ..streams.columns import SPARK_COLUMNS, SPARK_IS_BOUND, SPARK_ROWTIME
 from ..streams.log import resolve_location
 from ..streams.options import OptionTable
-from ..streams.storage import resolve
 
 GRANULARITY_US = {
     "minute": 60_000_000,
@@ -195,8 +194,15 @@ def parse_sink_options(
             "option checkpointLocation is required with clock=watermark: the sink reads the "
             "watermark each batch ran with from the checkpoint's offsets log"
         )
+    try:
+        location = resolve_location(path)
+    except OptionError as e:
+        # Its targets are folders: the sink's state (intents, staged files) lives beside them.
+        raise OptionError(
+            f"option path: the sink writes to a local folder (a path or file:// URL); {e}"
+        ) from None
     return SinkConfig(
-        location=resolve(path),
+        location=location,
         target=target,
         clock=clock,
         schema=schema,

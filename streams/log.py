@@ -117,9 +117,11 @@ def resolve_location(location: str | os.PathLike[str]) -> str:
     if "://" in location:
         url = urllib.parse.urlparse(location)
         if url.scheme != "file":
+            from .redis_location import redact  # a URL may carry a password: never show it
+
             raise OptionError(
-                f"stream location {location!r}: only local paths and file:// URLs are supported "
-                f"by the embedded log (not {url.scheme}://)"
+                f"stream location {redact(location)!r}: only local paths and file:// URLs are "
+                f"supported by the embedded log (not {url.scheme}://)"
             )
         if url.netloc not in ("", "localhost"):
             raise OptionError(

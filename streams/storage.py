@@ -292,3 +292,8 @@ def _register_builtin() -> None:
         from .log import EMBEDDED_LOG  # the log imports this module: register on first use
 
         register_backend(("", "file"), EMBEDDED_LOG)
+    if "redis" not in _BACKENDS:
+        # Importing the module needs no Redis client: it is imported when a location is used.
+        from .redis_log import REDIS_BACKEND
+
+        register_backend(("redis", "rediss"), REDIS_BACKEND)

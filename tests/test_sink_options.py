@@ -149,3 +149,11 @@ def test_bad_partitions_are_refused_naming_the_option_and_what_it_accepts(value)
 def test_partitions_is_refused_for_a_parquet_target(value):
     with pytest.raises(OptionError, match="option partitions applies to target=stream only"):
         parse(target="parquet", partitions=value)
+
+
+def test_a_redis_target_is_refused_without_showing_its_password():
+    # The sink keeps its state beside a folder target; Redis targets are not supported yet.
+    with pytest.raises(OptionError) as info:
+        parse(path="redis://ops:Sink-Secret-1@127.0.0.1:6379/0/out")
+    assert "option path" in str(info.value) and "local folder" in str(info.value)
+    assert "Sink-Secret-1" not in str(info.value) and "ops:***@" in str(info.value)

@@ -83,8 +83,13 @@ class StepResult:
 
 
 def load_state(blob: bytes | None) -> dict[int, PaneState]:
-    """The panes of a key, by start (us), from the bytes kept in Spark's state store."""
-    return {} if blob is None else pickle.loads(blob)
+    """The panes of a key, by start (us), from the bytes kept in Spark's state store.
+
+    The bytes pickle plain tuples ``(start, end, triggered, pending_ms, partials)``, never this
+    module's classes, so renaming or moving code does not break existing checkpoints."""
+    if blob is None:
+        return {}
+    return {s: PaneState(e, t, p, list(v)) for s, e, t, p, v in pickle.loads(blob)}
 
 
 def _present(values: pd.Series) -> pd.Series:
@@ -161,7 +166,7 @@ def run_step(
     ``__t`` as microseconds and the aggregates' inputs), emit what the watermark (``W``, ms)
     triggers, and say what to keep and when to wake up.
 
-    Panes due at ``W`` that were held before these rows triggers first, then the rows are
+    Panes due at ``W`` that were held before these rows trigger first, then the rows are
     taken in: a row for a pane whose end ``W`` already reached waits for the next update of
     the watermark, as IBM's late tuples do.
     """
@@ -227,7 +232,10 @@ def run_step(
 
 
 def _save(panes: dict[int, PaneState]) -> bytes | None:
-    return pickle.dumps(panes, protocol=pickle.HIGHEST_PROTOCOL) if panes else None
+    if not panes:
+        return None
+    plain = [(s, p.end_us, p.triggered, p.pending_ms, p.partials) for s, p in panes.items()]
+    return pickle.dumps(plain, protocol=pickle.HIGHEST_PROTOCOL)
 
 
 def _next_timeout(spec: TimeIntervalSpec, panes: dict[int, PaneState], w_ms: int) -> int | None:
