@@ -2,11 +2,13 @@
 
     bounds  <-  streams  <-  datasource
                          <-  sink
+                         <-  connectors
     (all of them)        <-  the face (pyspark_rowtime's own modules: api, cli, ...)
 
-``datasource`` and ``sink`` never import each other: what both need (column names, option
-tables, the storage seam) lives in ``streams``. A second storage backend is added in
-``streams`` alone. Imports inside functions count too: a lazy import is still a dependency.
+``datasource``, ``sink`` and ``connectors`` never import one another: what they share (column
+names, option tables, the storage seam, the catalog) lives in ``streams``. A second storage
+backend is added in ``streams`` alone. Imports inside functions count too: a lazy import is
+still a dependency.
 """
 
 from __future__ import annotations
@@ -25,6 +27,7 @@ ALLOWED = {
     "streams": {"bounds"},
     "datasource": {"bounds", "streams"},
     "sink": {"bounds", "streams"},
+    "connectors": {"bounds", "streams"},
 }
 
 
