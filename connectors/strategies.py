@@ -15,6 +15,10 @@ late (discarded by the connector under ``order=reject``, by the reader's policy 
     bound = the highest rowtime seen minus ``lateness`` (Flink's bounded out-of-orderness).
     Right while no row arrives more than ``lateness`` behind the newest one; wrong for a source
     whose disorder exceeds it (those rows become late) and it never moves on a quiet source.
+    NOTE: in this log a data row at ``t`` already moves the partition clock to ``t`` (SPEC 5),
+    so this bound is never above the clock and writes nothing; bounded disorder is the reader's
+    ``order = "adjust"`` with ``adjust.range`` (it holds rows that long). The strategy is kept
+    for combinations and for sources that hold rows back; see the issue 13 report.
 ``heartbeat`` (``quiet = "10 seconds"``, ``delay = "0s"``)
     once no row has come for ``quiet``, bound = this machine's clock minus ``delay``, moving on
     while the source stays quiet. Exact for implicit (arrival) rowtimes; for explicit rowtimes it
