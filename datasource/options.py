@@ -21,6 +21,8 @@ from ..streams.options import OptionTable
 #: Every option the reader accepts (lower case, as Spark passes them), with what it accepts.
 READER_OPTIONS: dict[str, str] = {
     "path": "the stream's location: a directory path or a file:// URL",
+    "stream": "a stream's name in the catalog (instead of path)",
+    "catalog": "the catalog file for option stream (else spark.rowtime.catalog, ROWTIME_CATALOG)",
     "rowtime.column": "a payload column to promote to rowtime (SQLstream `SELECT c AS ROWTIME`)",
     "rowtime.unit": "s, ms, us or ns: the unit of an integer rowtime column (default ms)",
     "rowtime.format": "a datetime pattern such as yyyy-MM-dd HH:mm:ss.SSS for string rowtimes",

@@ -29,6 +29,7 @@ from pyspark.sql.types import StructType
 
 from ..bounds.errors import StreamNotFoundError
 from ..bounds.plan import StreamPosition
+from ..streams.catalog import resolve_stream_option
 from ..streams.storage import LocationKind, open_storage, what_is_at
 from .options import ReaderConfig, parse_reader_options
 from .reader import (
@@ -49,8 +50,10 @@ class RowtimePartition(InputPartition):
         self.task = task
 
 
-def _config(options: Any) -> tuple[ReaderConfig, pa.Schema]:
-    opts = dict(options)
+def _config(options: Any, conf_catalog: str | None = None) -> tuple[ReaderConfig, pa.Schema]:
+    # option("stream", NAME): the catalog gives the location and reader defaults that sit
+    # between the stream's own defaults and the query's options.
+    opts, entry = resolve_stream_option(dict(options), conf_catalog)
     if "path" not in {k.lower() for k in opts}:
         parse_reader_options(opts)  # raises the error that names option path
     location = next(v for k, v in opts.items() if k.lower() == "path")
@@ -65,7 +68,10 @@ def _config(options: Any) -> tuple[ReaderConfig, pa.Schema]:
                 "its target stream is created when it starts"
             ) from None
         raise
-    cfg = parse_reader_options(opts, meta.defaults)
+    defaults = dict(meta.defaults)
+    if entry is not None:
+        defaults.update(entry.reader)
+    cfg = parse_reader_options(opts, defaults)
     if cfg.rowtime_column is not None and cfg.rowtime_column not in meta.payload_schema.names:
         from ..bounds.errors import OptionError
 
@@ -81,12 +87,18 @@ class RowtimeReaderSource(DataSource):
     as ``pyspark_rowtime.DefaultSource``) adds the sink's ``streamWriter``; this package never
     imports the sink."""
 
+    #: The catalog named by the Spark conf ``spark.rowtime.catalog``. A Python data source sees
+    #: only its options (pyspark's planner workers get a hand-picked set of Spark confs and do
+    #: not pass them on), so the face's ``use_catalog(spark)`` reads the conf on the driver and
+    #: registers a subclass carrying it (pickled by value to every worker).
+    conf_catalog: str | None = None
+
     @classmethod
     def name(cls) -> str:
         return "rowtime"
 
     def _reading(self) -> tuple[ReaderConfig, pa.Schema]:
-        return _config(self.options)
+        return _config(self.options, self.conf_catalog)
 
     def schema(self) -> StructType:
         _, arrow = self._reading()

@@ -34,6 +34,7 @@ SOURCES = [
     "datasource",
     "sink",
     "windows",
+    "connectors",
 ]
 
 

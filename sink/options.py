@@ -32,6 +32,8 @@ COMPRESSIONS = ("snappy", "zstd", "gzip", "lz4", "none")
 #: Every option the sink accepts (lower case, as Spark passes them), with what it accepts.
 SINK_OPTIONS: dict[str, str] = {
     "path": "the target's location: a directory path or a file:// URL",
+    "stream": "a stream's name in the catalog (instead of path)",
+    "catalog": "the catalog file for option stream (else spark.rowtime.catalog, ROWTIME_CATALOG)",
     "target": "stream (default: a rowtime stream) or parquet (files partitioned by rowtime)",
     "granularity": "minute, hour (default) or day: the time partitions of a parquet target",
     "clock": (

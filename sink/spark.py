@@ -20,6 +20,7 @@ from pyspark.sql.pandas.types import to_arrow_schema
 from pyspark.sql.types import StructType
 
 from ..bounds.errors import CommitError, OptionError
+from ..streams.catalog import resolve_stream_option
 from .clock import batch_watermark_ms, bounds_clock_us, checkpoint_query_id, watermark_clock_us
 from .options import SinkConfig, parse_sink_options
 from .parquet_target import ParquetTarget
@@ -107,10 +108,16 @@ class RowtimeStreamWriter(DataSourceStreamArrowWriter):
 
 
 def make_stream_writer(
-    options: dict[str, Any], schema: StructType, overwrite: bool
+    options: dict[str, Any], schema: StructType, overwrite: bool, conf_catalog: str | None = None
 ) -> RowtimeStreamWriter:
     """The writer for ``writeStream.format("rowtime")``: parses the options, checks the
-    query's columns and creates (or checks) the target. Errors name the option or column."""
+    query's columns and creates (or checks) the target. Errors name the option or column.
+
+    With ``option("stream", NAME)`` the catalog's entry gives the location (created from the
+    entry on first use) and sink options below the query's own."""
+    given, entry = resolve_stream_option(options, conf_catalog, who="writeStream.format('rowtime')")
+    if entry is not None:
+        options = {**entry.sink, **given}
     arrow = to_arrow_schema(schema, timezone="UTC", prefers_large_types=False)
     cfg = parse_sink_options(options, arrow, overwrite)
     target = make_target(cfg)

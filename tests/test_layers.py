@@ -2,12 +2,14 @@
 
     bounds  <-  streams  <-  datasource
                          <-  sink
+                         <-  connectors
     (all of them)        <-  the face (pyspark_rowtime's own modules: api, cli, ...)
     bounds, the face     <-  windows (Spark DataFrame operators over with_watermark)
 
-``datasource`` and ``sink`` never import each other: what both need (column names, option
-tables, the storage seam) lives in ``streams``. A second storage backend is added in
-``streams`` alone. Imports inside functions count too: a lazy import is still a dependency.
+``datasource``, ``sink`` and ``connectors`` never import one another: what they share (column
+names, option tables, the storage seam, the catalog) lives in ``streams``. A second storage
+backend is added in ``streams`` alone. Imports inside functions count too: a lazy import is
+still a dependency.
 """
 
 from __future__ import annotations
@@ -28,6 +30,7 @@ ALLOWED = {
     "sink": {"bounds", "streams"},
     # Windows on Spark build on with_watermark, the face's DataFrame helper; they need no log.
     "windows": {"bounds", "face"},
+    "connectors": {"bounds", "streams"},
 }
 
 

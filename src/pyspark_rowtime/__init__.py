@@ -18,6 +18,7 @@ __version__ = "0.1.0"
 _EXPORTS = {
     "DefaultSource": "pyspark_rowtime.source:RowtimeDataSource",
     "RowtimeDataSource": "pyspark_rowtime.source:RowtimeDataSource",
+    "use_catalog": "pyspark_rowtime.source:use_catalog",
     "with_watermark": "pyspark_rowtime.watermark:with_watermark",
     "check_query": "pyspark_rowtime.watermark:check_query",
     "watch_queries": "pyspark_rowtime.watermark:watch_queries",

@@ -224,6 +224,20 @@ def _parse_defaults(pairs: Sequence[str]) -> dict[str, str]:
 
 
 def cmd_create(args: argparse.Namespace) -> int:
+    if args.stream is not None:
+        from .streams.catalog import ensure_stream
+
+        if args.path is not None or args.schema is not None:
+            raise OptionError("give a PATH with --schema, or --stream NAME (from the catalog)")
+        entry = _catalog(args).stream(args.stream)
+        meta = ensure_stream(entry).meta
+        print(
+            f"stream {args.stream} at {meta.location}: {meta.partitions} partition(s), "
+            f"schema {meta.ddl}"
+        )
+        return 0
+    if args.path is None or args.schema is None:
+        raise OptionError("rowtime create needs PATH and --schema, or --stream NAME")
     stream = create_stream(
         args.path, args.schema, args.partitions, **_parse_defaults(args.default or [])
     )
@@ -511,6 +525,80 @@ def cmd_tail(args: argparse.Namespace) -> int:
 # -- entry point ---------------------------------------------------------------------------------
 
 
+def _catalog(args: argparse.Namespace) -> Any:
+    from .streams.catalog import find_catalog, load_catalog
+
+    return load_catalog(find_catalog(args.catalog, None, needed_for=f"rowtime {args.command}"))
+
+
+def cmd_catalog_check(args: argparse.Namespace) -> int:
+    from .connectors.run import check_settings
+
+    catalog = _catalog(args)
+    for entry in catalog.connectors.values():
+        check_settings(catalog, entry)
+    print(
+        f"catalog {catalog.path}: ok, {len(catalog.streams)} stream(s), "
+        f"{len(catalog.connectors)} connector(s)"
+    )
+    return 0
+
+
+def cmd_streams(args: argparse.Namespace) -> int:
+    from .streams.catalog import redact
+
+    catalog = _catalog(args)
+    feeding: dict[str, list[Any]] = {}
+    for c in catalog.connectors.values():
+        feeding.setdefault(c.stream, []).append(c)
+    rows = [("STREAM", "LOCATION", "CLOCK", "BACKLOG", "CONNECTORS")]
+    for name, entry in sorted(catalog.streams.items()):
+        clock, backlog = "not created", "-"
+        if what_is_at(entry.location).kind is LocationKind.STREAM:
+            stream = open_storage(entry.location)
+            t = stream.stream_clock_us()
+            clock = "none" if t is None else _json_time(t) or "none"
+            ends = [stream.end_offset(p) for p in range(stream.meta.partitions)]
+            backlog = f"{sum(ends)} records"
+        states = []
+        for c in feeding.get(name, []):
+            states.append(f"{c.name} ({c.kind}: {_connector_state(entry, c)})")
+        rows.append((name, redact(entry.location), clock, backlog, ", ".join(states) or "-"))
+    widths = [max(len(r[i]) for r in rows) for i in range(4)]
+    for r in rows:
+        print("  ".join(v.ljust(w) for v, w in zip(r[:4], widths, strict=True)) + "  " + r[4])
+    return 0
+
+
+def _connector_state(entry: Any, connector: Any) -> str:
+    """running (it holds the partition's lock), stopped (it has progress), or never run."""
+    from .bounds.errors import WriterLockedError
+    from .connectors.feed import PROGRESS_FILE, state_dir
+
+    try:
+        folder = state_dir(entry, connector.name, connector.settings.get("state"))
+    except RowtimeError:
+        return "unknown"
+    if not os.path.exists(os.path.join(folder, PROGRESS_FILE)):
+        return "never run"
+    try:
+        stream = open_storage(entry.location)
+        lock = stream.lock_partition(int(connector.settings.get("partition", 0)), "rowtime streams")
+    except WriterLockedError:
+        return "running"
+    except RowtimeError:
+        return "unknown"
+    lock.release()
+    return "stopped"
+
+
+def cmd_connect(args: argparse.Namespace) -> int:
+    from .connectors.run import run
+    from .streams.catalog import load_catalog
+
+    return run(load_catalog(args.catalog_file), args.name)
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
         prog=PROG, description="Create, feed and inspect rowtime streams."
@@ -518,10 +606,10 @@ def build_parser() -> argparse.ArgumentParser:
     sub = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
 
     p = sub.add_parser("create", help="create a stream (a no-op if the same one exists)")
-    p.add_argument("path", help="the stream's folder (path or file:// URL)")
-    p.add_argument(
-        "--schema", required=True, help="payload columns as Spark DDL: 'a INT, b STRING'"
-    )
+    p.add_argument("path", nargs="?", help="the stream's folder (path or file:// URL)")
+    p.add_argument("--schema", help="payload columns as Spark DDL: 'a INT, b STRING'")
+    p.add_argument("--stream", help="create the catalog's stream NAME from its entry instead")
+    p.add_argument("--catalog", help="the catalog file (default: $ROWTIME_CATALOG)")
     p.add_argument("--partitions", type=int, default=1, help="number of partitions (default 1)")
     p.add_argument(
         "--default",
@@ -531,6 +619,20 @@ def build_parser() -> argparse.ArgumentParser:
         "rowtime_column=ts (repeatable)",
     )
     p.set_defaults(func=cmd_create)
+
+    p = sub.add_parser("catalog", help="catalog commands: check")
+    p.add_argument("action", choices=["check"])
+    p.add_argument("catalog", nargs="?", help="the catalog file (default: $ROWTIME_CATALOG)")
+    p.set_defaults(func=cmd_catalog_check)
+
+    p = sub.add_parser("streams", help="the catalog's streams: clock, backlog, connectors")
+    p.add_argument("catalog", nargs="?", help="the catalog file (default: $ROWTIME_CATALOG)")
+    p.set_defaults(func=cmd_streams)
+
+    p = sub.add_parser("connect", help="run a connector of the catalog in the foreground")
+    p.add_argument("catalog_file", metavar="CATALOG")
+    p.add_argument("name", metavar="NAME")
+    p.set_defaults(func=cmd_connect)
 
     p = sub.add_parser("insert", help="insert rows from JSON lines or CSV")
     p.add_argument("path")

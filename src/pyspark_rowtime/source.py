@@ -8,12 +8,14 @@ added. ``pyspark_rowtime.DefaultSource`` is this class.
 
 from __future__ import annotations
 
+from typing import Any
+
 from pyspark.sql.datasource import DataSourceStreamWriter
 from pyspark.sql.types import StructType
 
 from .datasource.spark import RowtimeReaderSource
 
-__all__ = ["RowtimeDataSource"]
+__all__ = ["RowtimeDataSource", "use_catalog"]
 
 
 class RowtimeDataSource(RowtimeReaderSource):
@@ -22,4 +24,27 @@ class RowtimeDataSource(RowtimeReaderSource):
     def streamWriter(self, schema: StructType, overwrite: bool) -> DataSourceStreamWriter:
         from .sink.spark import make_stream_writer  # lazily: readers never load the sink
 
-        return make_stream_writer(dict(self.options), schema, overwrite)
+        return make_stream_writer(dict(self.options), schema, overwrite, self.conf_catalog)
+
+
+def use_catalog(spark: Any, path: str | None = None) -> str:
+    """Make ``format("rowtime")`` of this session resolve ``option("stream", NAME)`` through
+    ``path``, else the Spark conf ``spark.rowtime.catalog``; returns the path used.
+
+    Why a call is needed: a Python data source sees only its options. pyspark's planner
+    workers receive a hand-picked set of Spark confs that the data source cannot read, and the
+    class Spark finds by itself (``pyspark_rowtime.DefaultSource``) is created without the
+    session. This reads the conf on the driver and registers a subclass of
+    :class:`RowtimeDataSource` that carries the path; the class is made here at run time, so it
+    is pickled by value and the path reaches every planner and executor process. Without the
+    call, the environment variable ``ROWTIME_CATALOG`` (inherited by Spark's Python workers when
+    set before the session starts) or ``option("catalog", ...)`` still work.
+    """
+    from .streams.catalog import CATALOG_CONF, find_catalog
+
+    conf = spark.conf.get(CATALOG_CONF, None) if path is None else path
+    resolved = find_catalog(None, conf, needed_for="use_catalog")
+    source = type("RowtimeCatalogSource", (RowtimeDataSource,), {"conf_catalog": resolved})
+    source.__module__ = "__main__"  # not importable by name: cloudpickle sends it by value
+    spark.dataSource.register(source)
+    return resolved

@@ -1,0 +1,497 @@
+"""The catalog: a TOML file that names streams (and the connectors that feed them).
+
+Operators set streams up once; Spark users then read and write them by name
+(``option("stream", "orders")``). The shape::
+
+    [streams.orders]
+    location = "/data/orders"          # or redis://host:6379/0/orders; relative to this file
+    schema = "ticker STRING, qty INT, ts TIMESTAMP"
+    partitions = 2                      # default 1
+    reader = { order = "adjust", "adjust.unit" = "msec", "adjust.range" = 999 }
+    sink = { clock = "bounds" }         # the sink's options, below a query's own
+    password_env = "REDIS_PASSWORD"     # Redis only: the password, by environment variable
+
+    [connectors.orders-files]
+    kind = "directory"                  # checked in full by pyspark_rowtime.connectors
+    stream = "orders"
+
+Rules this module enforces (the connectors' own keys are checked by ``connectors/``):
+
+* a secret is never inline: a location with a password (``redis://u:pw@...``) or a key named
+  ``password``/``secret``/``token`` is an error that says to name an environment variable with a
+  ``*_env`` key instead; secrets are never printed (errors show ``***``);
+* every error is a :class:`CatalogError` naming the file, the line and the key
+  (``/etc/rowtime.toml:7: streams.orders.partitions = 0: ...``); a TOML syntax error keeps
+  tomllib's line and column;
+* an unknown stream name is an error listing the known ones.
+
+Where the catalog is: :func:`find_catalog` (an explicit path, then the Spark conf
+``spark.rowtime.catalog`` where the caller can see it, then ``ROWTIME_CATALOG``).
+A stream is created from its entry on first use (:func:`ensure_stream`); an existing stream whose
+schema or partitions differ from its entry is an error that shows both.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import sys
+import urllib.parse
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any
+
+import pyarrow as pa
+
+from ..bounds.errors import OptionError, RowtimeError, StreamNotFoundError
+from .ddl import to_ddl
+from .meta import payload_schema, validate_defaults
+
+if TYPE_CHECKING:
+    from .storage import StreamStorage
+
+if sys.version_info >= (3, 11):
+    import tomllib
+else:  # pragma: no cover - Python 3.10 installs tomli (pyproject.toml)
+    import tomli as tomllib
+
+__all__ = [
+    "CATALOG_CONF",
+    "CATALOG_ENV",
+    "Catalog",
+    "CatalogError",
+    "ConnectorEntry",
+    "StreamEntry",
+    "ensure_stream",
+    "find_catalog",
+    "load_catalog",
+    "redact",
+]
+
+CATALOG_ENV = "ROWTIME_CATALOG"
+CATALOG_CONF = "spark.rowtime.catalog"
+
+#: Keys of a ``[streams.NAME]`` table, with what each accepts.
+STREAM_KEYS: dict[str, str] = {
+    "location": "a path (relative to the catalog file) or a redis:// URL",
+    "schema": "the payload schema as Spark DDL, e.g. 'ticker STRING, qty INT'",
+    "partitions": "a whole number from 1 to 10000 (default 1)",
+    "reader": "a table of reader defaults (order, adjust.unit, adjust.range, rowtime.column, ...)",
+    "sink": "a table of sink options (clock, target, granularity, compression)",
+    "password_env": "the name of an environment variable holding the Redis password",
+    "description": "free text for people",
+}
+#: Sink options a catalog may set for writers of a stream (the query's own options win).
+SINK_KEYS = ("clock", "target", "granularity", "compression")
+#: Key names that would hold a secret inline.
+_SECRET_KEYS = re.compile(r"(^|[._-])(password|passwd|secret|token|api_?key)$", re.IGNORECASE)
+_URL_SECRET = re.compile(r"(rediss?://[^/@\s:]*:)[^\s/]*@", re.IGNORECASE)
+
+
+class CatalogError(OptionError):
+    """A catalog that cannot be used: the message names the file, line and key."""
+
+
+def redact(text: str) -> str:
+    """``text`` with any URL password replaced by ``***``."""
+    return _URL_SECRET.sub(r"\1***@", text)
+
+
+# -- where keys are --------------------------------------------------------------------------
+
+_HEADER = re.compile(r"^\s*\[\s*([^\[\]]+?)\s*\]\s*(#.*)?$")
+_KEY = re.compile(r"""^\s*("[^"]*"|'[^']*'|[A-Za-z0-9_.-]+)\s*=""")
+
+
+def _split_key(text: str) -> list[str]:
+    """A dotted TOML key as its parts (quoted parts kept whole)."""
+    parts = re.findall(r'"([^"]*)"|\'([^\']*)\'|([A-Za-z0-9_-]+)', text)
+    return [a or b or c for a, b, c in parts]
+
+
+def _line_of(text: str, path: tuple[str, ...]) -> int | None:
+    """The 1-based line where the key ``path`` (table parts, then key) is defined, or where its
+    table starts; None if neither is found. tomllib gives no positions for values, so the file
+    is scanned: table headers and ``key =`` lines (enough for what catalogs look like)."""
+    table: list[str] = []
+    best: int | None = None
+    for i, line in enumerate(text.splitlines(), 1):
+        header = _HEADER.match(line)
+        if header and not line.lstrip().startswith("[["):
+            table = _split_key(header.group(1))
+            if tuple(table) == path[: len(table)] and len(table) <= len(path):
+                if best is None or len(table) == len(path):
+                    best = i
+            continue
+        key = _KEY.match(line)
+        if key:
+            full = (*table, *_split_key(key.group(1)))
+            if full == path[: len(full)] and len(full) >= len(table) + 1:
+                return i
+    return best
+
+
+# -- entries ---------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class StreamEntry:
+    """One ``[streams.NAME]`` table, checked. ``location`` is absolute (or a URL, secret-free
+    but for the environment variable it names); ``reader`` holds canonical stream defaults
+    (:data:`..meta.KNOWN_DEFAULTS`); ``sink`` the sink options it sets."""
+
+    name: str
+    location: str
+    schema: pa.Schema
+    partitions: int
+    reader: dict[str, Any] = field(default_factory=dict)
+    sink: dict[str, str] = field(default_factory=dict)
+    catalog: str = ""
+
+    @property
+    def ddl(self) -> str:
+        return to_ddl(self.schema)
+
+
+@dataclass(frozen=True)
+class ConnectorEntry:
+    """One ``[connectors.NAME]`` table: ``kind`` and ``stream`` checked here, the rest
+    (``settings``, every key but those two) by ``pyspark_rowtime.connectors``."""
+
+    name: str
+    kind: str
+    stream: str
+    settings: dict[str, Any]
+    catalog: str = ""
+
+
+CONNECTOR_KINDS = ("directory", "generator", "redis")
+
+
+@dataclass(frozen=True)
+class Catalog:
+    """A loaded, checked catalog file."""
+
+    path: str
+    text: str
+    streams: dict[str, StreamEntry]
+    connectors: dict[str, ConnectorEntry]
+
+    def error(self, keys: tuple[str, ...], value: Any, why: str) -> CatalogError:
+        """The error for the key ``keys`` (table parts, then key) holding ``value``."""
+        return _error(self.path, self.text, keys, value, why)
+
+    def stream(self, name: str) -> StreamEntry:
+        """The entry named ``name``; an error listing the known names if there is none."""
+        entry = self.streams.get(name)
+        if entry is None:
+            known = ", ".join(sorted(self.streams)) or "(none)"
+            raise CatalogError(
+                f"no stream {name!r} in catalog {self.path}; its streams are: {known}"
+            )
+        return entry
+
+    def connector(self, name: str) -> ConnectorEntry:
+        entry = self.connectors.get(name)
+        if entry is None:
+            known = ", ".join(sorted(self.connectors)) or "(none)"
+            raise CatalogError(
+                f"no connector {name!r} in catalog {self.path}; its connectors are: {known}"
+            )
+        return entry
+
+
+def _shown(value: Any) -> str:
+    if isinstance(value, dict):
+        return "{...}"
+    return redact(repr(value))
+
+
+def _error(path: str, text: str, keys: tuple[str, ...], value: Any, why: str) -> CatalogError:
+    line = _line_of(text, keys)
+    where = f"{path}:{line}" if line else path
+    dotted = ".".join(k if re.fullmatch(r"[A-Za-z0-9_-]+", k) else f'"{k}"' for k in keys)
+    shown = "" if value is _MISSING else f" = {_shown(value)}"
+    return CatalogError(f"{where}: {dotted}{shown}: {why}")
+
+
+_MISSING = object()
+
+
+def load_catalog(path: str | os.PathLike[str]) -> Catalog:
+    """Read and check the catalog at ``path``. Raises :class:`CatalogError` (file, line, key)."""
+    path = os.path.abspath(os.fspath(path))
+    try:
+        with open(path, "rb") as f:
+            raw = f.read()
+    except OSError as e:
+        raise CatalogError(f"catalog {path} cannot be read: {e.strerror or e}") from None
+    try:
+        text = raw.decode("utf-8")
+        doc = tomllib.loads(text)
+    except UnicodeDecodeError as e:
+        raise CatalogError(f"catalog {path} is not UTF-8 text: {e}") from None
+    except tomllib.TOMLDecodeError as e:
+        # tomllib's message ends with "(at line L, column C)".
+        raise CatalogError(f"{path}: not valid TOML: {e}") from None
+    _no_inline_secrets(path, text, doc, ())
+    unknown = [k for k in doc if k not in ("streams", "connectors")]
+    if unknown:
+        raise _error(
+            path, text, (unknown[0],), _MISSING, "unknown table; a catalog has streams, connectors"
+        )
+    streams: dict[str, StreamEntry] = {}
+    for name, table in _tables(path, text, doc, "streams").items():
+        streams[name] = _stream_entry(path, text, name, table)
+    connectors: dict[str, ConnectorEntry] = {}
+    for name, table in _tables(path, text, doc, "connectors").items():
+        connectors[name] = _connector_entry(path, text, name, table, streams)
+    return Catalog(path, text, streams, connectors)
+
+
+def _no_inline_secrets(path: str, text: str, node: Any, keys: tuple[str, ...]) -> None:
+    if isinstance(node, dict):
+        for k, v in node.items():
+            here = (*keys, k)
+            if _SECRET_KEYS.search(k) and not isinstance(v, dict):
+                raise _error(
+                    path,
+                    text,
+                    here,
+                    _MISSING,
+                    f"secrets are never written in a catalog: put it in an environment variable "
+                    f'and name that variable with {k}_env = "VARIABLE"',
+                )
+            _no_inline_secrets(path, text, v, here)
+    elif isinstance(node, str) and _URL_SECRET.search(node):
+        raise _error(
+            path,
+            text,
+            keys,
+            _MISSING,
+            "the URL holds a password (shown as ***): secrets are never written in a catalog; "
+            'remove it and set password_env = "VARIABLE" naming an environment variable that '
+            "holds it",
+        )
+    elif isinstance(node, list):
+        for v in node:
+            _no_inline_secrets(path, text, v, keys)
+
+
+def _tables(path: str, text: str, doc: dict[str, Any], top: str) -> dict[str, dict[str, Any]]:
+    node = doc.get(top, {})
+    if not isinstance(node, dict):
+        raise _error(path, text, (top,), node, f"must be tables [{top}.NAME]")
+    for name, table in node.items():
+        if not isinstance(table, dict):
+            raise _error(path, text, (top, name), table, f"must be a table [{top}.{name}]")
+    return node
+
+
+def _stream_entry(path: str, text: str, name: str, table: dict[str, Any]) -> StreamEntry:
+    def fail(key: str, why: str, value: Any = _MISSING) -> CatalogError:
+        return _error(path, text, ("streams", name, key), table.get(key, value), why)
+
+    for key in table:
+        if key not in STREAM_KEYS:
+            raise _error(
+                path,
+                text,
+                ("streams", name, key),
+                table[key],
+                f"unknown key; a stream accepts: {', '.join(STREAM_KEYS)}",
+            )
+    for key in ("location", "schema"):
+        if key not in table:
+            raise _error(
+                path, text, ("streams", name), _MISSING, f"key {key} is missing: {STREAM_KEYS[key]}"
+            )
+    location = table["location"]
+    if not isinstance(location, str) or not location.strip():
+        raise fail("location", f"must be {STREAM_KEYS['location']}")
+    location = _location(path, location.strip(), table.get("password_env"), fail)
+    schema_text = table["schema"]
+    if not isinstance(schema_text, str):
+        raise fail("schema", f"must be {STREAM_KEYS['schema']}")
+    try:
+        schema = payload_schema(schema_text)
+    except RowtimeError as e:
+        raise fail("schema", str(e)) from None
+    partitions = table.get("partitions", 1)
+    if isinstance(partitions, bool) or not isinstance(partitions, int):
+        raise fail("partitions", f"must be {STREAM_KEYS['partitions']}")
+    if not 1 <= partitions <= 10_000:
+        raise fail("partitions", f"must be {STREAM_KEYS['partitions']}")
+    reader_raw = table.get("reader", {})
+    if not isinstance(reader_raw, dict):
+        raise fail("reader", f"must be {STREAM_KEYS['reader']}")
+    reader: dict[str, Any] = {}
+    for key, value in reader_raw.items():
+        try:
+            reader.update(validate_defaults({key: value}, schema))
+        except RowtimeError as e:
+            raise _error(path, text, ("streams", name, "reader", key), value, str(e)) from None
+    sink_raw = table.get("sink", {})
+    if not isinstance(sink_raw, dict):
+        raise fail("sink", f"must be {STREAM_KEYS['sink']}")
+    sink: dict[str, str] = {}
+    for key, value in sink_raw.items():
+        if key.lower() not in SINK_KEYS:
+            raise _error(
+                path,
+                text,
+                ("streams", name, "sink", key),
+                value,
+                f"unknown sink option; a catalog may set: {', '.join(SINK_KEYS)} (partitions "
+                "and the location come from the stream itself)",
+            )
+        sink[key.lower()] = str(value)
+    return StreamEntry(name, location, schema, partitions, reader, sink, path)
+
+
+def _location(catalog: str, location: str, password_env: Any, fail: Any) -> str:
+    if "://" in location:
+        scheme = location.split("://", 1)[0].lower()
+        if scheme == "file":
+            return urllib.parse.urlparse(location).path
+        if password_env is not None:
+            if not isinstance(password_env, str) or not re.fullmatch(r"[A-Za-z_]\w*", password_env):
+                raise fail("password_env", "must be the name of an environment variable")
+            if scheme not in ("redis", "rediss"):
+                raise fail("password_env", "applies to redis:// and rediss:// locations only")
+            sep = "&" if "?" in location else "?"
+            location = f"{location}{sep}password_env={password_env}"
+        return location
+    if password_env is not None:
+        raise fail("password_env", "applies to redis:// and rediss:// locations only")
+    expanded = os.path.expanduser(location)
+    return os.path.normpath(os.path.join(os.path.dirname(catalog), expanded))
+
+
+def _connector_entry(
+    path: str, text: str, name: str, table: dict[str, Any], streams: Mapping[str, StreamEntry]
+) -> ConnectorEntry:
+    keys = ("connectors", name)
+    kind = table.get("kind")
+    if kind is None:
+        raise _error(path, text, keys, _MISSING, f"key kind is missing: one of {CONNECTOR_KINDS}")
+    if kind not in CONNECTOR_KINDS:
+        raise _error(
+            path, text, (*keys, "kind"), kind, f"must be one of {', '.join(CONNECTOR_KINDS)}"
+        )
+    stream = table.get("stream")
+    if stream is None:
+        raise _error(path, text, keys, _MISSING, "key stream is missing: a stream of this catalog")
+    if stream not in streams:
+        known = ", ".join(sorted(streams)) or "(none)"
+        raise _error(
+            path, text, (*keys, "stream"), stream, f"no such stream; this catalog has: {known}"
+        )
+    settings = {k: v for k, v in table.items() if k not in ("kind", "stream")}
+    return ConnectorEntry(name, kind, stream, settings, path)
+
+
+# -- finding it ------------------------------------------------------------------------------
+
+
+def find_catalog(
+    option: str | None = None,
+    conf: str | None = None,
+    env: Mapping[str, str] | None = None,
+    *,
+    needed_for: str = "option stream",
+) -> str:
+    """The catalog's path: ``option`` (``option("catalog", ...)``), else ``conf`` (the Spark
+    conf ``spark.rowtime.catalog``, where the caller can read it), else the environment
+    variable ``ROWTIME_CATALOG``. :class:`CatalogError` says how to give one when none is."""
+    env = os.environ if env is None else env
+    for value in (option, conf, env.get(CATALOG_ENV)):
+        if value is not None and str(value).strip():
+            return os.path.abspath(os.path.expanduser(str(value).strip()))
+    raise CatalogError(
+        f"{needed_for} names a stream of a catalog, and no catalog is given: set "
+        f'option("catalog", "/path/catalog.toml"), the Spark conf {CATALOG_CONF} (at session '
+        f"start), or the environment variable {CATALOG_ENV}"
+    )
+
+
+# -- first use -------------------------------------------------------------------------------
+
+
+def ensure_stream(entry: StreamEntry) -> StreamStorage:
+    """The entry's stream, created from the entry if it does not exist yet.
+
+    An existing stream whose schema or partition count differ from the entry is a
+    :class:`CatalogError` that shows both (the stream's reader defaults are the ones it was
+    created with; the catalog's ``reader`` table still applies to readers by name).
+    """
+    from .storage import create_storage, open_storage  # storage registers backends lazily
+
+    try:
+        storage = open_storage(entry.location)
+    except StreamNotFoundError:
+        storage = None
+    if storage is None:
+        try:
+            return create_storage(entry.location, entry.schema, entry.partitions, **entry.reader)
+        except RowtimeError as e:
+            raise CatalogError(
+                f"stream {entry.name!r} of catalog {entry.catalog} cannot be created at "
+                f"{redact(entry.location)}: {e}"
+            ) from None
+    check_matches(entry, storage.meta.payload_schema, storage.meta.partitions)
+    return storage
+
+
+def check_matches(entry: StreamEntry, schema: pa.Schema, partitions: int) -> None:
+    """:class:`CatalogError` showing both when the stream differs from its entry."""
+    diffs = []
+    if not schema.equals(entry.schema):
+        diffs.append(f"schema: the stream has ({to_ddl(schema)}), the catalog says ({entry.ddl})")
+    if partitions != entry.partitions:
+        diffs.append(
+            f"partitions: the stream has {partitions}, the catalog says {entry.partitions}"
+        )
+    if diffs:
+        raise CatalogError(
+            f"stream {entry.name!r} at {redact(entry.location)} differs from its entry in catalog "
+            f"{entry.catalog}: {'; '.join(diffs)}. Change the catalog to match the stream, or "
+            "point the entry at another location"
+        )
+
+
+# -- option("stream", NAME) ------------------------------------------------------------------
+
+
+def resolve_stream_option(
+    options: Mapping[str, Any], conf_catalog: str | None = None, *, who: str = "format('rowtime')"
+) -> tuple[dict[str, Any], StreamEntry | None]:
+    """Spark's options with ``stream``/``catalog`` replaced by the entry's ``path``.
+
+    Without option ``stream`` the options come back unchanged (``catalog`` alone is refused:
+    it would be silently ignored). With it, the catalog is found by :func:`find_catalog`
+    (``option("catalog")``, then ``conf_catalog``, then ``ROWTIME_CATALOG``), the entry looked
+    up (an unknown name lists the known ones) and its stream created on first use
+    (:func:`ensure_stream`). Giving ``path`` too is an error: one location, not two.
+    """
+    lowered = {str(k).lower(): (k, v) for k, v in options.items()}
+    if "stream" not in lowered:
+        if "catalog" in lowered:
+            raise OptionError(
+                f"option catalog is only used with option stream (a stream's name in the "
+                f"catalog) for {who}; add option stream or remove option catalog"
+            )
+        return dict(options), None
+    name = str(lowered["stream"][1]).strip()
+    if "path" in lowered and str(lowered["path"][1]).strip():
+        raise OptionError(
+            f"options stream={name!r} and path={lowered['path'][1]!r} both name a location for "
+            f"{who}; give one: stream (a name in the catalog) or path"
+        )
+    catalog_opt = lowered.get("catalog", (None, None))[1]
+    path = find_catalog(catalog_opt, conf_catalog, needed_for=f"option stream={name!r}")
+    entry = load_catalog(path).stream(name)
+    ensure_stream(entry)
+    out = {k: v for k, v in options.items() if str(k).lower() not in ("stream", "catalog", "path")}
+    out["path"] = entry.location
+    return out, entry
