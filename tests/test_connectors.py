@@ -107,7 +107,9 @@ def test_sigkill_at_any_point_loses_and_repeats_nothing(tmp_path):
     _out, err = proc.communicate(timeout=30)
     err = first + err
     assert proc.returncode == 0, err
-    assert "stopped" in err and "rows=" in err  # the per-interval line and the last one
+    # The last line always; per-interval lines only if this run still had files to take (the
+    # SIGTERM test checks those).
+    assert "stopped" in err.splitlines()[-1], err
     got = _rows(tmp_path)
     assert kills >= 1
     assert sorted(got) == expected, "rows lost or repeated"
