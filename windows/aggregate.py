@@ -249,7 +249,7 @@ def time_interval_aggregate(
     from pyspark.sql.streaming.state import GroupStateTimeout
     from pyspark.sql.types import BinaryType, LongType, StructField, StructType, TimestampType
 
-    from ..watermark import with_watermark
+    from ..watermark import watermark_rowtime
 
     spec = make_spec(interval_duration, creation_period, discard_age, interval_offset)
     keys = [partition_by] if isinstance(partition_by, str) else list(partition_by)
@@ -272,7 +272,9 @@ def time_interval_aggregate(
 
     key_fields = [df.schema[k] for k in keys]
     group_cols = keys or ["__key"]
-    rows = with_watermark(df).select(
+    # A union of rowtime streams is allowed below this watermark: late rows re-trigger their
+    # pane or are counted as discarded here, never dropped by Spark.
+    rows = watermark_rowtime(df, late_rows_handled=True).select(
         *([F.col(k) for k in keys] or [F.lit(0).alias("__key")]),
         F.unix_micros("rowtime").alias("__t"),
         *inputs,

@@ -93,6 +93,20 @@ def with_watermark(df: DataFrame, delay: Any = None) -> DataFrame:
     The price: a window ending exactly at a bound closes once a bound at least 1 ms past its
     end arrives. The ``is_bound`` column is dropped from the result.
     """
+    return watermark_rowtime(df, delay)
+
+
+def watermark_rowtime(
+    df: DataFrame, delay: Any = None, *, late_rows_handled: bool = False
+) -> DataFrame:
+    """:func:`with_watermark` for operators of this project that handle late rows themselves.
+
+    ``late_rows_handled=True`` lets one watermark stand over a union of rowtime streams: an
+    operator such as ``time_interval_aggregate`` never lets Spark drop a row as late (it
+    re-triggers the row's pane, or counts it as discarded past ``discard_age``), so a watermark
+    that follows the faster stream costs corrections, not rows. Filters below the watermark
+    are refused either way.
+    """
     from pyspark.sql import functions as F
 
     if "rowtime" not in df.columns or "is_bound" not in df.columns:
@@ -100,7 +114,7 @@ def with_watermark(df: DataFrame, delay: Any = None) -> DataFrame:
             "with_watermark needs the columns rowtime and is_bound of a format('rowtime') stream;"
             f" got columns {df.columns}"
         )
-    _refuse_unprotectable(df)
+    _refuse_unprotectable(df, late_rows_handled)
     delay_us = _MIN_DELAY_US if delay is None else parse_duration_us(delay, what="delay")
     delay_us = max(_MIN_DELAY_US, delay_us)
     watermarked = df.withWatermark("rowtime", f"{delay_us} microseconds")
@@ -139,7 +153,7 @@ def _describe(node: Any) -> str:
     return f"a {node.nodeName()} operator"
 
 
-def _below_watermark_problem(node: Any) -> str | None:
+def _below_watermark_problem(node: Any, unions_allowed: bool = False) -> str | None:
     """What stands between a watermark (or the helper) and the rowtime sources below ``node``
     that would break the promise, or None."""
     sources = 0
@@ -167,7 +181,7 @@ def _below_watermark_problem(node: Any) -> str | None:
             " on rowtime: it removes or mixes bound records before the watermark sees them, so"
             " the watermark stops following the stream clock"
         )
-    if sources > 1:
+    if sources > 1 and not unions_allowed:
         return (
             f"one watermark over {sources} rowtime streams follows the fastest of them and drops"
             " the others' rows as late; call with_watermark on each stream and union the results"
@@ -176,11 +190,12 @@ def _below_watermark_problem(node: Any) -> str | None:
     return None
 
 
-def _refuse_unprotectable(df: DataFrame) -> None:
+def _refuse_unprotectable(df: DataFrame, late_rows_handled: bool = False) -> None:
     jdf = getattr(df, "_jdf", None)
     if jdf is None:  # Spark Connect: no plan to read from here
         return
-    problem = _below_watermark_problem(jdf.queryExecution().analyzed())
+    plan = jdf.queryExecution().analyzed()
+    problem = _below_watermark_problem(plan, unions_allowed=late_rows_handled)
     if problem is not None:
         raise QueryShapeError(f"with_watermark: {problem}; {_RULE}")
 
@@ -192,14 +207,16 @@ def check_plan(plan: Any) -> list[str]:
 
     def walk(n: Any, parent: Any | None) -> None:
         if n.nodeName() == "EventTimeWatermark" and _reads_rowtime(n):
-            below = _below_watermark_problem(_children(n)[0])
-            if below is not None:
-                problems.append(below)
             protected = (
                 parent is not None
                 and parent.nodeName() == "Filter"
                 and _BARRIER_SQL in str(parent.condition().sql()).lower()
             )
+            # with_watermark checked what is below it when it was called (and an operator
+            # that handles late rows may have let a union through on purpose).
+            below = None if protected else _below_watermark_problem(_children(n)[0])
+            if below is not None:
+                problems.append(below)
             if not protected:
                 problems.append(
                     f"withWatermark({n.eventTime().name()!r}) on a format('rowtime') stream"
