@@ -120,7 +120,7 @@ class FloorSource(DataSource):
         return "id BIGINT, v DOUBLE, s STRING, rowtime TIMESTAMP, is_bound BOOLEAN"
 
     def streamReader(self, schema: Any) -> DataSourceStreamReader:
-        return FloorReader(self.options["path"])
+        return FloorReader(self.options["path"], int(self.options.get("batchrows", 0)))
 
 
 FLOOR_SCHEMA = pa.schema(
@@ -135,8 +135,12 @@ FLOOR_SCHEMA = pa.schema(
 
 
 class FloorReader(DataSourceStreamReader):
-    def __init__(self, path: str) -> None:
+    """``batch_rows``: when > 0, each record batch is cut (zero copy) into batches of at most
+    that many rows, to see what Spark's cost per batch is."""
+
+    def __init__(self, path: str, batch_rows: int = 0) -> None:
         self.path = path
+        self.batch_rows = batch_rows
 
     def initialOffset(self) -> dict:
         return {"read": False}
@@ -160,7 +164,7 @@ class FloorReader(DataSourceStreamReader):
                 file = pa.ipc.open_file(source)
                 for i in range(file.num_record_batches):
                     b = file.get_batch(i)
-                    yield pa.RecordBatch.from_arrays(
+                    out = pa.RecordBatch.from_arrays(
                         [
                             b.column("id"),
                             b.column("v"),
@@ -170,6 +174,11 @@ class FloorReader(DataSourceStreamReader):
                         ],
                         schema=FLOOR_SCHEMA,
                     )
+                    if self.batch_rows <= 0:
+                        yield out
+                    else:
+                        for a in range(0, out.num_rows, self.batch_rows):
+                            yield out.slice(a, self.batch_rows)
 
 
 def drain(spark: SparkSession, df: Any, root: str) -> tuple[float, dict[str, int]]:

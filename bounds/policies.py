@@ -292,8 +292,9 @@ def scan_partition(
         )
     if policy.unit_us != 1:
         # Bounds are truncated too: a bound b promises rows >= b, hence truncated rows >= floor(b).
-        # (End of stream stays the largest timestamp.)
-        t = np.where(t == END_OF_STREAM_US, t, truncate_array_us(t, policy.unit_us))
+        # (End of stream stays the largest timestamp; only a bound record can carry it.)
+        truncated = truncate_array_us(t, policy.unit_us)
+        t = np.where(t == END_OF_STREAM_US, t, truncated) if is_bound.any() else truncated
     ref0 = _arr(prev.scan_ref_us)
     bound0 = _arr(prev.scan_bound_us)
 
