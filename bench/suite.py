@@ -226,14 +226,24 @@ def plot(summary: dict[str, Any], meta: dict[str, Any], path: str) -> None:
     if "floor" in summary:
         floor = summary["floor"]["mrows_per_s"]["median"]
         for share, style in ((0.9, "--"), (0.8, ":")):
-            ax.axhline(floor * share, color="#c0392b", linestyle=style, linewidth=1)
-            ax.text(-0.4, floor * share, f"{share} of floor", va="bottom", ha="left", fontsize=8)
-    for i, c in enumerate(cases):
+            ax.axhline(
+                floor * share,
+                color="#c0392b",
+                linestyle=style,
+                linewidth=1,
+                label=f"{share} of the floor's median",
+            )
+        ax.legend(loc="upper left", fontsize=8)
+    labels = []
+    for c in cases:
         e = summary[c]
-        label = f"{e['of_floor']['median']:.2f} of floor" if "of_floor" in e else ""
+        label = c
+        if "of_floor" in e:
+            label += f"\n{e['of_floor']['median']:.2f} of floor"
         if "planning_share" in e:
-            label += f"\nplan {e['planning_share']['median']:.0%}"
-        ax.text(i, med[i] / 2, label, ha="center", color="white", fontsize=9)
+            label += f"\nplanning {e['planning_share']['median']:.0%}"
+        labels.append(label)
+    ax.set_xticks(range(len(cases)), labels, fontsize=8)
     ax.set_ylabel("M rows/s (median; whiskers: lowest-highest)")
     ax.set_xlabel("'of floor': median over rounds of floor seconds / case seconds in that round")
     ax.set_title(
