@@ -19,12 +19,13 @@ def best_of(fn: Callable[[], object], repeat: int = 3) -> float:
     return best
 
 
-def spark_session(app: str) -> Any:
-    """local[2] with the settings every benchmark uses (UTC, 2 shuffle partitions, no UI)."""
+def spark_session(app: str, master: str = "local[2]") -> Any:
+    """local[2] (or ``master``) with the settings every benchmark uses (UTC, 2 shuffle
+    partitions, no UI)."""
     from pyspark.sql import SparkSession
 
     spark = (
-        SparkSession.builder.master("local[2]")
+        SparkSession.builder.master(master)
         .appName(app)
         .config("spark.ui.enabled", "false")
         .config("spark.ui.showConsoleProgress", "false")

@@ -12,10 +12,11 @@ Parquet reads the same rows as files, one per stream partition, with the rowtime
 TIMESTAMP column; it does no ordering at all, so the ratio is the price of the guarantees.
 Targets: ratio >= 0.7 (reject) and >= 0.5 (adjust).
 
-A third source, ``floor``, is the cheapest any Python data source can be: it hands Spark the
-same rows straight from the log as Arrow batches, with no planning and no policy. What it
-costs beside Parquet is Spark's (a Python worker per task, Arrow over a socket, rows built in
-the JVM), not this reader's.
+A third source, ``floor``, is the cheapest any Python data source can be over the same log: it
+memory-maps the segment files and yields their record batches as they are (no planning, no
+policy, no copy). What it costs beside Parquet is Spark's (a Python worker per task, Arrow over
+a socket, rows built in the JVM), not this reader's. ``./dev bench suite`` measures them all in
+interleaved rounds.
 
 A fourth, ``redis``, is this reader over the same rows kept in Redis Streams (a local
 ``redis-server`` on a free loopback port, or ``--redis URL``; ``--redis none`` skips it); its
@@ -29,6 +30,7 @@ reading on the executors) are printed beside the rates, so a miss says where the
 from __future__ import annotations
 
 import argparse
+import contextlib
 import os
 import shutil
 import tempfile
@@ -39,7 +41,6 @@ from typing import Any
 
 import numpy as np
 import pyarrow as pa
-import pyarrow.compute as pc
 import pyarrow.parquet as pq
 from benchutil import spark_session
 from pyspark.sql import SparkSession
@@ -55,20 +56,23 @@ STEP_US = 100  # ~10,000 rows per second of event time per partition
 WORDS = np.array(["ORCL", "MSFT", "IBM", "SAP", "AAPL", "GOOG", "AMZN", "META"])
 
 
-def rowtimes(first: int, n: int, jitter: bool, rng: np.random.Generator) -> np.ndarray:
+def rowtimes(first: int, n: int, late_share: float, rng: np.random.Generator) -> np.ndarray:
+    """Rowtimes in order, but ``late_share`` of them up to 0.5 s early (within adjust's range)."""
     t = START_US + (np.arange(first, first + n, dtype=np.int64) * STEP_US)
-    if jitter:
-        late = rng.random(n) < 0.01
+    if late_share:
+        late = rng.random(n) < late_share
         t[late] -= rng.integers(1, 500_000, int(late.sum()))  # up to 0.5 s early: in range
     return t
 
 
-def chunk(partition: int, first: int, n: int, jitter: bool, rng: np.random.Generator) -> pa.Table:
+def chunk(
+    partition: int, first: int, n: int, late_share: float, rng: np.random.Generator
+) -> pa.Table:
     ids = np.arange(first, first + n, dtype=np.int64) * PARTITIONS + partition
     words = pa.DictionaryArray.from_arrays(
         pa.array(rng.integers(0, len(WORDS), n).astype(np.int32)), pa.array(WORDS)
     ).cast(pa.string())
-    t = rowtimes(first, n, jitter, rng)
+    t = rowtimes(first, n, late_share, rng)
     return pa.table(
         {
             "id": ids,
@@ -79,26 +83,35 @@ def chunk(partition: int, first: int, n: int, jitter: bool, rng: np.random.Gener
     )
 
 
-def write_data(root: str, rows: int, jitter: bool, redis: str | None = None) -> tuple[str, str]:
-    """The same rows as a rowtime stream and as Parquet files (and as a stream at ``redis``,
-    when given); their locations."""
+def write_data(
+    root: str,
+    rows: int,
+    late_share: float,
+    parquet_copy: bool = True,
+    redis: str | None = None,
+) -> tuple[str, str]:
+    """The same rows as a rowtime stream, (``parquet_copy``) as Parquet files and (``redis``)
+    as a stream at that Redis location; the first two locations. ``late_share`` of the rows
+    come up to 0.5 s out of order."""
     stream = os.path.join(root, "stream")
     parquet = os.path.join(root, "parquet")
-    os.makedirs(parquet)
+    os.makedirs(parquet, exist_ok=True)
     copies = [stream] if redis is None else [stream, redis]
     for loc in copies:
         pr.create_stream(loc, "id BIGINT, v DOUBLE, s STRING", partitions=PARTITIONS)
     per_partition = rows // PARTITIONS
     for p in range(PARTITIONS):
-        rng = np.random.default_rng(p + (100 if jitter else 0))
+        rng = np.random.default_rng(p + int(late_share * 1_000_000))
         path = os.path.join(parquet, f"part-{p}.parquet")
+        schema = chunk(p, 0, 1, late_share, rng).schema
         writers = [pr.open_writer(loc, p) for loc in copies]
-        with pq.ParquetWriter(path, chunk(p, 0, 1, jitter, rng).schema) as pw:
+        with pq.ParquetWriter(path, schema) if parquet_copy else contextlib.nullcontext() as pw:
             for first in range(0, per_partition, CHUNK):
-                table = chunk(p, first, min(CHUNK, per_partition - first), jitter, rng)
+                table = chunk(p, first, min(CHUNK, per_partition - first), late_share, rng)
                 for w in writers:
                     w.insert_arrow(table, rowtime_column="rowtime")
-                pw.write_table(table, row_group_size=CHUNK)
+                if pw is not None:
+                    pw.write_table(table, row_group_size=CHUNK)
         for w in writers:
             w.end_stream()
             w.close()
@@ -106,8 +119,11 @@ def write_data(root: str, rows: int, jitter: bool, redis: str | None = None) -> 
 
 
 class FloorSource(DataSource):
-    """The same rows as ``format("rowtime")`` (bounds left out), moved as Arrow and nothing
-    else: one micro-batch, one task per stream partition."""
+    """The cheapest Python source over the same log (issue 16's floor): each task
+    memory-maps its partition's segment files and yields their record batches as they are,
+    with the payload columns selected, ``__rowtime_us`` cast to a timestamp and
+    ``__is_bound`` renamed. Nothing is filtered, copied, combined or planned: one
+    micro-batch, one task per stream partition."""
 
     @classmethod
     def name(cls) -> str:
@@ -117,12 +133,27 @@ class FloorSource(DataSource):
         return "id BIGINT, v DOUBLE, s STRING, rowtime TIMESTAMP, is_bound BOOLEAN"
 
     def streamReader(self, schema: Any) -> DataSourceStreamReader:
-        return FloorReader(self.options["path"])
+        return FloorReader(self.options["path"], int(self.options.get("batchrows", 0)))
+
+
+FLOOR_SCHEMA = pa.schema(
+    [
+        pa.field("id", pa.int64()),
+        pa.field("v", pa.float64()),
+        pa.field("s", pa.string()),
+        pa.field("rowtime", pa.timestamp("us", tz="UTC")),
+        pa.field("is_bound", pa.bool_()),
+    ]
+)
 
 
 class FloorReader(DataSourceStreamReader):
-    def __init__(self, path: str) -> None:
+    """``batch_rows``: when > 0, each record batch is cut (zero copy) into batches of at most
+    that many rows, to see what Spark's cost per batch is."""
+
+    def __init__(self, path: str, batch_rows: int = 0) -> None:
         self.path = path
+        self.batch_rows = batch_rows
 
     def initialOffset(self) -> dict:
         return {"read": False}
@@ -137,23 +168,30 @@ class FloorReader(DataSourceStreamReader):
         pass
 
     def read(self, partition: InputPartition) -> Any:
-        from pyspark_rowtime.streams.log import open_stream
+        from pyspark_rowtime.streams.log import list_segments, partition_dirname
 
-        stream = open_stream(self.path)
-        p = partition.value
-        table = stream.read(p, 0, stream.end_offset(p))
-        table = table.filter(pc.invert(table.column("__is_bound")))
-        rowtime = table.column("__rowtime_us").cast(pa.int64()).combine_chunks()
-        out = pa.table(
-            {
-                "id": table.column("id"),
-                "v": table.column("v"),
-                "s": table.column("s"),
-                "rowtime": rowtime.view(pa.timestamp("us", tz="UTC")),
-                "is_bound": pa.array(np.zeros(table.num_rows, dtype=bool)),
-            }
-        )
-        yield from out.to_batches(max_chunksize=1 << 16)
+        chain, _, _ = list_segments(os.path.join(self.path, partition_dirname(partition.value)))
+        ts = FLOOR_SCHEMA.field("rowtime").type
+        for seg in chain:
+            with pa.memory_map(seg.path, "r") as source:
+                file = pa.ipc.open_file(source)
+                for i in range(file.num_record_batches):
+                    b = file.get_batch(i)
+                    out = pa.RecordBatch.from_arrays(
+                        [
+                            b.column("id"),
+                            b.column("v"),
+                            b.column("s"),
+                            b.column("__rowtime_us").cast(ts),
+                            b.column("__is_bound"),
+                        ],
+                        schema=FLOOR_SCHEMA,
+                    )
+                    if self.batch_rows <= 0:
+                        yield out
+                    else:
+                        for a in range(0, out.num_rows, self.batch_rows):
+                            yield out.slice(a, self.batch_rows)
 
 
 def drain(spark: SparkSession, df: Any, root: str) -> tuple[float, dict[str, int]]:
@@ -218,7 +256,8 @@ def main() -> None:
             root = os.path.join(base, case)
             t0 = time.perf_counter()
             on_redis = None if redis_base is None else f"{redis_base}-{case}-{uuid.uuid4().hex[:8]}"
-            stream, parquet = write_data(root, args.rows, jitter=case == "adjust", redis=on_redis)
+            late = 0.01 if case == "adjust" else 0.0
+            stream, parquet = write_data(root, args.rows, late, redis=on_redis)
             print(f"{case:<10}(wrote both copies in {time.perf_counter() - t0:.0f} s)")
 
             def parquet_df(parquet: str = parquet) -> Any:

@@ -39,7 +39,7 @@ def main() -> None:
     root = tempfile.mkdtemp(prefix="bench-watermark-")
     spark = spark_session("bench-watermark")
     try:
-        stream, _ = write_data(root, args.rows, jitter=False)
+        stream, _ = write_data(root, args.rows, 0.0, parquet_copy=False)
 
         def source() -> Any:
             return spark.readStream.format("rowtime").load(stream)

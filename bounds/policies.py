@@ -292,8 +292,9 @@ def scan_partition(
         )
     if policy.unit_us != 1:
         # Bounds are truncated too: a bound b promises rows >= b, hence truncated rows >= floor(b).
-        # (End of stream stays the largest timestamp.)
-        t = np.where(t == END_OF_STREAM_US, t, truncate_array_us(t, policy.unit_us))
+        # (End of stream stays the largest timestamp; only a bound record can carry it.)
+        truncated = truncate_array_us(t, policy.unit_us)
+        t = np.where(t == END_OF_STREAM_US, t, truncated) if is_bound.any() else truncated
     ref0 = _arr(prev.scan_ref_us)
     bound0 = _arr(prev.scan_bound_us)
 
@@ -301,10 +302,13 @@ def scan_partition(
     np.maximum.accumulate(ref_run, out=ref_run)
     if ref0 != NO_TIME:
         np.maximum(ref_run, ref0, out=ref_run)
-    bound_run = np.where(is_bound, t, NO_TIME)
-    np.maximum.accumulate(bound_run, out=bound_run)
-    if bound0 != NO_TIME:
-        np.maximum(bound_run, bound0, out=bound_run)
+    if is_bound.any():
+        bound_run = np.where(is_bound, t, NO_TIME)
+        np.maximum.accumulate(bound_run, out=bound_run)
+        if bound0 != NO_TIME:
+            np.maximum(bound_run, bound0, out=bound_run)
+    else:  # no bound among the records (the common case): the bound stays where it was
+        bound_run = np.full(len(t), bound0, dtype=np.int64)
 
     line = ref_run - policy.range_us if policy.range_us else ref_run
     clock_after = np.maximum(line, bound_run)
@@ -336,7 +340,8 @@ class Classified:
     """What one step decided for one partition.
 
     ``emit`` indexes the scan's window in emission order (ascending rowtime, ties by offset);
-    ``emit_rowtime_us`` are their (truncated) rowtimes. ``discarded`` indexes rows newly
+    ``emit_rowtime_us`` are their (truncated) rowtimes; ``emit_set`` holds the same indexes in
+    offset order. ``discarded`` indexes rows newly
     discarded in this step, with the clock at the time and the reason.
     """
 
@@ -347,6 +352,7 @@ class Classified:
     discarded_rowtime_us: np.ndarray
     discarded_clock_us: np.ndarray
     discarded_reason: list[str] = field(default_factory=list)
+    emit_set: np.ndarray = field(default_factory=lambda: np.empty(0, dtype=np.int64))
 
 
 def _released(policy: Policy, t: np.ndarray, ref: int, bound: int) -> np.ndarray:
@@ -361,12 +367,15 @@ def classify(
     scan: PartitionScan,
     stream_clock_before_us: int | None,
     stream_clock_us: int | None,
+    *,
+    order: bool = True,
 ) -> Classified:
     """Decide what the step emits, given the stream clock before and after it.
 
     A row is emitted once it is released and its rowtime is at or below the stream clock
     (alignment: a partition that is ahead waits for the others). ``stream_clock_us`` must be at
-    most this partition's clock at the end of the scan.
+    most this partition's clock at the end of the scan. ``order=False`` leaves ``emit`` in
+    offset order (as ``emit_set``), for a caller that needs only which rows are emitted.
     """
     policy, prev = scan.policy, scan.prev
     t, is_bound, discarded = scan.t, scan.is_bound, scan.discarded
@@ -397,12 +406,12 @@ def classify(
             "in the log, nothing was lost)"
         )
 
-    emit = np.flatnonzero(emit_mask)
+    emit = emit_set = np.flatnonzero(emit_mask)
     et = t[emit]
-    if len(et) > 1 and not bool(np.all(et[1:] >= et[:-1])):
-        order = np.argsort(et, kind="stable")
-        emit = emit[order]
-        et = et[order]
+    if order and len(et) > 1 and not bool(np.all(et[1:] >= et[:-1])):
+        by_time = np.argsort(et, kind="stable")
+        emit = emit[by_time]
+        et = et[by_time]
 
     alive_idx = np.flatnonzero(alive)
     j = int(alive_idx[0]) if len(alive_idx) else n
@@ -439,6 +448,7 @@ def classify(
         discarded_rowtime_us=t[new_disc],
         discarded_clock_us=clocks,
         discarded_reason=reasons,
+        emit_set=emit_set,
     )
 
 

@@ -3,10 +3,14 @@
 The driver plans time; executors move bytes (DESIGN). ``latestOffset`` reads only the rowtime
 columns of new records, runs each partition's policy and the alignment across partitions
 (:mod:`pyspark_rowtime.bounds.plan`) and writes everything it decided into the end offset: per
-partition the policy state, and the stream clock. ``read()`` runs on an executor in a freshly
-unpickled reader: it reads the same records (payload too) from the start offset's state,
-replays the same decision and emits the rows it released as Arrow record batches. The same
-offsets always give the same rows and the same bound record.
+partition the policy state, and the stream clock. It also keeps, for the step it just planned,
+which offsets each partition emits, as a few runs of consecutive offsets (:class:`EmitRuns`);
+``partitions()`` hands them to the tasks, so an executor only reads those records, sorts them by
+rowtime when they are out of order, and emits them as Arrow record batches, without running
+the policy again. When the driver has no runs for a step (it restarted, or the emitted offsets
+break into too many runs), the executor replays the policy from the start offset's state
+instead. Both give the same rows: the same offsets always give the same rows and the same
+bound record.
 """
 
 from __future__ import annotations
@@ -20,18 +24,18 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from ..bounds.bounds import END_OF_STREAM_US
+from ..bounds.bounds import END_OF_STREAM_US, merge_clock
 from ..bounds.errors import InvalidRowtimeError, SchemaError
-from ..bounds.plan import StreamPosition, bound_to_emit, choose_ends, stream_clock
+from ..bounds.plan import StreamPosition, bound_to_emit, choose_ends
 from ..bounds.policies import (
     NO_TIME,
     AdjustPolicy,
     Classified,
-    PartitionScan,
     PartitionState,
     Policy,
     classify,
     scan_partition,
+    truncate_array_us,
 )
 from ..streams.columns import (
     LOG_ARRIVAL_US,
@@ -49,6 +53,10 @@ TS_TYPE = pa.timestamp("us", tz="UTC")
 BATCH_ROWS = 1 << 16
 #: New records per piece when the policies run over a step (see :func:`classify_pieces`).
 PIECE_RECORDS = 1 << 18
+#: Most runs of consecutive emitted offsets a task carries (16 bytes each). A step whose
+#: emitted offsets break into more (many discarded rows, many bounds) is replayed by the
+#: executor instead: beyond this, shipping the runs would cost more than rebuilding them.
+MAX_EMIT_RUNS = 1 << 16
 
 #: Columns of the quarantine (``output=discarded``) besides the payload and ``rowtime``.
 QUARANTINE_COLUMNS = [
@@ -87,7 +95,9 @@ def record_times(
     """Each record's time: a data row's rowtime (promoted column, explicit, or arrival) or a
     bound record's bound, as int64 microseconds; and which records are bounds."""
     is_bound = table.column(LOG_IS_BOUND).to_numpy()
-    explicit = pc.coalesce(table.column(LOG_ROWTIME_US), table.column(LOG_ARRIVAL_US))
+    explicit = table.column(LOG_ROWTIME_US)
+    if explicit.null_count:  # implicit rowtimes: the arrival is the rowtime
+        explicit = pc.coalesce(explicit, table.column(LOG_ARRIVAL_US))
     t = np.asarray(explicit.to_numpy(), dtype=np.int64)
     if cfg.rowtime_column is None or len(t) == 0:
         return t, is_bound
@@ -156,6 +166,14 @@ class Planner:
         self.cfg = cfg
         self._stream: StreamStorage | None = None
         self._cache: dict[int, _Window] = {}
+        #: The last step planned: (start, end) offsets as dicts, and each partition's runs.
+        self._last: tuple[dict[str, Any], dict[str, Any], list[EmitRuns | None]] | None = None
+
+    def runs_for(self, start: dict[str, Any], end: dict[str, Any]) -> list[EmitRuns | None] | None:
+        """The emitted runs of the step ``start`` -> ``end`` if this planner planned it last."""
+        if self._last is not None and self._last[0] == start and self._last[1] == end:
+            return self._last[2]
+        return None
 
     @property
     def stream(self) -> StreamStorage:
@@ -199,17 +217,24 @@ class Planner:
         windows = [self.window(p, st.scan, ends[p]) for p, st in enumerate(pos.partitions)]
         parts = list(zip(pos.partitions, windows, strict=True))
         wheres = [where_of(self.cfg, p) for p in range(len(parts))]
-        at_end = [
-            end_scan(policy, st, win.t, win.is_bound, where)
-            for (st, win), where in zip(parts, wheres, strict=True)
-        ]
-        clock = stream_clock(at_end, pos.clock_us)
+        clock = merge_clocks(
+            [clock_at_end(policy, st, win.t, win.is_bound) for st, win in parts], pos.clock_us
+        )
         states = []
+        runs: list[EmitRuns | None] = []
         for (st, win), where in zip(parts, wheres, strict=True):
-            pieces = classify_pieces(policy, st, win.t, win.is_bound, pos.clock_us, clock, where)
-            *_, (_, last) = pieces
+            emitted = np.zeros(len(win.t), dtype=bool)
+            last = None
+            for first, c in classify_pieces(
+                policy, st, win.t, win.is_bound, pos.clock_us, clock, where, order=False
+            ):
+                emitted[c.emit_set + (first - st.scan)] = True
+                last = c
+            assert last is not None
             states.append(last.state)
+            runs.append(EmitRuns.of_mask(emitted, st.scan))
         new = StreamPosition(clock, states)
+        self._last = (pos.to_dict(), new.to_dict(), runs)
         for p, state in enumerate(new.partitions):
             w = self._cache.get(p)
             if w is not None and w.first <= state.scan:
@@ -228,31 +253,40 @@ def _opt(value: int) -> int | None:
     return None if value == NO_TIME else int(value)
 
 
-def end_scan(
-    policy: Policy,
-    prev: PartitionState,
-    t: np.ndarray,
-    is_bound: np.ndarray,
-    where: str,
-    piece: int = PIECE_RECORDS,
-) -> PartitionScan:
-    """Scan the new records ``[prev.next, prev.scan + len(t))`` piece by piece (``t`` and
-    ``is_bound`` start at ``prev.scan``) and return the last piece's scan: its ``clock_us()``
-    is the partition clock at the end, as one scan of the whole window would say. Under
-    ``reject`` a late row raises here, naming its offset."""
-    state = PartitionState(
-        next=prev.next, scan=prev.next, scan_ref_us=prev.ref_us, scan_bound_us=prev.bound_us
-    )
+def clock_at_end(
+    policy: Policy, prev: PartitionState, t: np.ndarray, is_bound: np.ndarray
+) -> int | None:
+    """The partition clock after the records ``[prev.scan, prev.scan + len(t))`` (``t`` and
+    ``is_bound`` start at ``prev.scan``): what a :func:`scan_partition` of the new records would
+    say at its end, from two maxima instead of a scan. The reference time and the writer bound
+    are running maxima and truncation is monotone, so the last ones are the maxima. A late row
+    under ``reject`` is not looked for here (:func:`classify_pieces` raises for it)."""
     i = prev.next - prev.scan
-    while True:
-        j = min(len(t), i + piece)
-        scan = scan_partition(policy, state, t[i:j], is_bound[i:j], where=where)
-        if j == len(t):
-            return scan
-        ref, bound = scan.state_at_end()
-        at = prev.scan + j
-        state = PartitionState(next=at, scan=at, scan_ref_us=_opt(ref), scan_bound_us=_opt(bound))
-        i = j
+    tn, bn = t[i:], is_bound[i:]
+    ref = NO_TIME if prev.ref_us is None else prev.ref_us
+    bound = NO_TIME if prev.bound_us is None else prev.bound_us
+    unit = policy.unit_us
+    if len(tn):
+        data_max = int(np.max(np.where(bn, NO_TIME, tn)))
+        if data_max != NO_TIME:
+            ref = max(ref, data_max - data_max % unit)
+        bound_max = int(np.max(np.where(bn, tn, NO_TIME)))
+        if bound_max != NO_TIME:
+            if bound_max != END_OF_STREAM_US:
+                bound_max -= bound_max % unit
+            bound = max(bound, bound_max)
+    line = ref - policy.range_us if ref != NO_TIME else NO_TIME
+    return _opt(max(line, bound))
+
+
+def merge_clocks(clocks: Sequence[int | None], before: int | None) -> int | None:
+    """The stream clock from partition clocks, as :func:`stream_clock` says it from scans."""
+    clock = merge_clock(clocks)
+    if clock is None:
+        return before
+    if before is not None and clock < before:
+        return before
+    return clock
 
 
 def classify_pieces(
@@ -264,6 +298,8 @@ def classify_pieces(
     clock_after_us: int | None,
     where: str,
     piece: int = PIECE_RECORDS,
+    *,
+    order: bool = True,
 ) -> Iterator[tuple[int, Classified]]:
     """One partition's step, ``scan_partition`` + ``classify`` over at most ``piece`` new
     records at a time; yields ``(first offset of the piece's window, what it decided)``.
@@ -292,15 +328,22 @@ def classify_pieces(
         scan = scan_partition(
             policy if last else loose, state, t[lo:hi], is_bound[lo:hi], where=where
         )
-        c = classify(scan, before, clock_after_us)
+        c = classify(scan, before, clock_after_us, order=order)
         yield state.scan, c
         if last:
             return
         state, before = c.state, clock_after_us
 
 
-def partition_tasks(start: dict[str, Any], end: dict[str, Any]) -> list[ReadTask]:
-    """One task per stream partition; the first also carries the step's bound record."""
+def partition_tasks(
+    start: dict[str, Any],
+    end: dict[str, Any],
+    runs: Sequence[EmitRuns | None] | None = None,
+) -> list[ReadTask]:
+    """One task per stream partition; the first also carries the step's bound record.
+
+    ``runs``: what :meth:`Planner.runs_for` kept for this step (each task then reads only its
+    partition's runs); None makes every task replay the policy."""
     s = StreamPosition.from_dict(start)
     e = StreamPosition.from_dict(end)
     bound = bound_to_emit(s.clock_us, e.clock_us)
@@ -314,6 +357,7 @@ def partition_tasks(start: dict[str, Any], end: dict[str, Any]) -> list[ReadTask
                 clock_before=s.clock_us,
                 clock_after=e.clock_us,
                 bound=bound if p == 0 else None,
+                runs=runs[p] if runs is not None else None,
             )
         )
     return tasks
@@ -337,12 +381,43 @@ def written_tasks(ends: Sequence[int]) -> list[ReadTask]:
     ]
 
 
+@dataclass(frozen=True)
+class EmitRuns:
+    """The offsets one partition emits in a step, as runs ``[starts[i], ends[i])`` of
+    consecutive offsets, ascending and disjoint (the emission order is by rowtime, which the
+    executor restores with a stable sort: ties stay in offset order, as :func:`classify` has
+    them). Picklable; 16 bytes a run."""
+
+    starts: np.ndarray  # int64
+    ends: np.ndarray  # int64
+
+    @classmethod
+    def of_mask(cls, emitted: np.ndarray, first: int) -> EmitRuns | None:
+        """Runs of the True entries of ``emitted`` (entry ``i`` is offset ``first + i``); None
+        when there are more than :data:`MAX_EMIT_RUNS`."""
+        if not len(emitted):
+            return cls(np.empty(0, dtype=np.int64), np.empty(0, dtype=np.int64))
+        edges = np.flatnonzero(emitted[1:] != emitted[:-1]) + 1  # where a run starts or ends
+        if emitted[0]:
+            edges = np.concatenate([[0], edges])
+        if emitted[-1]:
+            edges = np.concatenate([edges, [len(emitted)]])
+        if len(edges) > 2 * MAX_EMIT_RUNS:
+            return None
+        return cls(edges[0::2].astype(np.int64) + first, edges[1::2].astype(np.int64) + first)
+
+    @property
+    def rows(self) -> int:
+        return int(np.sum(self.ends - self.starts))
+
+
 @dataclass
 class ReadTask:
-    """What an executor needs to replay one partition's part of a step (picklable).
+    """What an executor needs to read one partition's part of a step (picklable).
 
-    ``ends_now``: replay as if an end-of-stream bound followed record ``end - 1`` (a batch
-    read of everything written so far): the policy releases every row it holds."""
+    ``runs``: the offsets the driver decided this task emits; None: replay the policy from
+    ``prev``. ``ends_now``: replay as if an end-of-stream bound followed record ``end - 1`` (a
+    batch read of everything written so far): the policy releases every row it holds."""
 
     partition: int
     prev: dict[str, Any]
@@ -351,6 +426,7 @@ class ReadTask:
     clock_after: int | None
     bound: int | None
     ends_now: bool = False
+    runs: EmitRuns | None = None
 
 
 def _timestamps(values_us: np.ndarray) -> pa.Array:
@@ -371,7 +447,9 @@ def read_task(cfg: ReaderConfig, task: ReadTask, schema: pa.Schema) -> Iterator[
     prev = PartitionState.from_dict(task.prev)
     payload = [f.name for f in stream.meta.payload_schema]
     where = where_of(cfg, task.partition)
-    if task.end > prev.scan:
+    if task.runs is not None and cfg.output == "rows":
+        yield from _runs_batches(cfg, task.partition, task.runs, stream, payload, schema)
+    elif task.end > prev.scan:
         table = stream.read(task.partition, prev.scan, task.end)
         t, b = record_times(table, cfg, task.partition, prev.scan)
         if task.ends_now:  # a virtual end of stream after the last record; never emitted
@@ -392,6 +470,59 @@ def read_task(cfg: ReaderConfig, task: ReadTask, schema: pa.Schema) -> Iterator[
         arrays = [pa.nulls(1, type=f.type) for f in schema][:-2]
         arrays += [_timestamps(np.array([task.bound], dtype=np.int64)), pa.array([True])]
         yield pa.RecordBatch.from_arrays(arrays, schema=schema)
+
+
+def _runs_batches(
+    cfg: ReaderConfig,
+    partition: int,
+    runs: EmitRuns,
+    stream: StreamStorage,
+    payload: list[str],
+    schema: pa.Schema,
+) -> Iterator[pa.RecordBatch]:
+    """The rows at ``runs`` in emission order: by (truncated) rowtime, ties by offset."""
+    n = runs.rows
+    if not n:
+        return
+    lo, hi = int(runs.starts[0]), int(runs.ends[-1])
+    table = stream.read(partition, lo, hi)
+    t, _ = record_times(table, cfg, partition, lo)
+    if len(runs.starts) == 1:
+        idx = None  # one run: every record read, in offset order
+    else:
+        lengths = runs.ends - runs.starts
+        # offsets of the runs, relative to lo: a ramp that restarts at each run's start
+        idx = np.arange(n, dtype=np.int64) + np.repeat(
+            runs.starts - lo - (np.cumsum(lengths) - lengths), lengths
+        )
+        t = t[idx]
+    t = truncate_array_us(t, cfg.policy.unit_us)
+    if len(t) > 1 and not bool(np.all(t[1:] >= t[:-1])):
+        order = np.argsort(t, kind="stable")
+        idx = order if idx is None else idx[order]
+        t = t[order]
+        ordered = False
+    else:
+        ordered = True
+    rows = table.select(payload)
+    false = pa.array(np.zeros(min(n, BATCH_ROWS), dtype=bool))
+    for a in range(0, n, BATCH_ROWS):
+        b = min(n, a + BATCH_ROWS)
+        if idx is None:
+            part = rows.slice(a, b - a)
+        else:
+            i = idx[a:b]
+            if ordered and int(i[-1]) - int(i[0]) + 1 == b - a:
+                part = rows.slice(int(i[0]), b - a)  # within one run: zero copy
+            else:
+                # Take from the span the batch's rows lie in: rows come nearly in offset order,
+                # so it is short, and a take over the whole chunked table would first
+                # concatenate every chunk of it.
+                first, last = int(i.min()), int(i.max())
+                span = rows.slice(first, last - first + 1)
+                part = span.take(pa.array(i - first, type=pa.int64()))
+        arrays = [*part.columns, _timestamps(t[a:b]), false.slice(0, b - a)]
+        yield from pa.Table.from_arrays(arrays, schema=schema).to_batches()
 
 
 def _discarded_batches(

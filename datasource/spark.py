@@ -167,7 +167,8 @@ class RowtimeStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         return {"records": {str(p): n for p, n in enumerate(self.planner.available())}}
 
     def partitions(self, start: dict, end: dict) -> Sequence[InputPartition]:
-        return [RowtimePartition(t) for t in partition_tasks(start, end)]
+        runs = self.planner.runs_for(start, end)
+        return [RowtimePartition(t) for t in partition_tasks(start, end, runs)]
 
     def read(self, partition: InputPartition) -> Iterator[pa.RecordBatch]:
         assert isinstance(partition, RowtimePartition)
@@ -202,7 +203,8 @@ class RowtimeBatchReader(DataSourceReader):
             return [RowtimePartition(t) for t in written_tasks(planner.available())]
         start = StreamPosition.start([0] * planner.stream.meta.partitions)
         end = planner.plan(start, planner.available(), None) or start
-        return [RowtimePartition(t) for t in partition_tasks(start.to_dict(), end.to_dict())]
+        s, e = start.to_dict(), end.to_dict()
+        return [RowtimePartition(t) for t in partition_tasks(s, e, planner.runs_for(s, e))]
 
     def read(self, partition: InputPartition) -> Iterator[pa.RecordBatch]:
         assert isinstance(partition, RowtimePartition)

@@ -1,0 +1,315 @@
+"""Benchmark suite (issue 16): the reader against the floor of a Python source, in one session.
+
+Over the same rows (``--rows``, default 20 million, in 2 partitions; columns id BIGINT,
+v DOUBLE, s STRING and the rowtime), each drained with ``trigger(availableNow=True)`` into the
+``noop`` sink, warm, in one Spark session (local[2] unless ``--master``):
+
+* ``floor``: the cheapest Python source over the log (``bench/reader.py``'s ``FloorSource``:
+  memory-mapped segment files, record batches as they are);
+* ``reject``: this reader, rows in rowtime order, ``order=reject``;
+* ``adjust 0.1%`` / ``1%`` / ``10%``: this reader, ``order=adjust`` (msec, 999) over rows of
+  which that share comes up to 0.5 s out of order;
+* ``parquet``: Spark's own Parquet file stream source over the same in-order rows.
+
+Every case runs once to warm up, then ``--rounds`` rounds, each running every case once in
+turn (interleaved, so a change of machine load hits every case alike). A figure is the median
+of the rounds, with the spread (lowest and highest). Beside each reader case: the share of the
+drain the driver spends planning (``latestOffset`` + ``partitions``, timed inside the driver's
+Python process that Spark runs them in). The load average (``os.getloadavg``) is recorded
+around every round: on a shared machine, compare only figures of the same run.
+
+Targets (issue 16): ``reject`` >= 0.9 of the floor, ``adjust 1%`` >= 0.8 of the floor, planning
+< 10% of the drain.
+
+Run: ``./dev bench suite [--rows N] [--rounds R] [--cases a,b] [--out DIR] [--master M]``.
+Writes ``DIR/suite.json`` and ``DIR/suite.png`` (default DIR: ``bench-results``).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import shutil
+import statistics
+import tempfile
+import time
+import uuid
+from collections.abc import Iterator, Sequence
+from typing import Any
+
+from benchutil import spark_session
+from pyspark.sql.datasource import DataSourceStreamReader, InputPartition
+from reader import PARTITIONS, FloorSource, write_data
+
+from pyspark_rowtime.datasource.spark import RowtimeReaderSource, RowtimeStreamReader, _config
+
+SCHEMA = "id BIGINT, v DOUBLE, s STRING, rowtime TIMESTAMP"
+ADJUST = {"order": "adjust", "adjust.unit": "msec", "adjust.range": "999"}
+#: case -> (data set, source, options); the data set is the share of rows out of order.
+CASES: dict[str, tuple[float, str, dict[str, str]]] = {
+    "floor": (0.0, "floor", {}),
+    "reject": (0.0, "rowtime", {"order": "reject"}),
+    "adjust 0.1%": (0.001, "rowtime", ADJUST),
+    "adjust 1%": (0.01, "rowtime", ADJUST),
+    "adjust 10%": (0.1, "rowtime", ADJUST),
+    "parquet": (0.0, "parquet", {}),
+    # not in the default run: the floor with the reader's batch size (is Spark's cost per batch?)
+    "floor 64K": (0.0, "floor", {"batchRows": str(1 << 16)}),
+}
+DEFAULT_CASES = ["floor", "reject", "adjust 0.1%", "adjust 1%", "adjust 10%", "parquet"]
+TARGETS = {"reject": 0.9, "adjust 1%": 0.8}
+PLANNING_TARGET = 0.10
+TIMINGS_OPTION = "bench.timings"
+
+
+class TimedSource(RowtimeReaderSource):
+    """``format("rowtime")`` whose stream reader appends how long each driver call took to the
+    file named by option ``bench.timings`` (the calls run in a Python process Spark starts)."""
+
+    @classmethod
+    def name(cls) -> str:
+        return "rowtime_timed"
+
+    def _reading(self) -> Any:
+        return _config({k: v for k, v in self.options.items() if k.lower() != TIMINGS_OPTION})
+
+    def streamReader(self, schema: Any) -> DataSourceStreamReader:
+        base = super().streamReader(schema)
+        assert isinstance(base, RowtimeStreamReader)
+        return TimedStreamReader(base.cfg, base.arrow_schema, self.options[TIMINGS_OPTION])
+
+
+class TimedStreamReader(RowtimeStreamReader):
+    def __init__(self, cfg: Any, arrow_schema: Any, timings: str) -> None:
+        super().__init__(cfg, arrow_schema)
+        self.timings = timings
+
+    def _note(self, what: str, seconds: float) -> None:
+        with open(self.timings, "a") as f:
+            f.write(json.dumps({"call": what, "s": seconds}) + "\n")
+
+    def latestOffset(self, start: dict, limit: Any) -> dict:
+        t0 = time.perf_counter()
+        out = super().latestOffset(start, limit)
+        self._note("latestOffset", time.perf_counter() - t0)
+        return out
+
+    def partitions(self, start: dict, end: dict) -> Sequence[InputPartition]:
+        t0 = time.perf_counter()
+        out = super().partitions(start, end)
+        self._note("partitions", time.perf_counter() - t0)
+        return out
+
+
+def drain(df: Any, root: str) -> float:
+    """Seconds to drain ``df`` with availableNow into noop."""
+    checkpoint = os.path.join(root, "checkpoints", uuid.uuid4().hex)
+    t0 = time.perf_counter()
+    q = (
+        df.writeStream.format("noop")
+        .trigger(availableNow=True)
+        .option("checkpointLocation", checkpoint)
+        .start()
+    )
+    q.awaitTermination()
+    seconds = time.perf_counter() - t0
+    shutil.rmtree(checkpoint, ignore_errors=True)
+    return seconds
+
+
+def planning_seconds(path: str) -> float:
+    if not os.path.exists(path):
+        return 0.0
+    with open(path) as f:
+        return sum(json.loads(line)["s"] for line in f if line.strip())
+
+
+def spread(values: Sequence[float]) -> dict[str, float]:
+    return {"median": statistics.median(values), "min": min(values), "max": max(values)}
+
+
+def rounds(
+    spark: Any, cases: list[str], data: dict[float, tuple[str, str]], n: int, root: str
+) -> Iterator[dict[str, Any]]:
+    """Round 0 warms up; rounds 1..n are measured. Yields one record per measured drain."""
+    for r in range(n + 1):
+        load_before = os.getloadavg()[0]
+        for case in cases:
+            late, source, options = CASES[case]
+            stream, parquet = data[late]
+            timings = os.path.join(root, f"timings-{uuid.uuid4().hex}.jsonl")
+            if source == "parquet":
+                df = spark.readStream.format("parquet").schema(SCHEMA).load(parquet)
+            elif source == "floor":
+                df = spark.readStream.format("rowtime_floor").options(**options).load(stream)
+            else:
+                reader = spark.readStream.format("rowtime_timed").option(TIMINGS_OPTION, timings)
+                for k, v in options.items():
+                    reader = reader.option(k, v)
+                df = reader.load(stream)
+            seconds = drain(df, root)
+            planning = planning_seconds(timings)
+            if r:
+                yield {
+                    "round": r,
+                    "case": case,
+                    "seconds": seconds,
+                    "planning_seconds": planning,
+                    "load_before": load_before,
+                    "load_after": os.getloadavg()[0],
+                }
+            print(
+                f"  round {r}{' (warm-up)' if not r else ''} {case:<12} {seconds:7.2f} s"
+                f"  planning {planning:5.2f} s  load {os.getloadavg()[0]:.1f}",
+                flush=True,
+            )
+
+
+def summarise(runs: list[dict[str, Any]], cases: list[str], rows: int) -> dict[str, Any]:
+    out: dict[str, Any] = {}
+    by_round: dict[int, dict[str, float]] = {}
+    for run in runs:
+        by_round.setdefault(run["round"], {})[run["case"]] = run["seconds"]
+    for case in cases:
+        mine = [r for r in runs if r["case"] == case]
+        secs = [r["seconds"] for r in mine]
+        entry: dict[str, Any] = {
+            "seconds": spread(secs),
+            "mrows_per_s": spread([rows / s / 1e6 for s in secs]),
+        }
+        if CASES[case][1] == "rowtime":
+            entry["planning_share"] = spread([r["planning_seconds"] / r["seconds"] for r in mine])
+        if "floor" in cases and case != "floor":
+            # The ratio within each round (same load), then its median over rounds: with a
+            # noisy machine it can differ from the ratio of the median rates.
+            entry["of_floor"] = spread([rd["floor"] / rd[case] for rd in by_round.values()])
+        out[case] = entry
+    return out
+
+
+def print_table(summary: dict[str, Any], rows: int) -> None:
+    def fmt(s: dict[str, float], digits: int = 2) -> str:
+        return f"{s['median']:.{digits}f} [{s['min']:.{digits}f}-{s['max']:.{digits}f}]"
+
+    print(f"\n{'case':<13}{'seconds':>20}{'M rows/s':>20}{'of floor':>20}{'planning':>22}  target")
+    for case, e in summary.items():
+        of_floor = fmt(e["of_floor"]) if "of_floor" in e else "-"
+        plan = fmt(e["planning_share"]) if "planning_share" in e else "-"
+        target = ""
+        if case in TARGETS:
+            ok = e["of_floor"]["median"] >= TARGETS[case]
+            target = f">= {TARGETS[case]} of floor {'ok' if ok else 'MISS'}"
+        if "planning_share" in e:
+            ok = e["planning_share"]["median"] < PLANNING_TARGET
+            target += f"; planning {'ok' if ok else 'MISS'}"
+        print(
+            f"{case:<13}{fmt(e['seconds']):>20}{fmt(e['mrows_per_s']):>20}{of_floor:>20}"
+            f"{plan:>22}  {target}"
+        )
+    print("(median [lowest-highest] over the rounds; 'of floor' = floor seconds / case seconds)")
+
+
+def plot(summary: dict[str, Any], meta: dict[str, Any], path: str) -> None:
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    cases = list(summary)
+    med = [summary[c]["mrows_per_s"]["median"] for c in cases]
+    lo = [m - summary[c]["mrows_per_s"]["min"] for c, m in zip(cases, med, strict=True)]
+    hi = [summary[c]["mrows_per_s"]["max"] - m for c, m in zip(cases, med, strict=True)]
+    fig, ax = plt.subplots(figsize=(9, 4.5))
+    colors = ["#888888" if c in ("floor", "parquet") else "#3b6ea8" for c in cases]
+    ax.bar(cases, med, yerr=[lo, hi], capsize=4, color=colors)
+    if "floor" in summary:
+        floor = summary["floor"]["mrows_per_s"]["median"]
+        for share, style in ((0.9, "--"), (0.8, ":")):
+            ax.axhline(
+                floor * share,
+                color="#c0392b",
+                linestyle=style,
+                linewidth=1,
+                label=f"{share} of the floor's median",
+            )
+        ax.legend(loc="upper left", fontsize=8)
+    labels = []
+    for c in cases:
+        e = summary[c]
+        label = c
+        if "of_floor" in e:
+            label += f"\n{e['of_floor']['median']:.2f} of floor"
+        if "planning_share" in e:
+            label += f"\nplanning {e['planning_share']['median']:.0%}"
+        labels.append(label)
+    ax.set_xticks(range(len(cases)), labels, fontsize=8)
+    ax.set_ylabel("M rows/s (median; whiskers: lowest-highest)")
+    ax.set_xlabel("'of floor': median over rounds of floor seconds / case seconds in that round")
+    ax.set_title(
+        f"{meta['rows'] / 1e6:g} M rows, {PARTITIONS} partitions, {meta['master']}, "
+        f"{meta['rounds']} interleaved rounds; "
+        f"load avg {meta['load_min']:.1f}-{meta['load_max']:.1f}"
+    )
+    fig.tight_layout()
+    fig.savefig(path, dpi=110)
+    plt.close(fig)
+
+
+def main(argv: Sequence[str] | None = None) -> dict[str, Any]:
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--rows", type=int, default=20_000_000)
+    ap.add_argument("--rounds", type=int, default=3)
+    ap.add_argument("--cases", default=",".join(DEFAULT_CASES), help=f"of: {', '.join(CASES)}")
+    ap.add_argument("--out", default="bench-results", help="folder for suite.json and suite.png")
+    ap.add_argument("--dir", default=None, help="where to write the data (default: a temp dir)")
+    ap.add_argument("--master", default="local[2]")
+    ap.add_argument("--no-plot", action="store_true")
+    args = ap.parse_args(argv)
+    cases = args.cases.split(",")
+    unknown = [c for c in cases if c not in CASES]
+    if unknown:
+        ap.error(f"unknown case(s) {unknown}; known: {', '.join(CASES)}")
+    base = args.dir or tempfile.mkdtemp(prefix="bench-suite-")
+    spark = spark_session("bench-suite", master=args.master)
+    spark.dataSource.register(FloorSource)
+    spark.dataSource.register(TimedSource)
+    print(f"rows: {args.rows:,} in {PARTITIONS} partitions; Spark {spark.version}, {args.master}")
+    try:
+        data: dict[float, tuple[str, str]] = {}
+        for late in sorted({CASES[c][0] for c in cases}):
+            t0 = time.perf_counter()
+            root = os.path.join(base, f"late-{late}")
+            data[late] = write_data(root, args.rows, late, parquet_copy=late == 0.0)
+            print(f"wrote {late:.1%} out of order in {time.perf_counter() - t0:.0f} s", flush=True)
+        runs = list(rounds(spark, cases, data, args.rounds, base))
+    finally:
+        spark.stop()
+        if args.dir is None:
+            shutil.rmtree(base, ignore_errors=True)
+    summary = summarise(runs, cases, args.rows)
+    loads = [x for r in runs for x in (r["load_before"], r["load_after"])]
+    meta = {
+        "rows": args.rows,
+        "partitions": PARTITIONS,
+        "rounds": args.rounds,
+        "master": args.master,
+        "cpus": os.cpu_count(),
+        "load_min": min(loads),
+        "load_max": max(loads),
+        "when": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
+    }
+    print_table(summary, args.rows)
+    print(f"load average (1 min) during the rounds: {meta['load_min']:.1f}-{meta['load_max']:.1f}")
+    os.makedirs(args.out, exist_ok=True)
+    result = {"meta": meta, "summary": summary, "runs": runs}
+    with open(os.path.join(args.out, "suite.json"), "w") as f:
+        json.dump(result, f, indent=1)
+    if not args.no_plot:
+        plot(summary, meta, os.path.join(args.out, "suite.png"))
+    print(f"wrote {args.out}/suite.json" + ("" if args.no_plot else f" and {args.out}/suite.png"))
+    return result
+
+
+if __name__ == "__main__":
+    main()
