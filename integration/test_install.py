@@ -33,6 +33,7 @@ SOURCES = [
     "streams",
     "datasource",
     "sink",
+    "windows",
 ]
 
 

@@ -51,6 +51,7 @@ _EXPORTS = {
     "from_rowtime_us": "pyspark_rowtime.bounds.time:from_rowtime_us",
     "open_stream": "pyspark_rowtime.api:open_stream",
     "ValidityInterval": "pyspark_rowtime.bounds.intervals:ValidityInterval",
+    "time_interval_aggregate": "pyspark_rowtime.windows.aggregate:time_interval_aggregate",
 }
 
 __all__ = sorted(_EXPORTS)
