@@ -18,13 +18,13 @@ from typing import Any
 import pyarrow as pa
 import pytest
 from pyspark.sql import functions as F
+
+from pyspark_rowtime import time_interval_aggregate
+from pyspark_rowtime.api import create_stream, open_writer, read_stream
 from pyspark_rowtime.bounds.errors import OptionError
 from pyspark_rowtime.bounds.panes import TimeIntervalSpec, TimeIntervalWindow
 from pyspark_rowtime.streams.log import open_stream
 from pyspark_rowtime.windows.aggregate import make_spec
-
-from pyspark_rowtime import time_interval_aggregate
-from pyspark_rowtime.api import create_stream, open_writer, read_stream
 
 S = 1_000_000
 HOUR = 3600 * S

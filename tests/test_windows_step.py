@@ -10,6 +10,7 @@ from decimal import Decimal
 import numpy as np
 import pandas as pd
 import pytest
+
 from pyspark_rowtime.bounds.errors import OptionError
 from pyspark_rowtime.bounds.panes import TimeIntervalSpec, TimeIntervalWindow
 from pyspark_rowtime.windows.aggregate import make_spec

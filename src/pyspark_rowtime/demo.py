@@ -23,12 +23,13 @@ from __future__ import annotations
 
 import argparse
 import datetime as dt
+import json
 import os
 import shutil
 import sys
 import tempfile
 import time
-from dataclasses import dataclass, field
+from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -56,12 +57,24 @@ INSTALL_HINT = "pip install 'pyspark-rowtime[demo]'  (or: pip install matplotlib
 def add_arguments(p: argparse.ArgumentParser) -> None:
     """The demo's options (shared by ``rowtime demo`` and ``python -m pyspark_rowtime.demo``)."""
     d = DemoConfig()
-    p.add_argument("--rows", type=int, default=d.rows,
-                   help=f"readings to generate (data size; default {d.rows:,})")  # fmt: skip
-    p.add_argument("--partitions", type=int, default=d.partitions,
-                   help=f"districts, one stream partition each (default {d.partitions})")  # fmt: skip
-    p.add_argument("--minutes", type=float, default=d.minutes,
-                   help=f"minutes of event time (default {d.minutes:g})")  # fmt: skip
+    p.add_argument(
+        "--rows",
+        type=int,
+        default=d.rows,
+        help=f"readings to generate (data size; default {d.rows:,})",
+    )
+    p.add_argument(
+        "--partitions",
+        type=int,
+        default=d.partitions,
+        help=f"districts, one stream partition each (default {d.partitions})",
+    )
+    p.add_argument(
+        "--minutes",
+        type=float,
+        default=d.minutes,
+        help=f"minutes of event time (default {d.minutes:g})",
+    )
     p.add_argument(
         "--tick",
         type=int,
@@ -118,6 +131,13 @@ def _us(value: Any) -> int | None:
     return round(value.timestamp() * 1_000_000)
 
 
+def _at(value: Any) -> int:
+    """A window bound (never null) in microseconds."""
+    us = _us(value)
+    assert us is not None, "a window without a start or end"
+    return us
+
+
 def _hms(us: int | None, *, base: int | None = None) -> str:
     if us is None:
         return "none"
@@ -150,14 +170,10 @@ def run(args: argparse.Namespace) -> int:
             print(f"rowtime demo: no matplotlib, so no figure; to draw it: {INSTALL_HINT}")
             figure = False
     out = Path(args.out) if args.out else Path(tempfile.mkdtemp(prefix="rowtime-demo-"))
-    out.mkdir(parents=True, exist_ok=True)
-    for sub in ("traffic", "landing", "maxflow", "maxflow_parquet", "checkpoints", "demo.png"):
-        target = out / sub
-        if target.is_dir():
-            shutil.rmtree(target)
-        elif target.exists():
-            target.unlink()
     os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
+    # Spark's Python workers inherit this: pandas' FutureWarnings from inside pyspark's own
+    # worker code would bury the progress lines, and are nothing the user can act on.
+    os.environ.setdefault("PYTHONWARNINGS", "ignore::FutureWarning")
 
     data = generate(config)
     print(
@@ -176,23 +192,26 @@ def run(args: argparse.Namespace) -> int:
     spark = (
         SparkSession.builder.master("local[2]")
         .appName("rowtime demo")
-        .config("spark.sql.shuffle.partitions", "2")
+        # Four freeways, four keys: one state partition saves a Python worker per step.
+        .config("spark.sql.shuffle.partitions", "1")
         .config("spark.sql.session.timeZone", "UTC")
         .config("spark.ui.enabled", "false")
         .config("spark.ui.showConsoleProgress", "false")
-        .config("spark.sql.streaming.numRecentProgressUpdates", "1000")
         .getOrCreate()
     )
     spark.sparkContext.setLogLevel("ERROR")
     try:
-        trace, counts = _replay(spark, data, out)
-        discards = _quarantine(spark, out)
-        _to_parquet(spark, out)
+        outcome = run_queries(spark, data, out)
     finally:
         spark.stop()
+    trace, counts, discards = outcome.trace, outcome.counts, outcome.discards
     truth_discarded, truth = expected(data)
     report = _compare(data, trace, counts, discards, truth_discarded, truth)
     print(report)
+    # What each query did, step by step, for plots of your own (times in microseconds).
+    (out / "trace.json").write_text(
+        json.dumps({"trace": asdict(trace), "discarded": discards}, default=str)
+    )
     if figure:
         from .demo_figure import draw
 
@@ -201,6 +220,41 @@ def run(args: argparse.Namespace) -> int:
         print(f"figure: {png}")
     print(f"done in {time.monotonic() - started:.0f} s")
     return 0
+
+
+@dataclass
+class Outcome:
+    """What :func:`run_queries` saw: the trace, counts, and the quarantine's rows."""
+
+    trace: Trace
+    counts: dict[str, int]
+    discards: list[dict[str, Any]]
+
+
+def run_queries(spark: Any, data: DemoData, out: Path) -> Outcome:
+    """Replay ``data`` into ``out`` (its demo folders are replaced) and run both queries, the
+    quarantine read and the Parquet copy on ``spark`` (left running)."""
+    out.mkdir(parents=True, exist_ok=True)
+    for sub in (
+        "traffic",
+        "landing",
+        "maxflow",
+        "maxflow_parquet",
+        "checkpoints",
+        "demo.png",
+        "trace.json",
+    ):
+        target = out / sub
+        if target.is_dir():
+            shutil.rmtree(target)
+        elif target.exists():
+            target.unlink()
+    # Every step's progress is read back; Spark keeps the last 100 by default.
+    spark.conf.set("spark.sql.streaming.numRecentProgressUpdates", "1000")
+    trace, counts = _replay(spark, data, out)
+    discards = _quarantine(spark, out)
+    _to_parquet(spark, out)
+    return Outcome(trace, counts, discards)
 
 
 def _replay(spark: Any, data: DemoData, out: Path) -> tuple[Trace, dict[str, int]]:
@@ -213,8 +267,14 @@ def _replay(spark: Any, data: DemoData, out: Path) -> tuple[Trace, dict[str, int
 
     traffic, landing, maxflow = out / "traffic", out / "landing", out / "maxflow"
     chk = out / "checkpoints"
-    rt.create_stream(traffic, SCHEMA_DDL, partitions=data.config.partitions,
-                     order="adjust", adjust_unit="sec", adjust_range=ADJUST_RANGE_S)  # fmt: skip
+    rt.create_stream(
+        traffic,
+        SCHEMA_DDL,
+        partitions=data.config.partitions,
+        order="adjust",
+        adjust_unit="sec",
+        adjust_range=ADJUST_RANGE_S,
+    )
     landing.mkdir()
     names = np.array(FREEWAYS)
 
@@ -241,11 +301,12 @@ def _replay(spark: Any, data: DemoData, out: Path) -> tuple[Trace, dict[str, int
     def collect(batch: Any, _batch_id: int) -> None:
         for r in batch.collect():
             trace.b_windows.append(
-                (r["freeway"], _us(r["start"]), _us(r["end"]), r["max_flow"], current["step"])
+                (r["freeway"], _at(r["start"]), _at(r["end"]), r["max_flow"], current["step"])
             )
 
     plain = (
         spark.readStream.schema(f"{SCHEMA_DDL}, rowtime TIMESTAMP")
+        .option("maxFilesPerTrigger", 1)  # one step's file per batch, as files landing one by one
         .parquet(str(landing))
         .withWatermark("rowtime", f"{SPARK_DELAY_S} seconds")
         .groupBy(F.window("rowtime", f"{INTERVAL_S} seconds", f"{PERIOD_S} seconds"), "freeway")
@@ -291,15 +352,27 @@ def _replay(spark: Any, data: DemoData, out: Path) -> tuple[Trace, dict[str, int
                     writers[p].flush()
                     counts["rows_in"] += n
                 if arrived:
-                    pq.write_table(pa.concat_tables(arrived), landing / f"step-{k:04d}.parquet")
+                    # Written aside, then renamed: Spark's file source skips names starting with
+                    # "_" and must never list a file that is half written.
+                    part = landing / f"_step-{k:04d}.parquet"
+                    pq.write_table(pa.concat_tables(arrived), part)
+                    part.rename(landing / f"step-{k:04d}.parquet")
             else:
                 for w in writers:
                     w.end_stream()
-            query_a.processAllAvailable()
+            t0 = time.monotonic()
+            written = [w.end_offset for w in writers]
+            _settle(query_a, lambda written=written: _read_up_to(query_a) == written)
+            t1 = time.monotonic()
             if not final:
-                query_b.processAllAvailable()
+                _settle(query_b, lambda: _rows_read(query_b) == counts["rows_in"])
+            t2 = time.monotonic()
             # What each query did in this step.
-            arrival = int(data.ticks[k]) if not final else int(data.ticks[-1]) + data.config.tick_s * SECOND
+            arrival = (
+                int(data.ticks[k])
+                if not final
+                else int(data.ticks[-1]) + data.config.tick_s * SECOND
+            )
             trace.step_arrival.append(arrival)
             clock = rowtime_bound_us(traffic)
             trace.stream_clock.append(clock)
@@ -310,20 +383,25 @@ def _replay(spark: Any, data: DemoData, out: Path) -> tuple[Trace, dict[str, int
             pb = _progress(query_b, seen_b)
             trace.a_watermark.append(_last_watermark(pa_, trace.a_watermark))
             trace.b_watermark.append(_last_watermark(pb, trace.b_watermark))
-            data_batches = [p for p in pb if p["numInputRows"] > 0]
+            data_batches = [b for b in pb if b["numInputRows"] > 0]
             trace.b_batch_watermark.append(
                 _us(data_batches[0]["eventTime"].get("watermark")) if data_batches else None
             )
-            for p in pb:
-                for op in p.get("stateOperators", []):
+            for b in pb:
+                for op in b.get("stateOperators", []):
                     trace.b_dropped_metric += int(op.get("numRowsDroppedByWatermark", 0))
             if rowtime_bound_us(maxflow) is not None:
                 emitted = rt.read_stream(maxflow)
                 rows = emitted.filter(pa.compute.invert(emitted["is_bound"])).to_pylist()
                 for r in rows[a_rows_seen:]:
                     trace.a_windows.append(
-                        (r["freeway"], _us(r["interval_start"]), _us(r["interval_end"]),
-                         r["max_flow"], k)  # fmt: skip
+                        (
+                            r["freeway"],
+                            _at(r["interval_start"]),
+                            _at(r["interval_end"]),
+                            r["max_flow"],
+                            k,
+                        )
                     )
                 a_rows_seen = len(rows)
             na = sum(1 for w in trace.a_windows if w[4] == k)
@@ -332,7 +410,8 @@ def _replay(spark: Any, data: DemoData, out: Path) -> tuple[Trace, dict[str, int
             print(
                 f"  step {k + 1:>2}/{steps + 1} {label:>16} | in {counts['rows_in']:>8,} | "
                 f"rowtime: clock {_hms(clock)}, +{na:>2} windows | plain Spark: watermark "
-                f"{_hms(trace.b_watermark[-1])}, +{nb:>2} windows",
+                f"{_hms(trace.b_watermark[-1])}, +{nb:>2} windows | {len(pa_)}+{len(pb)} batches "
+                f"{t1 - t0:.1f}+{t2 - t1:.1f} s",
                 flush=True,
             )
     finally:
@@ -343,10 +422,43 @@ def _replay(spark: Any, data: DemoData, out: Path) -> tuple[Trace, dict[str, int
     return trace, counts
 
 
+def _settle(query: Any, caught_up: Any) -> None:
+    """Run ``query`` until it has read everything written and a further round ran no batch
+    (so the watermark's own follow-up batch has run too). ``processAllAvailable`` alone can
+    return before the stream thread sees a file or log segment written just before the call."""
+    for _ in range(100):
+        before = query.lastProgress["batchId"] if query.lastProgress else -1
+        query.processAllAvailable()
+        after = query.lastProgress["batchId"] if query.lastProgress else -1
+        if after == before and caught_up():
+            return
+    raise RuntimeError(f"query {query.name or query.id} did not catch up with its input")
+
+
+def _read_up_to(query: Any) -> list[int] | None:
+    """The log offset each partition of the rowtime source has been read up to."""
+    import json as _json
+
+    progress = query.lastProgress
+    if not progress or not progress["sources"]:
+        return None
+    end = progress["sources"][0].get("endOffset")
+    if isinstance(end, str):
+        end = _json.loads(end)
+    if not end:
+        return None
+    parts = end["partitions"]
+    return [int(parts[str(p)]["next"]) for p in range(len(parts))]
+
+
+def _rows_read(query: Any) -> int:
+    return sum(int(p["numInputRows"]) for p in query.recentProgress)
+
+
 def _last_watermark(progress: list[dict[str, Any]], before: list[int | None]) -> int | None:
     """The watermark after the step's batches (Spark reports the one each batch ran with)."""
-    marks = [_us(p["eventTime"].get("watermark")) for p in progress if p.get("eventTime")]
-    marks = [m for m in marks if m]  # Spark reports 1970-01-01 (0) before its first watermark
+    given = [_us(p["eventTime"].get("watermark")) for p in progress if p.get("eventTime")]
+    marks = [m for m in given if m]  # Spark reports 1970-01-01 (0) before its first watermark
     return max(marks) if marks else (before[-1] if before else None)
 
 
@@ -359,7 +471,9 @@ def _partition_clock(traffic: Path, p: int) -> int | None:
 def _quarantine(spark: Any, out: Path) -> list[dict[str, Any]]:
     """The rows the policy discarded, read back from the log's quarantine."""
     q = spark.read.format("rowtime").option("output", "discarded").load(str(out / "traffic"))
-    return [r.asDict() for r in q.select("partition", "offset", "rowtime", "reason", "clock").collect()]
+    return [
+        r.asDict() for r in q.select("partition", "offset", "rowtime", "reason", "clock").collect()
+    ]
 
 
 def _to_parquet(spark: Any, out: Path) -> None:
@@ -437,14 +551,20 @@ def _compare(
         return f"{np.median(delays):.0f} s"
 
     g0, g1 = data.gap_us
-    in_gap = [k for k in range(len(data.ticks)) if data.ticks[k] > g0 and data.ticks[k] <= g1]
+    # Steps wholly inside the gap: nothing arrived in them, only the adapters' bounds.
+    in_gap = [
+        k for k in range(1, len(data.ticks)) if data.ticks[k - 1] >= g0 and data.ticks[k] <= g1
+    ]
     before = in_gap[0] - 1 if in_gap else None
 
     def gap_line(windows: list[tuple[str, int, int, int, int]], clocks: list[int | None]) -> str:
         if not in_gap or before is None:
-            return "no step fell inside the gap (use a smaller --tick)"
+            return "no replay step fell wholly inside the gap (use a --tick of 180 s or less)"
         n = sum(1 for w in windows if w[4] in in_gap)
-        return f"{_hms(clocks[before])} -> {_hms(clocks[in_gap[-1]])}, {n} windows emitted"
+        return (
+            f"{_hms(clocks[before])} -> {_hms(clocks[in_gap[-1]])} between arrival "
+            f"{_hms(arrival[before])} and {_hms(arrival[in_gap[-1]])}, {n} windows emitted"
+        )
 
     still_open = b["missing"]
     lines = [
@@ -465,16 +585,24 @@ def _compare(
         "",
         f"== windows: max lane flow per freeway, {INTERVAL_S} s every {PERIOD_S} s ==",
         f"brute-force answer                  {len(truth):>5} windows",
-        f"(a) rowtime: emitted {a['distinct']:>5}, right {a['right']:>5}, wrong {a['wrong']:>4}, "
+        f"(a) rowtime: emitted {a['distinct']:>5}, right {a['right']:>5}, "
+        f"wrong {a['wrong']:>4}, "
         f"missing {a['missing']:>4}; median emission {latency(trace.a_windows)} after window end",
-        f"(b) plain Spark: emitted {b['distinct']:>5}, right {b['right']:>5}, wrong {b['wrong']:>4}, "
+        f"(b) plain Spark: emitted {b['distinct']:>5}, right {b['right']:>5}, "
+        f"wrong {b['wrong']:>4}, "
         f"missing {b['missing']:>4}; median emission {latency(trace.b_windows)} after window end",
         f"    ((a) waits for the slowest district, {int(data.lags_s.max())} s behind; (b) follows "
         f"the fastest one, {SPARK_DELAY_S} s delay, and drops what the others send as late;",
         f"     {still_open} windows of (b) never closed: its watermark needs newer data)",
         "",
         f"== the quiet gap: no reading arrives {_hms(g0)}-{_hms(g1)} (arrival time) ==",
-        f"(a) stream clock, moved by the adapters' bounds: {gap_line(trace.a_windows, trace.stream_clock)}",
-        f"(b) plain Spark watermark, moved by data only:   {gap_line(trace.b_windows, trace.b_watermark)}",
+        "(a) stream clock, moved by the adapters' bounds: "
+        + gap_line(trace.a_windows, trace.stream_clock),
+        "(b) plain Spark watermark, moved by data only:   "
+        + gap_line(trace.b_windows, trace.b_watermark),
     ]
     return "\n".join(lines)
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

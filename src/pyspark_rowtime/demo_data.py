@@ -39,9 +39,10 @@ ADJUST_RANGE_S = 5
 #: IBM's example: 50-second intervals, one every 25 seconds.
 INTERVAL_S = 50
 PERIOD_S = 25
-#: How long no reading arrives (arrival time), starting GAP_START_S after the first arrival.
-GAP_S = 150
-GAP_START_S = 420
+#: How long no reading arrives (arrival time); it starts halfway through the span, on a whole
+#: number of minutes divisible by 3, so that replay steps of 60, 90, 120 or 180 s (which end on
+#: multiples of themselves) have at least one step wholly inside it.
+GAP_S = 180
 
 
 @dataclass(frozen=True)
@@ -57,7 +58,7 @@ class DemoConfig:
     rows: int = 200_000
     partitions: int = 4
     minutes: float = 12.0
-    tick_s: int = 60
+    tick_s: int = 180
     seed: int = 2009
 
     def __post_init__(self) -> None:
@@ -129,7 +130,8 @@ def generate(config: DemoConfig | None = None) -> DemoData:
     per_partition = np.full(c.partitions, c.rows // c.partitions)
     per_partition[: c.rows % c.partitions] += 1
     first_arrival = T0_US + int(lags_s.min()) * SECOND
-    gap = (first_arrival + GAP_START_S * SECOND, first_arrival + (GAP_START_S + GAP_S) * SECOND)
+    gap_start = T0_US + max(3, 3 * round(c.minutes / 6)) * 60 * SECOND
+    gap = (gap_start, gap_start + GAP_S * SECOND)
 
     rowtimes, arrivals, freeways, sensors, flows, lates = [], [], [], [], [], []
     for p in range(c.partitions):
@@ -173,8 +175,9 @@ def generate(config: DemoConfig | None = None) -> DemoData:
         top = np.maximum.accumulate(rowtimes[p])
         highest = np.where(arrived > 0, top[np.maximum(arrived - 1, 0)], -1)
         bounds[:, p] = np.where(promise > highest, promise, -1)
-    return DemoData(c, lags_s, rowtimes, arrivals, freeways, sensors, flows, lates, ticks, bounds,
-                    gap)  # fmt: skip
+    return DemoData(
+        c, lags_s, rowtimes, arrivals, freeways, sensors, flows, lates, ticks, bounds, gap
+    )
 
 
 # -- the answers, brute force ---------------------------------------------------------------------
