@@ -147,13 +147,18 @@ def draw(data: DemoData, trace: Trace, discards: list[dict[str, Any]], path: Pat
             arrowprops={"arrowstyle": "->", "color": "0.3"},
         )
     g0, g1 = _minutes(data.gap_us)
-    axes[0].annotate(
-        "in the gap, bounds move the clock\nand windows close",
-        xy=(float(g1), 4.5),
-        xytext=(float(g1) + 1.5, 1.0),
-        fontsize=9,
-        arrowprops={"arrowstyle": "->", "color": "0.3"},
-    )
+    # Point at the stream clock where the gap ends; the text sits above the diagonal, where no
+    # reading can be (none arrives before it was measured).
+    in_gap = [k for k, a in enumerate(arrival_steps) if a <= data.gap_us[1]]
+    clock_end = trace.stream_clock[in_gap[-1]] if in_gap else None
+    if clock_end is not None and clock_end < _END:
+        axes[0].annotate(
+            "in the quiet gap the adapters' bounds\nmove the clock, and windows close",
+            xy=(float(g1), float(_minutes(clock_end))),
+            xytext=(0.3, data.config.minutes * 0.75),
+            fontsize=9,
+            arrowprops={"arrowstyle": "->", "color": "0.3"},
+        )
     ax.set_title(
         f"(b) plain Spark: Parquet files, withWatermark('rowtime', "
         f"'{SPARK_DELAY_S} seconds'), groupBy(window(...))",
