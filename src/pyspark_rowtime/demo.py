@@ -35,6 +35,7 @@ from typing import Any
 
 import numpy as np
 
+from .bounds.bounds import END_OF_STREAM_US
 from .demo_data import (
     ADJUST_RANGE_S,
     FREEWAYS,
@@ -138,17 +139,20 @@ def _at(value: Any) -> int:
     return us
 
 
-def _hms(us: int | None, *, base: int | None = None) -> str:
+def _hms(us: int | None) -> str:
+    """A time of day (UTC) for the report; ``end`` for the end of stream."""
     if us is None:
         return "none"
-    if us >= 253402300799_000000:
+    if us >= END_OF_STREAM_US:
         return "end"
     return dt.datetime.fromtimestamp(us / 1e6, dt.timezone.utc).strftime("%H:%M:%S")
 
 
-def _progress(query: Any, seen: set[int]) -> list[dict[str, Any]]:
-    new = [p for p in query.recentProgress if p["batchId"] not in seen]
-    seen.update(p["batchId"] for p in new)
+def _progress(query: Any, seen: set[tuple[int, str]]) -> list[dict[str, Any]]:
+    """Progress reports not returned before. Keyed by batch id *and* time: while a query is
+    idle Spark also reports progress (no rows) under the id of the batch still to come."""
+    new = [p for p in query.recentProgress if (p["batchId"], p["timestamp"]) not in seen]
+    seen.update((p["batchId"], p["timestamp"]) for p in new)
     return new
 
 
@@ -321,8 +325,8 @@ def _replay(spark: Any, data: DemoData, out: Path) -> tuple[Trace, dict[str, int
     )
 
     writers = [rt.open_writer(traffic, partition=p) for p in range(data.config.partitions)]
-    seen_a: set[int] = set()
-    seen_b: set[int] = set()
+    seen_a: set[tuple[int, str]] = set()
+    seen_b: set[tuple[int, str]] = set()
     a_rows_seen = 0
     counts = {"rows_in": 0}
     top = [-1] * data.config.partitions
@@ -410,7 +414,7 @@ def _replay(spark: Any, data: DemoData, out: Path) -> tuple[Trace, dict[str, int
             print(
                 f"  step {k + 1:>2}/{steps + 1} {label:>16} | in {counts['rows_in']:>8,} | "
                 f"rowtime: clock {_hms(clock)}, +{na:>2} windows | plain Spark: watermark "
-                f"{_hms(trace.b_watermark[-1])}, +{nb:>2} windows | {len(pa_)}+{len(pb)} batches "
+                f"{_hms(trace.b_watermark[-1])}, +{nb:>2} windows | {_ran(pa_)}+{_ran(pb)} batches "
                 f"{t1 - t0:.1f}+{t2 - t1:.1f} s",
                 flush=True,
             )
@@ -420,6 +424,11 @@ def _replay(spark: Any, data: DemoData, out: Path) -> tuple[Trace, dict[str, int
         query_a.stop()
         query_b.stop()
     return trace, counts
+
+
+def _ran(progress: list[dict[str, Any]]) -> int:
+    """How many of these reports are batches that ran (an idle report has no addBatch)."""
+    return sum(1 for p in progress if "addBatch" in p.get("durationMs", {}))
 
 
 def _settle(query: Any, caught_up: Any) -> None:
