@@ -669,6 +669,16 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--follow", "-f", action="store_true", help="keep printing new records")
     p.add_argument("--interval", type=float, default=0.2, help=argparse.SUPPRESS)
     p.set_defaults(func=cmd_tail)
+
+    from . import demo  # no Spark import at this point: the demo imports it when it runs
+
+    p = sub.add_parser(
+        "demo",
+        help="the main job: freeway sensors through format('rowtime') and plain Spark, compared",
+        description=(demo.__doc__ or "").split("\n")[0],
+    )
+    demo.add_arguments(p)
+    p.set_defaults(func=demo.run)
     return parser
 
 
