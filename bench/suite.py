@@ -40,7 +40,7 @@ from typing import Any
 
 from benchutil import spark_session
 from pyspark.sql.datasource import DataSourceStreamReader, InputPartition
-from reader import PARTITIONS, FloorSource, write_data
+from reader import PARTITIONS, FloorSource, drain, write_data
 
 from pyspark_rowtime.datasource.spark import RowtimeReaderSource, RowtimeStreamReader, _config
 
@@ -102,22 +102,6 @@ class TimedStreamReader(RowtimeStreamReader):
         return out
 
 
-def drain(df: Any, root: str) -> float:
-    """Seconds to drain ``df`` with availableNow into noop."""
-    checkpoint = os.path.join(root, "checkpoints", uuid.uuid4().hex)
-    t0 = time.perf_counter()
-    q = (
-        df.writeStream.format("noop")
-        .trigger(availableNow=True)
-        .option("checkpointLocation", checkpoint)
-        .start()
-    )
-    q.awaitTermination()
-    seconds = time.perf_counter() - t0
-    shutil.rmtree(checkpoint, ignore_errors=True)
-    return seconds
-
-
 def planning_seconds(path: str) -> float:
     if not os.path.exists(path):
         return 0.0
@@ -148,7 +132,7 @@ def rounds(
                 for k, v in options.items():
                     reader = reader.option(k, v)
                 df = reader.load(stream)
-            seconds = drain(df, root)
+            seconds, _ = drain(spark, df, root)
             planning = planning_seconds(timings)
             if r:
                 yield {

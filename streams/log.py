@@ -85,6 +85,7 @@ from .storage import (
     LocationKind,
     PartitionAppender,
     PartitionTail,
+    pick_columns,
 )
 
 __all__ = [
@@ -383,18 +384,7 @@ class Stream:
         )
 
     def _columns(self, columns: Sequence[str] | None) -> list[str]:
-        names = self.file_schema.names
-        if columns is None:
-            return names
-        if isinstance(columns, str):
-            raise SchemaError(f"columns must be a list of names, got the string {columns!r}")
-        unknown = [c for c in columns if c not in names]
-        if unknown:
-            raise SchemaError(
-                f"stream {self.location} has no column {', '.join(map(repr, unknown))}; its "
-                f"columns are {', '.join(names)}"
-            )
-        return list(columns)
+        return pick_columns(self.file_schema, columns, self.location)
 
     def read(
         self,

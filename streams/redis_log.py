@@ -93,7 +93,7 @@ from .ddl import to_ddl
 from .meta import StreamMeta, meta_from_json, meta_to_json, payload_schema, validate_defaults
 from .redis_location import RedisLocation, RedisUnavailableError, parse_location, redact
 from .segments import SegmentStats, check_segment_files, open_segment_file, segment_schema
-from .storage import LocationKind, PartitionTail
+from .storage import LocationKind, PartitionTail, pick_columns
 
 __all__ = [
     "ENTRY_MAX_BYTES",
@@ -492,18 +492,7 @@ class RedisStream:
         return out[0] if len(out) == 1 else pa.concat_tables(out)
 
     def _columns(self, columns: Sequence[str] | None) -> list[str]:
-        names = self._file_schema.names
-        if columns is None:
-            return names
-        if isinstance(columns, str):
-            raise SchemaError(f"columns must be a list of names, got the string {columns!r}")
-        unknown = [c for c in columns if c not in names]
-        if unknown:
-            raise SchemaError(
-                f"stream {self.location} has no column {', '.join(map(repr, unknown))}; its "
-                f"columns are {', '.join(names)}"
-            )
-        return list(columns)
+        return pick_columns(self._file_schema, columns, self.location)
 
     def _piece_tables(self, partition: int, pieces: list[_Piece]) -> list[pa.Table]:
         """The records of each piece, from the cache or one XRANGE for all missing ones."""

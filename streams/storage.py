@@ -174,6 +174,25 @@ class StreamStorage(Protocol):
         ...
 
 
+def pick_columns(schema: pa.Schema, columns: Sequence[str] | None, location: str) -> list[str]:
+    """The names a read of ``columns`` returns (all of ``schema`` for None), checked: a backend's
+    :meth:`StreamStorage.read` refuses unknown names with one message, naming the stream."""
+    from ..bounds.errors import SchemaError
+
+    names = schema.names
+    if columns is None:
+        return names
+    if isinstance(columns, str):
+        raise SchemaError(f"columns must be a list of names, got the string {columns!r}")
+    unknown = [c for c in columns if c not in names]
+    if unknown:
+        raise SchemaError(
+            f"stream {location} has no column {', '.join(map(repr, unknown))}; its "
+            f"columns are {', '.join(names)}"
+        )
+    return list(columns)
+
+
 class LocationKind(enum.Enum):
     """What sits at a location."""
 
