@@ -85,7 +85,7 @@ from .storage import (
     LocationKind,
     PartitionAppender,
     PartitionTail,
-    pick_columns,
+    check_read,
 )
 
 __all__ = [
@@ -383,9 +383,6 @@ class Stream:
             f"segments of partition {partition} of {self.location} keep disappearing while read"
         )
 
-    def _columns(self, columns: Sequence[str] | None) -> list[str]:
-        return pick_columns(self.file_schema, columns, self.location)
-
     def read(
         self,
         partition: int,
@@ -400,17 +397,7 @@ class Stream:
         copied and unselected columns are never touched. ``end`` may not pass
         :meth:`end_offset`.
         """
-        names = self._columns(columns)
-        if (
-            isinstance(start, bool)
-            or isinstance(end, bool)
-            or not isinstance(start, int)
-            or not isinstance(end, int)
-            or not 0 <= start <= end
-        ):
-            raise OptionError(
-                f"read range [{start!r}, {end!r}) is not valid: need 0 <= start <= end (ints)"
-            )
+        names = check_read(self.file_schema, columns, start, end, self.location)
         if start == end:
             self._check_partition(partition)
             return pa.schema([self.file_schema.field(n) for n in names]).empty_table()

@@ -93,7 +93,7 @@ from .ddl import to_ddl
 from .meta import StreamMeta, meta_from_json, meta_to_json, payload_schema, validate_defaults
 from .redis_location import RedisLocation, RedisUnavailableError, parse_location, redact
 from .segments import SegmentStats, check_segment_files, open_segment_file, segment_schema
-from .storage import LocationKind, PartitionTail, pick_columns
+from .storage import LocationKind, PartitionTail, check_read
 
 __all__ = [
     "ENTRY_MAX_BYTES",
@@ -460,17 +460,7 @@ class RedisStream:
         """Records ``[start, end)`` of ``partition`` in offset order (see the embedded log's
         :meth:`~streams.log.Stream.read`: same columns, same rules)."""
         self._check_partition(partition)
-        names = self._columns(columns)
-        if (
-            isinstance(start, bool)
-            or isinstance(end, bool)
-            or not isinstance(start, int)
-            or not isinstance(end, int)
-            or not 0 <= start <= end
-        ):
-            raise OptionError(
-                f"read range [{start!r}, {end!r}) is not valid: need 0 <= start <= end (ints)"
-            )
+        names = check_read(self._file_schema, columns, start, end, self.location)
         if start == end:
             return pa.schema([self._file_schema.field(n) for n in names]).empty_table()
         pieces, firsts = self._index(partition, end)
@@ -490,9 +480,6 @@ class RedisStream:
             t = table.select(names)
             out.append(t if (lo, hi) == (0, piece.count) else t.slice(lo, hi - lo))
         return out[0] if len(out) == 1 else pa.concat_tables(out)
-
-    def _columns(self, columns: Sequence[str] | None) -> list[str]:
-        return pick_columns(self._file_schema, columns, self.location)
 
     def _piece_tables(self, partition: int, pieces: list[_Piece]) -> list[pa.Table]:
         """The records of each piece, from the cache or one XRANGE for all missing ones."""

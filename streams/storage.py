@@ -174,9 +174,28 @@ class StreamStorage(Protocol):
         ...
 
 
+def check_read(
+    schema: pa.Schema, columns: Sequence[str] | None, start: Any, end: Any, location: str
+) -> list[str]:
+    """What every backend's :meth:`StreamStorage.read` checks first, with one message each: the
+    range ``[start, end)`` (ints, ``0 <= start <= end``) and the columns; returns the names the
+    read returns (all of ``schema`` for None)."""
+    if (
+        isinstance(start, bool)
+        or isinstance(end, bool)
+        or not isinstance(start, int)
+        or not isinstance(end, int)
+        or not 0 <= start <= end
+    ):
+        raise OptionError(
+            f"read range [{start!r}, {end!r}) is not valid: need 0 <= start <= end (ints)"
+        )
+    return pick_columns(schema, columns, location)
+
+
 def pick_columns(schema: pa.Schema, columns: Sequence[str] | None, location: str) -> list[str]:
-    """The names a read of ``columns`` returns (all of ``schema`` for None), checked: a backend's
-    :meth:`StreamStorage.read` refuses unknown names with one message, naming the stream."""
+    """The names a read of ``columns`` returns (all of ``schema`` for None), checked: unknown
+    names are refused with one message, naming the stream."""
     from ..bounds.errors import SchemaError
 
     names = schema.names
