@@ -302,5 +302,8 @@ def watch_queries(spark: SparkSession) -> None:
 def _unwatch(spark: SparkSession, listener: Any) -> None:
     try:
         spark.streams.removeListener(listener)
+        # An event Spark was already delivering when the listener went still calls back into
+        # this interpreter; let it finish while the callback server is alive (bounded wait).
+        spark.sparkContext._jsc.sc().listenerBus().waitUntilEmpty(2000)
     except Exception:  # the session or the JVM is already gone: nothing left to call us
         pass
