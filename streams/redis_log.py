@@ -93,7 +93,7 @@ from .ddl import to_ddl
 from .meta import StreamMeta, meta_from_json, meta_to_json, payload_schema, validate_defaults
 from .redis_location import RedisLocation, RedisUnavailableError, parse_location, redact
 from .segments import SegmentStats, check_segment_files, open_segment_file, segment_schema
-from .storage import LocationKind, PartitionTail, check_read
+from .storage import SINK_KIND_STREAM, LocationKind, PartitionTail, check_read
 
 __all__ = [
     "ENTRY_MAX_BYTES",
@@ -1068,8 +1068,26 @@ class _RedisBackend:
     def kind_at(self, resolved: str) -> LocationKind:
         loc = parse_location(resolved)
         conn = _connection(loc)
-        found = conn.call(f"looking for {loc}", partial(conn.client.exists, _meta_key(loc)))
-        return LocationKind.STREAM if found else LocationKind.NOTHING
+
+        def look() -> tuple[int, bytes | None]:
+            pipe = conn.client.pipeline(transaction=False)
+            pipe.exists(_meta_key(loc))
+            pipe.get(loc.key("sink", "target"))  # the sink's description (.redis_sink)
+            found, target = pipe.execute()
+            return found, target
+
+        found, target = conn.call(f"looking for {loc}", look)
+        if found:
+            return LocationKind.STREAM
+        if target is not None and json.loads(target).get("kind") == SINK_KIND_STREAM:
+            return LocationKind.PENDING_STREAM_TARGET
+        return LocationKind.NOTHING
+
+    def sink_store(self, resolved: str) -> Any:
+        """The sink's state of a stream target here, kept with the stream (.redis_sink)."""
+        from .redis_sink import RedisSinkState
+
+        return RedisSinkState(resolved)
 
     def open(self, resolved: str, given: str) -> RedisStream:
         return open_redis_stream(resolved)
