@@ -616,3 +616,13 @@ def test_exactly_once_and_a_monotone_clock_whatever_the_crashes(make_kind, kind,
                 marked = (root / partition_name(key, "hour") / COMPLETE_MARKER).exists()
                 assert marked == (final_bound is not None and (key + 1) * HOUR <= final_bound)
         assert not target.state.staged()
+
+
+def test_a_redis_target_before_its_first_commit_is_a_pending_stream_target(tmp_path, make_kind):
+    target = make_kind(tmp_path, "redis")  # the query started; no batch committed yet
+    location = target.cfg.location
+    assert what_is_at(location).kind is LocationKind.PENDING_STREAM_TARGET
+    assert target.state.read_target()["kind"] == "stream"
+    run(target, 0, [[records([(1, T0 + 1)], bound=T0 + 2)]])
+    assert what_is_at(location).kind is LocationKind.STREAM
+    assert data_rows(target) == [(1, T0 + 1)] and clock(target) == T0 + 2
