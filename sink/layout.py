@@ -293,7 +293,11 @@ class SinkState:
         rel = os.path.join(SINK_DIR, STAGING_DIR, batch_name(batch_id), name)
         path = os.path.join(self.target, rel)
         os.makedirs(os.path.dirname(path), exist_ok=True)
-        write_segment_file(path, stats, schema, chunks, sync=False)
+        try:
+            write_segment_file(path, stats, schema, chunks, sync=False)
+        except BaseException:
+            self.discard_staged([rel])  # no half-written file is left behind
+            raise
         return rel, partial(fsync_file, path)
 
     def _path(self, handle: str) -> str:
