@@ -9,6 +9,7 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
+import pyarrow.compute as pc
 import pytest
 from pyspark.sql import SparkSession
 from redis_server import RedisServer, redis_server
@@ -114,3 +115,56 @@ def test_a_server_restart_mid_stream_loses_and_repeats_nothing(
             q.stop()
     assert [x["i"] for x in run.rows] == list(range(20))
     assert run.bounds[-1] == END_OF_STREAM_US
+
+
+def test_a_query_fails_clearly_while_the_server_is_down_and_resumes_exactly_once(
+    spark: SparkSession, tmp_path: Path
+) -> None:
+    """Source and sink target on a Redis server that crashes while the query runs: the query
+    fails naming the location (never its password), and restarted from its checkpoint once
+    the server is back its target holds every row once (issue 12, item 4)."""
+    from pyspark.errors import StreamingQueryException
+
+    settings = "?connect_timeout=200ms&socket_timeout=2s&retries=2&backoff=20ms"
+    with redis_server(tmp_path / "redis", password=SECRET, appendonly=True) as server:
+        src, out = server.url("src") + settings, server.url("out") + settings
+        pr.create_stream(src, "i INT")
+
+        def write(first: int, n: int, end: bool = False) -> None:
+            with pr.open_writer(src, 0) as w:
+                for i in range(first, first + n):
+                    w.insert({"i": i}, rowtime=at(BASE_US + i * US))
+                w.set_rowtime_bound(at(BASE_US + (first + n) * US))
+                if end:
+                    w.end_stream()
+
+        def query(**trigger: bool) -> Any:
+            df = spark.readStream.format("rowtime").option("maxRowsPerBatch", 4).load(src)
+            writer = df.writeStream.format("rowtime").option("checkpointLocation", str(tmp_path))
+            return (writer.trigger(**trigger) if trigger else writer).start(out)
+
+        write(0, 10)
+        q = query()
+        try:
+            q.processAllAvailable()
+            server.kill()  # a crash while the query polls for new records
+            with pytest.raises(StreamingQueryException) as info:
+                q.awaitTermination(180)
+                pytest.fail("the query went on without its server")
+        finally:
+            q.stop()
+        text = str(info.value)
+        assert "did not answer" in text and "redis://:***@127.0.0.1" in text
+        assert SECRET not in text
+
+        server.restart()
+        write(10, 10, end=True)
+        q = query(availableNow=True)
+        try:
+            q.awaitTermination()
+        finally:
+            q.stop()
+        t = pr.read_stream(out)
+        rows = t.filter(pc.invert(t.column("is_bound")))
+        assert sorted(rows.column("i").to_pylist()) == list(range(20))  # once each
+        assert pr.get_rowtime_bound(out) == pr.get_rowtime_bound(src)

@@ -20,7 +20,7 @@ from pyspark.sql import functions as F
 from pyspark_rowtime.api import create_stream, get_rowtime_bound, open_writer, read_stream
 from pyspark_rowtime.bounds.bounds import END_OF_STREAM_US
 from pyspark_rowtime.sink.parquet_target import COMPLETE_MARKER, parquet_clock_us, partition_name
-from pyspark_rowtime.streams.log import open_stream
+from pyspark_rowtime.streams.storage import open_storage
 from pyspark_rowtime.watermark import with_watermark
 
 MINUTE_US = 60_000_000
@@ -32,8 +32,8 @@ def at(us: int) -> dt.datetime:
     return dt.datetime(1970, 1, 1, tzinfo=dt.timezone.utc) + dt.timedelta(microseconds=us)
 
 
-def stream_clock(path: Path) -> int | None:
-    return open_stream(path).stream_clock_us()
+def stream_clock(path: Path | str) -> int | None:
+    return open_storage(path).stream_clock_us()
 
 
 def data_of(path: Path) -> list[tuple]:
@@ -56,7 +56,7 @@ def assert_passed_through(path: Path, expected: list[tuple]) -> None:
     every row once with its rowtime, and partition p of the target holds the rows of
     partition p of the source, its records (rows and bounds) in rowtime order."""
     assert sorted(data_of(path)) == sorted(expected)
-    assert open_stream(path).meta.partitions == 2
+    assert open_storage(path).meta.partitions == 2
     t = read_stream(path)
     for p in range(2):
         part = t.filter(pa.compute.equal(t.column("partition"), p))
@@ -66,7 +66,7 @@ def assert_passed_through(path: Path, expected: list[tuple]) -> None:
         assert times == sorted(times)
 
 
-def start(df, path: Path, checkpoint: Path, **options: str):  # type: ignore[no-untyped-def]
+def start(df, path: Path | str, checkpoint: Path, **options: str):  # type: ignore[no-untyped-def]
     writer = df.writeStream.format("rowtime").option("checkpointLocation", str(checkpoint))
     for key, value in options.items():
         writer = writer.option(key, value)
@@ -101,10 +101,23 @@ def test_unknown_sink_options_fail_at_start_naming_them(spark, workdir):
 
 # -- pass-through: the clock follows the source's bounds, batch by batch ------------------------
 
+#: Targets: a stream in a folder, Parquet files, a stream on Redis (the same test for each).
+TARGETS = ["stream", "parquet", "redis"]
 
-@pytest.mark.parametrize("target", ["stream", "parquet"])
-def test_pass_through_clock_follows_the_source_bounds_without_waiting(spark, workdir, target):
-    src, out = workdir / "src", workdir / "out"
+
+def target_at(request, workdir: Path, target: str) -> tuple[Path | str, str]:  # type: ignore[no-untyped-def]
+    """Where the test's target goes and its option ``target``."""
+    if target == "redis":
+        return request.getfixturevalue("redis_for_tests").url(f"out-{workdir.name}"), "stream"
+    return workdir / "out", target
+
+
+@pytest.mark.parametrize("target", TARGETS)
+def test_pass_through_clock_follows_the_source_bounds_without_waiting(
+    spark, workdir, target, request
+):
+    src = workdir / "src"
+    out, target = target_at(request, workdir, target)
     create_stream(src, "id BIGINT, name STRING")
     df = spark.readStream.format("rowtime").load(str(src))
     # filter and project, keeping the bound records (their payload is null)
@@ -155,9 +168,12 @@ def test_pass_through_clock_follows_the_source_bounds_without_waiting(spark, wor
 # -- a windowed aggregation: the clock is the watermark each batch ran with ---------------------
 
 
-@pytest.mark.parametrize("target", ["stream", "parquet"])
-def test_windowed_aggregation_clock_covers_every_window_written_and_no_more(spark, workdir, target):
-    src, out = workdir / "src", workdir / "out"
+@pytest.mark.parametrize("target", TARGETS)
+def test_windowed_aggregation_clock_covers_every_window_written_and_no_more(
+    spark, workdir, target, request
+):
+    src = workdir / "src"
+    out, target = target_at(request, workdir, target)
     create_stream(src, "id BIGINT")
     df = with_watermark(spark.readStream.format("rowtime").load(str(src)))
     windows = (
@@ -221,15 +237,16 @@ def test_windowed_aggregation_clock_covers_every_window_written_and_no_more(spar
 # -- chains: A -> query -> B -> query -> C ------------------------------------------------------
 
 
-def test_a_chain_of_streams_carries_rows_and_bounds_in_order(spark, workdir):
-    a, b, c = workdir / "a", workdir / "b", workdir / "c"
+def test_a_chain_of_streams_carries_rows_and_bounds_in_order(spark, workdir, stream_at):
+    a, b, c = stream_at("a"), stream_at("b"), stream_at("c")
     create_stream(a, "id BIGINT, tag STRING", partitions=2)
+    names = {a: "a", b: "b", c: "c"}
 
-    def hop(source: Path, target: Path, batch_rows: int) -> None:
+    def hop(source: str, target: str, batch_rows: int) -> None:
         """Run the query source -> target until it has read everything (availableNow)."""
         df = spark.readStream.format("rowtime").option("maxRowsPerBatch", batch_rows)
         writer = df.load(str(source)).writeStream.format("rowtime").trigger(availableNow=True)
-        checkpoint = workdir / f"ck-{source.name}{target.name}"
+        checkpoint = workdir / f"ck-{names[source]}{names[target]}"
         writer.option("checkpointLocation", str(checkpoint)).start(str(target)).awaitTermination()
 
     expected = []

@@ -7,7 +7,8 @@ from their checkpoints each time it is started. The test kills the child's whole
 fixed seed: a fraction of a second after a write task starts staging, or after one to three
 committed batches. It samples both targets' clocks while the child runs and between restarts,
 and finally lets a run finish. The targets must then hold exactly
-the expected rows, each once, and their clocks must never have gone back.
+the expected rows, each once, and their clocks must never have gone back. The stream target
+is a folder or a stream on Redis (``stream_at``): the same kills for both.
 """
 
 from __future__ import annotations
@@ -26,8 +27,9 @@ import pyarrow.dataset as ds
 
 from pyspark_rowtime.api import create_stream, open_writer, read_stream
 from pyspark_rowtime.bounds.bounds import END_OF_STREAM_US
+from pyspark_rowtime.sink.layout import open_sink_state
 from pyspark_rowtime.sink.parquet_target import COMPLETE_MARKER, parquet_clock_us
-from pyspark_rowtime.streams.log import open_stream
+from pyspark_rowtime.streams.storage import LocationKind, open_storage, what_is_at
 
 ROWS = 2400
 BOUND_EVERY = 100  # rows between the writer's bounds
@@ -59,7 +61,7 @@ CHILD = textwrap.dedent(
     to_parquet = (df.writeStream.format("rowtime").option("target", "parquet")
                   .option("granularity", "minute")
                   .option("checkpointLocation", work + "/ck-parquet"))
-    runs = [(to_stream, work + "/out"), (to_parquet, work + "/pq")]
+    runs = [(to_stream, {out!r}), (to_parquet, work + "/pq")]
     # One query after the other (the parent alternates which goes first, so kills hit both):
     # Spark 4.3 can fail a micro-batch with "Task not serializable: Illegal size N of
     # collection" when two queries over Python data sources serialize their jobs at the same
@@ -79,25 +81,23 @@ def commits(checkpoint: Path) -> list[int]:
         return []
 
 
-def staging(work: Path) -> bool:
-    """Whether a write task has staged files for a batch not yet committed."""
-    for target in ("out", "pq"):
-        folder = work / target / "_rowtime_sink" / "staging"
-        if folder.is_dir() and any(folder.iterdir()):
-            return True
-    return False
+def staging(work: Path, out: str) -> bool:
+    """Whether a write task has staged runs for a batch not yet committed."""
+    return bool(open_sink_state(out).staged() or open_sink_state(str(work / "pq")).staged())
 
 
 class Clocks:
     """Samples of both targets' clocks; asserts they never go back."""
 
-    def __init__(self, work: Path) -> None:
+    def __init__(self, work: Path, out: str) -> None:
         self.work = work
+        self.out = out
         self.samples: list[tuple[int | None, int | None]] = []
 
     def sample(self) -> None:
-        out = self.work / "out"
-        stream = open_stream(out).stream_clock_us() if (out / "_stream.json").exists() else None
+        out = self.out
+        exists = what_is_at(out).kind is LocationKind.STREAM
+        stream = open_storage(out).stream_clock_us() if exists else None
         pq = parquet_clock_us(str(self.work / "pq"))
         if self.samples:
             last_stream, last_pq = self.samples[-1]
@@ -106,15 +106,15 @@ class Clocks:
         self.samples.append((stream, pq))
 
 
-def where_it_died(work: Path) -> str:
+def where_it_died(work: Path, location: str) -> str:
     """What a kill interrupted, judged from the targets' state (for the test's report)."""
     from pyspark_rowtime.sink.layout import CLOCK_FILE, SinkState, read_json
 
     notes = []
-    out = SinkState(str(work / "out"))
+    out = open_sink_state(location)
     latest = out.latest()
-    if latest is not None and (work / "out" / "_stream.json").exists():
-        stream = open_stream(work / "out")
+    if latest is not None and what_is_at(location).kind is LocationKind.STREAM:
+        stream = open_storage(location)
         for part in latest["parts"]:
             records = part["rows"] + (part["bound_us"] is not None)
             if stream.end_offset(part["partition"]) < part["start"] + records:
@@ -127,8 +127,8 @@ def where_it_died(work: Path) -> str:
         notes.append(f"parquet: batch {latest['batch']} committed, not yet applied")
     for state, checkpoint in ((out, "ck-stream"), (pq, "ck-parquet")):
         name = Path(state.target).name
-        if os.path.isdir(state.staging_dir) and os.listdir(state.staging_dir):
-            notes.append(f"{name}: files staged")
+        if state.staged():
+            notes.append(f"{name}: runs staged")
         ids = state.batches()
         logged = commits(work / checkpoint)
         if ids and (not logged or ids[-1] > logged[-1]):
@@ -136,7 +136,7 @@ def where_it_died(work: Path) -> str:
     return "; ".join(notes) or "between the sink's commits"
 
 
-def test_sigkill_the_driver_many_times_and_the_targets_hold_each_row_once(workdir: Path):
+def test_sigkill_the_driver_many_times_and_the_targets_hold_each_row_once(workdir: Path, stream_at):
     seed = int(os.environ.get("ROWTIME_KILL_SEED", SEED))
     print(f"ROWTIME_KILL_SEED={seed}")
     rng = random.Random(seed)
@@ -153,10 +153,14 @@ def test_sigkill_the_driver_many_times_and_the_targets_hold_each_row_once(workdi
                 w.set_rowtime_bound(t // 1000)
         w.end_stream()
 
+    out = stream_at("out")
     code = CHILD.format(
-        integration=str(Path(__file__).parent), work=str(workdir), rows_per_batch=ROWS_PER_BATCH
+        integration=str(Path(__file__).parent),
+        work=str(workdir),
+        out=out,
+        rows_per_batch=ROWS_PER_BATCH,
     )
-    clocks = Clocks(workdir)
+    clocks = Clocks(workdir, out)
     landed = 0
     runs = 0
     while True:
@@ -185,7 +189,7 @@ def test_sigkill_the_driver_many_times_and_the_targets_hold_each_row_once(workdi
             if kill and killed_at is None:
                 now = len(commits(workdir / "ck-stream")) + len(commits(workdir / "ck-parquet"))
                 if (
-                    (staging(workdir) and now > before)
+                    (staging(workdir, out) and now > before)
                     if on_staging
                     else now - before >= wait_commits
                 ):
@@ -201,7 +205,7 @@ def test_sigkill_the_driver_many_times_and_the_targets_hold_each_row_once(workdi
         clocks.sample()
         if child.returncode == -signal.SIGKILL:
             landed += 1
-            print(f"kill {landed}: {where_it_died(workdir)}")
+            print(f"kill {landed}: {where_it_died(workdir, out)}")
             continue
         assert child.returncode == 0, f"run {runs} failed:\n{output[-6000:]}"
         assert "done" in output
@@ -213,7 +217,7 @@ def test_sigkill_the_driver_many_times_and_the_targets_hold_each_row_once(workdi
         break
 
     # the stream: every expected row once, in rowtime order, then the end of stream
-    t = read_stream(workdir / "out")
+    t = read_stream(out)
     rows = t.filter(pa.compute.invert(t.column("is_bound")))
     got = list(
         zip(
@@ -224,7 +228,7 @@ def test_sigkill_the_driver_many_times_and_the_targets_hold_each_row_once(workdi
         )
     )
     assert got == expected
-    assert open_stream(workdir / "out").stream_clock_us() == END_OF_STREAM_US
+    assert open_storage(out).stream_clock_us() == END_OF_STREAM_US
 
     # Parquet: the same rows, once; every minute complete
     files = ds.dataset(workdir / "pq", format="parquet", partitioning="hive").to_table()

@@ -15,6 +15,10 @@ writers exactly one wins) or renamed (files that are replaced) into place, and t
 fsync'd: a reader sees the old file or the new one, never half of one, and after a crash
 (SIGKILL or power loss) what was acknowledged is still there.
 
+A backend that keeps streams away from this machine keeps a stream target's state itself
+(:func:`open_sink_state` asks :func:`streams.storage.sink_store`; Redis:
+``streams.redis_sink``), with the same operations (:class:`streams.storage.SinkStore`).
+
 Only the latest batches can be replayed by Spark (a restart re-runs the last batch whose commit
 Spark had not logged), so the manifest keeps the last :data:`MANIFEST_KEEP` entries.
 """
@@ -27,15 +31,19 @@ import re
 import shutil
 import time
 import uuid
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterable, Iterator, Sequence
 from contextlib import contextmanager
+from functools import partial
 from typing import Any, TypeVar
 
-from ..bounds.errors import CorruptLogError, OptionError, SinkBusyError, WriterLockedError
+import pyarrow as pa
+
+from ..bounds.errors import CorruptLogError, SinkBusyError, WriterLockedError
 from ..streams.lock import PartitionLock
-from ..streams.meta import fsync_dir
+from ..streams.meta import fsync_dir, fsync_file
+from ..streams.segments import SegmentStats, open_segment_file, write_segment_file
 from ..streams.storage import SINK_DIR as STORAGE_SINK_DIR
-from ..streams.storage import SINK_TARGET_FILE
+from ..streams.storage import SINK_TARGET_FILE, SinkStore, owner_conflict, sink_store
 
 # The folder and the file that say what a target is are defined below the sink, in
 # streams.storage, whose what_is_at() reads them for the reader and the CLI too.
@@ -213,13 +221,7 @@ class SinkState:
             owner = read_json(path)
         if owner is None or owner.get("query_id") != query_id:
             theirs = None if owner is None else owner.get("query_id")
-            raise OptionError(
-                f"sink target {self.target} is written by another streaming query (id {theirs}), "
-                f"not by this one (id {query_id}): a target belongs to one query, so that a "
-                "replayed batch is recognised and its clock never goes back. Restart the query "
-                "that owns it from its checkpoint, or write to a new path (to start over, delete "
-                f"the target including {SINK_DIR}/)"
-            )
+            raise owner_conflict(self.target, theirs, query_id)
 
     # -- the manifest --
 
@@ -277,6 +279,56 @@ class SinkState:
     def batch_staging(self, batch_id: int) -> str:
         return os.path.join(self.staging_dir, batch_name(batch_id))
 
+    def stage_segment(
+        self,
+        batch_id: int,
+        name: str,
+        stats: SegmentStats,
+        schema: pa.Schema,
+        chunks: Iterable[pa.Table | pa.RecordBatch],
+    ) -> tuple[str, Callable[[], None]]:
+        """Stage a run as a segment file (handle: its path relative to the target); the file
+        is written unsynced and the returned function fsyncs it, so that the disk catches up
+        while the task goes on receiving rows."""
+        rel = os.path.join(SINK_DIR, STAGING_DIR, batch_name(batch_id), name)
+        path = os.path.join(self.target, rel)
+        os.makedirs(os.path.dirname(path), exist_ok=True)
+        try:
+            write_segment_file(path, stats, schema, chunks, sync=False)
+        except BaseException:
+            self.discard_staged([rel])  # no half-written file is left behind
+            raise
+        return rel, partial(fsync_file, path)
+
+    def _path(self, handle: str) -> str:
+        return os.path.join(self.target, handle)
+
+    def missing_staged(self, handles: Sequence[str]) -> list[str]:
+        return [h for h in handles if not os.path.exists(self._path(h))]
+
+    def open_staged(self, handle: str) -> pa.Table:
+        return open_segment_file(self._path(handle))
+
+    def append_staged(self, appender: Any, handles: Sequence[str]) -> None:
+        """Link the staged files into the partition (no record is copied or read)."""
+        appender.append_segment_files([self._path(h) for h in handles], verify=False)
+
+    def discard_staged(self, handles: Sequence[str]) -> None:
+        for h in handles:
+            try:
+                os.unlink(self._path(h))
+            except FileNotFoundError:
+                pass
+
+    def drop_staging(self, batch_id: int) -> None:
+        shutil.rmtree(self.batch_staging(batch_id), ignore_errors=True)
+
+    def staged(self) -> list[str]:
+        out = []
+        for folder, _dirs, files in os.walk(self.staging_dir):
+            out += [os.path.relpath(os.path.join(folder, f), self.target) for f in files]
+        return sorted(out)
+
     def clean_staging(self, up_to: int) -> None:
         """Remove what was staged for batches ``<= up_to`` (published, aborted or orphaned by a
         failed task attempt), and temporary files of this folder."""
@@ -297,3 +349,9 @@ class SinkState:
                     os.unlink(os.path.join(folder, name))
                 except FileNotFoundError:
                     pass
+
+
+def open_sink_state(location: str) -> SinkStore:
+    """The state store of the stream target at ``location``: its backend's own when it keeps
+    one (Redis keeps it with the stream), else the ``_rowtime_sink`` folder beside the target."""
+    return sink_store(location) or SinkState(location)

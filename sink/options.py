@@ -20,6 +20,7 @@ from ..bounds.errors import OptionError, SchemaError
 from ..streams.columns import SPARK_COLUMNS, SPARK_IS_BOUND, SPARK_ROWTIME
 from ..streams.log import resolve_location
 from ..streams.options import OptionTable
+from ..streams.storage import resolve, sink_store
 
 GRANULARITY_US = {
     "minute": 60_000_000,
@@ -31,7 +32,8 @@ COMPRESSIONS = ("snappy", "zstd", "gzip", "lz4", "none")
 
 #: Every option the sink accepts (lower case, as Spark passes them), with what it accepts.
 SINK_OPTIONS: dict[str, str] = {
-    "path": "the target's location: a directory path or a file:// URL",
+    "path": "the target's location: a directory path, a file:// URL, or (target=stream) a "
+    "redis:// or rediss:// stream location",
     "stream": "a stream's name in the catalog (instead of path)",
     "catalog": "the catalog file for option stream (else spark.rowtime.catalog, ROWTIME_CATALOG)",
     "target": "stream (default: a rowtime stream) or parquet (files partitioned by rowtime)",
@@ -197,12 +199,15 @@ def parse_sink_options(
             "watermark each batch ran with from the checkpoint's offsets log"
         )
     try:
-        location = resolve_location(path)
+        location = resolve(path)
     except OptionError as e:
-        # Its targets are folders: the sink's state (intents, staged files) lives beside them.
+        raise OptionError(f"option path: {e}") from None
+    if target == "parquet" and sink_store(location) is not None:
+        # Parquet files go to a folder, and its state (intents, staged files) beside them.
         raise OptionError(
-            f"option path: the sink writes to a local folder (a path or file:// URL); {e}"
-        ) from None
+            "option path: target=parquet writes files to a local folder (a path or file:// "
+            "URL); a stream location of another backend (redis://) takes target=stream only"
+        )
     return SinkConfig(
         location=location,
         target=target,

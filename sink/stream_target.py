@@ -1,10 +1,12 @@
 """A rowtime-stream target: a query's output appended to a stream, exactly once, with bounds.
 
-The target is a stream of the embedded log with the query's payload columns (its columns minus
-``rowtime`` and ``is_bound``). Data rows are appended with their ``rowtime`` as explicit
-rowtime, each partition in rowtime order; the batch's clock (bound records or watermark,
-:mod:`sink.clock`) becomes a bound record after them in every partition it moves, so a query
-reading the target sees the same progress (SQLstream pumps pass bounds on the same way).
+The target is a stream (a folder of the embedded log, or another backend's location: on Redis
+the sink's state lives with the stream, ``streams.redis_sink``) with the query's payload
+columns (its columns minus ``rowtime`` and ``is_bound``). Data rows are appended with their
+``rowtime`` as explicit rowtime, each partition in rowtime order; the batch's clock (bound
+records or watermark, :mod:`sink.clock`) becomes a bound record after them in every partition
+it moves, so a query reading the target sees the same progress (SQLstream pumps pass bounds on
+the same way).
 
 **Partitions.** A new target gets option ``partitions``, or by default one partition per write
 task of its first batch with ``clock=bounds`` (a pass-through query keeps its source's
@@ -51,8 +53,6 @@ from __future__ import annotations
 import concurrent.futures
 import dataclasses
 import functools
-import os
-import shutil
 import uuid
 from collections.abc import Iterable, Sequence
 from typing import Any
@@ -64,14 +64,12 @@ from ..bounds.bounds import NO_TIME, merge_clock
 from ..bounds.errors import CorruptLogError, LateRowError, OptionError, SchemaError
 from ..streams.columns import LOG_ROWTIME_US, LOG_SYSTEM_COLUMNS, SPARK_ROWTIME
 from ..streams.ddl import to_ddl
-from ..streams.meta import fsync_file, payload_schema
+from ..streams.meta import payload_schema
 from ..streams.segments import (
     WRITE_ROWS,
     data_run_stats,
-    open_segment_file,
     segment_record_batches,
     segment_schema,
-    write_segment_file,
 )
 from ..streams.storage import (
     SINK_KIND_STREAM,
@@ -82,7 +80,7 @@ from ..streams.storage import (
     what_is_at,
 )
 from ..streams.writer import Writer, wall_clock_us
-from .layout import SINK_DIR, STAGING_DIR, SinkState, batch_name, wait_for_lock
+from .layout import open_sink_state, wait_for_lock
 from .manifest import StreamEntry, StreamPart
 from .options import SinkConfig
 from .target import stage_task
@@ -153,7 +151,6 @@ class _Runs:
         self._bytes = 0
         self._sorted = True  # the pending rows are in rowtime order
         self._last: int | None = None  # the last pending rowtime, while sorted
-        self._rel_folder = os.path.join(SINK_DIR, STAGING_DIR, batch_name(info.batch_id))
 
     def add(self, data: pa.RecordBatch, rt: np.ndarray) -> None:
         if self._sorted and (
@@ -181,11 +178,7 @@ class _Runs:
 
     def discard(self) -> None:
         self._syncer.shutdown(wait=True, cancel_futures=True)
-        for f in self.files:
-            try:
-                os.unlink(os.path.join(self.target.cfg.location, f.staged))
-            except FileNotFoundError:
-                pass
+        self.target.state.discard_staged([f.staged for f in self.files])
         self.files = []
 
     def _write_run(self) -> None:
@@ -215,15 +208,13 @@ class _Runs:
         )
         self.clock = stats.clock_us
         name = f"{self.info.task:05d}-{self.info.attempt}-{uuid.uuid4().hex[:12]}.arrow"
-        rel = os.path.join(self._rel_folder, name)
-        path = os.path.join(self.target.cfg.location, rel)
-        os.makedirs(os.path.dirname(path), exist_ok=True)
-        # Listed first, so that discard() removes a half-written file too.
-        self.files.append(StagedFile(staged=rel, rows=n, first=self.next_first))
         chunks = segment_record_batches(batches, self.file_schema, self.arrival, SPARK_ROWTIME)
-        write_segment_file(path, stats, self.file_schema, chunks, sync=False)
-        # The disk catches up while the task goes on receiving rows; close() waits for it.
-        self._syncs.append(self._syncer.submit(fsync_file, path))
+        handle, durable = self.target.state.stage_segment(
+            self.info.batch_id, name, stats, self.file_schema, chunks
+        )
+        self.files.append(StagedFile(staged=handle, rows=n, first=self.next_first))
+        # The store catches up while the task goes on receiving rows; close() waits for it.
+        self._syncs.append(self._syncer.submit(durable))
         self.next_first += n
 
 
@@ -232,8 +223,8 @@ class StreamTarget:
 
     def __init__(self, cfg: SinkConfig) -> None:
         self.cfg = cfg
-        self.state = SinkState(cfg.location)
-        self.where = f"target stream {cfg.location}"
+        self.state = open_sink_state(cfg.location)
+        self.where = f"target stream {self.state.target}"  # without a password
 
     def _stream(self) -> StreamStorage | None:
         """The target stream, or None before the first commit created it."""
@@ -265,11 +256,11 @@ class StreamTarget:
         cfg = self.cfg
         wanted = self._payload()
         stream = self._stream()
-        if stream is None and os.path.isdir(os.path.join(cfg.location, SINK_DIR)):
-            kind = (self.state.read_target() or {}).get("kind")
+        if stream is None:
+            kind = (self.state.read_target() or {"kind": KIND}).get("kind")
             if kind != KIND:
                 raise OptionError(
-                    f"option path={cfg.location!r} holds a parquet target of this sink; "
+                    f"option path={self.state.target!r} holds a parquet target of this sink; "
                     "target=stream writes a rowtime stream: choose another path"
                 )
         if stream is not None:
@@ -479,7 +470,7 @@ class StreamTarget:
             if done < 0:
                 raise self._foreign(entry, p, start, records, w.end_offset)
             did = True
-            files = [(os.path.join(self.cfg.location, rel), count) for rel, count in part.files]
+            files = list(part.files)
             if part.mode == "link":
                 pos, todo = 0, []
                 for path, count in files:
@@ -492,27 +483,28 @@ class StreamTarget:
                     pos += count
                 if todo:
                     self._check_staged(entry, todo)
-                    # The executors built the files from rows they checked: trust the
-                    # footers, so that the driver reads no record.
-                    w.append_segment_files(todo, verify=False)
+                    # The executors built the runs from rows they checked: trust the
+                    # footers, so that the driver reads no record (on a folder).
+                    self.state.append_staged(w, todo)
             else:
                 if done != 0:
                     raise self._foreign(entry, p, start, records, w.end_offset)
                 if files:
                     self._check_staged(entry, [path for path, _ in files])
-                    w.insert_arrow(_merged(path for path, _ in files), rowtime_column=SPARK_ROWTIME)
+                    tables = [self.state.open_staged(h) for h, _ in files]
+                    w.insert_arrow(_merged(tables), rowtime_column=SPARK_ROWTIME)
             if part.bound_us is not None:
                 w.set_rowtime_bound(as_datetime(part.bound_us))
             w.flush()  # a merged part's rows and bound: one segment, durable and visible whole
         return did
 
-    def _check_staged(self, entry: StreamEntry, paths: Sequence[str]) -> None:
-        missing = [p for p in paths if not os.path.exists(p)]
+    def _check_staged(self, entry: StreamEntry, handles: Sequence[str]) -> None:
+        missing = self.state.missing_staged(handles)
         if missing:
             raise CorruptLogError(
-                f"{self.where}: batch {entry.batch} is planned but its staged file "
+                f"{self.where}: batch {entry.batch} is planned but its staged run "
                 f"{missing[0]} is gone ({len(missing)} missing), so the batch cannot be "
-                f"finished; was {SINK_DIR}/staging cleaned by hand?"
+                "finished; was the sink's staging area cleaned by hand?"
             )
 
     def _foreign(
@@ -527,7 +519,7 @@ class StreamTarget:
     def abort(self, reports: Sequence[TaskReport | None], batch_id: int) -> None:
         """Remove what the batch staged, unless an intent names it (a replay finishes it)."""
         if self.state.entry(batch_id) is None:
-            shutil.rmtree(self.state.batch_staging(batch_id), ignore_errors=True)
+            self.state.drop_staging(batch_id)
 
     # -- reading ------------------------------------------------------------------------------
 
@@ -536,12 +528,11 @@ class StreamTarget:
         return None if stream is None else stream.stream_clock_us()
 
 
-def _merged(paths: Iterable[str]) -> pa.Table:
+def _merged(runs: Iterable[pa.Table]) -> pa.Table:
     """The data rows of staged runs, payload then ``rowtime``, in rowtime order (stable: the
     runs' order breaks ties)."""
     tables = []
-    for path in paths:
-        t = open_segment_file(path)
+    for t in runs:
         rowtime = t.column(LOG_ROWTIME_US).cast(pa.timestamp("us", tz="UTC"))
         t = t.drop_columns(list(LOG_SYSTEM_COLUMNS))
         tables.append(t.append_column(SPARK_ROWTIME, rowtime))

@@ -18,7 +18,7 @@ from typing import Any, Protocol
 import numpy as np
 import pyarrow as pa
 
-from .layout import SinkState
+from ..streams.storage import SinkStore
 from .options import SinkConfig
 from .task import RowSplitter, StagedFile, TaskInfo, TaskReport
 
@@ -45,8 +45,12 @@ class Target(Protocol):
     """A target of ``writeStream.format("rowtime")``; holds only picklable configuration."""
 
     cfg: SinkConfig
-    state: SinkState
     where: str
+
+    @property
+    def state(self) -> SinkStore:
+        """Where the target's manifest and staged runs live (``sink.layout``)."""
+        ...
 
     def prepare(self) -> None:
         """Driver, when the query starts: create the target or check it can take the query."""

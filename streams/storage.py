@@ -39,7 +39,7 @@ from __future__ import annotations
 import enum
 import os
 import urllib.parse
-from collections.abc import Iterable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Protocol, runtime_checkable
 
@@ -59,12 +59,15 @@ __all__ = [
     "LocationKind",
     "PartitionAppender",
     "PartitionTail",
+    "SinkStore",
     "StreamStorage",
     "backend_for",
     "create_storage",
     "open_storage",
+    "owner_conflict",
     "register_backend",
     "resolve",
+    "sink_store",
     "what_is_at",
 ]
 
@@ -210,6 +213,127 @@ def pick_columns(schema: pa.Schema, columns: Sequence[str] | None, location: str
             f"columns are {', '.join(names)}"
         )
     return list(columns)
+
+
+class SinkStore(Protocol):
+    """Where the sink keeps the state of one stream target: what the target is, who owns it,
+    one manifest entry (intent) per batch, and the runs write tasks staged for a batch.
+
+    The embedded log keeps it in a folder beside the target (``sink.layout.SinkState``); a
+    backend serving locations on other machines (Redis) keeps it with the stream, so that the
+    executors, which stage, and the driver, which commits, need no shared filesystem. Every
+    write is atomic (a reader sees the old value or the new one) and durable as far as the
+    backend's appends are; :meth:`put_entry_once` and :meth:`define_target` are won by exactly
+    one of two concurrent callers. Staged runs are named by *handles* (strings) that the task
+    reports carry to the driver.
+    """
+
+    #: The target's location as shown in messages (without a password).
+    target: str
+
+    def read_target(self) -> dict[str, Any] | None:
+        """What the target is (its ``kind``), or None before :meth:`define_target`."""
+        ...
+
+    def define_target(self, doc: dict[str, Any]) -> dict[str, Any]:
+        """Record what the target is, once; returns the recorded description (maybe an earlier
+        one: the caller compares)."""
+        ...
+
+    def claim(self, query_id: str | None) -> None:
+        """Make the target belong to the Spark query ``query_id`` (the first to claim it);
+        another query is refused with :func:`owner_conflict`."""
+        ...
+
+    def batches(self) -> list[int]:
+        """Batch ids with a manifest entry, ascending."""
+        ...
+
+    def entry(self, batch_id: int) -> dict[str, Any] | None:
+        """The manifest entry of ``batch_id``, or None."""
+        ...
+
+    def latest(self, before: int | None = None) -> dict[str, Any] | None:
+        """The entry of the highest batch id (below ``before`` if given), or None."""
+        ...
+
+    def put_entry_once(self, batch_id: int, doc: dict[str, Any]) -> bool:
+        """Publish the entry of ``batch_id`` unless it exists; True if this call did."""
+        ...
+
+    def replace_entry(self, batch_id: int, doc: dict[str, Any]) -> None:
+        """Write (or overwrite) the entry of ``batch_id``, durable when this returns."""
+        ...
+
+    def prune(self, keep: int = ...) -> None:
+        """Drop all but the last ``keep`` entries (Spark replays only the latest batches)."""
+        ...
+
+    def stage_segment(
+        self,
+        batch_id: int,
+        name: str,
+        stats: SegmentStats,
+        schema: pa.Schema,
+        chunks: Iterable[pa.Table | pa.RecordBatch],
+    ) -> tuple[str, Callable[[], None]]:
+        """Stage one run of batch ``batch_id`` in the segment format (``stats`` in its footer,
+        as :func:`.segments.write_segment_file`); returns its handle and a function that
+        returns once the run is durable (it may be called from another thread)."""
+        ...
+
+    def missing_staged(self, handles: Sequence[str]) -> list[str]:
+        """Those of ``handles`` that are not staged (any more)."""
+        ...
+
+    def open_staged(self, handle: str) -> pa.Table:
+        """A staged run's records, in the segment format."""
+        ...
+
+    def append_staged(self, appender: Any, handles: Sequence[str]) -> None:
+        """Commit staged runs as the next records of the partition that ``appender`` (a
+        :class:`.writer.Writer` holding its lock) writes, in order, trusting their footers
+        (``Writer.append_segment_files(verify=False)``): atomic per call as the backend's
+        appends are."""
+        ...
+
+    def discard_staged(self, handles: Sequence[str]) -> None:
+        """Remove staged runs (a failed task's); a missing one is no error."""
+        ...
+
+    def drop_staging(self, batch_id: int) -> None:
+        """Remove everything staged for batch ``batch_id``."""
+        ...
+
+    def clean_staging(self, up_to: int) -> None:
+        """Remove what was staged for batches ``<= up_to`` (published, aborted or orphaned)."""
+        ...
+
+    def staged(self) -> list[str]:
+        """The handles of every run staged now (for checks and tests)."""
+        ...
+
+
+def owner_conflict(target: str, theirs: str | None, mine: str | None) -> OptionError:
+    """The error of a query writing a sink target another query owns (every store's)."""
+    return OptionError(
+        f"sink target {target} is written by another streaming query (id {theirs}), "
+        f"not by this one (id {mine}): a target belongs to one query, so that a "
+        "replayed batch is recognised and its clock never goes back. Restart the query "
+        "that owns it from its checkpoint, or write to a new path (to start over, delete "
+        f"the target including its sink state, {SINK_DIR}/ beside a folder)"
+    )
+
+
+def sink_store(location: str | os.PathLike[str]) -> SinkStore | None:
+    """The sink state store of a stream target at ``location`` when its backend keeps one
+    itself (Redis: with the stream), or None: the sink then keeps a folder beside the target."""
+    backend = backend_for(location)
+    make = getattr(backend, "sink_store", None)
+    if make is None:
+        return None
+    store: SinkStore = make(backend.resolve(os.fspath(location)))
+    return store
 
 
 class LocationKind(enum.Enum):

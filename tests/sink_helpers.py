@@ -20,15 +20,17 @@ HOUR = 3_600_000_000
 T0 = 1_700_000_000_000_000 - 1_700_000_000_000_000 % HOUR  # 2023-11-14T22:00:00Z
 
 
-def config(root: Path, target: str, **options: str) -> SinkConfig:
-    return parse_sink_options({"path": str(root / "target"), "target": target, **options}, SCHEMA)
+def config(root: Path, target: str, location: str | None = None, **options: str) -> SinkConfig:
+    path = location or str(root / "target")
+    return parse_sink_options({"path": path, "target": target, **options}, SCHEMA)
 
 
 def make(
-    root: Path, target: str, owner: str | None = "q1", **options: str
+    root: Path, target: str, owner: str | None = "q1", location: str | None = None, **options: str
 ) -> StreamTarget | ParquetTarget:
-    """The target, prepared as at query start, and owned by query ``owner``."""
-    cfg = config(root, target, **options)
+    """The target, prepared as at query start, and owned by query ``owner``; at ``location``
+    (a ``redis://`` URL, say) instead of a folder under ``root`` when given."""
+    cfg = config(root, target, location, **options)
     t: StreamTarget | ParquetTarget = (
         ParquetTarget(cfg) if target == "parquet" else StreamTarget(cfg)
     )

@@ -126,3 +126,33 @@ def test_end_of_stream_is_the_maximum(url: str) -> None:
     from pyspark_rowtime.api import open_stream
 
     assert open_stream(url).stream_clock_us() == END_OF_STREAM_US
+
+
+def test_a_writer_whose_server_goes_away_fails_clearly_and_loses_nothing_it_acknowledged(
+    tmp_path_factory: pytest.TempPathFactory,
+) -> None:
+    from pyspark_rowtime.streams.redis_location import RedisUnavailableError
+
+    with redis_server(
+        tmp_path_factory.mktemp("redis-away"), password=SECRET, appendonly=True
+    ) as srv:
+        url = srv.url("away") + "?connect_timeout=200ms&socket_timeout=1s&retries=2&backoff=20ms"
+        create_stream(url, "id BIGINT")
+        with open_writer(url, 0, heartbeat=None) as w:
+            for i in range(5):
+                w.insert({"id": i}, rowtime=JAN1 + dt.timedelta(seconds=i))
+            assert w.flush() == 5  # acknowledged
+            srv.kill()  # a crash (appendfsync always)
+            for i in range(5, 8):
+                w.insert({"id": i}, rowtime=JAN1 + dt.timedelta(seconds=i))
+            began = time.monotonic()
+            with pytest.raises(RedisUnavailableError) as info:
+                w.flush()
+            text = str(info.value)
+            assert "did not answer" in text and "2 retries" in text
+            assert "redis://:***@127.0.0.1" in text and SECRET not in text
+            assert time.monotonic() - began < 15  # the retries' backoff, not a hang
+            srv.restart()
+            assert w.flush() == 8  # the kept buffer, committed once the server is back
+        ids = read_stream(url).column("id").to_pylist()
+        assert ids == list(range(8))  # nothing acknowledged lost, nothing twice

@@ -508,3 +508,41 @@ def test_tls_with_a_checked_certificate(tmp_path: Path) -> None:
         plain = unchecked.replace("rediss://", "redis://")
         with pytest.raises(RedisUnavailableError):
             open_redis_stream(plain)
+
+
+# -- the driver plans from record times, not payloads -----------------------------------------
+
+
+def _bytes_sent(server: RedisServer) -> int:
+    return int(server.client().info("stats")["total_net_output_bytes"])
+
+
+def test_the_planner_reads_record_times_not_payloads(server: RedisServer) -> None:
+    """What the reader's planner (the Spark driver) fetches from Redis to plan a step over wide
+    rows: the ``tm`` hash (system columns, 17 bytes a record), not the entries' payload; the
+    executors' read of the same records fetches the payload."""
+    from pyspark_rowtime.api import open_writer
+    from pyspark_rowtime.bounds.plan import StreamPosition
+    from pyspark_rowtime.bounds.time import from_rowtime_us
+    from pyspark_rowtime.datasource.options import parse_reader_options
+    from pyspark_rowtime.datasource.reader import Planner
+
+    url = server.url(f"wide{next(_names)}")
+    create_redis_stream(url, "id BIGINT, note STRING")
+    n = 20_000
+
+    with open_writer(url) as w:
+        w.insert_arrow(pa.table({"id": pa.array(range(n), pa.int64()), "note": ["x" * 200] * n}))
+        w.flush()
+        w.set_rowtime_bound(from_rowtime_us(w.clock_us))
+    planner = Planner(parse_reader_options({"path": url}))
+    before = _bytes_sent(server)
+    pos = planner.plan(StreamPosition.start([0]), planner.available(), None)
+    planned = _bytes_sent(server) - before
+    assert pos is not None and pos.partitions[0].next == n + 1  # every record planned
+    before = _bytes_sent(server)
+    whole = open_redis_stream(url).read(0, 0, n + 1)  # what an executor reads
+    executor = _bytes_sent(server) - before
+    assert whole.num_rows == n + 1
+    assert planned < 30 * (n + 1)  # about 17 bytes a record, plus the index and tails
+    assert executor > 200 * n  # the payload

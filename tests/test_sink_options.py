@@ -151,9 +151,12 @@ def test_partitions_is_refused_for_a_parquet_target(value):
         parse(target="parquet", partitions=value)
 
 
-def test_a_redis_target_is_refused_without_showing_its_password():
-    # The sink keeps its state beside a folder target; Redis targets are not supported yet.
+def test_a_redis_location_takes_a_stream_target_and_refuses_parquet_without_its_password():
+    # The sink keeps a stream target's state with the stream on Redis (no server is asked
+    # here); Parquet files need a folder.
+    url = "redis://ops:Sink-Secret-1@127.0.0.1:6379/0/out"
     with pytest.raises(OptionError) as info:
-        parse(path="redis://ops:Sink-Secret-1@127.0.0.1:6379/0/out")
+        parse(path=url, target="parquet")
     assert "option path" in str(info.value) and "local folder" in str(info.value)
-    assert "Sink-Secret-1" not in str(info.value) and "ops:***@" in str(info.value)
+    assert "Sink-Secret-1" not in str(info.value)
+    assert parse(path=url).location == url  # the executors need the credentials

@@ -3,12 +3,17 @@
 ``write()`` stages one task's rows; ``commit(reports, batch_id, clock)`` publishes a batch.
 A *crash* is simulated by raising at the n-th filesystem publish step (``os.rename``,
 ``os.replace``, ``os.link``: every rename of a staged file, manifest entry, intent, marker,
-clock file and log segment), so every point between two durable steps is reached; a *restart*
+clock file and log segment), or, for a stream target on Redis, at the n-th write of the sink's
+state or atomic append, so every point between two durable steps is reached; a *restart*
 then replays the batch as Spark does (same batch id, same rows, new task attempts).
+
+Stream targets run on both backends (``at``: a folder, or a stream on a real Redis server,
+``tests/redis_server.py``), the same test for each.
 """
 
 from __future__ import annotations
 
+import contextlib
 import os
 import tempfile
 from collections.abc import Iterator
@@ -21,6 +26,7 @@ import pyarrow.dataset as ds
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
+from redis_server import RedisServer, redis_server
 from sink_helpers import HOUR, SCHEMA, T0, TS, make, records, run
 
 from pyspark_rowtime.api import read_stream
@@ -31,7 +37,7 @@ from pyspark_rowtime.bounds.errors import (
     OptionError,
     SchemaError,
 )
-from pyspark_rowtime.sink.layout import MANIFEST_KEEP, SinkState
+from pyspark_rowtime.sink.layout import MANIFEST_KEEP
 from pyspark_rowtime.sink.parquet_target import (
     COMPLETE_MARKER,
     ParquetTarget,
@@ -41,6 +47,27 @@ from pyspark_rowtime.sink.parquet_target import (
 )
 from pyspark_rowtime.sink.stream_target import StreamTarget
 from pyspark_rowtime.sink.task import TaskInfo
+from pyspark_rowtime.streams.redis_log import RedisAppender
+from pyspark_rowtime.streams.redis_sink import RedisSinkState
+from pyspark_rowtime.streams.storage import LocationKind, open_storage, what_is_at
+
+_names = iter(range(10**6))
+
+
+@pytest.fixture(scope="module")
+def redis(tmp_path_factory: pytest.TempPathFactory) -> Iterator[RedisServer]:
+    with redis_server(tmp_path_factory.mktemp("redis"), appendonly=True) as server:
+        yield server
+
+
+@pytest.fixture(params=["log", "redis"])
+def at(request: pytest.FixtureRequest) -> str | None:
+    """Where a stream target goes: None for a folder under the test's tmp_path, else a fresh
+    stream location on the test Redis server."""
+    if request.param == "log":
+        return None
+    server = request.getfixturevalue("redis")
+    return str(server.url(f"target-{next(_names)}"))
 
 
 def data_rows(target: StreamTarget | ParquetTarget) -> list[tuple[int, int]]:
@@ -48,7 +75,7 @@ def data_rows(target: StreamTarget | ParquetTarget) -> list[tuple[int, int]]:
     Parquet."""
     location = target.cfg.location
     if isinstance(target, StreamTarget):
-        if not os.path.exists(os.path.join(location, "_stream.json")):
+        if what_is_at(location).kind is not LocationKind.STREAM:
             return []  # created by the first commit
         t = read_stream(location)
         t = t.filter(pa.compute.invert(t.column("is_bound")))
@@ -80,34 +107,65 @@ class Crash(BaseException):
     """A simulated SIGKILL: nothing after it runs (BaseException: no handler swallows it)."""
 
 
+#: The durable steps of a stream target on Redis: the sink state's writes and the appends.
+_REDIS_STEPS = {
+    RedisSinkState: ("replace_entry", "put_entry_once", "prune", "drop_staging"),
+    RedisAppender: ("_append",),
+}
+
+
 @contextmanager
 def crash_at(n: int | None) -> Iterator[list[int]]:
-    """Raise :class:`Crash` instead of the ``n``-th (0-based) rename, replace or link."""
+    """Raise :class:`Crash` instead of the ``n``-th (0-based) rename, replace or link, or
+    write of a Redis target's state or append (a test uses one backend)."""
     calls = [0]
     originals = {name: getattr(os, name) for name in ("rename", "replace", "link")}
 
-    def wrap(name: str):  # type: ignore[no-untyped-def]
+    def wrap(name: str, original):  # type: ignore[no-untyped-def]
         def call(*args, **kwargs):  # type: ignore[no-untyped-def]
             if calls[0] == n:
                 calls[0] += 1
                 raise Crash(f"{name} {args}")
             calls[0] += 1
-            return originals[name](*args, **kwargs)
+            return original(*args, **kwargs)
 
         return call
 
-    with mock.patch.multiple(os, **{name: wrap(name) for name in originals}):
+    with contextlib.ExitStack() as stack:
+        stack.enter_context(
+            mock.patch.multiple(os, **{name: wrap(name, f) for name, f in originals.items()})
+        )
+        for cls, names in _REDIS_STEPS.items():
+            for name in names:
+                stack.enter_context(
+                    mock.patch.object(
+                        cls, name, autospec=True, side_effect=wrap(name, getattr(cls, name))
+                    )
+                )
         yield calls
 
 
-TARGETS = ["stream", "parquet"]
+#: Kinds of target: a stream in a folder, Parquet files, a stream on Redis.
+TARGETS = ["stream", "parquet", "redis"]
+
+
+@pytest.fixture(scope="module")
+def make_kind(redis: RedisServer):  # type: ignore[no-untyped-def]
+    """``make_kind(root, kind, **options)``: :func:`make` for a kind of :data:`TARGETS`."""
+
+    def build(root: Path, kind: str, **options: str) -> StreamTarget | ParquetTarget:
+        if kind == "redis":
+            return make(root, "stream", location=redis.url(f"target-{next(_names)}"), **options)
+        return make(root, kind, **options)
+
+    return build
 
 
 # -- the plain path ------------------------------------------------------------------------------
 
 
-def test_a_stream_target_gets_a_partition_per_task_and_links_the_staged_runs(tmp_path):
-    target = make(tmp_path, "stream")
+def test_a_stream_target_gets_a_partition_per_task_and_links_the_staged_runs(tmp_path, at):
+    target = make(tmp_path, "stream", location=at)
     run(
         target,
         0,
@@ -135,8 +193,8 @@ def test_a_stream_target_gets_a_partition_per_task_and_links_the_staged_runs(tmp
     assert clock(target) == T0 + 60
 
 
-def test_rows_of_several_tasks_for_one_partition_are_merged_in_rowtime_order(tmp_path):
-    target = make(tmp_path, "stream", partitions="1")
+def test_rows_of_several_tasks_for_one_partition_are_merged_in_rowtime_order(tmp_path, at):
+    target = make(tmp_path, "stream", location=at, partitions="1")
     run(
         target,
         0,
@@ -151,11 +209,11 @@ def test_rows_of_several_tasks_for_one_partition_are_merged_in_rowtime_order(tmp
     assert t.column("rowtime").cast(pa.int64()).to_pylist() == [T0 + 10, T0 + 20, T0 + 30, T0 + 40]
     assert clock(target) == T0 + 40
     assert [part["mode"] for part in target.state.entry(0)["parts"]] == ["merge"]
-    assert len(list(Path(target.cfg.location, "partition-0000").glob("*.arrow"))) == 1
+    assert len(open_storage(target.cfg.location).partition_stats(0)) == 1
 
 
-def test_a_task_whose_partition_moved_past_its_rows_goes_to_the_lowest_partition(tmp_path):
-    target = make(tmp_path, "stream")
+def test_a_task_whose_partition_moved_past_its_rows_goes_to_the_lowest_partition(tmp_path, at):
+    target = make(tmp_path, "stream", location=at)
     run(target, 0, [[records([(1, T0 + 50)])], [records([(2, T0 + 10)], bound=T0 + 20)]])
     # partition 0's clock is T0 + 50 (its row), partition 1's T0 + 20 (the bound): a row at
     # T0 + 30 keeps the target's promise (its clock is T0 + 20) but cannot follow in partition 0
@@ -167,8 +225,8 @@ def test_a_task_whose_partition_moved_past_its_rows_goes_to_the_lowest_partition
     assert where == {1: 0, 2: 1, 3: 1}
 
 
-def test_more_tasks_than_partitions_share_them(tmp_path):
-    target = make(tmp_path, "stream", partitions="2")
+def test_more_tasks_than_partitions_share_them(tmp_path, at):
+    target = make(tmp_path, "stream", location=at, partitions="2")
     run(target, 0, [[records([(i, T0 + i)])] for i in range(5)])
     t = read_stream(target.cfg.location)
     assert t.column("partition").to_pylist() == [0, 0, 0, 1, 1]
@@ -177,39 +235,37 @@ def test_more_tasks_than_partitions_share_them(tmp_path):
     assert modes == {0: "merge", 1: "merge"}
 
 
-def test_large_tasks_stage_several_runs_that_become_consecutive_segments(tmp_path):
+def test_large_tasks_stage_several_runs_that_become_consecutive_segments(tmp_path, at):
     from pyspark_rowtime.sink import stream_target
 
-    target = make(tmp_path, "stream")
+    target = make(tmp_path, "stream", location=at)
     batches = [records([(i, T0 + i)]) for i in range(7)]
     with mock.patch.object(stream_target, "RUN_ROWS", 3):
         reports = run(target, 0, [batches])
     assert [f.rows for f in reports[0].files] == [3, 3, 1]
-    assert len(list(Path(target.cfg.location, "partition-0000").glob("*.arrow"))) == 3
+    assert len(open_storage(target.cfg.location).partition_stats(0)) == 3
     assert data_rows(target) == [(i, T0 + i) for i in range(7)]
 
 
-def test_a_stream_target_is_created_by_the_first_commit_with_the_payload_columns(tmp_path):
-    from pyspark_rowtime.streams.log import open_stream
-
-    target = make(tmp_path, "stream")
+def test_a_stream_target_is_created_by_the_first_commit_with_the_payload_columns(tmp_path, at):
+    target = make(tmp_path, "stream", location=at)
     assert clock(target) is None
     run(target, 0, [[records([])], [records([])], [records([])]])
-    stream = open_stream(target.cfg.location)
+    stream = open_storage(target.cfg.location)
     assert stream.meta.payload_schema.names == ["id"]
     assert stream.meta.partitions == 3  # one per write task of the first batch
 
 
-def test_a_watermark_clock_makes_one_partition(tmp_path):
-    from pyspark_rowtime.streams.log import open_stream
-
-    target = make(tmp_path, "stream", clock="watermark", checkpointLocation=str(tmp_path))
+def test_a_watermark_clock_makes_one_partition(tmp_path, at):
+    target = make(
+        tmp_path, "stream", location=at, clock="watermark", checkpointLocation=str(tmp_path)
+    )
     target.commit([], 0, None)
-    assert open_stream(target.cfg.location).meta.partitions == 1
+    assert open_storage(target.cfg.location).meta.partitions == 1
 
 
-def test_a_bound_below_the_rows_of_its_batch_adds_no_bound_record(tmp_path):
-    target = make(tmp_path, "stream")
+def test_a_bound_below_the_rows_of_its_batch_adds_no_bound_record(tmp_path, at):
+    target = make(tmp_path, "stream", location=at)
     run(target, 0, [[records([(1, T0 + 50)], bound=T0 + 40)]])
     t = read_stream(target.cfg.location)
     assert t.column("is_bound").to_pylist() == [False]
@@ -274,43 +330,45 @@ def test_end_of_stream_completes_every_partition_with_data(tmp_path):
 
 
 @pytest.mark.parametrize("kind", TARGETS)
-def test_a_replayed_batch_is_a_no_op(tmp_path, kind):
-    target = make(tmp_path, kind)
+def test_a_replayed_batch_is_a_no_op(tmp_path, kind, make_kind):
+    target = make_kind(tmp_path, kind)
     batch = [[records([(1, T0 + 1), (2, T0 + 2)], bound=T0 + 3)]]
     run(target, 0, batch)
     before = data_rows(target), clock(target)
     reports = run(target, 0, batch, attempt=0)  # Spark restarted and re-ran batch 0
     assert all(r.skipped for r in reports)
     assert (data_rows(target), clock(target)) == before
-    assert not any(Path(target.state.staging_dir).iterdir())
+    assert not target.state.staged()
 
 
 @pytest.mark.parametrize("kind", TARGETS)
-def test_a_replay_whose_tasks_ran_before_the_commit_is_still_published_once(tmp_path, kind):
-    target = make(tmp_path, kind)
+def test_a_replay_whose_tasks_ran_before_the_commit_is_still_published_once(
+    tmp_path, kind, make_kind
+):
+    target = make_kind(tmp_path, kind)
     batch = [[records([(1, T0 + 1)], bound=T0 + 3)]]
     lost = [target.write(TaskInfo(0, 0, 0, "q1"), iter(batch[0]))]  # driver died after write
     assert lost[0].files
     run(target, 0, batch)
     run(target, 0, batch)
     assert data_rows(target) == [(1, T0 + 1)]
-    assert not any(Path(target.state.staging_dir).iterdir())  # the lost attempt is cleaned
+    assert not target.state.staged()  # the lost attempt is cleaned
 
 
 @pytest.mark.parametrize("kind", TARGETS)
-def test_abort_removes_what_was_staged(tmp_path, kind):
-    target = make(tmp_path, kind)
+def test_abort_removes_what_was_staged(tmp_path, kind, make_kind):
+    target = make_kind(tmp_path, kind)
     reports = [target.write(TaskInfo(0, 0, 0, "q1"), iter([records([(1, T0 + 1)])]))]
-    staged = Path(target.cfg.location, reports[0].files[0].staged)
-    assert staged.exists()
+    staged = [reports[0].files[0].staged]
+    assert not target.state.missing_staged(staged)
     target.abort([*reports, None], 0)
-    assert not staged.exists()
+    assert target.state.missing_staged(staged) == staged
     assert data_rows(target) == []
 
 
 @pytest.mark.parametrize("kind", TARGETS)
-def test_abort_after_a_commit_keeps_the_batch(tmp_path, kind):
-    target = make(tmp_path, kind)
+def test_abort_after_a_commit_keeps_the_batch(tmp_path, kind, make_kind):
+    target = make_kind(tmp_path, kind)
     reports = run(target, 0, [[records([(1, T0 + 1)], bound=T0 + 2)]])
     target.abort(reports, 0)
     assert data_rows(target) == [(1, T0 + 1)]
@@ -341,8 +399,8 @@ def test_parquet_crash_before_the_manifest_entry_publishes_nothing(tmp_path):
     assert data_rows(target) == [(1, T0 + 1)]
 
 
-def test_stream_crash_between_intent_and_append_is_redone(tmp_path):
-    target = make(tmp_path, "stream", partitions="1")
+def test_stream_crash_between_intent_and_append_is_redone(tmp_path, at):
+    target = make(tmp_path, "stream", location=at, partitions="1")
     run(target, 0, [[records([], bound=T0)]])
     batch = [[records([(1, T0 + 1), (2, T0 + 2)])], [records([(3, T0 + 1)], bound=T0 + 3)]]
     # calls: 0 = the intent (replace), 1 = the merged segment (link)
@@ -372,10 +430,10 @@ def test_stream_crash_between_linked_runs_finishes_the_rest(tmp_path):
     assert clock(target) == T0 + 9
 
 
-def test_stream_crash_after_the_append_is_not_repeated(tmp_path):
-    target = make(tmp_path, "stream")
+def test_stream_crash_after_the_append_is_not_repeated(tmp_path, at):
+    target = make(tmp_path, "stream", location=at)
     batch = [[records([(1, T0 + 1)], bound=T0 + 3)]]
-    with mock.patch.object(SinkState, "prune", side_effect=Crash("after append")):
+    with mock.patch.object(type(target.state), "prune", side_effect=Crash("after append")):
         with pytest.raises(Crash):
             run(target, 0, batch)
     assert data_rows(target) == [(1, T0 + 1)]
@@ -385,11 +443,11 @@ def test_stream_crash_after_the_append_is_not_repeated(tmp_path):
 
 
 @pytest.mark.parametrize("partitions", ["1", "2"])  # merge, link
-def test_stream_target_written_by_another_writer_meanwhile_is_reported(tmp_path, partitions):
+def test_stream_target_written_by_another_writer_meanwhile_is_reported(tmp_path, partitions, at):
     from pyspark_rowtime.api import open_writer
     from pyspark_rowtime.bounds.errors import CorruptLogError
 
-    target = make(tmp_path, "stream", partitions=partitions)
+    target = make(tmp_path, "stream", location=at, partitions=partitions)
     run(target, 0, [[records([], bound=T0)]])
     batch = [[records([(1, T0 + 1), (2, T0 + 2)])]]
     with crash_at(1), pytest.raises(Crash):
@@ -400,34 +458,32 @@ def test_stream_target_written_by_another_writer_meanwhile_is_reported(tmp_path,
         run(target, 1, batch)
 
 
-def test_a_new_target_takes_option_partitions_and_an_existing_one_keeps_its_own(tmp_path):
-    from pyspark_rowtime.streams.log import open_stream
-
-    target = make(tmp_path, "stream", partitions="3")
+def test_a_new_target_takes_option_partitions_and_an_existing_one_keeps_its_own(tmp_path, at):
+    target = make(tmp_path, "stream", location=at, partitions="3")
     run(target, 0, [[records([(1, T0)])]])
-    assert open_stream(target.cfg.location).meta.partitions == 3
-    make(tmp_path, "stream")  # without the option: fine
+    assert open_storage(target.cfg.location).meta.partitions == 3
+    make(tmp_path, "stream", location=at)  # without the option: fine
     with pytest.raises(OptionError, match="partitions=2 is for a new target"):
-        make(tmp_path, "stream", partitions="2")
+        make(tmp_path, "stream", location=at, partitions="2")
 
 
 # -- the clock's promise -------------------------------------------------------------------------
 
 
 @pytest.mark.parametrize("kind", TARGETS)
-def test_a_row_below_the_clock_fails_the_task_and_stages_nothing(tmp_path, kind):
-    target = make(tmp_path, kind)
+def test_a_row_below_the_clock_fails_the_task_and_stages_nothing(tmp_path, kind, make_kind):
+    target = make_kind(tmp_path, kind)
     run(target, 0, [[records([(1, T0 + 10)], bound=T0 + 20)]])
     with pytest.raises(LateRowError, match="below the target's clock"):
         target.write(TaskInfo(1, 0, 0, "q1"), iter([records([(2, T0 + 19)])]))
-    assert not any(Path(target.state.staging_dir).rglob("*.*"))
+    assert not target.state.staged()
     run(target, 1, [[records([(2, T0 + 20)])]])  # at the clock is fine
     assert (2, T0 + 20) in data_rows(target)
 
 
 @pytest.mark.parametrize("kind", TARGETS)
-def test_a_data_row_without_rowtime_is_refused(tmp_path, kind):
-    target = make(tmp_path, kind)
+def test_a_data_row_without_rowtime_is_refused(tmp_path, kind, make_kind):
+    target = make_kind(tmp_path, kind)
     bad = pa.RecordBatch.from_arrays(
         [pa.array([1], pa.int64()), pa.array([None], TS), pa.array([False])], schema=SCHEMA
     )
@@ -451,8 +507,8 @@ def test_the_manifest_keeps_only_the_batches_spark_can_replay(tmp_path):
 
 
 @pytest.mark.parametrize("kind", TARGETS)
-def test_another_query_cannot_write_a_target_it_does_not_own(tmp_path, kind):
-    target = make(tmp_path, kind, owner=None)
+def test_another_query_cannot_write_a_target_it_does_not_own(tmp_path, kind, make_kind):
+    target = make_kind(tmp_path, kind, owner=None)
     run(target, 0, [[records([(1, T0)])]], query_id="first")
     with pytest.raises(OptionError, match="written by another streaming query"):
         run(target, 0, [[records([(1, T0)])]], query_id="second")
@@ -461,19 +517,19 @@ def test_another_query_cannot_write_a_target_it_does_not_own(tmp_path, kind):
 # -- existing targets ----------------------------------------------------------------------------
 
 
-def test_an_existing_stream_with_other_columns_is_refused(tmp_path):
+def test_an_existing_stream_with_other_columns_is_refused(tmp_path, at):
     from pyspark_rowtime.api import create_stream
 
-    create_stream(tmp_path / "target", "name STRING")
+    create_stream(at or tmp_path / "target", "name STRING")
     with pytest.raises(SchemaError, match="cannot take this query's rows"):
-        make(tmp_path, "stream")
+        make(tmp_path, "stream", location=at)
 
 
-def test_an_existing_stream_with_nullable_columns_takes_the_rows(tmp_path):
+def test_an_existing_stream_with_nullable_columns_takes_the_rows(tmp_path, at):
     from pyspark_rowtime.api import create_stream
 
-    create_stream(tmp_path / "target", "id BIGINT")
-    target = make(tmp_path, "stream")
+    create_stream(at or tmp_path / "target", "id BIGINT")
+    target = make(tmp_path, "stream", location=at)
     run(target, 0, [[records([(1, T0)])]])
     assert data_rows(target) == [(1, T0)]
 
@@ -507,9 +563,9 @@ batch_plan = st.lists(
 
 @settings(max_examples=40, deadline=None)
 @given(kind=st.sampled_from(TARGETS), plan=batch_plan)
-def test_exactly_once_and_a_monotone_clock_whatever_the_crashes(kind, plan):
+def test_exactly_once_and_a_monotone_clock_whatever_the_crashes(make_kind, kind, plan):
     with tempfile.TemporaryDirectory() as tmp:
-        target = make(Path(tmp), kind)
+        target = make_kind(Path(tmp), kind)
         expected: list[tuple[int, int]] = []
         clock_now = T0
         final_bound = None
@@ -545,7 +601,7 @@ def test_exactly_once_and_a_monotone_clock_whatever_the_crashes(kind, plan):
             clock_now = max(top, bound if bound is not None else top)
         got = data_rows(target)
         assert sorted(got) == sorted(expected)  # no row lost, none doubled
-        if kind == "stream":
+        if kind != "parquet":
             t = read_stream(target.cfg.location)
             for p in set(t.column("partition").to_pylist()):
                 times = t.filter(pa.compute.equal(t.column("partition"), p)).column("rowtime")
@@ -559,4 +615,14 @@ def test_exactly_once_and_a_monotone_clock_whatever_the_crashes(kind, plan):
             for key in {t // HOUR for _, t in expected}:
                 marked = (root / partition_name(key, "hour") / COMPLETE_MARKER).exists()
                 assert marked == (final_bound is not None and (key + 1) * HOUR <= final_bound)
-        assert not [p for p in Path(target.state.staging_dir).rglob("*") if p.is_file()]
+        assert not target.state.staged()
+
+
+def test_a_redis_target_before_its_first_commit_is_a_pending_stream_target(tmp_path, make_kind):
+    target = make_kind(tmp_path, "redis")  # the query started; no batch committed yet
+    location = target.cfg.location
+    assert what_is_at(location).kind is LocationKind.PENDING_STREAM_TARGET
+    assert target.state.read_target()["kind"] == "stream"
+    run(target, 0, [[records([(1, T0 + 1)], bound=T0 + 2)]])
+    assert what_is_at(location).kind is LocationKind.STREAM
+    assert data_rows(target) == [(1, T0 + 1)] and clock(target) == T0 + 2
