@@ -106,34 +106,90 @@ def load_state(blob: bytes | None) -> dict[int, PaneState]:
 PARTIAL_COLUMNS = ("__start", "__end", "__n", "__p")
 
 
-def _taken(values: pd.Series, at: np.ndarray) -> pd.Series:
-    return values.take(at).reset_index(drop=True)
+def _numbers(values: pd.Series, at: np.ndarray) -> np.ndarray | None:
+    """``values`` at rows ``at`` as a plain numpy array when they are plain numbers (float,
+    with NaN for null, or int, never null); None for anything else (objects, decimals,
+    strings, timestamps, pandas' nullable types), which takes pandas' general path."""
+    if isinstance(values.dtype, np.dtype) and values.dtype.kind in "fiu":
+        return values.to_numpy()[at]
+    return None
 
 
-def _by_segment(kind: str, values: pd.Series, seg: np.ndarray) -> tuple[pd.Series, np.ndarray]:
-    """``kind`` (``sum``, ``min`` or ``max``) of the non-null ``values`` of each segment, and the
-    number of non-null values, as arrays indexed by segment (a segment of nulls only: count 0)."""
-    grouped = values.groupby(seg, sort=False)
-    return getattr(grouped, kind)(), grouped.count().to_numpy()
+def _by_segment(
+    kind: str, values: pd.Series, at: np.ndarray, seg: np.ndarray, firsts: np.ndarray
+) -> tuple[list[Any], np.ndarray]:
+    """``kind`` (``sum``, ``min`` or ``max``) of the non-null ``values`` (rows ``at``) of each
+    segment, and the number of non-null values per segment (a segment of nulls only: count 0,
+    value meaningless). Numbers reduce in numpy, in row order; anything else in pandas."""
+    v = _numbers(values, at)
+    if v is None:
+        grouped = values.take(at).reset_index(drop=True).groupby(seg, sort=False)
+        return getattr(grouped, kind)().tolist(), grouped.count().to_numpy()
+    if v.dtype.kind == "f":
+        present = ~np.isnan(v)
+        counts = np.add.reduceat(present.astype(np.int64), firsts)
+    else:
+        counts = np.diff(np.append(firsts, v.size))
+    if kind == "sum":
+        reduced = np.add.reduceat(np.where(present, v, 0.0) if v.dtype.kind == "f" else v, firsts)
+    else:  # fmin/fmax skip NaN
+        reduced = (np.fmin if kind == "min" else np.fmax).reduceat(v, firsts)
+    return reduced.tolist(), counts
+
+
+def _best(
+    kind: str, order: pd.Series, at: np.ndarray, seg: np.ndarray, firsts: np.ndarray
+) -> tuple[np.ndarray, np.ndarray, list[Any]]:
+    """For ``max_by`` (``min_by``): per segment, the position in ``at`` of the row with the
+    highest (lowest) non-null ordering, the first such row on ties, and its ordering; as
+    ``(segments, positions, orderings)`` for the segments that have one."""
+    o = _numbers(order, at)
+    if o is None:
+        taken = order.take(at).reset_index(drop=True)
+        keep = taken.notna().to_numpy()
+        rank = pd.DataFrame(
+            {"seg": seg[keep], "o": taken[keep].to_numpy(), "i": np.flatnonzero(keep)}
+        )
+        best = rank.sort_values(
+            ["seg", "o", "i"], ascending=[True, kind == "min_by", True], kind="stable"
+        ).drop_duplicates("seg")
+        return best["seg"].to_numpy(), best["i"].to_numpy(), best["o"].tolist()
+    # No sort: each segment's extreme (NaN skipped), then the first row that has it.
+    if o.dtype.kind == "f":
+        extreme = (np.fmax if kind == "max_by" else np.fmin).reduceat(o, firsts)
+    else:
+        extreme = (np.maximum if kind == "max_by" else np.minimum).reduceat(o, firsts)
+    i = np.flatnonzero(o == extreme[seg])  # NaN equals nothing: null orderings drop out
+    s = seg[i]
+    first = np.append(True, s[1:] != s[:-1]) if i.size else np.zeros(0, dtype=bool)
+    return s[first], i[first], o[i[first]].tolist()
 
 
 def _partials(
-    aggs: list[AggPlan], df: pd.DataFrame, at: np.ndarray, seg: np.ndarray, sizes: np.ndarray
+    aggs: list[AggPlan],
+    df: pd.DataFrame,
+    at: np.ndarray,
+    seg: np.ndarray,
+    firsts: np.ndarray,
+    sizes: np.ndarray,
 ) -> list[list[Any]]:
     """The partial aggregates of each segment: ``at`` are the rows of ``df`` (one per pair, in
-    segment order, arrival order within a segment), ``seg`` their segment ``0..k-1`` (ascending)
-    and ``sizes`` the rows per segment. One pandas reduction per aggregate, whatever ``k`` is;
-    the values are exactly what one pane's rows give (nulls skipped, as in Spark)."""
+    segment order, arrival order within a segment), ``seg`` their segment ``0..k-1`` (ascending),
+    ``firsts`` where each segment begins and ``sizes`` its rows. One vectorised reduction per
+    aggregate, whatever ``k`` is; the values are exactly what one pane's rows give (nulls
+    skipped, as in Spark)."""
     k = sizes.size
     out: list[list[Any]] = [[] for _ in range(k)]
     for a in aggs:
-        cols = [_taken(df[c], at) for c in a.inputs]
         if a.kind == "count":
-            counts = cols[0].groupby(seg, sort=False).sum().to_numpy() if cols else sizes
-            column: list[Any] = [int(c) for c in counts]
+            if a.inputs:  # the 0/1 column (never null) of the rows Spark's count counts
+                ones = df[a.inputs[0]].to_numpy(dtype=np.int64)[at]
+                column: list[Any] = np.add.reduceat(ones, firsts).tolist()
+            else:
+                column = sizes.tolist()
         elif a.kind in ("sum", "avg", "min", "max"):
-            values, present = _by_segment("sum" if a.kind == "avg" else a.kind, cols[0], seg)
-            vs = values.tolist()
+            kind = "sum" if a.kind == "avg" else a.kind
+            vs, present = _by_segment(kind, df[a.inputs[0]], at, seg, firsts)
             if a.kind in ("sum", "avg"):
                 column = [[v if c else None, int(c)] for v, c in zip(vs, present, strict=True)]
             else:
@@ -141,18 +197,11 @@ def _partials(
         else:
             # max_by / min_by: the value at the highest (lowest) ordering; rows with a null
             # ordering do not take part, as in Spark. Ties keep the row that came first.
-            value, order = cols
-            keep = order.notna().to_numpy()
-            rank = pd.DataFrame(
-                {"seg": seg[keep], "o": order[keep].to_numpy(), "i": np.flatnonzero(keep)}
-            )
-            best = rank.sort_values(
-                ["seg", "o", "i"], ascending=[True, a.kind == "min_by", True], kind="stable"
-            ).drop_duplicates("seg")
+            segs, positions, orders = _best(a.kind, df[a.inputs[1]], at, seg, firsts)
+            values = df[a.inputs[0]].take(at[positions]).tolist()
             column = [None] * k
-            for s, o, i in zip(best["seg"].tolist(), best["o"].tolist(), best["i"].tolist(),
-                               strict=True):  # fmt: skip
-                column[s] = [value.iloc[i], o]
+            for s, v, o in zip(segs.tolist(), values, orders, strict=True):
+                column[s] = [v, o]
         for row, v in zip(out, column, strict=True):
             row.append(v)
     return out
@@ -188,7 +237,7 @@ def preaggregate(
     firsts = np.concatenate(([0], cut)) if rows.size else cut
     sizes = np.diff(np.append(firsts, rows.size))
     seg = np.repeat(np.arange(sizes.size, dtype=np.int64), sizes)
-    parts = _partials(aggs, df, rows, seg, sizes)
+    parts = _partials(aggs, df, rows, seg, firsts, sizes) if rows.size else []
     out: dict[str, list[Any]] = {c: [] for c in columns}
     key_rows = [int(r) for r in rows[firsts]]
     out["__start"] = starts[firsts].tolist()
