@@ -260,3 +260,48 @@ def test_partials_of_keys_and_pieces_merge_to_what_each_keys_rows_give(params, o
         want = reference(spec, mine)
         assert_same(got[k], want)
         assert any(b[1] for b in want)
+
+
+def test_strings_timestamps_and_narrow_numbers_aggregate_as_spark_does():
+    """Inputs that are not plain 64-bit numbers (Spark hands strings and decimals as objects,
+    None for null; INT as int32): nulls are skipped, and sums do not wrap at 32 bits."""
+    names = [None, "b", "a", "b", None]
+    stamps = pd.to_datetime([5, 1, 4, 2, 3], unit="s")
+    df = pd.DataFrame(
+        {
+            "__t": np.arange(5, dtype=np.int64) * S,
+            "i": np.full(5, 2**31 - 1, dtype=np.int32),
+            "o": pd.Series(names, dtype=object),
+            "ts": stamps,
+            "none": pd.Series([None] * 5, dtype=object),
+        }
+    )
+    aggs = [
+        AggPlan("sum", ("i",)),
+        AggPlan("min", ("o",)),
+        AggPlan("max", ("o",)),
+        AggPlan("max", ("ts",)),
+        AggPlan("max_by", ("ts", "o")),
+        AggPlan("min_by", ("ts", "o")),
+        AggPlan("max", ("none",)),
+        AggPlan("sum", ("none",)),
+    ]
+    spec = make_spec(10)
+    held = run_step(spec, aggs, [df], None, 0)
+    (pane,) = run_step(spec, aggs, [], held.state, 10_000).panes
+    present = [n for n in names if n is not None]
+    first_max = names.index(max(present))  # ties: the first row with the highest ordering
+    assert pane == (
+        0,
+        10 * S,
+        [
+            5 * (2**31 - 1),
+            min(present),
+            max(present),
+            stamps.max(),
+            stamps[first_max],
+            stamps[names.index(min(present))],
+            None,
+            None,
+        ],
+    )

@@ -27,8 +27,9 @@ How it is built, and why:
   before its shuffle; a stateful Python operator alone would shuffle, sort and convert every
   row instead (that, not the step, was most of its cost). So a stateless ``mapInPandas`` first
   reduces each partition's rows of a micro-batch to one partial per (key, pane)
-  (:func:`.step.preaggregate`: numpy pane assignment, one pandas reduction per aggregate over
-  chunks of up to :data:`_CHUNK_ROWS` rows), and only those few rows are shuffled to the
+  (:func:`.step.preaggregate`: numpy pane assignment, one vectorised reduction per aggregate,
+  in numpy for numbers and pandas for other types, over chunks of up to :data:`_CHUNK_ROWS`
+  rows), and only those few rows are shuffled to the
   stateful operator, which merges them (:func:`.step.merge_step`) by the same rules as rows:
   a partial holds its pane's row count, so discarded rows are still counted one by one. A
   native Spark aggregation cannot do the first part: in a streaming query it is itself

@@ -1,9 +1,11 @@
 """The per-key step of ``time_interval_aggregate``: panes, trigger, re-trigger and discardAge.
 
-Pure Python (numpy and pandas, no Spark), so it is tested without Spark. Spark calls
-:func:`run_step` once per key and micro-batch (``applyInPandasWithState``) with the key's new
-rows, its saved state and the batch's watermark; the step answers with the panes to emit, the
-new state and the timer to set.
+Pure Python (numpy and pandas, no Spark), so it is tested without Spark. It runs in two halves:
+:func:`preaggregate` turns raw rows (any keys, any pieces: Spark calls it per partition, before
+the shuffle) into one partial per (key, pane); :func:`merge_step` is called once per key and
+micro-batch (``applyInPandasWithState``) with the key's new partials, its saved state and the
+batch's watermark, and answers with the panes to emit, the new state and the timer to set.
+:func:`run_step` is both halves over one key's raw rows.
 
 Panes are assigned by :func:`bounds.panes.assign_panes_array`; the trigger rules are those of
 :class:`bounds.panes.TimeIntervalWindow` (SPEC section 10), restated for Spark's batches:
@@ -123,15 +125,24 @@ def _by_segment(
     value meaningless). Numbers reduce in numpy, in row order; anything else in pandas."""
     v = _numbers(values, at)
     if v is None:
-        grouped = values.take(at).reset_index(drop=True).groupby(seg, sort=False)
-        return getattr(grouped, kind)().tolist(), grouped.count().to_numpy()
+        # Nulls out first: pandas' general reductions would compare None with the values.
+        taken = values.take(at).reset_index(drop=True)
+        keep = taken.notna().to_numpy()
+        reduced = getattr(taken[keep].groupby(seg[keep], sort=True), kind)()
+        column: list[Any] = [None] * firsts.size
+        for s, x in zip(reduced.index.tolist(), reduced.tolist(), strict=True):
+            column[s] = x
+        return column, np.bincount(seg[keep], minlength=firsts.size)
     if v.dtype.kind == "f":
         present = ~np.isnan(v)
         counts = np.add.reduceat(present.astype(np.int64), firsts)
     else:
         counts = np.diff(np.append(firsts, v.size))
     if kind == "sum":
-        reduced = np.add.reduceat(np.where(present, v, 0.0) if v.dtype.kind == "f" else v, firsts)
+        # In 64 bits, as pandas' and Spark's sums of narrower numbers are.
+        wide = v.astype(np.float64 if v.dtype.kind == "f" else np.int64, copy=False)
+        reduced = np.add.reduceat(np.where(present, wide, 0.0) if v.dtype.kind == "f" else wide,
+                                  firsts)  # fmt: skip
     else:  # fmin/fmax skip NaN
         reduced = (np.fmin if kind == "min" else np.fmax).reduceat(v, firsts)
     return reduced.tolist(), counts
