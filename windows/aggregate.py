@@ -25,7 +25,7 @@ How it is built, and why:
   aggregate, which a streaming query cannot express after a stateful operator.
 * **Speed: partials before the shuffle.** Spark's own window aggregates each partition partially
   before its shuffle; a stateful Python operator alone would shuffle, sort and convert every
-  row instead (that, not the step, was most of its cost). So a stateless ``mapInPandas`` first
+  row instead. So a stateless ``mapInPandas`` first
   reduces each partition's rows of a micro-batch to one partial per (key, pane)
   (:func:`.step.preaggregate`: numpy pane assignment, one vectorised reduction per aggregate,
   in numpy for numbers and pandas for other types, over chunks of up to :data:`_CHUNK_ROWS`
