@@ -140,6 +140,14 @@ def main() -> None:
                 seconds, out = drain(cases[name](), base)
                 this[name] = args.rows / seconds
                 outputs[name] = out
+            # The machine may be shared: the load beside every round tells how far to trust it.
+            load = " ".join(f"{x:.2f}" for x in os.getloadavg())
+            print(
+                f"round {r}{' (warm-up)' if not r else ''}: "
+                + ", ".join(f"{name} {this[name] / 1e6:.3f} M rows/s" for name in cases)
+                + f", ratio {this['rowtime'] / this['spark']:.2f}; load average {load}",
+                flush=True,
+            )
             if r:
                 for name in cases:
                     rates[name].append(this[name])

@@ -14,7 +14,13 @@ import pytest
 from pyspark_rowtime.bounds.errors import OptionError
 from pyspark_rowtime.bounds.panes import TimeIntervalSpec, TimeIntervalWindow
 from pyspark_rowtime.windows.aggregate import make_spec
-from pyspark_rowtime.windows.step import AggPlan, run_step
+from pyspark_rowtime.windows.step import (
+    PARTIAL_COLUMNS,
+    AggPlan,
+    merge_step,
+    preaggregate,
+    run_step,
+)
 
 S = 1_000_000  # microseconds per second
 
@@ -202,3 +208,100 @@ def test_a_late_row_re_triggers_its_pane_at_the_next_watermark_until_discard_age
     assert got[2][1] == []  # no re-trigger in the batch the late row came in
     assert got[3][1] == [(0, 10 * S, brute([row(1 * S, 5.0), row(2 * S, 7.0), row(3 * S, 9.0)]))]
     assert got[4] == (4, [], 1)
+
+
+@pytest.mark.parametrize(
+    "params",
+    [
+        {"interval_duration": 50, "creation_period": 25, "discard_age": 30},  # a row in 2 panes
+        {"interval_duration": 10, "creation_period": 15, "discard_age": 5},  # gaps
+    ],
+)
+@pytest.mark.parametrize("objects", [False, True])  # numbers reduce in numpy, objects in pandas
+def test_partials_of_keys_and_pieces_merge_to_what_each_keys_rows_give(params, objects):
+    """Spark pre-aggregates each partition's rows (in chunks) per key and pane, and the state
+    function merges the partials of a key in arrival order: any split of the rows, and rows of
+    other keys in the same frame, must give each key exactly its own panes and discards."""
+    spec = make_spec(**params)
+    rng = np.random.default_rng(11)
+    batches = random_batches(rng, late=True)
+    keys = ["a", "b", None]  # a null key is a key of its own, as in Spark's groupBy
+    keyed = [(w_ms, [(t, {**r, "k": keys[int(rng.integers(0, 3))]}) for t, r in rows])
+             for w_ms, rows in batches]  # fmt: skip
+    states: dict[object, tuple] = {k: (None, None) for k in keys}
+    got: dict[object, list] = {k: [] for k in keys}
+    for b, (w_ms, rows) in enumerate(keyed):
+        # The batch's rows in random pieces (partitions, chunks), each pre-aggregated alone.
+        cuts = sorted(int(c) for c in rng.integers(0, len(rows) + 1, size=2))
+        partials: dict[object, list[pd.DataFrame]] = {k: [] for k in keys}
+        for lo, hi in zip([0, *cuts], [*cuts, len(rows)], strict=True):
+            if hi <= lo:
+                continue
+            piece = frame(rows[lo:hi]).assign(k=[r["k"] for _, r in rows[lo:hi]])
+            if objects:  # as Spark hands over decimals, strings...: objects, None for null
+                piece["v"] = pd.Series([r["v"] for _, r in rows[lo:hi]], dtype=object)
+                piece["id"] = piece["id"].astype(object)
+            out = preaggregate(spec, AGGS, piece, ["k"])
+            assert list(out.columns) == ["k", *PARTIAL_COLUMNS]
+            for k in keys:
+                mine = out[out["k"].isna()] if k is None else out[out["k"] == k]
+                if len(mine):
+                    partials[k].append(mine)
+        for k in keys:
+            blob, timeout = states[k]
+            if partials[k] or (timeout is not None and w_ms > timeout):
+                r = merge_step(spec, AGGS, partials[k], blob, w_ms)
+                states[k] = (r.state, r.timeout_ms)
+                got[k].append((b, r.panes, r.discarded))
+            else:
+                got[k].append((b, [], 0))
+    for k in keys:
+        mine = [(w_ms, [(t, r) for t, r in rows if r["k"] == k]) for w_ms, rows in keyed]
+        want = reference(spec, mine)
+        assert_same(got[k], want)
+        assert any(b[1] for b in want)
+
+
+def test_strings_timestamps_and_narrow_numbers_aggregate_as_spark_does():
+    """Inputs that are not plain 64-bit numbers (Spark hands strings and decimals as objects,
+    None for null; INT as int32): nulls are skipped, and sums do not wrap at 32 bits."""
+    names = [None, "b", "a", "b", None]
+    stamps = pd.to_datetime([5, 1, 4, 2, 3], unit="s")
+    df = pd.DataFrame(
+        {
+            "__t": np.arange(5, dtype=np.int64) * S,
+            "i": np.full(5, 2**31 - 1, dtype=np.int32),
+            "o": pd.Series(names, dtype=object),
+            "ts": stamps,
+            "none": pd.Series([None] * 5, dtype=object),
+        }
+    )
+    aggs = [
+        AggPlan("sum", ("i",)),
+        AggPlan("min", ("o",)),
+        AggPlan("max", ("o",)),
+        AggPlan("max", ("ts",)),
+        AggPlan("max_by", ("ts", "o")),
+        AggPlan("min_by", ("ts", "o")),
+        AggPlan("max", ("none",)),
+        AggPlan("sum", ("none",)),
+    ]
+    spec = make_spec(10)
+    held = run_step(spec, aggs, [df], None, 0)
+    (pane,) = run_step(spec, aggs, [], held.state, 10_000).panes
+    present = [n for n in names if n is not None]
+    first_max = names.index(max(present))  # ties: the first row with the highest ordering
+    assert pane == (
+        0,
+        10 * S,
+        [
+            5 * (2**31 - 1),
+            min(present),
+            max(present),
+            stamps.max(),
+            stamps[first_max],
+            stamps[names.index(min(present))],
+            None,
+            None,
+        ],
+    )

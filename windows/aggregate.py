@@ -23,11 +23,17 @@ How it is built, and why:
   would let any aggregate through, but the state (and the work of each re-trigger) would grow
   with the rows, and a pane would then still need a second, stateless pass of Spark to
   aggregate, which a streaming query cannot express after a stateful operator.
-* **Speed.** Every row crosses into Python once, as Arrow, and the step is vectorised (numpy
-  pane assignment, one pandas reduction per pane and aggregate), so the cost per row is a few
-  column copies. Pre-aggregating natively before the step is not expressible: in a streaming
-  query, a Spark aggregation is itself stateful and, in append mode, emits only once the
-  watermark passes, so per-batch partials cannot be handed on. ``./dev bench windows``
+* **Speed: partials before the shuffle.** Spark's own window aggregates each partition partially
+  before its shuffle; a stateful Python operator alone would shuffle, sort and convert every
+  row instead. So a stateless ``mapInPandas`` first
+  reduces each partition's rows of a micro-batch to one partial per (key, pane)
+  (:func:`.step.preaggregate`: numpy pane assignment, one vectorised reduction per aggregate,
+  in numpy for numbers and pandas for other types, over chunks of up to :data:`_CHUNK_ROWS`
+  rows), and only those few rows are shuffled to the
+  stateful operator, which merges them (:func:`.step.merge_step`) by the same rules as rows:
+  a partial holds its pane's row count, so discarded rows are still counted one by one. A
+  native Spark aggregation cannot do the first part: in a streaming query it is itself
+  stateful and, in append mode, emits only once the watermark passes. ``./dev bench windows``
   measures the ratio to Spark's own ``groupBy(window(...))`` (target >= 0.5).
 * **Spark's ``window()`` is not used** to assign panes: it refuses gaps
   (``creationPeriod > intervalDuration``) and offsets of ``creationPeriod`` or more, which IBM
@@ -60,7 +66,7 @@ from typing import TYPE_CHECKING, Any
 from ..bounds.errors import OptionError
 from ..bounds.panes import TimeIntervalSpec
 from ..bounds.time import parse_duration_us
-from .step import MERGEABLE, AggPlan, run_step
+from .step import MERGEABLE, AggPlan, merge_step, preaggregate
 
 if TYPE_CHECKING:
     from pyspark.sql import Column, DataFrame
@@ -78,6 +84,11 @@ _INPUT_MARK = {"pyspark_rowtime": "window input"}
 _WATERMARK_KEY = "spark.watermarkDelayMs"
 _NEVER_LATE = 2**63 - 1
 _RESERVED = ("interval_start", "interval_end", "rowtime", "is_bound")
+#: Rows a partition pre-aggregates at once: Spark hands ``mapInPandas`` Arrow batches of
+#: ``spark.sql.execution.arrow.maxRecordsPerBatch`` rows (10,000 by default, a session setting
+#: this function leaves alone); gathering them amortises the per-call pandas work, and the
+#: bound keeps a worker's memory independent of the micro-batch size.
+_CHUNK_ROWS = 1 << 18
 
 
 def _seconds(name: str, value: object) -> object:
@@ -247,7 +258,14 @@ def time_interval_aggregate(
     from pyspark.sql import Column
     from pyspark.sql import functions as F
     from pyspark.sql.streaming.state import GroupStateTimeout
-    from pyspark.sql.types import BinaryType, LongType, StructField, StructType, TimestampType
+    from pyspark.sql.types import (
+        BinaryType,
+        IntegerType,
+        LongType,
+        StructField,
+        StructType,
+        TimestampType,
+    )
 
     from ..watermark import watermark_rowtime
 
@@ -278,6 +296,33 @@ def time_interval_aggregate(
         *([F.col(k) for k in keys] or [F.lit(0).alias("__key")]),
         F.unix_micros("rowtime").alias("__t"),
         *inputs,
+    )
+    partial_schema = StructType(
+        [
+            *(key_fields or [StructField("__key", IntegerType(), False)]),
+            StructField("__start", LongType(), False),
+            StructField("__end", LongType(), False),
+            StructField("__n", LongType(), False),
+            StructField("__p", BinaryType()),
+        ]
+    )
+
+    def preaggregate_partition(frames: Iterator[pd.DataFrame]) -> Iterator[pd.DataFrame]:
+        held: list[pd.DataFrame] = []
+        n = 0
+        for frame in frames:
+            if not len(frame):
+                continue
+            held.append(frame)
+            n += len(frame)
+            if n >= _CHUNK_ROWS:
+                yield preaggregate(spec, plans, pd.concat(held, ignore_index=True), group_cols)
+                held, n = [], 0
+        if held:
+            yield preaggregate(spec, plans, pd.concat(held, ignore_index=True), group_cols)
+
+    partials = rows.mapInPandas(preaggregate_partition, schema=partial_schema).select(
+        "*",
         # Spark refuses an event-time timeout unless the operator's input has a column marked
         # as watermarked, and drops the rows whose marked column is at or below the
         # watermark (compared as microseconds). This column carries the mark and the highest
@@ -299,7 +344,7 @@ def time_interval_aggregate(
 
     def step(key: tuple, frames: Iterator[pd.DataFrame], state: Any) -> Iterator[pd.DataFrame]:
         blob = state.get[0] if state.exists else None
-        result = run_step(spec, plans, frames, blob, state.getCurrentWatermarkMs())
+        result = merge_step(spec, plans, frames, blob, state.getCurrentWatermarkMs())
         if result.state is None:
             state.remove()
         else:
@@ -324,7 +369,7 @@ def time_interval_aggregate(
                                                         else [])  # fmt: skip
         yield pd.DataFrame(out)
 
-    stateful = rows.groupBy(*group_cols).applyInPandasWithState(
+    stateful = partials.groupBy(*group_cols).applyInPandasWithState(
         step,
         outputStructType=out_schema,
         stateStructType=state_schema,

@@ -1,9 +1,11 @@
 """The per-key step of ``time_interval_aggregate``: panes, trigger, re-trigger and discardAge.
 
-Pure Python (numpy and pandas, no Spark), so it is tested without Spark. Spark calls
-:func:`run_step` once per key and micro-batch (``applyInPandasWithState``) with the key's new
-rows, its saved state and the batch's watermark; the step answers with the panes to emit, the
-new state and the timer to set.
+Pure Python (numpy and pandas, no Spark), so it is tested without Spark. It runs in two halves:
+:func:`preaggregate` turns raw rows (any keys, any pieces: Spark calls it per partition, before
+the shuffle) into one partial per (key, pane); :func:`merge_step` is called once per key and
+micro-batch (``applyInPandasWithState``) with the key's new partials, its saved state and the
+batch's watermark, and answers with the panes to emit, the new state and the timer to set.
+:func:`run_step` is both halves over one key's raw rows.
 
 Panes are assigned by :func:`bounds.panes.assign_panes_array`; the trigger rules are those of
 :class:`bounds.panes.TimeIntervalWindow` (SPEC section 10), restated for Spark's batches:
@@ -32,7 +34,17 @@ import pandas as pd
 
 from ..bounds.panes import TimeIntervalSpec, assign_panes_array
 
-__all__ = ["MERGEABLE", "AggPlan", "PaneState", "StepResult", "load_state", "run_step"]
+__all__ = [
+    "MERGEABLE",
+    "PARTIAL_COLUMNS",
+    "AggPlan",
+    "PaneState",
+    "StepResult",
+    "load_state",
+    "merge_step",
+    "preaggregate",
+    "run_step",
+]
 
 #: Spark's aggregate functions (Catalyst class names) whose partial results merge exactly, and
 #: so can be kept per pane across micro-batches, mapped to the step's name for them.
@@ -92,31 +104,170 @@ def load_state(blob: bytes | None) -> dict[int, PaneState]:
     return {s: PaneState(e, t, p, list(v)) for s, e, t, p, v in pickle.loads(blob)}
 
 
-def _present(values: pd.Series) -> pd.Series:
-    return values[values.notna()]
+#: Columns of a partials frame (:func:`preaggregate`) besides the key columns.
+PARTIAL_COLUMNS = ("__start", "__end", "__n", "__p")
 
 
-def _partial(kind: str, cols: list[pd.Series], n: int) -> Any:
-    """The partial aggregate of one pane's ``n`` new rows (``cols``: the aggregate's inputs)."""
-    if kind == "count":
-        return int(cols[0].sum()) if cols else n
-    if kind in ("sum", "avg"):
-        v = _present(cols[0])
-        return [v.sum() if len(v) else None, len(v)]
-    if kind in ("min", "max"):
-        v = _present(cols[0])
-        if not len(v):
-            return None
-        return v.min() if kind == "min" else v.max()
-    # max_by / min_by: the value at the highest (lowest) ordering; rows with a null ordering do
-    # not take part, as in Spark. Ties keep the row that came first.
-    order = cols[1]
-    keep = order.notna().to_numpy()
-    if not keep.any():
-        return None
-    o = order[keep]
-    at = o.to_numpy().argmax() if kind == "max_by" else o.to_numpy().argmin()
-    return [cols[0][keep].iloc[at], o.iloc[at]]
+def _numbers(values: pd.Series, at: np.ndarray) -> np.ndarray | None:
+    """``values`` at rows ``at`` as a plain numpy array when they are plain numbers (float,
+    with NaN for null, or int, never null); None for anything else (objects, decimals,
+    strings, timestamps, pandas' nullable types), which takes pandas' general path."""
+    if isinstance(values.dtype, np.dtype) and values.dtype.kind in "fiu":
+        return values.to_numpy()[at]
+    return None
+
+
+def _by_segment(
+    kind: str, values: pd.Series, at: np.ndarray, seg: np.ndarray, firsts: np.ndarray
+) -> tuple[list[Any], np.ndarray]:
+    """``kind`` (``sum``, ``min`` or ``max``) of the non-null ``values`` (rows ``at``) of each
+    segment, and the number of non-null values per segment (a segment of nulls only: count 0,
+    value meaningless). Numbers reduce in numpy, in row order; anything else in pandas."""
+    v = _numbers(values, at)
+    if v is None:
+        # Nulls out first: pandas' general reductions would compare None with the values.
+        taken = values.take(at).reset_index(drop=True)
+        keep = taken.notna().to_numpy()
+        reduced = getattr(taken[keep].groupby(seg[keep], sort=True), kind)()
+        column: list[Any] = [None] * firsts.size
+        for s, x in zip(reduced.index.tolist(), reduced.tolist(), strict=True):
+            column[s] = x
+        return column, np.bincount(seg[keep], minlength=firsts.size)
+    if v.dtype.kind == "f":
+        present = ~np.isnan(v)
+        counts = np.add.reduceat(present.astype(np.int64), firsts)
+    else:
+        counts = np.diff(np.append(firsts, v.size))
+    if kind == "sum":
+        # In 64 bits, as pandas' and Spark's sums of narrower numbers are.
+        wide = v.astype(np.float64 if v.dtype.kind == "f" else np.int64, copy=False)
+        reduced = np.add.reduceat(np.where(present, wide, 0.0) if v.dtype.kind == "f" else wide,
+                                  firsts)  # fmt: skip
+    else:  # fmin/fmax skip NaN
+        reduced = (np.fmin if kind == "min" else np.fmax).reduceat(v, firsts)
+    return reduced.tolist(), counts
+
+
+def _best(
+    kind: str, order: pd.Series, at: np.ndarray, seg: np.ndarray, firsts: np.ndarray
+) -> tuple[np.ndarray, np.ndarray, list[Any]]:
+    """For ``max_by`` (``min_by``): per segment, the position in ``at`` of the row with the
+    highest (lowest) non-null ordering, the first such row on ties, and its ordering; as
+    ``(segments, positions, orderings)`` for the segments that have one."""
+    o = _numbers(order, at)
+    if o is None:
+        taken = order.take(at).reset_index(drop=True)
+        keep = taken.notna().to_numpy()
+        rank = pd.DataFrame(
+            {"seg": seg[keep], "o": taken[keep].to_numpy(), "i": np.flatnonzero(keep)}
+        )
+        best = rank.sort_values(
+            ["seg", "o", "i"], ascending=[True, kind == "min_by", True], kind="stable"
+        ).drop_duplicates("seg")
+        return best["seg"].to_numpy(), best["i"].to_numpy(), best["o"].tolist()
+    # No sort: each segment's extreme (NaN skipped), then the first row that has it.
+    if o.dtype.kind == "f":
+        extreme = (np.fmax if kind == "max_by" else np.fmin).reduceat(o, firsts)
+    else:
+        extreme = (np.maximum if kind == "max_by" else np.minimum).reduceat(o, firsts)
+    i = np.flatnonzero(o == extreme[seg])  # NaN equals nothing: null orderings drop out
+    s = seg[i]
+    first = np.append(True, s[1:] != s[:-1]) if i.size else np.zeros(0, dtype=bool)
+    return s[first], i[first], o[i[first]].tolist()
+
+
+def _partials(
+    aggs: list[AggPlan],
+    df: pd.DataFrame,
+    at: np.ndarray,
+    seg: np.ndarray,
+    firsts: np.ndarray,
+    sizes: np.ndarray,
+) -> list[list[Any]]:
+    """The partial aggregates of each segment: ``at`` are the rows of ``df`` (one per pair, in
+    segment order, arrival order within a segment), ``seg`` their segment ``0..k-1`` (ascending),
+    ``firsts`` where each segment begins and ``sizes`` its rows. One vectorised reduction per
+    aggregate, whatever ``k`` is; the values are exactly what one pane's rows give (nulls
+    skipped, as in Spark)."""
+    k = sizes.size
+    out: list[list[Any]] = [[] for _ in range(k)]
+    for a in aggs:
+        if a.kind == "count":
+            if a.inputs:  # the 0/1 column (never null) of the rows Spark's count counts
+                ones = df[a.inputs[0]].to_numpy(dtype=np.int64)[at]
+                column: list[Any] = np.add.reduceat(ones, firsts).tolist()
+            else:
+                column = sizes.tolist()
+        elif a.kind in ("sum", "avg", "min", "max"):
+            kind = "sum" if a.kind == "avg" else a.kind
+            vs, present = _by_segment(kind, df[a.inputs[0]], at, seg, firsts)
+            if a.kind in ("sum", "avg"):
+                column = [[v if c else None, int(c)] for v, c in zip(vs, present, strict=True)]
+            else:
+                column = [v if c else None for v, c in zip(vs, present, strict=True)]
+        else:
+            # max_by / min_by: the value at the highest (lowest) ordering; rows with a null
+            # ordering do not take part, as in Spark. Ties keep the row that came first.
+            segs, positions, orders = _best(a.kind, df[a.inputs[1]], at, seg, firsts)
+            values = df[a.inputs[0]].take(at[positions]).tolist()
+            column = [None] * k
+            for s, v, o in zip(segs.tolist(), values, orders, strict=True):
+                column[s] = [v, o]
+        for row, v in zip(out, column, strict=True):
+            row.append(v)
+    return out
+
+
+def preaggregate(
+    spec: TimeIntervalSpec, aggs: list[AggPlan], df: pd.DataFrame, keys: list[str]
+) -> pd.DataFrame:
+    """The partial aggregates of raw rows per key and pane, to be merged by :func:`merge_step`.
+
+    ``df`` has the ``keys`` columns, the rowtime in ``__t`` (microseconds) and the aggregates'
+    inputs. The result has the ``keys``, then :data:`PARTIAL_COLUMNS`: one row per (key, pane)
+    with the pane's ``__start``/``__end`` (us), ``__n`` the rows it got and ``__p`` the pickled
+    list of partials (one per aggregate), in ascending (key, start); and one row per key that
+    had rows in no pane (a gap) with ``__n`` those rows and ``__p`` None. Any split of a key's
+    rows into frames, each pre-aggregated and then merged in arrival order, gives what the rows
+    give in one frame: partials merge exactly, and ties keep the earlier frame's row."""
+    columns = [*keys, *PARTIAL_COLUMNS]
+    t = df["__t"].to_numpy(dtype=np.int64)
+    if not t.size:
+        return pd.DataFrame({c: [] for c in columns})
+    codes = (
+        df.groupby(keys, sort=False, dropna=False).ngroup().to_numpy(dtype=np.int64)
+        if keys
+        else np.zeros(t.size, dtype=np.int64)
+    )
+    rows, starts, ends = assign_panes_array(t, spec)
+    pair_codes = codes[rows]
+    # Segments: by key, then pane, then arrival (lexsort is stable; the last key sorts first).
+    order = np.lexsort((rows, starts, pair_codes))
+    rows, starts, ends, pair_codes = rows[order], starts[order], ends[order], pair_codes[order]
+    cut = np.flatnonzero((np.diff(pair_codes) != 0) | (np.diff(starts) != 0)) + 1
+    firsts = np.concatenate(([0], cut)) if rows.size else cut
+    sizes = np.diff(np.append(firsts, rows.size))
+    seg = np.repeat(np.arange(sizes.size, dtype=np.int64), sizes)
+    parts = _partials(aggs, df, rows, seg, firsts, sizes) if rows.size else []
+    out: dict[str, list[Any]] = {c: [] for c in columns}
+    key_rows = [int(r) for r in rows[firsts]]
+    out["__start"] = starts[firsts].tolist()
+    out["__end"] = ends[firsts].tolist()
+    out["__n"] = sizes.tolist()
+    out["__p"] = [pickle.dumps(p, protocol=pickle.HIGHEST_PROTOCOL) for p in parts]
+    if spec.creation_period_us > spec.interval_duration_us:
+        in_none = np.bincount(rows, minlength=t.size) == 0
+        gap_keys, gap_counts = np.unique(codes[in_none], return_counts=True)
+        first_row = np.unique(codes, return_index=True)[1]  # codes are 0, 1, ... by ngroup
+        for code, n in zip(gap_keys.tolist(), gap_counts.tolist(), strict=True):
+            key_rows.append(int(first_row[code]))
+            out["__start"].append(0)
+            out["__end"].append(0)
+            out["__n"].append(n)
+            out["__p"].append(None)
+    for k in keys:  # as Series: the key keeps its dtype (timestamps, decimals...)
+        out[k] = df[k].take(key_rows).reset_index(drop=True)
+    return pd.DataFrame(out, columns=columns)
 
 
 def _merge(kind: str, old: Any, new: Any) -> Any:
@@ -162,9 +313,26 @@ def run_step(
     blob: bytes | None,
     watermark_ms: int,
 ) -> StepResult:
-    """One key, one micro-batch: take the new rows (``frames``, with the rowtime in column
-    ``__t`` as microseconds and the aggregates' inputs), emit what the watermark (``W``, ms)
-    triggers, and say what to keep and when to wake up.
+    """One key, one micro-batch, from raw rows (``frames``: the rowtime in column ``__t`` as
+    microseconds and the aggregates' inputs): :func:`preaggregate`, then :func:`merge_step`."""
+    parts = [f for f in frames if len(f)]
+    partials = []
+    if parts:
+        df = pd.concat(parts, ignore_index=True) if len(parts) > 1 else parts[0]
+        partials.append(preaggregate(spec, aggs, df, []))
+    return merge_step(spec, aggs, partials, blob, watermark_ms)
+
+
+def merge_step(
+    spec: TimeIntervalSpec,
+    aggs: list[AggPlan],
+    partials: Iterable[pd.DataFrame],
+    blob: bytes | None,
+    watermark_ms: int,
+) -> StepResult:
+    """One key, one micro-batch: take the key's new partials (frames of :func:`preaggregate`,
+    in arrival order), emit what the watermark (``W``, ms) triggers, and say what to keep and
+    when to wake up.
 
     Panes due at ``W`` that were held before these rows trigger first, then the rows are
     taken in: a row for a pane whose end ``W`` already reached waits for the next update of
@@ -190,41 +358,24 @@ def run_step(
 
     emit_due()
     discarded = 0
-    parts = [f for f in frames if len(f)]
-    if parts:
-        df = pd.concat(parts, ignore_index=True) if len(parts) > 1 else parts[0]
-        t = df["__t"].to_numpy(dtype=np.int64)
-        rows, starts, ends = assign_panes_array(t, spec)
-        if spec.creation_period_us > spec.interval_duration_us:
-            # A row in no pane (a gap) is discarded once, like a row for a closed pane.
-            discarded += int(np.count_nonzero(np.bincount(rows, minlength=t.size) == 0))
-        closed = w_us > ends + spec.discard_age_us
-        discarded += int(closed.sum())
-        rows, starts, ends = rows[~closed], starts[~closed], ends[~closed]
-        if rows.size:
-            # By pane, then in arrival order (pairs come in row order). Rows that came in
-            # rowtime order are sorted by pane already.
-            if np.any(starts[1:] < starts[:-1]):
-                order = np.argsort(starts, kind="stable")
-                rows, starts, ends = rows[order], starts[order], ends[order]
-            cuts = np.flatnonzero(np.diff(starts)) + 1
-            inputs = {c: df[c] for a in aggs for c in a.inputs}
-            for seg_rows, seg_starts, seg_ends in zip(
-                np.split(rows, cuts), np.split(starts, cuts), np.split(ends, cuts), strict=True
-            ):
-                start, end = int(seg_starts[0]), int(seg_ends[0])
-                new = [
-                    _partial(a.kind, [inputs[c].iloc[seg_rows].reset_index(drop=True)
-                                      for c in a.inputs], seg_rows.size)
-                    for a in aggs
-                ]  # fmt: skip
-                p = panes.get(start)
-                if p is None:
-                    p = panes[start] = PaneState(end, False, None, [None] * len(aggs))
-                p.partials = [_merge(a.kind, o, n) for a, o, n in zip(aggs, p.partials, new,
-                                                                      strict=True)]  # fmt: skip
-                if p.triggered or end <= w_us:
-                    p.pending_ms = watermark_ms
+    for frame in partials:
+        for start, end, n, blob_p in zip(
+            frame["__start"].tolist(), frame["__end"].tolist(), frame["__n"].tolist(),
+            frame["__p"].tolist(), strict=True,
+        ):  # fmt: skip
+            if blob_p is None or w_us > end + spec.discard_age_us:
+                # Rows in no pane (a gap), or for a closed pane: discarded, once per pane.
+                discarded += int(n)
+                continue
+            start, end = int(start), int(end)
+            new = pickle.loads(blob_p)
+            p = panes.get(start)
+            if p is None:
+                p = panes[start] = PaneState(end, False, None, [None] * len(aggs))
+            p.partials = [_merge(a.kind, o, v) for a, o, v in zip(aggs, p.partials, new,
+                                                                  strict=True)]  # fmt: skip
+            if p.triggered or end <= w_us:
+                p.pending_ms = watermark_ms
     # Closing: after any last trigger, a pane whose end + discardAge the watermark passed goes.
     for start in [s for s, p in panes.items() if w_us > p.end_us + spec.discard_age_us]:
         del panes[start]
