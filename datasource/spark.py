@@ -125,8 +125,21 @@ class RowtimeReaderSource(DataSource):
         return RowtimeStreamReader(cfg, arrow)
 
 
+#: Most new records one micro-batch admits when the query sets no ``maxRowsPerBatch``: a larger
+#: backlog (a query started late, ``availableNow`` over a day of data) is read in several
+#: micro-batches. Planning a step holds about 14 bytes a record on the driver (rowtimes, bound
+#: flags, which records are emitted) and a task up to about 32 bytes a record of its partition
+#: when it restores rowtime order, so without a cap both would grow with the backlog; with it
+#: they follow the cap and the rows ``adjust`` holds (``./dev bench scaling --memory``).
+STEP_RECORDS = 1 << 24
+
+
 class RowtimeStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
-    """Micro-batches in rowtime order, each with at most one bound record (SPEC 7)."""
+    """Micro-batches in rowtime order, each with at most one bound record (SPEC 7), and at
+    most ``maxRowsPerBatch`` (else :attr:`step_records`) new records."""
+
+    #: The cap on new records per micro-batch without ``maxRowsPerBatch`` (:data:`STEP_RECORDS`).
+    step_records: int = STEP_RECORDS
 
     def __init__(self, cfg: ReaderConfig, arrow_schema: pa.Schema) -> None:
         self.cfg = cfg
@@ -159,8 +172,8 @@ class RowtimeStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
 
     def latestOffset(self, start: dict, limit: ReadLimit) -> dict:
         pos = StreamPosition.from_dict(start)
-        max_rows = limit.max_rows if isinstance(limit, ReadMaxRows) else None
-        new = self.planner.plan(pos, self._available(), max_rows)
+        max_rows = limit.max_rows if isinstance(limit, ReadMaxRows) else self.step_records
+        new = self.planner.plan(pos, self._available(), min(max_rows, self.step_records))
         return start if new is None else new.to_dict()
 
     def reportLatestOffset(self) -> dict | None:
