@@ -445,7 +445,8 @@ def read_task(cfg: ReaderConfig, task: ReadTask, schema: pa.Schema) -> Iterator[
     """Replay one partition's step and yield what it emits, as batches of ``schema``."""
     stream = open_storage(cfg.location)
     prev = PartitionState.from_dict(task.prev)
-    payload = [f.name for f in stream.meta.payload_schema]
+    # the payload columns ``schema`` keeps (a user-given schema may leave some out)
+    payload = [n for n in stream.meta.payload_schema.names if n in schema.names]
     where = where_of(cfg, task.partition)
     if task.runs is not None and cfg.output == "rows":
         yield from _runs_batches(cfg, task.partition, task.runs, stream, payload, schema)
