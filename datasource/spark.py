@@ -170,7 +170,7 @@ class RowtimeReaderSource(DataSource):
 
 #: Most new records one micro-batch admits when the query sets no ``maxRowsPerBatch``: a larger
 #: backlog (a query started late, ``availableNow`` over a day of data) is read in several
-#: micro-batches. Planning a step holds about 14 bytes a record on the driver (rowtimes, bound
+#: micro-batches. Planning a step holds about 18 bytes a record on the driver (rowtimes, bound
 #: flags, which records are emitted) and a task up to about 32 bytes a record of its partition
 #: when it restores rowtime order, so without a cap both would grow with the backlog; with it
 #: they follow the cap and the rows ``adjust`` holds (``./dev bench scaling --memory``).
