@@ -32,6 +32,9 @@ def spark_session(app: str, master: str = "local[2]") -> Any:
         .config("spark.sql.shuffle.partitions", "2")
         .config("spark.sql.session.timeZone", "UTC")
         .config("spark.driver.memory", "4g")
+        # A Python worker has 15 s to connect back by default; with the machine's load above
+        # 20 (other jobs) that failed queries mid-benchmark.
+        .config("spark.python.authenticate.socketTimeout", "120s")
         .getOrCreate()
     )
     spark.sparkContext.setLogLevel("ERROR")

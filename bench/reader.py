@@ -66,9 +66,14 @@ def rowtimes(first: int, n: int, late_share: float, rng: np.random.Generator) ->
 
 
 def chunk(
-    partition: int, first: int, n: int, late_share: float, rng: np.random.Generator
+    partition: int,
+    first: int,
+    n: int,
+    late_share: float,
+    rng: np.random.Generator,
+    partitions: int = PARTITIONS,
 ) -> pa.Table:
-    ids = np.arange(first, first + n, dtype=np.int64) * PARTITIONS + partition
+    ids = np.arange(first, first + n, dtype=np.int64) * partitions + partition
     words = pa.DictionaryArray.from_arrays(
         pa.array(rng.integers(0, len(WORDS), n).astype(np.int32)), pa.array(WORDS)
     ).cast(pa.string())
@@ -89,25 +94,27 @@ def write_data(
     late_share: float,
     parquet_copy: bool = True,
     redis: str | None = None,
+    partitions: int = PARTITIONS,
 ) -> tuple[str, str]:
     """The same rows as a rowtime stream, (``parquet_copy``) as Parquet files and (``redis``)
     as a stream at that Redis location; the first two locations. ``late_share`` of the rows
-    come up to 0.5 s out of order."""
+    come up to 0.5 s out of order. ``rows`` are split evenly over ``partitions``."""
     stream = os.path.join(root, "stream")
     parquet = os.path.join(root, "parquet")
     os.makedirs(parquet, exist_ok=True)
     copies = [stream] if redis is None else [stream, redis]
     for loc in copies:
-        pr.create_stream(loc, "id BIGINT, v DOUBLE, s STRING", partitions=PARTITIONS)
-    per_partition = rows // PARTITIONS
-    for p in range(PARTITIONS):
+        pr.create_stream(loc, "id BIGINT, v DOUBLE, s STRING", partitions=partitions)
+    per_partition = rows // partitions
+    for p in range(partitions):
         rng = np.random.default_rng(p + int(late_share * 1_000_000))
         path = os.path.join(parquet, f"part-{p}.parquet")
         schema = chunk(p, 0, 1, late_share, rng).schema
         writers = [pr.open_writer(loc, p) for loc in copies]
         with pq.ParquetWriter(path, schema) if parquet_copy else contextlib.nullcontext() as pw:
             for first in range(0, per_partition, CHUNK):
-                table = chunk(p, first, min(CHUNK, per_partition - first), late_share, rng)
+                n = min(CHUNK, per_partition - first)
+                table = chunk(p, first, n, late_share, rng, partitions)
                 for w in writers:
                     w.insert_arrow(table, rowtime_column="rowtime")
                 if pw is not None:

@@ -267,16 +267,39 @@ def clock_at_end(
     bound = NO_TIME if prev.bound_us is None else prev.bound_us
     unit = policy.unit_us
     if len(tn):
-        data_max = int(np.max(np.where(bn, NO_TIME, tn)))
+        bounds_at = np.flatnonzero(bn)
+        data_max = _max_between(tn, bounds_at)
         if data_max != NO_TIME:
             ref = max(ref, data_max - data_max % unit)
-        bound_max = int(np.max(np.where(bn, tn, NO_TIME)))
+        bound_max = int(tn[bounds_at].max()) if len(bounds_at) else NO_TIME
         if bound_max != NO_TIME:
             if bound_max != END_OF_STREAM_US:
                 bound_max -= bound_max % unit
             bound = max(bound, bound_max)
     line = ref - policy.range_us if ref != NO_TIME else NO_TIME
     return _opt(max(line, bound))
+
+
+#: Most bound records :func:`_max_between` skips one slice at a time.
+_FEW_BOUNDS = 256
+
+
+def _max_between(t: np.ndarray, skip: np.ndarray) -> int:
+    """The largest of ``t`` outside the ascending positions ``skip`` (NO_TIME if none).
+
+    Bound records are few (one per writer flush or heartbeat), so the maxima of the slices
+    between them cost one pass over ``t`` and no array as large as it: planning a step of
+    millions of records spent a quarter of its time masking them out with ``np.where``."""
+    if len(skip) > _FEW_BOUNDS:
+        keep = np.ones(len(t), dtype=bool)
+        keep[skip] = False
+        return int(t.max(where=keep, initial=NO_TIME))
+    best, lo = NO_TIME, 0
+    for hi in (*skip.tolist(), len(t)):
+        if hi > lo:
+            best = max(best, int(t[lo:hi].max()))
+        lo = hi + 1
+    return best
 
 
 def merge_clocks(clocks: Sequence[int | None], before: int | None) -> int | None:
@@ -445,7 +468,8 @@ def read_task(cfg: ReaderConfig, task: ReadTask, schema: pa.Schema) -> Iterator[
     """Replay one partition's step and yield what it emits, as batches of ``schema``."""
     stream = open_storage(cfg.location)
     prev = PartitionState.from_dict(task.prev)
-    payload = [f.name for f in stream.meta.payload_schema]
+    # the payload columns ``schema`` keeps (a user-given schema may leave some out)
+    payload = [n for n in stream.meta.payload_schema.names if n in schema.names]
     where = where_of(cfg, task.partition)
     if task.runs is not None and cfg.output == "rows":
         yield from _runs_batches(cfg, task.partition, task.runs, stream, payload, schema)

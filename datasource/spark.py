@@ -27,7 +27,7 @@ from pyspark.sql.streaming.datasource import (
 )
 from pyspark.sql.types import StructType
 
-from ..bounds.errors import StreamNotFoundError
+from ..bounds.errors import SchemaError, StreamNotFoundError
 from ..bounds.plan import StreamPosition
 from ..streams.catalog import resolve_stream_option
 from ..streams.storage import LocationKind, open_storage, what_is_at
@@ -82,6 +82,44 @@ def _config(options: Any, conf_catalog: str | None = None) -> tuple[ReaderConfig
     return cfg, output_arrow_schema(meta.payload_schema, cfg.output)
 
 
+def chosen_columns(full: pa.Schema, payload: Sequence[str], schema: StructType) -> pa.Schema:
+    """The reader's output schema for the schema Spark passes: the whole ``full`` schema, or
+    the columns a user-given schema (``readStream.schema(...)``) keeps of it.
+
+    A Python data source learns nothing of the columns a query uses (Spark pushes no
+    projection into it), so every payload column crosses from the Python worker to the JVM
+    even when the query reads one. A schema that leaves out payload columns stops that: the
+    tasks never touch the columns left out. It must keep the stream's order, its types, and
+    every column the reader adds (``rowtime``, ``is_bound``)."""
+    names = [f.name for f in schema.fields]
+    if names == full.names:
+        return full
+    known = {n.lower(): n for n in full.names}
+    unknown = [n for n in names if n.lower() not in known]
+    picked = [known[n.lower()] for n in names if n.lower() in known]
+    added = [n for n in full.names if n not in payload]
+    if unknown or [n for n in picked if n not in payload] != added:
+        raise SchemaError(
+            f"the schema given to format rowtime ({', '.join(names)}) must be columns of the "
+            f"stream, in its order, followed by {', '.join(added)}: its columns are "
+            f"{', '.join(full.names)}. Leave out payload columns only, or give no schema"
+        )
+    if picked != sorted(picked, key=full.names.index):
+        raise SchemaError(
+            f"the schema given to format rowtime lists {', '.join(names)}: keep the stream's "
+            f"order ({', '.join(full.names)})"
+        )
+    chosen = pa.schema([full.field(n) for n in picked])
+    expected = from_arrow_schema(chosen, prefer_timestamp_ntz=True)
+    for want, got in zip(expected.fields, schema.fields, strict=True):
+        if want.dataType != got.dataType:
+            raise SchemaError(
+                f"the schema given to format rowtime has column {got.name!r} as "
+                f"{got.dataType.simpleString()}; the stream has {want.dataType.simpleString()}"
+            )
+    return chosen
+
+
 class RowtimeReaderSource(DataSource):
     """``format("rowtime")`` for reading. The face's ``RowtimeDataSource`` (what Spark finds
     as ``pyspark_rowtime.DefaultSource``) adds the sink's ``streamWriter``; this package never
@@ -100,16 +138,21 @@ class RowtimeReaderSource(DataSource):
     def _reading(self) -> tuple[ReaderConfig, pa.Schema]:
         return _config(self.options, self.conf_catalog)
 
+    def _reading_columns(self, schema: StructType) -> tuple[ReaderConfig, pa.Schema]:
+        cfg, arrow = self._reading()
+        payload = open_storage(cfg.location).meta.payload_schema.names
+        return cfg, chosen_columns(arrow, payload, schema)
+
     def schema(self) -> StructType:
         _, arrow = self._reading()
         return from_arrow_schema(arrow, prefer_timestamp_ntz=True)
 
     def reader(self, schema: StructType) -> DataSourceReader:
-        cfg, arrow = self._reading()
+        cfg, arrow = self._reading_columns(schema)
         return RowtimeBatchReader(cfg, arrow)
 
     def streamReader(self, schema: StructType) -> DataSourceStreamReader:
-        cfg, arrow = self._reading()
+        cfg, arrow = self._reading_columns(schema)
         from ..bounds.errors import OptionError
 
         if cfg.output != "rows":
@@ -125,8 +168,21 @@ class RowtimeReaderSource(DataSource):
         return RowtimeStreamReader(cfg, arrow)
 
 
+#: Most new records one micro-batch admits when the query sets no ``maxRowsPerBatch``: a larger
+#: backlog (a query started late, ``availableNow`` over a day of data) is read in several
+#: micro-batches. Planning a step holds about 18 bytes a record on the driver (rowtimes, bound
+#: flags, which records are emitted) and a task up to about 32 bytes a record of its partition
+#: when it restores rowtime order, so without a cap both would grow with the backlog; with it
+#: they follow the cap and the rows ``adjust`` holds (``./dev bench scaling --memory``).
+STEP_RECORDS = 1 << 24
+
+
 class RowtimeStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
-    """Micro-batches in rowtime order, each with at most one bound record (SPEC 7)."""
+    """Micro-batches in rowtime order, each with at most one bound record (SPEC 7), and at
+    most ``maxRowsPerBatch`` (else :attr:`step_records`) new records."""
+
+    #: The cap on new records per micro-batch without ``maxRowsPerBatch`` (:data:`STEP_RECORDS`).
+    step_records: int = STEP_RECORDS
 
     def __init__(self, cfg: ReaderConfig, arrow_schema: pa.Schema) -> None:
         self.cfg = cfg
@@ -159,8 +215,8 @@ class RowtimeStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
 
     def latestOffset(self, start: dict, limit: ReadLimit) -> dict:
         pos = StreamPosition.from_dict(start)
-        max_rows = limit.max_rows if isinstance(limit, ReadMaxRows) else None
-        new = self.planner.plan(pos, self._available(), max_rows)
+        max_rows = limit.max_rows if isinstance(limit, ReadMaxRows) else self.step_records
+        new = self.planner.plan(pos, self._available(), min(max_rows, self.step_records))
         return start if new is None else new.to_dict()
 
     def reportLatestOffset(self) -> dict | None:
