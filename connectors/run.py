@@ -121,7 +121,7 @@ def run(
     tty = out.isatty()
     print(f"rowtime connect {name}: feeding {feed.describe()}", file=out, flush=True)
     last = time.monotonic()
-    shown = (0, 0, 0)
+    shown = (0, 0, 0, 0)
     clean = False
     try:
         while not stop.is_set():
@@ -135,14 +135,15 @@ def run(
                 clock = feed.clock_us()
                 line = (
                     f"{time.strftime('%Y-%m-%dT%H:%M:%S')} {name}: rows={s.rows - shown[0]} "
-                    f"bounds={s.bounds - shown[1]} discarded={s.discarded - shown[2]} "
+                    f"bounds={s.bounds - shown[1]} late={s.late - shown[3]} "
+                    f"discarded={s.discarded - shown[2]} held={len(feed.held)} "
                     f"clock={'none' if clock is None else format_rowtime(clock)} lag={_lag(clock)}"
                 )
                 print(("\r\033[K" if tty else "") + line, file=out, flush=True)
                 for note in s.notes:
-                    print(f"  discarded: {note}", file=out, flush=True)
+                    print(f"  {note}", file=out, flush=True)
                 s.notes.clear()
-                shown = (s.rows, s.bounds, s.discarded)
+                shown = (s.rows, s.bounds, s.discarded, s.late)
                 last = time.monotonic()
             elif tty:
                 print(
@@ -160,7 +161,8 @@ def run(
     s = feed.stats
     print(
         f"{'' if not tty else chr(13)}rowtime connect {name}: stopped, {s.rows} rows, {s.bounds} "
-        f"bounds, {s.discarded} discarded, committed up to offset {feed.writer.end_offset}",
+        f"bounds, {s.late} late, {s.discarded} discarded, committed up to offset "
+        f"{feed.writer.end_offset}",
         file=out,
         flush=True,
     )
