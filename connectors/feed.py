@@ -79,6 +79,24 @@ def state_dir(entry: StreamEntry, connector: str, state: Any) -> str:
     return os.path.join(entry.location, "_rowtime_connect", connector)
 
 
+def committed_state(doc: dict[str, Any], end: int) -> dict[str, Any]:
+    """The committed state (position, held, rejects, seen) of progress document ``doc`` when
+    the partition ends at offset ``end``: the intent's if its append committed (the partition
+    ends at its ``after``), else the one before it. ValueError when the partition ends
+    elsewhere (someone else appended)."""
+    state = {k: doc.get(k) for k in _STATE}
+    pending = doc.get("pending")
+    if pending is not None:
+        if end == pending["after"]:
+            return {k: pending.get(k) for k in _STATE}
+        if end != pending["before"]:
+            raise ValueError(
+                f"ends at offset {end}, but the connector's last append went from "
+                f"{pending['before']} to {pending['after']}"
+            )
+    return state
+
+
 @dataclass
 class Stats:
     """What the connector did since it started (for its log lines)."""
@@ -155,21 +173,16 @@ class Feed:
         fsync_dir(self.dir)
 
     def _recover(self) -> None:
-        doc = self._read()
-        state = {k: doc.get(k) for k in _STATE}
-        pending = doc.get("pending")
         end = self.writer.end_offset
-        if pending is not None:
-            if end == pending["after"]:
-                state = {k: pending.get(k) for k in _STATE}
-            elif end != pending["before"]:
-                raise RowtimeError(
-                    f"connector {self.connector!r}: partition {self.partition} of stream "
-                    f"{self.entry.name!r} ends at offset {end}, but the connector's last append "
-                    f"went from {pending['before']} to {pending['after']} ({self.path}): another "
-                    "writer appended while the connector was down. A connector must be its "
-                    "partition's only writer; give it a partition of its own"
-                )
+        try:
+            state = committed_state(self._read(), end)
+        except ValueError as e:
+            raise RowtimeError(
+                f"connector {self.connector!r}: partition {self.partition} of stream "
+                f"{self.entry.name!r} {e} ({self.path}): another writer appended while the "
+                "connector was down. A connector must be its partition's only writer; give it "
+                "a partition of its own"
+            ) from None
         self._committed = state
         self.position = state["position"]
         self.strategy.restore(state["seen"])

@@ -35,7 +35,17 @@ KIND_KEYS = {
         "on_error",
     ),
     "generator": ("rate", "skew", "disorder", "gap_every", "gap_for", "count", "seed"),
-    "redis": ("source", "password_env", "rowtime_field", "rowtime_unit", "batch_rows"),
+    "redis": (
+        "source",
+        "password_env",
+        "fields",
+        "rowtime_field",
+        "rowtime_unit",
+        "rowtime_format",
+        "rowtime_timezone",
+        "batch_rows",
+        "start",
+    ),
 }
 
 
@@ -72,8 +82,6 @@ def build(catalog: Catalog, name: str) -> tuple[Feed, Any]:
     fail = _fail(catalog, entry)
     settings = entry.settings
     strategy = parse_strategy(settings.get("bounds"), fail)
-    if entry.kind == "redis":
-        raise fail("kind", "the redis connector needs the Redis backend (not in this build yet)")
     feed = Feed(
         catalog.stream(entry.stream),
         name,
@@ -85,6 +93,10 @@ def build(catalog: Catalog, name: str) -> tuple[Feed, Any]:
         source: Any
         if entry.kind == "directory":
             source = DirectorySource(feed, settings, fail)
+        elif entry.kind == "redis":
+            from .redis_source import RedisSource  # needs the redis client: only when used
+
+            source = RedisSource(feed, settings, fail)
         else:
             source = GeneratorSource(feed, settings, fail)
     except BaseException:
@@ -123,9 +135,15 @@ def run(
     last = time.monotonic()
     shown = (0, 0, 0, 0)
     clean = False
+    reported: str | None = None
     try:
         while not stop.is_set():
             busy = source.step()
+            trouble = getattr(source, "unavailable", None)
+            if trouble != reported:
+                if trouble:
+                    print(f"{time.strftime('%Y-%m-%dT%H:%M:%S')} {name}: {trouble}", file=out)
+                reported = trouble
             if not busy:
                 feed.bound()
                 feed.commit(feed.position)

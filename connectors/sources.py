@@ -151,6 +151,7 @@ class DirectorySource:
                     raise ValueError("a JSON object per line is expected")
                 if set(row) == {BOUND_FIELD}:
                     self.feed.source_bound(self.time.read(row[BOUND_FIELD]))
+                    self.feed.bound()  # where the source put it: rows after it may not go below
                     return
             else:
                 cells = next(csv.reader([text]))
