@@ -410,8 +410,9 @@ def find_catalog(
             return os.path.abspath(os.path.expanduser(str(value).strip()))
     raise CatalogError(
         f"{needed_for} names a stream of a catalog, and no catalog is given: set "
-        f'option("catalog", "/path/catalog.toml"), the Spark conf {CATALOG_CONF} (at session '
-        f"start), or the environment variable {CATALOG_ENV}"
+        f'option("catalog", "/path/catalog.toml"); or the Spark conf {CATALOG_CONF} and call '
+        "pyspark_rowtime.use_catalog(spark) once in the session (a Python data source cannot "
+        f"read Spark confs); or the environment variable {CATALOG_ENV} before the session starts"
     )
 
 
