@@ -15,7 +15,8 @@ import time
 from collections.abc import Mapping
 from typing import Any, TextIO
 
-from ..bounds.time import format_rowtime
+from ..bounds.errors import OptionError
+from ..bounds.time import format_rowtime, parse_duration_us
 from ..streams.catalog import Catalog, CatalogError, ConnectorEntry
 from .feed import Feed, wall_us
 from .sources import DirectorySource, GeneratorSource
@@ -121,15 +122,19 @@ def run(
 ) -> int:
     """Run connector ``name`` until SIGTERM/SIGINT (or ``stop``); returns the exit status."""
     stop = stop or threading.Event()
-    feed, source = build(catalog, name)
-    settings = catalog.connector(name).settings
-    from ..bounds.time import parse_duration_us
-
-    poll_s = parse_duration_us(settings.get("poll", "200ms"), what="poll") / 1e6
-    every_s = parse_duration_us(settings.get("log_every", "10s"), what="log_every") / 1e6
-    if install_signals:
+    if install_signals:  # before anything is opened: a stop during start-up is clean too
         for sig in (signal.SIGTERM, signal.SIGINT):
             signal.signal(sig, lambda *_: stop.set())
+    settings = catalog.connector(name).settings
+    fail = _fail(catalog, catalog.connector(name))
+    durations = {}
+    for key, default in (("poll", "200ms"), ("log_every", "10s")):
+        try:
+            durations[key] = parse_duration_us(settings.get(key, default), what=key) / 1e6
+        except OptionError as e:
+            raise fail(key, str(e)) from None
+    poll_s, every_s = durations["poll"], durations["log_every"]
+    feed, source = build(catalog, name)
     tty = out.isatty()
     print(f"rowtime connect {name}: feeding {feed.describe()}", file=out, flush=True)
     last = time.monotonic()
@@ -157,9 +162,9 @@ def run(
                     f"discarded={s.discarded - shown[2]} held={len(feed.held)} "
                     f"clock={'none' if clock is None else format_rowtime(clock)} lag={_lag(clock)}"
                 )
+                if s.notes:  # one line per interval: the first example only (all are kept)
+                    line += f" first: {s.notes[0]}"
                 print(("\r\033[K" if tty else "") + line, file=out, flush=True)
-                for note in s.notes:
-                    print(f"  {note}", file=out, flush=True)
                 s.notes.clear()
                 shown = (s.rows, s.bounds, s.discarded, s.late)
                 last = time.monotonic()

@@ -7,6 +7,7 @@ import io
 import itertools
 import json
 import os
+import re
 import signal
 import subprocess
 import sys
@@ -16,6 +17,7 @@ from pathlib import Path
 
 import pytest
 
+from pyspark_rowtime.cli import main
 from pyspark_rowtime.connectors.run import build, run
 from pyspark_rowtime.connectors.strategies import parse_strategy
 from pyspark_rowtime.streams.catalog import load_catalog
@@ -325,3 +327,47 @@ def test_heartbeats_are_at_most_one_per_interval(tmp_path):
 def test_bad_strategies_are_refused(table):
     with pytest.raises(ValueError):
         parse_strategy(table, _fail)
+
+
+def test_one_log_line_per_interval_with_rows_bounds_late_discarded_and_lag(tmp_path):
+    catalog = _setup(tmp_path)
+    text = Path(catalog).read_text().replace("count = 300", "count = 100000")
+    text = text.replace('disorder = "5ms"', 'disorder = "0s"')  # no late rows in this test
+    Path(catalog).write_text(
+        text.replace("[connectors.gen]", '[connectors.gen]\nlog_every = "200ms"')
+    )
+    stop = threading.Event()
+    threading.Timer(3, stop.set).start()
+    out = io.StringIO()
+    started = time.monotonic()
+    assert run(load_catalog(catalog), "gen", out=out, stop=stop, install_signals=False) == 0
+    elapsed = time.monotonic() - started
+    lines = out.getvalue().splitlines()
+    assert "feeding partition 0 of stream 'orders'" in lines[0]
+    assert "stopped" in lines[-1]
+    pattern = re.compile(
+        r"^\S+ gen: rows=(\d+) bounds=(\d+) late=0 discarded=0 held=0 clock=\S+ lag=(-?[\d.]+)s$"
+    )
+    intervals = [pattern.match(line) for line in lines[1:-1]]
+    assert all(intervals), lines
+    assert 2 <= len(intervals) <= elapsed / 0.2 + 1
+    assert sum(int(m.group(1)) for m in intervals) > 0
+    # The generator's rows follow this machine's clock: the lag is small, in seconds.
+    assert all(abs(float(m.group(3))) < 30 for m in intervals)
+
+
+@pytest.mark.parametrize(
+    ("change", "says"),
+    [
+        (("[connectors.files]", "[connectors.other]"), "no connector 'files'"),
+        (('rowtime_field = "ts"', 'rowtime_fild = "ts"'), "connectors.files.rowtime_fild"),
+        (('poll = "20ms"', 'poll = "often"'), "connectors.files.poll"),
+        (('path = "incoming"', 'path = "nowhere"'), "connectors.files.path"),
+    ],
+)
+def test_bad_configuration_is_one_clear_line_and_status_2(tmp_path, capsys, change, says):
+    catalog = _setup(tmp_path)
+    Path(catalog).write_text(Path(catalog).read_text().replace(*change))
+    assert main(["connect", catalog, "files"]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and err[0].startswith("rowtime connect: error: ") and says in err[0], err
