@@ -23,7 +23,8 @@ The state a position carries, besides the position itself:
   position behind the oldest held row instead and read again? A directory connector moves a
   file to ``_done/`` once read, and a held row may come from a file three files back; rows
   read again would also have to be told apart from rows already written. A snapshot is one
-  rule for every source.
+  rule for every source. Its cost: the held rows (about rate x lateness of them) are rewritten
+  at each commit in which they changed.
 * the size of ``rejected.jsonl``: late rows (under ``order=reject``) and bad input are appended
   there (fsync'd) before the state that counts them is committed, and cut back to the committed
   size on recovery, so a rejected row is listed once, however often the connector is killed.
