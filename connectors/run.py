@@ -15,7 +15,8 @@ import time
 from collections.abc import Mapping
 from typing import Any, TextIO
 
-from ..bounds.time import format_rowtime
+from ..bounds.errors import OptionError
+from ..bounds.time import format_rowtime, parse_duration_us
 from ..streams.catalog import Catalog, CatalogError, ConnectorEntry
 from .feed import Feed, wall_us
 from .sources import DirectorySource, GeneratorSource
@@ -35,7 +36,17 @@ KIND_KEYS = {
         "on_error",
     ),
     "generator": ("rate", "skew", "disorder", "gap_every", "gap_for", "count", "seed"),
-    "redis": ("source", "password_env", "rowtime_field", "rowtime_unit", "batch_rows"),
+    "redis": (
+        "source",
+        "password_env",
+        "fields",
+        "rowtime_field",
+        "rowtime_unit",
+        "rowtime_format",
+        "rowtime_timezone",
+        "batch_rows",
+        "start",
+    ),
 }
 
 
@@ -72,8 +83,6 @@ def build(catalog: Catalog, name: str) -> tuple[Feed, Any]:
     fail = _fail(catalog, entry)
     settings = entry.settings
     strategy = parse_strategy(settings.get("bounds"), fail)
-    if entry.kind == "redis":
-        raise fail("kind", "the redis connector needs the Redis backend (not in this build yet)")
     feed = Feed(
         catalog.stream(entry.stream),
         name,
@@ -85,6 +94,10 @@ def build(catalog: Catalog, name: str) -> tuple[Feed, Any]:
         source: Any
         if entry.kind == "directory":
             source = DirectorySource(feed, settings, fail)
+        elif entry.kind == "redis":
+            from .redis_source import RedisSource  # needs the redis client: only when used
+
+            source = RedisSource(feed, settings, fail)
         else:
             source = GeneratorSource(feed, settings, fail)
     except BaseException:
@@ -109,23 +122,33 @@ def run(
 ) -> int:
     """Run connector ``name`` until SIGTERM/SIGINT (or ``stop``); returns the exit status."""
     stop = stop or threading.Event()
-    feed, source = build(catalog, name)
-    settings = catalog.connector(name).settings
-    from ..bounds.time import parse_duration_us
-
-    poll_s = parse_duration_us(settings.get("poll", "200ms"), what="poll") / 1e6
-    every_s = parse_duration_us(settings.get("log_every", "10s"), what="log_every") / 1e6
-    if install_signals:
+    if install_signals:  # before anything is opened: a stop during start-up is clean too
         for sig in (signal.SIGTERM, signal.SIGINT):
             signal.signal(sig, lambda *_: stop.set())
+    settings = catalog.connector(name).settings
+    fail = _fail(catalog, catalog.connector(name))
+    durations = {}
+    for key, default in (("poll", "200ms"), ("log_every", "10s")):
+        try:
+            durations[key] = parse_duration_us(settings.get(key, default), what=key) / 1e6
+        except OptionError as e:
+            raise fail(key, str(e)) from None
+    poll_s, every_s = durations["poll"], durations["log_every"]
+    feed, source = build(catalog, name)
     tty = out.isatty()
     print(f"rowtime connect {name}: feeding {feed.describe()}", file=out, flush=True)
     last = time.monotonic()
-    shown = (0, 0, 0)
+    shown = (0, 0, 0, 0)
     clean = False
+    reported: str | None = None
     try:
         while not stop.is_set():
             busy = source.step()
+            trouble = getattr(source, "unavailable", None)
+            if trouble != reported:
+                if trouble:
+                    print(f"{time.strftime('%Y-%m-%dT%H:%M:%S')} {name}: {trouble}", file=out)
+                reported = trouble
             if not busy:
                 feed.bound()
                 feed.commit(feed.position)
@@ -135,14 +158,15 @@ def run(
                 clock = feed.clock_us()
                 line = (
                     f"{time.strftime('%Y-%m-%dT%H:%M:%S')} {name}: rows={s.rows - shown[0]} "
-                    f"bounds={s.bounds - shown[1]} discarded={s.discarded - shown[2]} "
+                    f"bounds={s.bounds - shown[1]} late={s.late - shown[3]} "
+                    f"discarded={s.discarded - shown[2]} held={len(feed.held)} "
                     f"clock={'none' if clock is None else format_rowtime(clock)} lag={_lag(clock)}"
                 )
+                if s.notes:  # one line per interval: the first example only (all are kept)
+                    line += f" first: {s.notes[0]}"
                 print(("\r\033[K" if tty else "") + line, file=out, flush=True)
-                for note in s.notes:
-                    print(f"  discarded: {note}", file=out, flush=True)
                 s.notes.clear()
-                shown = (s.rows, s.bounds, s.discarded)
+                shown = (s.rows, s.bounds, s.discarded, s.late)
                 last = time.monotonic()
             elif tty:
                 print(
@@ -160,7 +184,8 @@ def run(
     s = feed.stats
     print(
         f"{'' if not tty else chr(13)}rowtime connect {name}: stopped, {s.rows} rows, {s.bounds} "
-        f"bounds, {s.discarded} discarded, committed up to offset {feed.writer.end_offset}",
+        f"bounds, {s.late} late, {s.discarded} discarded, committed up to offset "
+        f"{feed.writer.end_offset}",
         file=out,
         flush=True,
     )

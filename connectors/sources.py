@@ -45,7 +45,9 @@ class DirectorySource:
     """JSON-lines or CSV files renamed into ``path``; each ingested once, in (mtime, name)
     order, then moved to ``path/_done/``. Names starting with ``.`` or ``_`` are skipped
     (write files elsewhere or under such a name, then rename them in). CSV: a header line,
-    one record per line (no line breaks inside quoted cells)."""
+    one record per line (no line breaks inside quoted cells). A line that is not a row of the
+    stream stops the connector naming file and line (``on_error = "fail"``, the default) or is
+    kept in the connector's ``rejected.jsonl`` and counted (``on_error = "skip"``)."""
 
     def __init__(self, feed: Feed, settings: Mapping[str, Any], fail: Any) -> None:
         self.feed = feed
@@ -61,6 +63,13 @@ class DirectorySource:
         if self.format not in ("jsonl", "csv"):
             raise fail("format", "must be jsonl or csv")
         self.rowtime_field = settings.get("rowtime_field")
+        if feed.strategy.holds and self.rowtime_field is None:
+            raise fail(
+                "bounds.strategy",
+                "strategy lateness holds rows by their rowtime: name the field that holds it "
+                'with rowtime_field = "..." (rows without one take their arrival time, which '
+                "never goes back)",
+            )
         self.time = TimeFormat(
             settings.get("rowtime_unit", "ms"),
             settings.get("rowtime_timezone", "UTC"),
@@ -69,7 +78,11 @@ class DirectorySource:
         self.batch = int(settings.get("batch_rows", 10_000))
         self.on_error = settings.get("on_error", "fail")
         if self.on_error not in ("fail", "skip"):
-            raise fail("on_error", "must be fail (stop, naming the file and line) or skip")
+            raise fail(
+                "on_error",
+                "must be fail (stop, naming the file and line) or skip (keep the line in the "
+                "connector's rejected.jsonl, count it as discarded, and go on)",
+            )
         self.schema = feed.storage.meta.payload_schema
 
     def _pending_files(self) -> list[str]:
@@ -138,6 +151,7 @@ class DirectorySource:
                     raise ValueError("a JSON object per line is expected")
                 if set(row) == {BOUND_FIELD}:
                     self.feed.source_bound(self.time.read(row[BOUND_FIELD]))
+                    self.feed.bound()  # where the source put it: rows after it may not go below
                     return
             else:
                 cells = next(csv.reader([text]))
@@ -165,10 +179,10 @@ class DirectorySource:
                         row[self.rowtime_field] = pa.scalar(
                             rowtime_us, pa.timestamp("us", "UTC")
                         ).as_py()
-            self.feed.insert(row, rowtime_us)
+            self.feed.insert(row, rowtime_us, where)
         except (ValueError, TypeError, RowtimeError) as e:
             if self.on_error == "skip":
-                self.feed.stats.discarded += 1
+                self.feed.reject("bad", where, str(e), text)
                 return
             raise BadInput(
                 f"{where}: {' '.join(str(e).split())} (on_error=skip skips such lines)"
@@ -238,7 +252,7 @@ class GeneratorSource:
             if not in_gap:
                 jitter = random.Random(self.seed * 1_000_003 + i).random()
                 rowtime = scheduled - self.skew_us - int(jitter * self.disorder_us)
-                feed.insert(self._values(i, rowtime), rowtime)
+                feed.insert(self._values(i, rowtime), rowtime, f"generated row {i}")
                 made = True
             i += 1
             if i - int(pos["next"]) >= 10_000:

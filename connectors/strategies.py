@@ -12,16 +12,28 @@ late (discarded by the connector under ``order=reject``, by the reader's policy 
     own schedule, a Redis entry with the field ``rowtime_bound``). Exactly as right as the
     source; wrong when the source lies or its clock runs ahead of its data.
 ``lateness`` (``lateness = "5 seconds"``)
-    bound = the highest rowtime seen minus ``lateness`` (Flink's bounded out-of-orderness).
-    Right while no row arrives more than ``lateness`` behind the newest one; wrong for a source
-    whose disorder exceeds it (those rows become late) and it never moves on a quiet source.
-    NOTE: in this log a data row at ``t`` already moves the partition clock to ``t`` (SPEC 5),
-    so this bound is never above the clock and writes nothing; bounded disorder is the reader's
-    ``order = "adjust"`` with ``adjust.range`` (it holds rows that long). The strategy is kept
-    for combinations and for sources that hold rows back; see the issue 13 report.
-``heartbeat`` (``quiet = "10 seconds"``, ``delay = "0s"``)
+    Flink's bounded out-of-orderness. The connector holds rows back: each row waits in a
+    holding buffer (sorted by rowtime) until its rowtime is ``<=`` the highest rowtime seen
+    minus ``lateness``; rows are then written in rowtime order, followed by that bound. So the
+    stream receives its rows sorted (within the lateness) and a bound that trails the newest row
+    by ``lateness``. A row that arrives with a rowtime below the bound already written (the
+    partition clock) is *late*: counted, and kept, never silently lost: under the stream's
+    ``order=reject`` in the connector's rejects file (``rejected.jsonl`` in its state folder),
+    otherwise written to the stream, where the reader's policy treats it (``drop`` puts it in
+    the reader's quarantine, ``output=discarded``; ``adjust`` moves it up). Held rows survive a
+    SIGKILL (they are kept in the connector's state folder, committed with its position: see
+    :mod:`.feed`) and are written on SIGTERM. Needs explicit rowtimes (a directory connector's
+    ``rowtime_field``). Right while no row arrives more than ``lateness`` behind the newest row
+    seen; wrong for a source whose disorder exceeds it (those rows become late), and it never
+    moves on a quiet source (the newest rows stay held: combine it with ``heartbeat``). Rows are
+    delayed by ``lateness`` of *rowtime*, not of wall time: a source that sends old data slowly
+    holds rows longer. Stopping (SIGTERM) writes the held rows, which moves the partition clock
+    to the highest rowtime seen: rows that arrive after a restart within ``lateness`` of it are
+    late.
+``heartbeat`` (``quiet = "10 seconds"``, ``delay = "0s"``, ``interval = "1s"``)
     once no row has come for ``quiet``, bound = this machine's clock minus ``delay``, moving on
-    while the source stays quiet. Exact for implicit (arrival) rowtimes; for explicit rowtimes it
+    while the source stays quiet, at most one such bound per ``interval`` (each bound is a
+    record of the stream). Exact for implicit (arrival) rowtimes; for explicit rowtimes it
     assumes the source's event times follow this machine's clock within ``delay``: wrong for a
     source whose clock lags, or that delivers old data after a pause (a backfill).
 combinations (``strategy = ["lateness", "heartbeat"]``)
@@ -39,7 +51,7 @@ from ..bounds.errors import OptionError
 from ..bounds.time import parse_duration_us
 
 STRATEGIES = ("none", "source", "lateness", "heartbeat")
-KEYS = ("strategy", "lateness", "quiet", "delay")
+KEYS = ("strategy", "lateness", "quiet", "delay", "interval")
 
 
 @dataclass
@@ -50,9 +62,25 @@ class BoundStrategy:
     lateness_us: int = 0
     quiet_us: int = 10_000_000
     delay_us: int = 0
+    interval_us: int = 1_000_000
     max_rowtime_us: int | None = None
     source_bound_us: int | None = None
     last_row_wall_us: int | None = None
+    last_heartbeat_wall_us: int | None = None
+
+    @property
+    def holds(self) -> bool:
+        """True when rows wait in the connector's holding buffer (strategy lateness)."""
+        return "lateness" in self.kinds
+
+    def state(self) -> dict[str, int | None]:
+        """What must survive a restart (kept with the connector's position)."""
+        return {"max_rowtime_us": self.max_rowtime_us, "source_bound_us": self.source_bound_us}
+
+    def restore(self, state: dict[str, Any] | None) -> None:
+        if state:
+            self.max_rowtime_us = state.get("max_rowtime_us")
+            self.source_bound_us = state.get("source_bound_us")
 
     def saw_row(self, rowtime_us: int, wall_us: int) -> None:
         if self.max_rowtime_us is None or rowtime_us > self.max_rowtime_us:
@@ -63,18 +91,29 @@ class BoundStrategy:
         if self.source_bound_us is None or bound_us > self.source_bound_us:
             self.source_bound_us = bound_us
 
-    def bound_us(self, wall_us: int, started_wall_us: int) -> int | None:
-        """The bound to write now (None: none); the caller writes it if it moves the clock."""
+    def bound_us(self, wall_us: int, started_wall_us: int) -> tuple[int | None, bool]:
+        """The bound to write now (None: none), and whether it is a heartbeat's (a bound only
+        the heartbeat gives, which the caller writes at most once per ``interval``: see
+        :meth:`wrote_heartbeat`). The caller writes it if it moves the clock."""
         found: list[int] = []
         if "source" in self.kinds and self.source_bound_us is not None:
             found.append(self.source_bound_us)
         if "lateness" in self.kinds and self.max_rowtime_us is not None:
             found.append(self.max_rowtime_us - self.lateness_us)
+        other = max(found) if found else None
         if "heartbeat" in self.kinds:
             last = self.last_row_wall_us if self.last_row_wall_us is not None else started_wall_us
-            if wall_us - last >= self.quiet_us:
-                found.append(wall_us - self.delay_us)
-        return max(found) if found else None
+            beat_due = (
+                self.last_heartbeat_wall_us is None
+                or wall_us - self.last_heartbeat_wall_us >= self.interval_us
+            )
+            beat = wall_us - self.delay_us
+            if wall_us - last >= self.quiet_us and beat_due and (other is None or beat > other):
+                return beat, True
+        return other, False
+
+    def wrote_heartbeat(self, wall_us: int) -> None:
+        self.last_heartbeat_wall_us = wall_us
 
 
 def parse_strategy(table: Any, fail: Any) -> BoundStrategy:
@@ -115,13 +154,21 @@ def parse_strategy(table: Any, fail: Any) -> BoundStrategy:
     quiet = duration("quiet", False)
     if quiet is not None:
         out.quiet_us = quiet
+    interval = duration("interval", False)
+    if interval is not None:
+        out.interval_us = interval
     if "delay" in table:
         if table["delay"] in (0, "0", "0s"):
             out.delay_us = 0
         else:
             delay = duration("delay", False)
             out.delay_us = delay or 0
-    for key, kind in (("lateness", "lateness"), ("quiet", "heartbeat"), ("delay", "heartbeat")):
+    for key, kind in (
+        ("lateness", "lateness"),
+        ("quiet", "heartbeat"),
+        ("delay", "heartbeat"),
+        ("interval", "heartbeat"),
+    ):
         if key in table and kind not in kinds:
             raise fail(f"bounds.{key}", f"applies to strategy {kind} only")
     return out

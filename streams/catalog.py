@@ -26,7 +26,11 @@ Rules this module enforces (the connectors' own keys are checked by ``connectors
 * an unknown stream name is an error listing the known ones.
 
 Where the catalog is: :func:`find_catalog` (an explicit path, then the Spark conf
-``spark.rowtime.catalog`` where the caller can see it, then ``ROWTIME_CATALOG``).
+``spark.rowtime.catalog`` where the caller can see it, then ``ROWTIME_CATALOG``). A Python data
+source cannot read Spark confs (it runs in Spark's Python workers and sees only its options):
+``pyspark_rowtime.use_catalog(spark)`` reads the conf on the driver and hands it to
+``format("rowtime")``; ``ROWTIME_CATALOG`` reaches the workers when set before the session
+starts (integration/test_catalog_spark.py tests all three).
 A stream is created from its entry on first use (:func:`ensure_stream`); an existing stream whose
 schema or partitions differ from its entry is an error that shows both.
 """
@@ -410,8 +414,9 @@ def find_catalog(
             return os.path.abspath(os.path.expanduser(str(value).strip()))
     raise CatalogError(
         f"{needed_for} names a stream of a catalog, and no catalog is given: set "
-        f'option("catalog", "/path/catalog.toml"), the Spark conf {CATALOG_CONF} (at session '
-        f"start), or the environment variable {CATALOG_ENV}"
+        f'option("catalog", "/path/catalog.toml"); or the Spark conf {CATALOG_CONF} and call '
+        "pyspark_rowtime.use_catalog(spark) once in the session (a Python data source cannot "
+        f"read Spark confs); or the environment variable {CATALOG_ENV} before the session starts"
     )
 
 

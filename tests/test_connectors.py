@@ -3,16 +3,24 @@ stop on SIGTERM, one line and status 2 on bad configuration, and the bound strat
 
 from __future__ import annotations
 
+import io
+import itertools
 import json
 import os
+import re
 import signal
 import subprocess
 import sys
+import threading
 import time
+from pathlib import Path
 
 import pytest
 
+from pyspark_rowtime.cli import main
+from pyspark_rowtime.connectors.run import build, run
 from pyspark_rowtime.connectors.strategies import parse_strategy
+from pyspark_rowtime.streams.catalog import load_catalog
 from pyspark_rowtime.streams.storage import open_storage
 
 CATALOG = """
@@ -116,23 +124,6 @@ def test_sigkill_at_any_point_loses_and_repeats_nothing(tmp_path):
     assert len(got) == len(set(got))
 
 
-def test_the_lateness_strategy_never_writes_a_bound_below_the_rows_clock(tmp_path):
-    # SPEC 5: a row at t already implies the bound t, so max(rowtime) - lateness is never above
-    # the partition clock in this log: lateness writes no bound record (see strategies.py).
-    catalog = _setup(tmp_path)
-    _drop_files(tmp_path, files=1, per_file=5)
-    proc = _connect(catalog, "files")
-    deadline = time.monotonic() + 30
-    done = tmp_path / "incoming" / "_done"
-    while not (done.exists() and os.listdir(done)) and time.monotonic() < deadline:
-        time.sleep(0.05)
-    proc.send_signal(signal.SIGTERM)
-    proc.communicate(timeout=30)
-    records = _records(tmp_path)
-    assert [r["qty"] for r in records if not r["__is_bound"]] == list(range(5))
-    assert not [r for r in records if r["__is_bound"]]
-
-
 def test_the_generator_emits_count_rows_with_its_exact_bound(tmp_path):
     catalog = _setup(tmp_path)
     proc = _connect(catalog, "gen")
@@ -176,16 +167,152 @@ def _fail(key, why):
 def test_heartbeat_moves_with_the_machine_clock_after_a_quiet_period():
     s = parse_strategy({"strategy": "heartbeat", "quiet": "1s", "delay": "200ms"}, _fail)
     s.saw_row(5_000_000, wall_us=10_000_000)
-    assert s.bound_us(10_500_000, 0) is None  # not quiet long enough
-    assert s.bound_us(11_000_000, 0) == 10_800_000
+    assert s.bound_us(10_500_000, 0) == (None, False)  # not quiet long enough
+    assert s.bound_us(11_000_000, 0) == (10_800_000, True)
 
 
 def test_a_combination_takes_the_highest_bound():
     s = parse_strategy({"strategy": ["lateness", "source"], "lateness": "1s"}, _fail)
     s.saw_row(10_000_000, wall_us=0)
-    assert s.bound_us(0, 0) == 9_000_000
+    assert s.bound_us(0, 0) == (9_000_000, False)
     s.saw_source_bound(9_500_000)
-    assert s.bound_us(0, 0) == 9_500_000
+    assert s.bound_us(0, 0) == (9_500_000, False)
+
+
+# -- strategy lateness: a holding buffer, Flink's bounded out-of-orderness ---------------------
+
+LATENESS = """
+[streams.orders]
+location = "data/orders"
+schema = "ticker STRING, qty INT"
+reader = {{ order = "{order}" }}
+
+[connectors.files]
+kind = "directory"
+stream = "orders"
+path = "incoming"
+rowtime_field = "ts"
+batch_rows = {batch}
+poll = "20ms"
+log_every = "50ms"
+bounds = {{ strategy = "lateness", lateness = "{lateness}" }}
+"""
+
+# Rowtimes (ms) in arrival order; 12000 arrives after 15000 - 2000 = 13000 is written: late.
+ARRIVING = [10_000, 13_000, 12_500, 15_000, 14_000, 17_000, 16_500, 12_000, 19_000]
+
+
+def _lateness_setup(tmp_path, order="drop", batch=1, lateness="2s", rowtimes=ARRIVING):
+    (tmp_path / "incoming").mkdir()
+    catalog = tmp_path / "catalog.toml"
+    catalog.write_text(LATENESS.format(order=order, batch=batch, lateness=lateness))
+    lines = [json.dumps({"ticker": f"T{i}", "qty": i, "ts": t}) for i, t in enumerate(rowtimes)]
+    (tmp_path / ".in.jsonl").write_text("\n".join(lines) + "\n")
+    os.rename(tmp_path / ".in.jsonl", tmp_path / "incoming" / "in.jsonl")
+    return str(catalog)
+
+
+def _drain(feed, source):
+    while source.step():
+        pass
+
+
+@pytest.mark.parametrize("order", ["drop", "reject"])
+def test_lateness_holds_rows_and_writes_them_in_rowtime_order_behind_the_bound(tmp_path, order):
+    catalog = _lateness_setup(tmp_path, order=order)
+    feed, source = build(load_catalog(catalog), "files")
+    _drain(feed, source)
+    clock = None  # the partition clock: the highest bound or data rowtime written so far
+    written, late = [], []
+    for r in _records(tmp_path):
+        t_ms = r["__rowtime_us"] // 1000
+        if r["__is_bound"]:
+            # A bound is the highest rowtime read so far minus the lateness (2 s). (A row
+            # written at exactly that time already implies it: then no bound record is needed.)
+            assert t_ms == max(ARRIVING[: ARRIVING.index(t_ms + 2000) + 1]) - 2000
+        elif clock is not None and t_ms < clock:
+            late.append(t_ms)
+        else:
+            written.append(t_ms)
+        clock = t_ms if clock is None else max(clock, t_ms)
+    assert written == sorted(written), "held rows are written in rowtime order"
+    assert clock == max(ARRIVING) - 2000
+    on_time = [t for t in ARRIVING if t != 12_000]
+    assert written == sorted(t for t in on_time if t <= clock)
+    # The newest row (19000) is above the last bound (17000): still held, not lost.
+    assert [t // 1000 for t, _, _ in feed.held] == [19_000]
+    if order == "reject":
+        assert late == []
+        rejects = [
+            json.loads(x) for x in (Path(feed.dir) / "rejected.jsonl").read_text().split("\n") if x
+        ]
+        assert [(x["kind"], x["row"]["qty"]) for x in rejects] == [("late", 7)]
+        assert "in.jsonl:8" in rejects[0]["source"]
+    else:  # written for the readers' policy to quarantine (drop) or move up (adjust)
+        assert late == [12_000]
+    assert feed.stats.late == 1
+    feed.close(feed.position)  # a clean stop writes the held rows: nothing lost
+    rows = [r for r in _records(tmp_path) if not r["__is_bound"]]
+    expected = ARRIVING if order == "drop" else [t for t in ARRIVING if t != 12_000]
+    assert sorted(r["__rowtime_us"] // 1000 for r in rows) == sorted(expected)
+
+
+def test_lateness_rows_held_at_a_sigkill_are_written_after_the_restart(tmp_path):
+    # Every row is read (all files moved to _done) and the newest ones are still held when
+    # the connector is killed: they live in its state folder, committed with its position.
+    rowtimes = [1_000_000 + (i * 37) % 500 + i * 10 for i in range(200)]
+    catalog = _lateness_setup(tmp_path, batch=25, lateness="500ms", rowtimes=rowtimes)
+    proc = _connect(catalog, "files")
+    done = tmp_path / "incoming" / "_done"
+    state = tmp_path / "data" / "orders" / "_rowtime_connect" / "files"
+    deadline = time.monotonic() + 60
+    while time.monotonic() < deadline:
+        progress = state / "progress.json"
+        if done.exists() and os.listdir(done) and progress.exists():
+            doc = json.loads(progress.read_text())
+            if doc.get("position") is None and doc.get("held"):
+                break
+        time.sleep(0.05)
+    proc.send_signal(signal.SIGKILL)
+    proc.wait(10)
+    before = _rows(tmp_path)
+    assert 0 < len(before) < 200, "some rows written, the newest held at the kill"
+    assert (state / doc["held"]).exists()
+    proc = _connect(catalog, "files")
+    first = proc.stderr.readline()
+    assert "feeding" in first, first
+    proc.send_signal(signal.SIGTERM)
+    _, err = proc.communicate(timeout=30)
+    assert proc.returncode == 0, first + err
+    got = _rows(tmp_path)
+    assert sorted(got) == list(range(200)), "rows lost or repeated"
+    assert got[: len(before)] == before
+    # Held rows came out in rowtime order on the clean stop.
+    held_out = [rowtimes[q] for q in got[len(before) :]]
+    assert held_out == sorted(held_out)
+
+
+def test_heartbeats_are_at_most_one_per_interval(tmp_path):
+    (tmp_path / "incoming").mkdir()
+    catalog = tmp_path / "catalog.toml"
+    catalog.write_text(
+        CATALOG.format(strategy='"lateness"').replace(
+            'bounds = { strategy = "lateness", lateness = "2s" }',
+            'bounds = { strategy = "heartbeat", quiet = "10ms", interval = "250ms" }',
+        )
+    )
+    stop = threading.Event()
+    started = time.monotonic()
+    threading.Timer(1.6, stop.set).start()
+    out = io.StringIO()
+    assert run(load_catalog(str(catalog)), "files", out=out, stop=stop, install_signals=False) == 0
+    elapsed = time.monotonic() - started
+    bounds = [r for r in _records(tmp_path) if r["__is_bound"]]
+    # poll is 20 ms: without the interval there would be ~80 bounds.
+    assert 2 <= len(bounds) <= elapsed / 0.25 + 1, (len(bounds), elapsed)
+    arrivals = [r["__arrival_us"] for r in bounds]
+    assert all(b - a >= 250_000 for a, b in itertools.pairwise(arrivals))
+    assert "bounds=" in out.getvalue()
 
 
 @pytest.mark.parametrize(
@@ -200,3 +327,47 @@ def test_a_combination_takes_the_highest_bound():
 def test_bad_strategies_are_refused(table):
     with pytest.raises(ValueError):
         parse_strategy(table, _fail)
+
+
+def test_one_log_line_per_interval_with_rows_bounds_late_discarded_and_lag(tmp_path):
+    catalog = _setup(tmp_path)
+    text = Path(catalog).read_text().replace("count = 300", "count = 100000")
+    text = text.replace('disorder = "5ms"', 'disorder = "0s"')  # no late rows in this test
+    Path(catalog).write_text(
+        text.replace("[connectors.gen]", '[connectors.gen]\nlog_every = "200ms"')
+    )
+    stop = threading.Event()
+    threading.Timer(3, stop.set).start()
+    out = io.StringIO()
+    started = time.monotonic()
+    assert run(load_catalog(catalog), "gen", out=out, stop=stop, install_signals=False) == 0
+    elapsed = time.monotonic() - started
+    lines = out.getvalue().splitlines()
+    assert "feeding partition 0 of stream 'orders'" in lines[0]
+    assert "stopped" in lines[-1]
+    pattern = re.compile(
+        r"^\S+ gen: rows=(\d+) bounds=(\d+) late=0 discarded=0 held=0 clock=\S+ lag=(-?[\d.]+)s$"
+    )
+    intervals = [pattern.match(line) for line in lines[1:-1]]
+    assert all(intervals), lines
+    assert 2 <= len(intervals) <= elapsed / 0.2 + 1
+    assert sum(int(m.group(1)) for m in intervals) > 0
+    # The generator's rows follow this machine's clock: the lag is small, in seconds.
+    assert all(abs(float(m.group(3))) < 30 for m in intervals)
+
+
+@pytest.mark.parametrize(
+    ("change", "says"),
+    [
+        (("[connectors.files]", "[connectors.other]"), "no connector 'files'"),
+        (('rowtime_field = "ts"', 'rowtime_fild = "ts"'), "connectors.files.rowtime_fild"),
+        (('poll = "20ms"', 'poll = "often"'), "connectors.files.poll"),
+        (('path = "incoming"', 'path = "nowhere"'), "connectors.files.path"),
+    ],
+)
+def test_bad_configuration_is_one_clear_line_and_status_2(tmp_path, capsys, change, says):
+    catalog = _setup(tmp_path)
+    Path(catalog).write_text(Path(catalog).read_text().replace(*change))
+    assert main(["connect", catalog, "files"]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and err[0].startswith("rowtime connect: error: ") and says in err[0], err
