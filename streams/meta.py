@@ -27,6 +27,7 @@ from typing import Any
 
 import pyarrow as pa
 
+from ..bounds.bounds import END_OF_STREAM_US, MIN_ROWTIME_US
 from ..bounds.errors import CorruptLogError, OptionError, SchemaError
 from ..bounds.time import TimeFormat
 from ..bounds.units import ADJUST_UNITS_US, EPOCH_UNITS_US
@@ -193,6 +194,12 @@ def validate_defaults(defaults: Mapping[str, Any], schema: pa.Schema) -> dict[st
             out[name] = _check_with_time(name, value, fmt=value)
         else:  # rowtime_timezone
             out[name] = _check_with_time(name, value, tz=value)
+    if "adjust_range" in out:
+        # Past Spark's whole timestamp span a range means nothing, and readers would overflow.
+        unit = out.get("adjust_unit", "usec")
+        span = (END_OF_STREAM_US - MIN_ROWTIME_US) // ADJUST_UNITS_US[unit]
+        if out["adjust_range"] > span:
+            raise _bad("adjust_range", out["adjust_range"], f"at most {span} {unit}")
     return out
 
 

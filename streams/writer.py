@@ -147,10 +147,10 @@ class Writer:
         self.partition = partition
         self._where = f"partition {partition} of stream {stream.location}"
         heartbeat_us = None if heartbeat is None else parse_duration_us(heartbeat, what="heartbeat")
-        if flush_records < 1 or flush_bytes < 1:
-            raise OptionError(
-                f"flush_records={flush_records!r} and flush_bytes={flush_bytes!r} must be >= 1"
-            )
+        for name, value in (("flush_records", flush_records), ("flush_bytes", flush_bytes)):
+            # bool is an int to Python, and a str or float would fail later, mid-insert.
+            if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+                raise OptionError(f"{name}={value!r} must be a whole number >= 1")
         self._now = clock  # None: the wall clock, read inline on the hot path
         self._flush_records = flush_records
         self._flush_bytes = flush_bytes
@@ -338,7 +338,8 @@ class Writer:
                 rowtime_us = self._rowtime_us(rowtime)
                 effective = rowtime_us
             clock = self._clock
-            if effective < clock and (self._reject or clock == END_OF_STREAM_US):
+            # After the end of stream nothing follows, not even a row at the end of time.
+            if (effective < clock and self._reject) or clock == END_OF_STREAM_US:
                 self._late(effective, clock, rowtime_us is None)
             # Checked: from here on nothing raises before the row is buffered.
             self._arrival = arrival
@@ -500,7 +501,7 @@ class Writer:
                 if check_late:
                     # The clock before each row: the partition clock, then the running maximum.
                     before = clock_before(rt, clock)
-                    late = rt < before
+                    late = (rt < before) | (before == END_OF_STREAM_US)
                     if late.any():
                         i = int(np.flatnonzero(late)[0])
                         self._late(int(rt[i]), int(before[i]), False, index=i)
@@ -508,7 +509,7 @@ class Writer:
                 low, last = int(rt.min()), int(rt[-1])
             else:
                 top = arrival
-                if check_late and arrival < clock:
+                if check_late and (arrival < clock or clock == END_OF_STREAM_US):
                     self._late(arrival, clock, True, index=0)
                 rowtime_arr = pa.nulls(n, pa.int64())
                 low = last = arrival
