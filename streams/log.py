@@ -347,21 +347,14 @@ class Stream:
         except FileNotFoundError:
             raise
         except (OSError, pa.ArrowInvalid) as e:
-            raise CorruptLogError(
-                f"segment {segment.path} cannot be read ({e}): the log is damaged"
-            ) from e
+            raise _damaged(segment, f"cannot be read ({e})") from e
         if table.num_rows != segment.count:
-            raise CorruptLogError(
-                f"segment {segment.path} holds {table.num_rows} records, its name says "
-                f"{segment.count}"
-            )
+            raise _damaged(segment, f"holds {table.num_rows} records, its name says {segment.count}")
         # The footer is read with the records: a segment of a newer format is refused before
         # any of its records is used.
         stats = SegmentStats.from_metadata(table.schema.metadata, segment.path)
         if (stats.first, stats.count) != (segment.first, segment.count):
-            raise CorruptLogError(
-                f"segment {segment.path} says it holds [{stats.first}, {stats.end}) in its footer"
-            )
+            raise _damaged(segment, f"says it holds [{stats.first}, {stats.end}) in its footer")
         self._stats[segment.path] = stats
         with self._mutex:
             self._tables[segment.path] = table
@@ -429,6 +422,19 @@ class Stream:
                 f"cannot read [{start}, {end}) of partition {partition} of {self.location}: only "
                 f"{self.end_offset(partition)} records are committed"
             ) from None
+
+
+def _damaged(segment: Segment, why: str) -> CorruptLogError:
+    """The error for a segment file that is not as written: the file, its records, what to do."""
+    try:
+        size = f"{os.path.getsize(segment.path)} bytes"
+    except OSError:
+        size = "size unknown"
+    return CorruptLogError(
+        f"segment {segment.path} ({size}), records [{segment.first}, {segment.end}) of its "
+        f"partition, {why}: the log is damaged. The partition cannot be read from offset "
+        f"{segment.first} on; restore the file from a backup (other partitions are unaffected)"
+    )
 
 
 class _LogAppender:

@@ -690,7 +690,18 @@ class Writer:
         stats = SegmentStats(
             **{**stats.__dict__, "first": self._end, "clock_us": self._clock}  # exact clock
         )
-        self._appender.append_run(stats, self._chunks)
+        try:
+            self._appender.append_run(stats, self._chunks)
+        except OSError as e:
+            # A full disk, a read-only folder: the segment is not committed (its temporary file
+            # is gone) and the buffer, this call's records included, is intact for a retry.
+            raise OSError(
+                e.errno,
+                f"writing {self.pending} buffered record(s) to {self._where} failed: "
+                f"{e.strerror or e}. Nothing was committed; the records are kept in the buffer "
+                "(this call's too: do not insert them again). Free space or fix the folder, "
+                "then call flush() again",
+            ) from e
         self._end = stats.end
         self._chunks = []
         self._chunk_stats = []
