@@ -169,6 +169,13 @@ def list_segments(part_dir: str) -> tuple[list[Segment], list[str], list[str]]:
                 if name.startswith(TMP_PREFIX):
                     temps.append(entry.path)
                 continue
+            if entry.is_symlink():
+                # The log never makes links: one planted here could show another file's records
+                # (or another stream's) as this partition's.
+                raise CorruptLogError(
+                    f"segment {entry.path} is a symbolic link (to {os.readlink(entry.path)!r}): "
+                    "the log never makes links, so someone put it there; remove it"
+                )
             seg = Segment(int(m.group(1)), int(m.group(2)), entry.path)
             prev = by_first.get(seg.first)
             if prev is None or seg.count > prev.count:
@@ -349,7 +356,9 @@ class Stream:
         except (OSError, pa.ArrowInvalid) as e:
             raise _damaged(segment, f"cannot be read ({e})") from e
         if table.num_rows != segment.count:
-            raise _damaged(segment, f"holds {table.num_rows} records, its name says {segment.count}")
+            raise _damaged(
+                segment, f"holds {table.num_rows} records, its name says {segment.count}"
+            )
         # The footer is read with the records: a segment of a newer format is refused before
         # any of its records is used.
         stats = SegmentStats.from_metadata(table.schema.metadata, segment.path)
@@ -621,7 +630,7 @@ def create_stream(
     if isinstance(partitions, bool) or not isinstance(partitions, int) or partitions < 1:
         raise OptionError(f"partitions={partitions!r} must be a whole number >= 1")
     checked = validate_defaults(defaults, payload)
-    meta = StreamMeta(path, payload, partitions, checked)
+    meta = StreamMeta(path, payload, partitions, checked, stream_id=uuid.uuid4().hex)
 
     existing = read_meta(path)
     if existing is None:

@@ -79,6 +79,9 @@ class StreamMeta:
     partitions: int
     defaults: dict[str, Any] = field(default_factory=dict)
     format_version: int = FORMAT_VERSION
+    #: A random id given when the stream is created ("" for streams made before ids): a stream
+    #: deleted and created again at the same place is another stream to a query's checkpoint.
+    stream_id: str = ""
 
     @property
     def ddl(self) -> str:
@@ -217,6 +220,8 @@ def meta_to_json(meta: StreamMeta) -> str:
         },
         "defaults": meta.defaults,
     }
+    if meta.stream_id:
+        doc["id"] = meta.stream_id
     return json.dumps(doc, indent=2, sort_keys=False) + "\n"
 
 
@@ -235,11 +240,12 @@ def meta_from_json(text: str, location: str) -> StreamMeta:
         schema = schema_from_b64(doc["schema"]["arrow_ipc_base64"])
         partitions = int(doc["partitions"])
         defaults = dict(doc.get("defaults") or {})
+        stream_id = str(doc.get("id") or "")
     except CorruptLogError:
         raise
     except (ValueError, KeyError, TypeError, AttributeError, pa.ArrowException) as e:
         raise CorruptLogError(f"stream metadata {path} cannot be read: {e}") from e
-    return StreamMeta(location, schema, partitions, defaults, version)
+    return StreamMeta(location, schema, partitions, defaults, version, stream_id)
 
 
 #: Parsed metadata by path, with the file's identity: ``_stream.json`` is written once and never

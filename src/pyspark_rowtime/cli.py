@@ -451,7 +451,7 @@ def cmd_describe(args: argparse.Namespace) -> int:
     damaged = [p for p in info["partition_info"] if "damaged" in p]
     for p in info["partition_info"]:
         if "damaged" in p:
-            table.append((str(p["partition"]), "DAMAGED", *("-",) * (len(header) - 2)))
+            table.append((str(p["partition"]), "DAMAGED", "-", "-", "-", "-", "-", "-"))
             continue
         table.append(
             (
