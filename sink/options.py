@@ -20,6 +20,7 @@ from ..bounds.errors import OptionError, SchemaError
 from ..streams.columns import SPARK_COLUMNS, SPARK_IS_BOUND, SPARK_ROWTIME
 from ..streams.log import resolve_location
 from ..streams.options import OptionTable
+from ..streams.storage import redact_url
 
 GRANULARITY_US = {
     "minute": 60_000_000,
@@ -188,7 +189,8 @@ def parse_sink_options(
             checkpoint = resolve_location(checkpoint)
         except OptionError:
             raise OptionError(
-                f"option checkpointLocation={checkpoint!r}: the sink reads the checkpoint, and "
+                f"option checkpointLocation={redact_url(checkpoint)!r}: the sink reads the "
+                "checkpoint, and "
                 "only local paths and file:// URLs are supported"
             ) from None
     if clock == "watermark" and checkpoint is None:

@@ -62,6 +62,7 @@ from .meta import (
     META_FILE,
     StreamMeta,
     fsync_dir,
+    narrow_mode,
     payload_schema,
     publish,
     read_meta,
@@ -221,6 +222,7 @@ def write_segment(
     tmp = os.path.join(part_dir, f"{TMP_PREFIX}{os.getpid()}.{uuid.uuid4().hex}.arrow")
     try:
         write_segment_file(tmp, stats, schema, chunks)
+        narrow_mode(tmp, part_dir)
         segment = link_segment(part_dir, tmp, stats)
     finally:
         try:
@@ -647,6 +649,7 @@ def create_stream(
         os.makedirs(path, exist_ok=True)
         for p in range(partitions):
             os.makedirs(os.path.join(path, partition_dirname(p)), exist_ok=True)
+            narrow_mode(os.path.join(path, partition_dirname(p)), path)
         fsync_dir(path)
         if write_meta_once(meta):
             return Stream(meta)

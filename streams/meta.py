@@ -277,6 +277,16 @@ def read_meta(location: str) -> StreamMeta | None:
     return meta
 
 
+def narrow_mode(path: str, folder: str) -> None:
+    """Take from ``path`` any permission bit its ``folder`` lacks: files and folders the log
+    creates are never readable by more people than the folder that holds them (a stream put
+    in a private folder stays private whatever the umask)."""
+    allowed = os.stat(folder).st_mode & 0o777
+    bits = os.stat(path).st_mode & 0o777
+    if bits & ~allowed:
+        os.chmod(path, bits & allowed)
+
+
 def _fsync(path: str, flags: int) -> None:
     fd = os.open(path, flags)
     try:
@@ -329,6 +339,7 @@ def write_meta_once(meta: StreamMeta) -> bool:
         f.write(meta_to_json(meta))
         f.flush()
         os.fsync(f.fileno())
+    narrow_mode(tmp, meta.location)
     try:
         publish(tmp, final)
         created = True
