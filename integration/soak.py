@@ -58,7 +58,7 @@ WRITER = textwrap.dedent(
                 w.set_rowtime_bound(from_rowtime_us(max(w.clock_us, now_us - 20_000)))
             if rnd.random() < 0.05:
                 w.flush()
-            time.sleep(rnd.random() * 0.004)
+            time.sleep(rnd.random() * 0.01)
     """
 )
 
@@ -119,12 +119,20 @@ def main(seconds: float) -> int:
             ]
         )
 
-    spark = spark_builder().config("spark.ui.showConsoleProgress", "false").getOrCreate()
+    spark = (
+        spark_builder()
+        .config("spark.ui.showConsoleProgress", "false")
+        # On a loaded machine (writers included) a Python worker may take longer than the
+        # default 15 s to start and connect back; the soak tests this project, not that.
+        .config("spark.python.authenticate.socketTimeout", "180s")
+        .getOrCreate()
+    )
     spark.sparkContext.setLogLevel("ERROR")
     query = (
         spark.readStream.format("rowtime").load(str(src))
         .writeStream.format("rowtime").option("checkpointLocation", str(ck)).start(str(out))
     )  # fmt: skip
+    query.processAllAvailable()  # the reader is up before the writers take the CPU
     writers = {p: start_writer(p) for p in range(PARTITIONS)}
     own = {w.pid for w in writers.values()}
     started = time.monotonic()
