@@ -1,4 +1,4 @@
-"""The soak test, short: ``integration/soak.py`` for 45 s in its own process (its own Spark).
+"""The soak test, short: ``integration/soak.py`` for 30 s in its own process (its own Spark).
 
 Four writer processes killed at random, heartbeats, random bounds and 1% disorder under
 ``adjust`` while a query reads and a sink writes; the script checks counts, clocks and memory
@@ -19,7 +19,7 @@ SCRIPT = Path(__file__).parent / "soak.py"
 def test_a_short_soak_loses_nothing_and_stays_flat(tmp_path):
     env = {**os.environ, "PYSPARK_PYTHON": sys.executable, "TMPDIR": str(tmp_path)}
     done = subprocess.run(
-        [sys.executable, str(SCRIPT), "45"], capture_output=True, text=True, timeout=600, env=env
+        [sys.executable, str(SCRIPT), "30"], capture_output=True, text=True, timeout=600, env=env
     )
     figures = json.loads(done.stdout.strip().splitlines()[-1]) if done.stdout.strip() else {}
     assert done.returncode == 0, (figures, done.stderr[-4000:])
