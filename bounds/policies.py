@@ -41,7 +41,7 @@ from typing import Any, ClassVar
 
 import numpy as np
 
-from .bounds import END_OF_STREAM_US, NO_TIME
+from .bounds import END_OF_STREAM_US, MIN_ROWTIME_US, NO_TIME
 from .errors import HeldRowsOverflowError, LateRowError, OptionError
 from .units import ADJUST_UNITS_US
 
@@ -111,9 +111,16 @@ class AdjustPolicy(Policy):
     def __post_init__(self) -> None:
         if self.unit not in ADJUST_UNITS_US:
             raise OptionError(f"adjust.unit must be one of sec, msec, usec; got {self.unit!r}")
-        if isinstance(self.range, bool) or not isinstance(self.range, int) or self.range < 0:
+        # A range past Spark's whole timestamp span means nothing and would overflow int64.
+        span = (END_OF_STREAM_US - MIN_ROWTIME_US) // ADJUST_UNITS_US[self.unit]
+        if (
+            isinstance(self.range, bool)
+            or not isinstance(self.range, int)
+            or not 0 <= self.range <= span
+        ):
             raise OptionError(
-                f"adjust.range must be a whole number of {self.unit} >= 0; got {self.range!r}"
+                f"adjust.range must be a whole number of {self.unit} >= 0, at most {span} (the "
+                f"span of Spark timestamps); got {self.range!r}"
             )
         if (
             isinstance(self.max_held, bool)

@@ -129,7 +129,7 @@ def parse_reader_options(
     max_held = _int("adjust.maxheld", merged.get("adjust.maxheld", DEFAULT_MAX_HELD), 1)
     try:
         policy = make_policy(order, unit=unit, range=range_, max_held=max_held)
-    except OptionError as e:  # pragma: no cover - the checks above come first
+    except OptionError as e:  # the policy's own checks: adjust.range past the timestamp span
         raise OptionError(f"option {e}") from None
 
     max_rows = None

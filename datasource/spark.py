@@ -27,7 +27,7 @@ from pyspark.sql.streaming.datasource import (
 )
 from pyspark.sql.types import StructType
 
-from ..bounds.errors import SchemaError, StreamNotFoundError
+from ..bounds.errors import OffsetError, SchemaError, StreamNotFoundError
 from ..bounds.plan import StreamPosition
 from ..streams.catalog import resolve_stream_option
 from ..streams.storage import LocationKind, open_storage, what_is_at
@@ -196,8 +196,32 @@ class RowtimeStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
             self._planner = Planner(self.cfg)
         return self._planner
 
+    def _offset(self, pos: StreamPosition) -> dict:
+        """A position as Spark's offset, with the id of the stream it is a position in."""
+        offset = pos.to_dict()
+        stream_id = self.planner.stream.meta.stream_id
+        if stream_id:
+            offset["stream"] = stream_id
+        return offset
+
+    def _check_stream(self, *offsets: dict) -> None:
+        """Refuse offsets of another stream: a checkpoint from before the stream at this
+        location was deleted and created again would otherwise be read as positions in the
+        new one (offsets from before stream ids carry none and are taken as they are)."""
+        now = self.planner.stream.meta.stream_id
+        for offset in offsets:
+            was = offset.get("stream") if isinstance(offset, dict) else None
+            if now and was and was != now:
+                raise OffsetError(
+                    f"the query's checkpoint holds positions in stream {was}, and the stream "
+                    f"at {self.cfg.location} is stream {now}: it was deleted and created again "
+                    "since the checkpoint was written, so those positions mean nothing in it. "
+                    "Start the query with a new checkpointLocation (it reads the new stream from "
+                    "startingOffsets), or restore the old stream"
+                )
+
     def initialOffset(self) -> dict:
-        return self.planner.start_position().to_dict()
+        return self._offset(self.planner.start_position())
 
     def getDefaultReadLimit(self) -> ReadLimit:
         if self.cfg.max_rows_per_batch is not None:
@@ -214,15 +238,17 @@ class RowtimeStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         return now
 
     def latestOffset(self, start: dict, limit: ReadLimit) -> dict:
+        self._check_stream(start)
         pos = StreamPosition.from_dict(start)
         max_rows = limit.max_rows if isinstance(limit, ReadMaxRows) else self.step_records
         new = self.planner.plan(pos, self._available(), min(max_rows, self.step_records))
-        return start if new is None else new.to_dict()
+        return start if new is None else self._offset(new)
 
     def reportLatestOffset(self) -> dict | None:
         return {"records": {str(p): n for p, n in enumerate(self.planner.available())}}
 
     def partitions(self, start: dict, end: dict) -> Sequence[InputPartition]:
+        self._check_stream(start, end)
         runs = self.planner.runs_for(start, end)
         return [RowtimePartition(t) for t in partition_tasks(start, end, runs)]
 

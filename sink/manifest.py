@@ -9,6 +9,7 @@ written before these classes existed replay unchanged. Times are microseconds si
 
 from __future__ import annotations
 
+import os
 from collections.abc import Mapping
 from dataclasses import dataclass, replace
 from typing import Any
@@ -22,6 +23,15 @@ def _bad_entry(kind: str, doc: Any, e: Exception) -> CorruptLogError:
     return CorruptLogError(
         f"a {kind} manifest entry cannot be read ({type(e).__name__}: {e}): {str(doc)[:200]}"
     )
+
+
+def _inside(value: Any) -> str:
+    """A file path from an entry, checked to stay inside the target: relative, without ``..``
+    (an entry edited by hand, or by anyone, must not move or link files elsewhere)."""
+    text = str(value)
+    if not text or os.path.isabs(text) or ".." in text.replace(os.sep, "/").split("/"):
+        raise ValueError(f"file {text!r} is not a path inside the target")
+    return text
 
 
 def _int_or_none(value: Any) -> int | None:
@@ -68,7 +78,7 @@ class StreamPart:
             rows=int(doc["rows"]),
             bound_us=_int_or_none(doc["bound_us"]),
             mode=str(doc["mode"]),
-            files=tuple((str(rel), int(rows)) for rel, rows in doc["files"]),
+            files=tuple((_inside(rel), int(rows)) for rel, rows in doc["files"]),
         )
 
 
@@ -182,7 +192,8 @@ class ParquetEntry:
                 previous_clock_us=_int_or_none(doc.get("previous_clock_us")),
                 rows=int(doc.get("rows", 0)),
                 files=tuple(
-                    ParquetFile(str(s), str(f), int(k), int(r)) for s, f, k, r in doc["files"]
+                    ParquetFile(_inside(s), _inside(f), int(k), int(r))
+                    for s, f, k, r in doc["files"]
                 ),
                 complete=tuple(int(k) for k in doc.get("complete", [])),
                 open=tuple(int(k) for k in doc.get("open", [])),

@@ -20,7 +20,7 @@ from ..bounds.errors import OptionError, SchemaError
 from ..streams.columns import SPARK_COLUMNS, SPARK_IS_BOUND, SPARK_ROWTIME
 from ..streams.log import resolve_location
 from ..streams.options import OptionTable
-from ..streams.storage import resolve, sink_store
+from ..streams.storage import redact_url, resolve, sink_store
 
 GRANULARITY_US = {
     "minute": 60_000_000,
@@ -190,7 +190,8 @@ def parse_sink_options(
             checkpoint = resolve_location(checkpoint)
         except OptionError:
             raise OptionError(
-                f"option checkpointLocation={checkpoint!r}: the sink reads the checkpoint, and "
+                f"option checkpointLocation={redact_url(checkpoint)!r}: the sink reads the "
+                "checkpoint, and "
                 "only local paths and file:// URLs are supported"
             ) from None
     if clock == "watermark" and checkpoint is None:
@@ -205,8 +206,9 @@ def parse_sink_options(
     if target == "parquet" and sink_store(location) is not None:
         # Parquet files go to a folder, and its state (intents, staged files) beside them.
         raise OptionError(
-            "option path: target=parquet writes files to a local folder (a path or file:// "
-            "URL); a stream location of another backend (redis://) takes target=stream only"
+            f"option path={redact_url(path)!r}: target=parquet writes files to a local folder "
+            "(a path or file:// URL); a stream location of another backend (redis://) takes "
+            "target=stream only"
         )
     return SinkConfig(
         location=location,

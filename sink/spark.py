@@ -11,6 +11,7 @@ for every task of a micro-batch (``streaming.sql.batchId``).
 
 from __future__ import annotations
 
+import os
 from collections.abc import Iterator
 from typing import Any
 
@@ -107,6 +108,26 @@ class RowtimeStreamWriter(DataSourceStreamArrowWriter):
         make_target(self.cfg).abort(reports, batchId)
 
 
+def _check_not_lost(cfg: SinkConfig, target: Target) -> None:
+    """Refuse to go on when the query's checkpoint has committed batches but the target has no
+    sink state: it was deleted (or the query pointed elsewhere) since, and writing on would
+    silently start a new target without the rows of the committed batches."""
+    if cfg.checkpoint is None or target.state.read_target() is not None:
+        return
+    try:
+        committed = [n for n in os.listdir(os.path.join(cfg.checkpoint, "commits")) if n.isdigit()]
+    except OSError:
+        return
+    if committed:
+        raise OptionError(
+            f"{target.where} has no sink state (no target description), but the "
+            f"query's checkpoint {cfg.checkpoint} has {len(committed)} committed batch(es): the "
+            "target was deleted or moved while the query ran, and the rows of those batches "
+            "are not in it. Restore the target folder, or start over with a new "
+            "checkpointLocation (and a new or empty path)"
+        )
+
+
 def make_stream_writer(
     options: dict[str, Any], schema: StructType, overwrite: bool, conf_catalog: str | None = None
 ) -> RowtimeStreamWriter:
@@ -121,6 +142,7 @@ def make_stream_writer(
     arrow = to_arrow_schema(schema, timezone="UTC", prefers_large_types=False)
     cfg = parse_sink_options(options, arrow, overwrite)
     target = make_target(cfg)
+    _check_not_lost(cfg, target)
     target.prepare()
     # Refuse at start a target another query owns (the checkpoint names this query).
     target.state.claim(checkpoint_query_id(cfg.checkpoint))

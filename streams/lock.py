@@ -12,10 +12,11 @@ several writers anyway.
 
 from __future__ import annotations
 
+import errno
 import fcntl
 import os
 
-from ..bounds.errors import WriterLockedError
+from ..bounds.errors import CorruptLogError, WriterLockedError
 
 LOCK_FILE = "_writer.lock"
 
@@ -31,7 +32,19 @@ class PartitionLock:
 
     def acquire(self, what: str) -> None:
         """Take the lock or raise :class:`WriterLockedError` naming ``what`` and the holder."""
-        fd = os.open(self.path, os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o644)
+        try:
+            # O_NOFOLLOW: a link planted in the folder must not make us truncate its target.
+            flags = os.O_RDWR | os.O_CREAT | os.O_CLOEXEC | os.O_NOFOLLOW
+            # Readable no wider than its folder (see streams.meta.narrow_mode).
+            mode = 0o644 & os.stat(os.path.dirname(self.path) or ".").st_mode
+            fd = os.open(self.path, flags, mode)
+        except OSError as e:
+            if e.errno != errno.ELOOP:
+                raise
+            raise CorruptLogError(
+                f"{self.path} is a symbolic link: this project never makes one, so someone put "
+                f"it there; remove it (the lock of {what} is a plain file)"
+            ) from None
         try:
             fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
         except BlockingIOError:

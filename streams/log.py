@@ -62,6 +62,7 @@ from .meta import (
     META_FILE,
     StreamMeta,
     fsync_dir,
+    narrow_mode,
     payload_schema,
     publish,
     read_meta,
@@ -169,6 +170,13 @@ def list_segments(part_dir: str) -> tuple[list[Segment], list[str], list[str]]:
                 if name.startswith(TMP_PREFIX):
                     temps.append(entry.path)
                 continue
+            if entry.is_symlink():
+                # The log never makes links: one planted here could show another file's records
+                # (or another stream's) as this partition's.
+                raise CorruptLogError(
+                    f"segment {entry.path} is a symbolic link (to {os.readlink(entry.path)!r}): "
+                    "the log never makes links, so someone put it there; remove it"
+                )
             seg = Segment(int(m.group(1)), int(m.group(2)), entry.path)
             prev = by_first.get(seg.first)
             if prev is None or seg.count > prev.count:
@@ -214,6 +222,7 @@ def write_segment(
     tmp = os.path.join(part_dir, f"{TMP_PREFIX}{os.getpid()}.{uuid.uuid4().hex}.arrow")
     try:
         write_segment_file(tmp, stats, schema, chunks)
+        narrow_mode(tmp, part_dir)
         segment = link_segment(part_dir, tmp, stats)
     finally:
         try:
@@ -347,21 +356,16 @@ class Stream:
         except FileNotFoundError:
             raise
         except (OSError, pa.ArrowInvalid) as e:
-            raise CorruptLogError(
-                f"segment {segment.path} cannot be read ({e}): the log is damaged"
-            ) from e
+            raise _damaged(segment, f"cannot be read ({e})") from e
         if table.num_rows != segment.count:
-            raise CorruptLogError(
-                f"segment {segment.path} holds {table.num_rows} records, its name says "
-                f"{segment.count}"
+            raise _damaged(
+                segment, f"holds {table.num_rows} records, its name says {segment.count}"
             )
         # The footer is read with the records: a segment of a newer format is refused before
         # any of its records is used.
         stats = SegmentStats.from_metadata(table.schema.metadata, segment.path)
         if (stats.first, stats.count) != (segment.first, segment.count):
-            raise CorruptLogError(
-                f"segment {segment.path} says it holds [{stats.first}, {stats.end}) in its footer"
-            )
+            raise _damaged(segment, f"says it holds [{stats.first}, {stats.end}) in its footer")
         self._stats[segment.path] = stats
         with self._mutex:
             self._tables[segment.path] = table
@@ -429,6 +433,19 @@ class Stream:
                 f"cannot read [{start}, {end}) of partition {partition} of {self.location}: only "
                 f"{self.end_offset(partition)} records are committed"
             ) from None
+
+
+def _damaged(segment: Segment, why: str) -> CorruptLogError:
+    """The error for a segment file that is not as written: the file, its records, what to do."""
+    try:
+        size = f"{os.path.getsize(segment.path)} bytes"
+    except OSError:
+        size = "size unknown"
+    return CorruptLogError(
+        f"segment {segment.path} ({size}), records [{segment.first}, {segment.end}) of its "
+        f"partition, {why}: the log is damaged. The partition cannot be read from offset "
+        f"{segment.first} on; restore the file from a backup (other partitions are unaffected)"
+    )
 
 
 class _LogAppender:
@@ -615,7 +632,7 @@ def create_stream(
     if isinstance(partitions, bool) or not isinstance(partitions, int) or partitions < 1:
         raise OptionError(f"partitions={partitions!r} must be a whole number >= 1")
     checked = validate_defaults(defaults, payload)
-    meta = StreamMeta(path, payload, partitions, checked)
+    meta = StreamMeta(path, payload, partitions, checked, stream_id=uuid.uuid4().hex)
 
     existing = read_meta(path)
     if existing is None:
@@ -632,6 +649,7 @@ def create_stream(
         os.makedirs(path, exist_ok=True)
         for p in range(partitions):
             os.makedirs(os.path.join(path, partition_dirname(p)), exist_ok=True)
+            narrow_mode(os.path.join(path, partition_dirname(p)), path)
         fsync_dir(path)
         if write_meta_once(meta):
             return Stream(meta)

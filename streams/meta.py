@@ -27,6 +27,7 @@ from typing import Any
 
 import pyarrow as pa
 
+from ..bounds.bounds import END_OF_STREAM_US, MIN_ROWTIME_US
 from ..bounds.errors import CorruptLogError, OptionError, SchemaError
 from ..bounds.time import TimeFormat
 from ..bounds.units import ADJUST_UNITS_US, EPOCH_UNITS_US
@@ -78,6 +79,9 @@ class StreamMeta:
     partitions: int
     defaults: dict[str, Any] = field(default_factory=dict)
     format_version: int = FORMAT_VERSION
+    #: A random id given when the stream is created ("" for streams made before ids): a stream
+    #: deleted and created again at the same place is another stream to a query's checkpoint.
+    stream_id: str = ""
 
     @property
     def ddl(self) -> str:
@@ -193,6 +197,12 @@ def validate_defaults(defaults: Mapping[str, Any], schema: pa.Schema) -> dict[st
             out[name] = _check_with_time(name, value, fmt=value)
         else:  # rowtime_timezone
             out[name] = _check_with_time(name, value, tz=value)
+    if "adjust_range" in out:
+        # Past Spark's whole timestamp span a range means nothing, and readers would overflow.
+        unit = out.get("adjust_unit", "usec")
+        span = (END_OF_STREAM_US - MIN_ROWTIME_US) // ADJUST_UNITS_US[unit]
+        if out["adjust_range"] > span:
+            raise _bad("adjust_range", out["adjust_range"], f"at most {span} {unit}")
     return out
 
 
@@ -210,6 +220,8 @@ def meta_to_json(meta: StreamMeta) -> str:
         },
         "defaults": meta.defaults,
     }
+    if meta.stream_id:
+        doc["id"] = meta.stream_id
     return json.dumps(doc, indent=2, sort_keys=False) + "\n"
 
 
@@ -228,11 +240,12 @@ def meta_from_json(text: str, location: str) -> StreamMeta:
         schema = schema_from_b64(doc["schema"]["arrow_ipc_base64"])
         partitions = int(doc["partitions"])
         defaults = dict(doc.get("defaults") or {})
+        stream_id = str(doc.get("id") or "")
     except CorruptLogError:
         raise
     except (ValueError, KeyError, TypeError, AttributeError, pa.ArrowException) as e:
         raise CorruptLogError(f"stream metadata {path} cannot be read: {e}") from e
-    return StreamMeta(location, schema, partitions, defaults, version)
+    return StreamMeta(location, schema, partitions, defaults, version, stream_id)
 
 
 #: Parsed metadata by path, with the file's identity: ``_stream.json`` is written once and never
@@ -262,6 +275,16 @@ def read_meta(location: str) -> StreamMeta | None:
         _META_CACHE.clear()
     _META_CACHE[location] = (key, replace(meta, defaults=dict(meta.defaults)))
     return meta
+
+
+def narrow_mode(path: str, folder: str) -> None:
+    """Take from ``path`` any permission bit its ``folder`` lacks: files and folders the log
+    creates are never readable by more people than the folder that holds them (a stream put
+    in a private folder stays private whatever the umask)."""
+    allowed = os.stat(folder).st_mode & 0o777
+    bits = os.stat(path).st_mode & 0o777
+    if bits & ~allowed:
+        os.chmod(path, bits & allowed)
 
 
 def _fsync(path: str, flags: int) -> None:
@@ -316,6 +339,7 @@ def write_meta_once(meta: StreamMeta) -> bool:
         f.write(meta_to_json(meta))
         f.flush()
         os.fsync(f.fileno())
+    narrow_mode(tmp, meta.location)
     try:
         publish(tmp, final)
         created = True

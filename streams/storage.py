@@ -38,6 +38,7 @@ from __future__ import annotations
 
 import enum
 import os
+import re
 import urllib.parse
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
@@ -404,6 +405,15 @@ def _scheme(location: str | os.PathLike[str]) -> str:
     return urllib.parse.urlparse(location).scheme.lower()
 
 
+_USERINFO_RE = re.compile(r"([A-Za-z][\w+.-]*://[^/@\s:]*:)[^\s/@]*@")
+
+
+def redact_url(text: str) -> str:
+    """``text`` with the password of any ``scheme://user:password@`` URL shown as ``***``
+    (for errors about locations of any scheme, known or not)."""
+    return _USERINFO_RE.sub(r"\1***@", text)
+
+
 def backend_for(location: str | os.PathLike[str]) -> Backend:
     """The backend serving ``location``, by its URL scheme (a plain path is a local file)."""
     _register_builtin()
@@ -412,7 +422,8 @@ def backend_for(location: str | os.PathLike[str]) -> Backend:
     if backend is None:
         known = ", ".join(f"{s}:// URLs" for s in sorted(_BACKENDS) if s)
         raise OptionError(
-            f"stream location {str(location)!r}: only local paths and {known} are supported "
+            f"stream location {redact_url(str(location))!r}: only local paths and {known} are "
+            "supported "
             f"(not {scheme}://); no storage backend is registered for {scheme}://"
         )
     return backend

@@ -51,6 +51,7 @@ from ..bounds.errors import (
     InvalidRowtimeError,
     LateRowError,
     OptionError,
+    RowtimeError,
     SchemaError,
     UnflushedRecordsError,
     WriterClosedError,
@@ -147,10 +148,10 @@ class Writer:
         self.partition = partition
         self._where = f"partition {partition} of stream {stream.location}"
         heartbeat_us = None if heartbeat is None else parse_duration_us(heartbeat, what="heartbeat")
-        if flush_records < 1 or flush_bytes < 1:
-            raise OptionError(
-                f"flush_records={flush_records!r} and flush_bytes={flush_bytes!r} must be >= 1"
-            )
+        for name, value in (("flush_records", flush_records), ("flush_bytes", flush_bytes)):
+            # bool is an int to Python, and a str or float would fail later, mid-insert.
+            if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+                raise OptionError(f"{name}={value!r} must be a whole number >= 1")
         self._now = clock  # None: the wall clock, read inline on the hot path
         self._flush_records = flush_records
         self._flush_bytes = flush_bytes
@@ -338,7 +339,8 @@ class Writer:
                 rowtime_us = self._rowtime_us(rowtime)
                 effective = rowtime_us
             clock = self._clock
-            if effective < clock and (self._reject or clock == END_OF_STREAM_US):
+            # After the end of stream nothing follows, not even a row at the end of time.
+            if (effective < clock and self._reject) or clock == END_OF_STREAM_US:
                 self._late(effective, clock, rowtime_us is None)
             # Checked: from here on nothing raises before the row is buffered.
             self._arrival = arrival
@@ -500,7 +502,7 @@ class Writer:
                 if check_late:
                     # The clock before each row: the partition clock, then the running maximum.
                     before = clock_before(rt, clock)
-                    late = rt < before
+                    late = (rt < before) | (before == END_OF_STREAM_US)
                     if late.any():
                         i = int(np.flatnonzero(late)[0])
                         self._late(int(rt[i]), int(before[i]), False, index=i)
@@ -508,7 +510,7 @@ class Writer:
                 low, last = int(rt.min()), int(rt[-1])
             else:
                 top = arrival
-                if check_late and arrival < clock:
+                if check_late and (arrival < clock or clock == END_OF_STREAM_US):
                     self._late(arrival, clock, True, index=0)
                 rowtime_arr = pa.nulls(n, pa.int64())
                 low = last = arrival
@@ -689,7 +691,22 @@ class Writer:
         stats = SegmentStats(
             **{**stats.__dict__, "first": self._end, "clock_us": self._clock}  # exact clock
         )
-        self._appender.append_run(stats, self._chunks)
+        try:
+            self._appender.append_run(stats, self._chunks)
+        except RowtimeError:
+            # A backend's own error (a Redis server that did not answer) already says what
+            # was done and what to do; the buffer is intact for a retry all the same.
+            raise
+        except OSError as e:
+            # A full disk, a read-only folder: the segment is not committed (its temporary file
+            # is gone) and the buffer, this call's records included, is intact for a retry.
+            raise OSError(
+                e.errno,
+                f"writing {self.pending} buffered record(s) to {self._where} failed: "
+                f"{e.strerror or e}. Nothing was committed; the records are kept in the buffer "
+                "(this call's too: do not insert them again). Free space or fix the folder, "
+                "then call flush() again",
+            ) from e
         self._end = stats.end
         self._chunks = []
         self._chunk_stats = []

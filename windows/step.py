@@ -24,6 +24,7 @@ a pane costs the same few values however many rows it holds.
 
 from __future__ import annotations
 
+import io
 import pickle
 from collections.abc import Iterable
 from dataclasses import dataclass
@@ -101,7 +102,36 @@ def load_state(blob: bytes | None) -> dict[int, PaneState]:
     module's classes, so renaming or moving code does not break existing checkpoints."""
     if blob is None:
         return {}
-    return {s: PaneState(e, t, p, list(v)) for s, e, t, p, v in pickle.loads(blob)}
+    state = _StateUnpickler(io.BytesIO(blob)).load()
+    return {s: PaneState(e, t, p, list(v)) for s, e, t, p, v in state}
+
+
+#: The only globals a pane's state may name: the value types partial aggregates hold. Spark's
+#: state store lives in the checkpoint folder, so its bytes are read as data, never as code.
+_STATE_GLOBALS = frozenset(
+    {
+        ("datetime", "datetime"),
+        ("datetime", "date"),
+        ("datetime", "timedelta"),
+        ("datetime", "timezone"),
+        ("decimal", "Decimal"),
+        ("numpy", "dtype"),
+        ("numpy.core.multiarray", "scalar"),
+        ("numpy._core.multiarray", "scalar"),
+        ("pandas._libs.tslibs.timestamps", "_unpickle_timestamp"),
+        ("pandas._libs.tslibs.timedeltas", "_timedelta_unpickle"),
+    }
+)
+
+
+class _StateUnpickler(pickle.Unpickler):
+    def find_class(self, module: str, name: str) -> Any:
+        if (module, name) not in _STATE_GLOBALS:
+            raise pickle.UnpicklingError(
+                f"the state of a time_interval_aggregate pane names {module}.{name}, which its "
+                "state never holds: the checkpoint's state store was altered; refusing to load it"
+            )
+        return super().find_class(module, name)
 
 
 #: Columns of a partials frame (:func:`preaggregate`) besides the key columns.
@@ -368,7 +398,7 @@ def merge_step(
                 discarded += int(n)
                 continue
             start, end = int(start), int(end)
-            new = pickle.loads(blob_p)
+            new = _StateUnpickler(io.BytesIO(blob_p)).load()  # value types only, as state
             p = panes.get(start)
             if p is None:
                 p = panes[start] = PaneState(end, False, None, [None] * len(aggs))

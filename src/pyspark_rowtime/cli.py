@@ -31,7 +31,7 @@ import pyarrow as pa
 
 from .api import create_stream, open_writer, rowtime_bound_us
 from .bounds.bounds import END_OF_STREAM_US, merge_clock
-from .bounds.errors import OptionError, RowtimeError, SchemaError
+from .bounds.errors import CorruptLogError, OptionError, RowtimeError, SchemaError
 from .bounds.time import (
     END_OF_STREAM_TEXT,
     TimeFormat,
@@ -371,11 +371,17 @@ def cmd_bound(args: argparse.Namespace) -> int:
 
 
 def describe(stream: StreamStorage) -> dict[str, Any]:
-    """What ``rowtime describe --json`` prints."""
-    partitions = []
+    """What ``rowtime describe --json`` prints. A damaged partition (a segment file that cannot
+    be read) is listed with ``damaged``, the error naming the file, and the others as usual."""
+    partitions: list[dict[str, Any]] = []
     clocks: list[int | None] = []
     for p in range(stream.meta.partitions):
-        stats = stream.partition_stats(p)
+        try:
+            stats = stream.partition_stats(p)
+        except CorruptLogError as e:
+            partitions.append({"partition": p, "damaged": " ".join(str(e).split())})
+            clocks.append(None)
+            continue
         rows = sum(s.rows for s in stats)
         with_rows = [s for s in stats if s.rows]
         skews = [s.max_skew_us for s in stats if s.max_skew_us is not None]
@@ -434,7 +440,7 @@ def cmd_describe(args: argparse.Namespace) -> int:
     info = describe(open_storage(args.path))
     if args.json:
         print(json.dumps(info, indent=2))
-        return 0
+        return 1 if any("damaged" in p for p in info["partition_info"]) else 0
     defaults = " ".join(f"{k}={v}" for k, v in info["defaults"].items()) or "(none)"
     print(f"stream    {info['location']}")
     print(f"schema    {info['schema']}")
@@ -442,7 +448,11 @@ def cmd_describe(args: argparse.Namespace) -> int:
     header = ("partition", "records", "rows", "bounds", "clock", "last arrival", "skew latest",
               "skew max")  # fmt: skip
     table = [header]
+    damaged = [p for p in info["partition_info"] if "damaged" in p]
     for p in info["partition_info"]:
+        if "damaged" in p:
+            table.append((str(p["partition"]), "DAMAGED", "-", "-", "-", "-", "-", "-"))
+            continue
         table.append(
             (
                 str(p["partition"]),
@@ -458,8 +468,11 @@ def cmd_describe(args: argparse.Namespace) -> int:
     widths = [max(len(r[i]) for r in table) for i in range(len(header))]
     for r in table:
         print("  ".join(c.ljust(w) for c, w in zip(r, widths, strict=True)).rstrip())
-    print(f"stream clock  {info['stream_clock'] or 'none (a partition is empty)'}")
-    return 0
+    why = "a partition is damaged" if damaged else "a partition is empty"
+    print(f"stream clock  {info['stream_clock'] or f'none ({why})'}")
+    for p in damaged:
+        print(f"partition {p['partition']}: {p['damaged']}", file=sys.stderr)
+    return 1 if damaged else 0
 
 
 def cmd_clock(args: argparse.Namespace) -> int:

@@ -1,0 +1,683 @@
+"""Bad input, table-driven: every option, argument, catalog key and row the user gives us.
+
+Each case must fail with the project's documented error type (a :class:`RowtimeError` leaf)
+whose message names the option, column or record at fault, and must leave what a stream
+already stores exactly as it was (compared file by file and record by record). Hypothesis
+fuzzes the time parsers, the DDL parser and the option parsers: whatever the input, they return
+or raise the documented error, never anything else, and round trips hold where they exist.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+import math
+import os
+from decimal import Decimal
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import pyarrow as pa
+import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+from pyspark_rowtime.api import create_stream, open_writer
+from pyspark_rowtime.bounds.bounds import END_OF_STREAM_US, MIN_ROWTIME_US
+from pyspark_rowtime.bounds.errors import (
+    BoundError,
+    InvalidRowtimeError,
+    LateRowError,
+    OptionError,
+    RowtimeError,
+    SchemaError,
+    StreamNotFoundError,
+)
+from pyspark_rowtime.bounds.time import TimeFormat, format_rowtime, parse_duration_us
+from pyspark_rowtime.cli import main
+from pyspark_rowtime.datasource.options import READER_OPTIONS, parse_reader_options
+from pyspark_rowtime.sink.options import SINK_OPTIONS, check_columns, parse_sink_options
+from pyspark_rowtime.streams.catalog import CatalogError, load_catalog
+from pyspark_rowtime.streams.ddl import parse_ddl, to_ddl
+from pyspark_rowtime.streams.log import open_stream
+
+T0 = dt.datetime(2024, 1, 1, tzinfo=dt.timezone.utc)
+T0_US = 1_704_067_200_000_000
+SCHEMA = "id INT NOT NULL, name STRING, ts TIMESTAMP"
+
+
+# -- what a stream holds ------------------------------------------------------------------------
+
+
+def snapshot(location: str) -> tuple[dict[str, tuple[int, int]], list[list[dict[str, Any]]]]:
+    """Every file under the stream (size, mtime) and every record of every partition."""
+    files = {}
+    for root, _, names in os.walk(location):
+        for name in names:
+            if name.startswith(".tmp.") or name == "_writer.lock":
+                continue  # the lock holds the pid of the last writer, not data
+            st_ = os.stat(os.path.join(root, name))
+            files[os.path.relpath(os.path.join(root, name), location)] = (
+                st_.st_size,
+                st_.st_mtime_ns,
+            )
+    stream = open_stream(location)
+    records = [
+        stream.read(p, 0, stream.end_offset(p)).to_pylist() for p in range(stream.meta.partitions)
+    ]
+    return files, records
+
+
+@pytest.fixture
+def stored(tmp_path: Path) -> str:
+    """A stream of two partitions, each with two rows and a bound at T0 + 10 s."""
+    loc = str(tmp_path / "s")
+    create_stream(loc, SCHEMA, partitions=2, order="reject")
+    for p in (0, 1):
+        with open_writer(loc, p) as w:
+            w.insert({"id": 1, "name": "a"}, rowtime=T0)
+            w.insert({"id": 2, "name": "b"}, rowtime=T0 + dt.timedelta(seconds=5))
+            w.set_rowtime_bound(T0 + dt.timedelta(seconds=10))
+    return loc
+
+
+# -- reader options ------------------------------------------------------------------------------
+
+READER_BAD: list[tuple[dict[str, str], str]] = [
+    ({"maxRowPerBatch": "10"}, "maxRowPerBatch"),  # a typo is named, not ignored
+    ({"ORDERING": "drop"}, "ORDERING"),
+    ({"order": "sideways"}, "order"),
+    ({"order": ""}, "order"),
+    ({"order": "adjust", "adjust.unit": "minutes"}, "adjust.unit"),
+    ({"order": "adjust", "adjust.range": "-1"}, "adjust.range"),
+    ({"order": "adjust", "adjust.range": "1.5"}, "adjust.range"),
+    ({"order": "adjust", "adjust.range": "ten"}, "adjust.range"),
+    ({"order": "adjust", "adjust.range": "99999999999999999999999999"}, "adjust.range"),
+    ({"order": "adjust", "adjust.maxHeld": "0"}, "adjust.maxHeld"),
+    ({"order": "adjust", "adjust.maxHeld": "-3"}, "adjust.maxHeld"),
+    ({"order": "reject", "adjust.range": "5"}, "adjust.range"),  # needs order=adjust
+    ({"adjust.unit": "msec"}, "adjust.unit"),
+    ({"maxRowsPerBatch": "0"}, "maxRowsPerBatch"),
+    ({"maxRowsPerBatch": "-1"}, "maxRowsPerBatch"),
+    ({"maxRowsPerBatch": "1e3"}, "maxRowsPerBatch"),
+    ({"maxRowsPerBatch": "many"}, "maxRowsPerBatch"),
+    ({"startingOffsets": "middle"}, "startingOffsets"),
+    ({"startingOffsets": '{"0": 5}'}, "startingOffsets"),
+    ({"endingOffsets": "now"}, "endingOffsets"),
+    ({"output": "all"}, "output"),
+    ({"rowtime.unit": "ms"}, "rowtime.unit"),  # without rowtime.column
+    ({"rowtime.timezone": "UTC"}, "rowtime.timezone"),
+    ({"rowtime.format": "yyyy"}, "rowtime.format"),
+    ({"rowtime.column": "ts", "rowtime.unit": "minutes"}, "rowtime.unit"),
+    ({"rowtime.column": "ts", "rowtime.timezone": "Mars/Olympus_Mons"}, "rowtime.timezone"),
+    ({"rowtime.column": "ts", "rowtime.timezone": "+25:00"}, "rowtime.timezone"),
+    ({"rowtime.column": "ts", "rowtime.format": " "}, "rowtime.format"),
+    ({"rowtime.column": "ts", "rowtime.format": "yyyy-MM-dd qqqq"}, "rowtime.format"),
+]
+
+
+@pytest.mark.parametrize(("options", "named"), READER_BAD, ids=lambda v: str(v))
+def test_a_bad_reader_option_is_refused_naming_it(options, named):
+    with pytest.raises(OptionError) as e:
+        parse_reader_options({"path": "/data/s", **options})
+    assert named in str(e.value)
+
+
+@pytest.mark.parametrize("path", [None, "", "   "])
+def test_the_reader_needs_a_path(path):
+    options = {} if path is None else {"path": path}
+    with pytest.raises(OptionError, match="option path is required"):
+        parse_reader_options(options)
+
+
+@pytest.mark.parametrize(
+    ("defaults", "named"),
+    [({"order": "sideways"}, "order"), ({"adjust_range": -2, "order": "adjust"}, "adjust.range")],
+)
+def test_a_bad_stream_default_reaching_the_reader_is_named_as_its_option(defaults, named):
+    """A stream's stored defaults are options too (a catalog or an old file may hold them)."""
+    with pytest.raises(OptionError, match=named):
+        parse_reader_options({"path": "/data/s"}, defaults)
+
+
+def test_every_reader_option_has_at_least_one_bad_case():
+    tried = {k.lower() for options, _ in READER_BAD for k in options}
+    untested = set(READER_OPTIONS) - tried - {"path", "stream", "catalog", "rowtime.column"}
+    assert not untested
+
+
+# -- sink options --------------------------------------------------------------------------------
+
+QUERY = pa.schema(
+    [
+        ("v", pa.int64()),
+        ("rowtime", pa.timestamp("us", tz="UTC")),
+        ("is_bound", pa.bool_()),
+    ]
+)
+SINK_BASE = {"path": "/data/out", "checkpointLocation": "/data/ck"}
+
+SINK_BAD: list[tuple[dict[str, str], str]] = [
+    ({"targt": "parquet"}, "targt"),
+    ({"target": "csv"}, "target"),
+    ({"target": ""}, "target"),
+    ({"target": "parquet", "granularity": "week"}, "granularity"),
+    ({"target": "parquet", "compression": "brotli"}, "compression"),
+    ({"granularity": "day"}, "granularity"),  # parquet only
+    ({"compression": "zstd"}, "compression"),
+    ({"clock": "wall"}, "clock"),
+    ({"partitions": "0"}, "partitions"),
+    ({"partitions": "10001"}, "partitions"),
+    ({"partitions": "two"}, "partitions"),
+    ({"partitions": "1.0"}, "partitions"),
+    ({"target": "parquet", "partitions": "2"}, "partitions"),
+    ({"path": ""}, "path"),
+    ({"path": "s3://bucket/out"}, "path"),
+    ({"checkpointLocation": "hdfs://nn/ck"}, "checkpointLocation"),
+]
+
+
+@pytest.mark.parametrize(("options", "named"), SINK_BAD, ids=lambda v: str(v))
+def test_a_bad_sink_option_is_refused_naming_it(options, named):
+    with pytest.raises(OptionError) as e:
+        parse_sink_options({**SINK_BASE, **options}, QUERY)
+    assert named in str(e.value)
+
+
+def test_every_sink_option_has_at_least_one_bad_case():
+    tried = {k.lower() for options, _ in SINK_BAD for k in options}
+    assert not set(SINK_OPTIONS) - tried - {"stream", "catalog"}
+
+
+def test_clock_watermark_without_a_checkpoint_is_refused_naming_the_checkpoint():
+    with pytest.raises(OptionError, match="checkpointLocation"):
+        parse_sink_options({"path": "/data/out", "clock": "watermark"}, QUERY)
+
+
+@pytest.mark.parametrize(
+    ("fields", "named"),
+    [
+        ([("v", pa.int64())], "rowtime"),
+        ([("rowtime", pa.string())], "rowtime"),
+        ([("rowtime", pa.timestamp("us"))], "rowtime"),  # no time zone: not Spark's TIMESTAMP
+        ([("rowtime", pa.timestamp("us", tz="UTC")), ("is_bound", pa.int8())], "is_bound"),
+        ([("rowtime", pa.timestamp("us", tz="UTC")), ("__arrival_us", pa.int64())], "__arrival"),
+        ([("rowtime", pa.timestamp("us", tz="UTC")), ("IS_BOUND", pa.bool_())], "IS_BOUND"),
+        ([("ROWTIME", pa.timestamp("us", tz="UTC"))], "ROWTIME"),
+    ],
+)
+def test_query_columns_named_like_system_columns_are_refused(fields, named):
+    with pytest.raises(SchemaError, match=named):
+        check_columns(pa.schema(fields))
+
+
+# -- create_stream and stream defaults -----------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    ("kwargs", "error", "named"),
+    [
+        ({"partitions": 0}, OptionError, "partitions"),
+        ({"partitions": -1}, OptionError, "partitions"),
+        ({"partitions": True}, OptionError, "partitions"),
+        ({"partitions": "2"}, OptionError, "partitions"),
+        ({"partitions": 1.5}, OptionError, "partitions"),
+        ({"schema": "id INTEGR"}, SchemaError, "INTEGR"),
+        ({"schema": "id INT,"}, SchemaError, "id INT,"),
+        ({"schema": "id INT, id STRING"}, SchemaError, "id"),
+        ({"schema": "rowtime TIMESTAMP"}, SchemaError, "rowtime"),
+        ({"schema": "IS_BOUND BOOLEAN"}, SchemaError, "IS_BOUND"),
+        ({"schema": "__rowtime_us BIGINT"}, SchemaError, "__rowtime_us"),
+        ({"schema": 42}, SchemaError, "schema"),
+        ({"ordr": "drop"}, OptionError, "ordr"),
+        ({"order": "sideways"}, OptionError, "order"),
+        ({"order": 1}, OptionError, "order"),
+        ({"order": "adjust", "adjust_range": -1}, OptionError, "adjust_range"),
+        ({"order": "adjust", "adjust_range": "1.5"}, OptionError, "adjust_range"),
+        ({"order": "adjust", "adjust_range": True}, OptionError, "adjust_range"),
+        ({"order": "adjust", "adjust_range": 10**20}, OptionError, "adjust_range"),
+        ({"adjust_unit": "sec", "adjust_range": 10**15}, OptionError, "adjust_range"),
+        ({"order": "adjust", "adjust_max_held": 0}, OptionError, "adjust_max_held"),
+        ({"order": "adjust", "adjust_unit": "hour"}, OptionError, "adjust_unit"),
+        ({"rowtime_column": "nope"}, OptionError, "rowtime_column"),
+        ({"rowtime_column": "name", "rowtime_unit": "minute"}, OptionError, "rowtime_unit"),
+        ({"rowtime_timezone": "Nowhere/Special"}, OptionError, "rowtime_timezone"),
+        ({"rowtime_format": ""}, OptionError, "rowtime_format"),
+        ({"rowtime_format": 7}, OptionError, "rowtime_format"),
+        ({"adjust.unit": "msec", "adjust_unit": "usec"}, OptionError, "adjust_unit"),
+    ],
+    ids=lambda v: str(v),
+)
+def test_bad_create_stream_arguments_name_the_argument_and_change_nothing(
+    stored, kwargs, error, named
+):
+    before = snapshot(stored)
+    args = {"schema": SCHEMA, "partitions": 2, **kwargs}
+    with pytest.raises(error) as e:
+        create_stream(stored, **args)
+    assert named in str(e.value)
+    assert snapshot(stored) == before
+
+
+def test_a_bad_create_stream_at_a_new_place_leaves_no_folder(tmp_path):
+    loc = tmp_path / "new"
+    with pytest.raises(OptionError):
+        create_stream(str(loc), SCHEMA, order="sideways")
+    assert not loc.exists()
+
+
+@pytest.mark.parametrize("location", [None, "", 5, "s3://bucket/s", "file://otherhost/s"])
+def test_a_location_that_is_not_a_local_path_is_refused(location):
+    with pytest.raises(OptionError, match="location"):
+        create_stream(location, SCHEMA)
+
+
+def test_opening_a_missing_stream_names_it_and_says_how_to_create_it(tmp_path):
+    with pytest.raises(StreamNotFoundError, match="create_stream"):
+        open_writer(str(tmp_path / "missing"))
+
+
+# -- writer arguments ----------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    ("kwargs", "named"),
+    [
+        ({"partition": 2}, "partition 2"),
+        ({"partition": -1}, "partition -1"),
+        ({"partition": True}, "partition True"),
+        ({"partition": "0"}, "partition '0'"),
+        ({"heartbeat": "soon"}, "heartbeat"),
+        ({"heartbeat": -1}, "heartbeat"),
+        ({"heartbeat": float("nan")}, "heartbeat"),
+        ({"flush_records": 0}, "flush_records"),
+        ({"flush_records": "10"}, "flush_records"),
+        ({"flush_records": True}, "flush_records"),
+        ({"flush_bytes": -5}, "flush_bytes"),
+        ({"flush_bytes": 1.5}, "flush_bytes"),
+    ],
+    ids=lambda v: str(v),
+)
+def test_bad_writer_arguments_name_the_argument_and_change_nothing(stored, kwargs, named):
+    before = snapshot(stored)
+    with pytest.raises(OptionError) as e:
+        open_writer(stored, **kwargs).close()
+    assert named in str(e.value)
+    assert snapshot(stored) == before
+    with open_writer(stored, 0):  # a failed open released the partition
+        pass
+
+
+# -- rows and bounds -----------------------------------------------------------------------------
+
+
+def _bad_rows() -> list[tuple[dict[str, Any], Any, type[RowtimeError], str]]:
+    later = T0 + dt.timedelta(seconds=20)
+    return [
+        ({"id": 3, "nam": "x"}, later, SchemaError, "'nam'"),
+        ({"id": "3"}, later, SchemaError, "'id'"),
+        ({"id": 3.0}, later, SchemaError, "'id'"),
+        ({"id": True}, later, SchemaError, "'id'"),
+        ({"id": 2**31}, later, SchemaError, "'id'"),
+        ({"id": None}, later, SchemaError, "'id'"),
+        ({"name": "no id"}, later, SchemaError, "'id'"),
+        ({"id": 3, "name": b"\xff"}, later, SchemaError, "'name'"),  # not UTF-8
+        ({"id": 3, "ts": "2024-01-01"}, later, SchemaError, "'ts'"),
+        ({"id": 3}, "not a time", InvalidRowtimeError, "not a time"),
+        ({"id": 3}, "2024-13-01T00:00:00Z", InvalidRowtimeError, "2024-13-01"),
+        ({"id": 3}, "", InvalidRowtimeError, "''"),
+        ({"id": 3}, "0000-12-31T23:59:59Z", InvalidRowtimeError, "0000-12-31"),
+        ({"id": 3}, "10000-01-01T00:00:00Z", InvalidRowtimeError, "10000-01-01"),
+        ({"id": 3}, -62_135_596_800_001, InvalidRowtimeError, "out of range"),  # ms, before 0001
+        ({"id": 3}, 253_402_300_800_000, InvalidRowtimeError, "out of range"),  # ms, after 9999
+        ({"id": 3}, 2**70, InvalidRowtimeError, "out of range"),
+        ({"id": 3}, float("nan"), InvalidRowtimeError, "nan"),
+        ({"id": 3}, float("inf"), InvalidRowtimeError, "inf"),
+        ({"id": 3}, float("-inf"), InvalidRowtimeError, "inf"),
+        ({"id": 3}, Decimal("NaN"), InvalidRowtimeError, "NaN"),
+        ({"id": 3}, np.datetime64("NaT"), InvalidRowtimeError, "NaT"),
+        ({"id": 3}, True, InvalidRowtimeError, "True"),
+        ({"id": 3}, [1, 2], InvalidRowtimeError, "[1, 2]"),
+        ({"id": 3}, T0 - dt.timedelta(seconds=1), LateRowError, "below the clock"),
+        ([("id", 3)], later, SchemaError, "mapping"),
+        ("id=3", later, SchemaError, "mapping"),
+    ]
+
+
+@pytest.mark.parametrize(("row", "rowtime", "error", "named"), _bad_rows(), ids=lambda v: repr(v))
+def test_a_bad_row_is_refused_naming_the_column_or_value_and_nothing_is_stored(
+    stored, row, rowtime, error, named
+):
+    before = snapshot(stored)
+    with open_writer(stored, 0) as w:
+        with pytest.raises(error) as e:
+            w.insert(row, rowtime=rowtime)
+        assert named in str(e.value)
+        assert w.pending == 0
+    assert snapshot(stored) == before
+
+
+def test_a_bad_row_in_an_arrow_table_is_refused_naming_its_index_and_nothing_is_stored(stored):
+    before = snapshot(stored)
+    later = T0_US // 1000 + 20_000
+    cases = [
+        (pa.table({"id": [3, 4], "rt": [later, None]}), "index 1"),
+        (pa.table({"id": [3, 4], "rt": ["2024-01-01T00:01:00Z", "yesterday"]}), "yesterday"),
+        (pa.table({"id": [3, 4], "rt": [later, 2**62]}), "out of range"),
+        (pa.table({"id": [3, 4], "rt": [float(later), math.nan]}), "not a finite"),
+        (pa.table({"id": [3, None], "rt": [later, later]}), "row 1"),
+        (pa.table({"id": ["3", "x"], "rt": [later, later]}), "'id'"),
+        (pa.table({"id": [3, 4], "rt": [later, T0_US // 1000 - 1]}), "row 1"),  # late: reject
+    ]
+    with open_writer(stored, 0) as w:
+        for table, named in cases:
+            with pytest.raises(RowtimeError) as e:
+                w.insert_arrow(table, rowtime_column="rt")
+            assert named in str(e.value), table
+            assert w.pending == 0
+    assert snapshot(stored) == before
+
+
+@pytest.mark.parametrize(
+    ("bound", "strict", "error", "named"),
+    [
+        (T0 + dt.timedelta(seconds=9), False, BoundError, "below the clock"),
+        (T0, True, BoundError, "below the clock"),
+        ("yesterday", False, InvalidRowtimeError, "yesterday"),
+        (float("nan"), False, InvalidRowtimeError, "nan"),
+        ("10000-01-01T00:00:00Z", False, InvalidRowtimeError, "10000"),
+    ],
+    ids=lambda v: repr(v),
+)
+def test_a_bound_that_goes_back_or_cannot_be_read_is_refused_and_nothing_is_stored(
+    stored, bound, strict, error, named
+):
+    before = snapshot(stored)
+    with open_writer(stored, 1) as w:
+        with pytest.raises(error) as e:
+            w.set_rowtime_bound(bound, strict=strict)
+        assert named in str(e.value)
+        assert w.pending == 0
+    assert snapshot(stored) == before
+
+
+def test_equal_times_non_strict_bounds_admit_a_row_at_the_bound_and_strict_ones_do_not(stored):
+    at = T0 + dt.timedelta(seconds=10)  # the partitions' clock
+    with open_writer(stored, 0) as w:
+        w.set_rowtime_bound(at)  # equal to the clock: written (never goes back)
+        w.insert({"id": 7}, rowtime=at)  # >= the bound: accepted under reject
+        w.set_rowtime_bound(at, strict=True)  # later rows > at
+        before = w.pending
+        with pytest.raises(LateRowError, match="below the clock"):
+            w.insert({"id": 8}, rowtime=at)
+        assert w.pending == before
+        w.insert({"id": 9}, rowtime=at + dt.timedelta(microseconds=1))
+    rows = [r for r in snapshot(stored)[1][0] if not r["__is_bound"]]
+    assert [r["id"] for r in rows] == [1, 2, 7, 9]
+
+
+def test_nothing_follows_the_end_of_stream(stored):
+    with open_writer(stored, 0) as w:
+        w.end_stream()
+    before = snapshot(stored)
+    with open_writer(stored, 0) as w:
+        with pytest.raises(LateRowError, match="end of stream"):
+            w.insert({"id": 3}, rowtime="9999-12-31T23:59:59.999999Z")
+        with pytest.raises(BoundError):
+            w.set_rowtime_bound(T0)
+        with pytest.raises(LateRowError, match="end of stream"):  # at the end of time
+            w.insert_arrow(pa.table({"id": [3], "rt": ["9999-12-31T23:59:59.999999Z"]}), "rt")
+        with pytest.raises(LateRowError, match="end of stream"):  # at its arrival time
+            w.insert_arrow(pa.table({"id": [3]}))
+        assert w.pending == 0
+    assert snapshot(stored) == before
+
+
+# -- the catalog ---------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    ("body", "named"),
+    [
+        ('location = "s"\nschema = "a INT"\npartitions = 0', "partitions"),
+        ('location = "s"\nschema = "a INT"\npartitions = "2"', "partitions"),
+        ('location = "s"\nschema = "a INT"\npartitions = true', "partitions"),
+        ('location = "s"\nschema = "a INT"\npartitions = 10001', "partitions"),
+        ('location = "s"\nschema = "a INTT"', "schema"),
+        ('location = "s"\nschema = "rowtime TIMESTAMP"', "schema"),
+        ('location = "s"\nschema = 5', "schema"),
+        ('location = ""\nschema = "a INT"', "location"),
+        ('location = 5\nschema = "a INT"', "location"),
+        ('schema = "a INT"', "location"),
+        ('location = "s"', "schema"),
+        ('location = "s"\nschema = "a INT"\nlocaton = "t"', "locaton"),
+        ('location = "s"\nschema = "a INT"\nreader = { order = "up" }', "order"),
+        ('location = "s"\nschema = "a INT"\nreader = { "adjust.range" = -1 }', "adjust.range"),
+        ('location = "s"\nschema = "a INT"\nreader = "drop"', "reader"),
+        ('location = "s"\nschema = "a INT"\nsink = { partitions = 3 }', "partitions"),
+        ('location = "s"\nschema = "a INT"\nsink = 1', "sink"),
+        ('location = "s"\nschema = "a INT"\npassword = "hunter2"', "password"),
+        ('location = "s"\nschema = "a INT"\npassword_env = "PW"', "password_env"),
+        ('location = "redis://h/0/s"\nschema = "a INT"\npassword_env = "1 x"', "password_env"),
+        ('location = "s"\nschema = "a INT"\npartitions = [1', "TOML"),
+    ],
+    ids=lambda v: repr(v),
+)
+def test_a_bad_catalog_key_is_named_with_the_file_and_line(tmp_path, body, named):
+    catalog = tmp_path / "rowtime.toml"
+    catalog.write_text(f"# streams\n[streams.orders]\n{body}\n")
+    with pytest.raises(CatalogError) as e:
+        load_catalog(catalog)
+    message = str(e.value)
+    assert named in message and str(catalog) in message
+    assert "hunter2" not in message
+
+
+def test_a_catalog_naming_an_unknown_stream_lists_the_known_ones(tmp_path):
+    catalog = tmp_path / "rowtime.toml"
+    catalog.write_text('[streams.orders]\nlocation = "s"\nschema = "a INT"\n')
+    with pytest.raises(OptionError, match="orders"):
+        load_catalog(catalog).stream("order")
+
+
+# -- the CLI -------------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    ("argv", "named"),
+    [
+        (["create", "{loc}", "--schema", "a INTT"], "INTT"),
+        (["create", "{loc}", "--schema", "id INT", "--partitions", "2"], "another schema"),
+        (["create", "{loc}", "--schema", SCHEMA], "2 partitions"),
+        (["create", "{loc}", "--schema", SCHEMA, "--partitions", "0"], "partitions"),
+        (["create", "{loc}", "--schema", SCHEMA, "--partitions", "2", "--default", "x"], "x"),
+        (["create", "{loc}", "--schema", SCHEMA, "--partitions", "2", "--default", "o=1"], "'o'"),
+        (["create", "{loc}"], "--schema"),
+        (["bound", "{loc}", "yesterday"], "yesterday"),
+        (["bound", "{loc}", "2024-01-01T00:00:01Z"], "below the clock"),
+        (["bound", "{loc}", "2024-01-01T00:00:20Z", "--partition", "5"], "partition 5"),
+        (["bound", "{loc}", "nan", "--unit", "s"], "nan"),
+        (["insert", "{loc}", "{missing}"], "missing"),
+        (["insert", "{loc}", "-", "--partition", "-1"], "partition -1"),
+        (["describe", "{loc}/nothing"], "no rowtime stream"),
+        (["tail", "{loc}", "-n", "-1"], "-n"),
+    ],
+    ids=lambda v: " ".join(v) if isinstance(v, list) else v,
+)
+def test_a_bad_cli_call_prints_one_line_naming_the_argument_and_changes_nothing(
+    stored, capsys, argv, named
+):
+    before = snapshot(stored)
+    args = [a.format(loc=stored, missing=os.path.join(stored, "missing.jsonl")) for a in argv]
+    code = main(args)
+    _, err = capsys.readouterr()
+    assert code == 2
+    assert "Traceback" not in err and len(err.strip().splitlines()) == 1, err
+    assert named in err, err
+    assert snapshot(stored) == before
+
+
+@pytest.mark.parametrize(
+    "argv",
+    [["insert", "{loc}", "--partition", "x"], ["bound", "{loc}", "now", "--unit", "min"]],
+)
+def test_a_cli_argument_of_the_wrong_type_is_a_usage_error(stored, capsys, argv):
+    before = snapshot(stored)
+    with pytest.raises(SystemExit) as e:
+        main([a.format(loc=stored) for a in argv])
+    assert e.value.code == 2
+    assert "invalid" in capsys.readouterr().err
+    assert snapshot(stored) == before
+
+
+def test_bad_cli_input_names_its_line_and_keeps_the_rows_before_it(stored, tmp_path, capsys):
+    """The CLI writes line by line (documented): rows before a bad line are kept, none after."""
+    data = tmp_path / "rows.jsonl"
+    data.write_text(
+        '{"id": 3, "ts": "2024-01-01T00:00:30Z"}\n{"id": "x"}\n{"id": 5}\n', encoding="utf-8"
+    )
+    code = main(["insert", stored, str(data)])
+    err = capsys.readouterr().err
+    assert code == 2 and "line 2" in err and "1 row(s) before it were written" in err, err
+    rows = [r for r in snapshot(stored)[1][0] if not r["__is_bound"]]
+    assert [r["id"] for r in rows] == [1, 2, 3]
+
+
+# -- fuzzing -------------------------------------------------------------------------------------
+
+FUZZ = settings(
+    max_examples=150, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture]
+)
+TIME_FORMATS = [
+    TimeFormat(),
+    TimeFormat("s"),
+    TimeFormat("ns", "Europe/Paris"),
+    TimeFormat("us", "+05:30"),
+    TimeFormat("ms", "UTC", "yyyy-MM-dd HH:mm:ss.SSS"),
+    TimeFormat("ms", "America/New_York", "dd/MM/yyyy HH:mm"),
+]
+
+time_like_text = st.one_of(
+    st.text(max_size=40),
+    st.text(alphabet="0123456789-:T.Z+ ,/", max_size=40),
+    st.from_regex(
+        r"-?[0-9]{1,6}-[0-9]{1,2}-[0-9]{1,2}([T ][0-9]{1,2}:[0-9]{2}(:[0-9]{2}(\.[0-9]{1,12})?)?)?"
+        r"(Z|[+-][0-9]{2}(:?[0-9]{2})?)?",
+        fullmatch=True,
+    ),
+)
+time_values = st.one_of(
+    time_like_text,
+    st.integers(min_value=-(2**80), max_value=2**80),
+    st.floats(allow_nan=True, allow_infinity=True),
+    st.decimals(allow_nan=True, allow_infinity=True),
+    st.datetimes(timezones=st.one_of(st.none(), st.timezones())),
+    st.dates(),
+    st.booleans(),
+    st.none(),
+)
+
+
+@FUZZ
+@given(value=time_values, which=st.integers(0, len(TIME_FORMATS) - 1))
+def test_fuzz_the_time_parser_returns_an_in_range_time_or_the_documented_error(value, which):
+    tf = TIME_FORMATS[which]
+    try:
+        us = tf.read(value)
+    except InvalidRowtimeError:
+        return
+    assert isinstance(us, int) and MIN_ROWTIME_US <= us <= END_OF_STREAM_US
+
+
+@FUZZ
+@given(
+    values=st.lists(st.one_of(time_like_text, st.none()), min_size=1, max_size=8),
+    which=st.integers(0, len(TIME_FORMATS) - 1),
+)
+def test_fuzz_a_string_column_reads_as_each_of_its_values_would(values, which):
+    """The vectorised parser and the one-value parser agree: same times, or both refuse."""
+    tf = TIME_FORMATS[which]
+    one: list[int] | None = []
+    for v in values:
+        try:
+            one.append(tf.read(v))  # type: ignore[union-attr]
+        except InvalidRowtimeError:
+            one = None
+            break
+    try:
+        many = tf.read_array(pa.array(values, type=pa.string())).tolist()
+    except InvalidRowtimeError:
+        many = None
+    assert many == one
+
+
+@FUZZ
+@given(us=st.integers(MIN_ROWTIME_US, END_OF_STREAM_US - 1))
+def test_fuzz_a_formatted_rowtime_reads_back_as_itself(us):
+    """(The end of stream formats as a word, not a time: SPEC's end-of-stream.)"""
+    assert TimeFormat().read(format_rowtime(us)) == us
+    assert TimeFormat("us").read(us) == us
+
+
+@FUZZ
+@given(value=st.one_of(time_like_text, st.integers(), st.floats(), st.none(), st.booleans()))
+def test_fuzz_durations_parse_to_whole_microseconds_or_the_documented_error(value):
+    try:
+        us = parse_duration_us(value, what="heartbeat")
+    except OptionError:
+        return
+    assert isinstance(us, int) and us >= 0
+
+
+ddl_words = st.sampled_from(
+    [
+        "a", "`b c`", "INT", "BIGINT", "STRING", "TIMESTAMP", "DECIMAL", "(", ")", "10", ",",
+        "2", "ARRAY", "<", ">", "MAP", "STRUCT", ":", "NOT", "NULL", "COMMENT", "'x'",
+        "INTERVAL", "DAY", "TO", "SECOND", "VARCHAR", "`", "'", "-1", "DOUBLE", "BINARY",
+    ]
+)  # fmt: skip
+
+
+@FUZZ
+@given(ddl=st.one_of(st.text(max_size=60), st.lists(ddl_words, max_size=14).map(" ".join)))
+def test_fuzz_the_ddl_parser_returns_a_schema_that_round_trips_or_a_schema_error(ddl):
+    try:
+        schema = parse_ddl(ddl)
+    except SchemaError as e:
+        assert str(e)
+        return
+    assert parse_ddl(to_ddl(schema)).equals(schema, check_metadata=True)
+
+
+option_names = st.one_of(st.sampled_from(sorted(READER_OPTIONS)), st.text(min_size=1, max_size=12))
+option_values = st.one_of(
+    st.sampled_from(["0", "1", "-1", "adjust", "drop", "msec", "", " ", "1e9", "latest"]),
+    st.text(max_size=12),
+)
+
+
+@FUZZ
+@given(options=st.dictionaries(option_names, option_values, max_size=6))
+def test_fuzz_reader_options_parse_or_raise_an_option_error(options):
+    try:
+        parse_reader_options({"path": "/data/s", **options})
+    except OptionError as e:
+        assert str(e)
+
+
+@FUZZ
+@given(
+    options=st.dictionaries(
+        st.one_of(st.sampled_from(sorted(SINK_OPTIONS)), st.text(min_size=1, max_size=12)),
+        st.one_of(
+            st.sampled_from(["stream", "parquet", "bounds", "watermark", "day", "zstd", "3"]),
+            st.text(max_size=12),
+        ),
+        max_size=6,
+    )
+)
+def test_fuzz_sink_options_parse_or_raise_an_option_error(options):
+    try:
+        parse_sink_options({**SINK_BASE, **options}, QUERY)
+    except OptionError as e:
+        assert str(e)
