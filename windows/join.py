@@ -44,6 +44,7 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 
 from ..bounds.errors import OptionError
+from ..bounds.intervals import INFINITY_US
 
 if TYPE_CHECKING:
     from pyspark.sql import DataFrame
@@ -53,6 +54,8 @@ __all__ = ["JoinStep", "Side", "join_step", "overlap_join", "overlap_pairs"]
 _WATERMARK_KEY = "spark.watermarkDelayMs"
 _NEVER_LATE = 2**63 - 1
 _SYSTEM = ("rowtime", "rowtime_end", "is_bound")
+#: Spark's watermark (ms) once both inputs reached the end of stream (its clock minus 1 ms).
+_END_MS = INFINITY_US // 1000 - 1
 
 
 def overlap_pairs(
@@ -64,7 +67,9 @@ def overlap_pairs(
     le = np.asarray(left_end, dtype=np.int64)[:, None]
     rs = np.asarray(right_start, dtype=np.int64)[None, :]
     re = np.asarray(right_end, dtype=np.int64)[None, :]
-    i, j = np.nonzero((ls < re) & (rs < le))
+    # An empty interval (end == start: a row superseded at once) overlaps nothing, though an
+    # interval around it would pass the two comparisons.
+    i, j = np.nonzero((ls < re) & (rs < le) & (ls < le) & (rs < re))
     return i.astype(np.int64), j.astype(np.int64)
 
 
@@ -121,6 +126,8 @@ def join_step(old: tuple[Side, Side], new: tuple[Side, Side], watermark_ms: int)
         for a, b, s, e in zip(i[order], j[order], start[order], end[order], strict=True)
     ]
     w_us = watermark_ms * 1000
+    if watermark_ms >= _END_MS:  # both streams ended: nothing is to come, not even forever
+        w_us = INFINITY_US
     left = left.keep((left.end > w_us) & (left.start < left.end))
     right = right.keep((right.end > w_us) & (right.start < right.end))
     if not len(left) and not len(right):
