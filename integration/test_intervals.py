@@ -265,4 +265,10 @@ def test_overlap_join_refuses_bad_arguments_before_starting(spark: Any, workdir:
         args = {"left": left, "right": right, "on": "k", **kwargs}
         with pytest.raises(OptionError, match=message):
             pr.overlap_join(**args)
+    spark.conf.set("spark.sql.streaming.multipleWatermarkPolicy", "max")
+    try:
+        with pytest.raises(OptionError, match="multipleWatermarkPolicy=max"):
+            pr.overlap_join(left, right, "k")
+    finally:
+        spark.conf.unset("spark.sql.streaming.multipleWatermarkPolicy")
     assert not spark.streams.active

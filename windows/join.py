@@ -227,6 +227,14 @@ def overlap_join(
                 "interval.duration or interval.count (which add rowtime_end), bound records "
                 "included"
             )
+    policy = left.sparkSession.conf.get("spark.sql.streaming.multipleWatermarkPolicy", "min")
+    if str(policy).lower() != "min":
+        raise OptionError(
+            f"overlap_join: spark.sql.streaming.multipleWatermarkPolicy={policy}: the join "
+            "drops intervals that ended before Spark's watermark, which must then be the lower "
+            "of the two streams' (policy min, Spark's default); with max it would drop intervals "
+            "the slower stream can still overlap. Set it to min"
+        )
     keys = [on] if isinstance(on, str) else list(on)
     if not keys or len(set(keys)) != len(keys):
         raise OptionError(f"overlap_join: on={on!r} must name one or more distinct key columns")
