@@ -92,5 +92,8 @@ def test_state_drops_intervals_that_ended_before_the_watermark() -> None:
     assert step.state[0].rows == ["forever"] and step.state[1].rows == ["b"]
     # The next wake-up: once the watermark is above ceil(9000 / 1000) - 1 = 8 ms.
     assert step.timeout_ms == 8
+    # Only intervals valid until the end of stream: wake up when both streams end.
+    forever = join_step((side([(0, INFINITY_US, "f")]), Side()), (Side(), Side()), 6)
+    assert forever.timeout_ms is not None and forever.timeout_ms + 1 == INFINITY_US // 1000 - 1
     # Both streams ended (Spark's watermark: the end of stream minus 1 ms): nothing stays.
     assert join_step(old, (Side(), Side()), watermark_ms=INFINITY_US // 1000 - 1).state is None

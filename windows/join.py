@@ -134,8 +134,10 @@ def join_step(old: tuple[Side, Side], new: tuple[Side, Side], watermark_ms: int)
         return JoinStep(results, None, None)
     # Spark fires an event-time timeout T once the watermark is above T; an interval may go
     # once W * 1000 >= end, i.e. W > ceil(end / 1000) - 1.
+    # Intervals valid until the end of stream go once both streams end (W = _END_MS).
     first_end = int(min(np.min(s.end) for s in (left, right) if len(s)))
-    return JoinStep(results, (left, right), max(watermark_ms, -(-first_end // 1000) - 1))
+    due = min(-(-first_end // 1000) - 1, _END_MS - 1)
+    return JoinStep(results, (left, right), max(watermark_ms, due))
 
 
 def _save(state: tuple[Side, Side]) -> bytes:
