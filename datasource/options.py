@@ -12,6 +12,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
+from ..bounds.durations import parse_duration_us
 from ..bounds.errors import OptionError
 from ..bounds.policies import DEFAULT_MAX_HELD, Policy, make_policy
 from ..bounds.time import TimeFormat
@@ -38,6 +39,14 @@ READER_OPTIONS: dict[str, str] = {
         "clock (default) or latest, for batch reads: rows up to the stream clock, as a streaming"
         " query would have emitted them by now, or every row written so far"
     ),
+    "interval.duration": (
+        "a positive duration (seconds, or a string such as '25 seconds'): adds rowtime_end ="
+        " rowtime + duration, each row's validity [rowtime, rowtime_end)"
+    ),
+    "interval.count": (
+        "a whole number N >= 1 (order reject or drop): adds rowtime_end = the rowtime of the"
+        " N-th later row of the same partition (the end of stream if none); a row waits for it"
+    ),
 }
 
 #: Option names as users spell them in errors and docs.
@@ -47,6 +56,9 @@ _SPELLING = {
     "startingoffsets": "startingOffsets",
     "endingoffsets": "endingOffsets",
 }
+
+#: Options that give each row a validity end (SPEC 10, seed 001); at most one of them.
+INTERVAL_OPTIONS = ("interval.duration", "interval.count")
 
 #: Stream defaults (as ``create_stream`` stores them) and the option each stands for.
 _DEFAULT_TO_OPTION = {
@@ -99,6 +111,16 @@ class ReaderConfig:
     #: Batch reads only: "clock" (what a streaming query would have emitted by now) or
     #: "latest" (every row written so far, each partition as if it ended now).
     ending: str = "clock"
+    #: interval.duration: each row's ``rowtime_end`` is its rowtime plus this (microseconds).
+    interval_duration_us: int | None = None
+    #: interval.count: each row's ``rowtime_end`` is the rowtime of the N-th later row of its
+    #: partition (see :mod:`.intervals`).
+    interval_count: int | None = None
+
+    @property
+    def has_rowtime_end(self) -> bool:
+        """Whether rows carry a ``rowtime_end`` column (one of the interval options is set)."""
+        return self.interval_duration_us is not None or self.interval_count is not None
 
 
 def parse_reader_options(
@@ -150,6 +172,7 @@ def parse_reader_options(
         time_format = TimeFormat()  # unused: no column to read
     else:
         time_format = _time_format(unit_e, fmt, tz)
+    duration_us, count = _interval(given, order)
     return ReaderConfig(
         location=given["path"].strip(),
         policy=policy,
@@ -161,7 +184,33 @@ def parse_reader_options(
         ),
         output=_choice("output", merged.get("output", "rows"), ("rows", "discarded")),
         ending=_choice("endingoffsets", merged.get("endingoffsets", "clock"), ("clock", "latest")),
+        interval_duration_us=duration_us,
+        interval_count=count,
     )
+
+
+def _interval(given: Mapping[str, str], order: str) -> tuple[int | None, int | None]:
+    """The validity options: (interval.duration in microseconds, interval.count), at most one."""
+    if all(k in given for k in INTERVAL_OPTIONS):
+        raise OptionError(
+            "options interval.duration and interval.count both set rowtime_end (a time based "
+            "and an element based validity); set only one of them"
+        )
+    duration = None
+    if "interval.duration" in given:
+        value = given["interval.duration"].strip()
+        duration = parse_duration_us(value, what="option interval.duration")
+    count = None
+    if "interval.count" in given:
+        count = _int("interval.count", given["interval.count"], 1)
+        if order == "adjust":
+            raise OptionError(
+                "option interval.count needs order=reject or order=drop: under order=adjust a "
+                "row arriving later may still be placed between a row and its N-th successor, "
+                "so no row's rowtime_end would be final when it is emitted; use "
+                "interval.duration, or another order"
+            )
+    return duration, count
 
 
 def _time_format(unit: str, fmt: Any, tz: str) -> TimeFormat:

@@ -187,6 +187,11 @@ class Planner:
 
     def window(self, partition: int, start: int, end: int) -> _Window:
         cached = self._cache.get(partition)
+        if cached is not None and cached.first <= start <= end <= cached.end:
+            # Read further already (interval.count looks ahead of the step): a view, and the
+            # cache keeps what lies beyond.
+            lo, hi = start - cached.first, end - cached.first
+            return _Window(start, cached.t[lo:hi], cached.is_bound[lo:hi])
         if cached is not None and cached.first <= start <= cached.end <= end:
             lo = start - cached.first
             t, b = cached.t[lo:], cached.is_bound[lo:]
@@ -211,6 +216,8 @@ class Planner:
         The same position as :func:`pyspark_rowtime.bounds.plan.step` over the whole step, but
         computed piece by piece (:func:`classify_pieces`)."""
         ends = choose_ends(pos, available, max_rows)
+        if self.cfg.interval_count is not None:
+            ends = self._hold_back(pos, ends, available)
         if ends == [p.next for p in pos.partitions]:
             return None
         policy = self.cfg.policy
@@ -241,6 +248,22 @@ class Planner:
                 lo = state.scan - w.first
                 self._cache[p] = _Window(state.scan, w.t[lo:], w.is_bound[lo:])
         return new
+
+    def _hold_back(
+        self, pos: StreamPosition, ends: list[int], available: Sequence[int]
+    ) -> list[int]:
+        """``ends`` cut before each partition's rows still waiting for their N-th successor
+        (option interval.count; :func:`.intervals.hold_from`)."""
+        from .intervals import hold_from
+
+        n = int(self.cfg.interval_count or 0)
+        out = []
+        for p, (st, end) in enumerate(zip(pos.partitions, ends, strict=True)):
+            if end > st.next:
+                w = self.window(p, st.scan, max(end, available[p]))
+                end = min(end, hold_from(st, w.t, w.is_bound, n))
+            out.append(end)
+        return out
 
     def start_position(self) -> StreamPosition:
         n = self.stream.meta.partitions

@@ -31,6 +31,7 @@ from ..bounds.errors import OffsetError, SchemaError, StreamNotFoundError
 from ..bounds.plan import StreamPosition
 from ..streams.catalog import resolve_stream_option
 from ..streams.storage import LocationKind, open_storage, what_is_at
+from .intervals import read_task_with_intervals, with_rowtime_end
 from .options import ReaderConfig, parse_reader_options
 from .reader import (
     Planner,
@@ -40,6 +41,12 @@ from .reader import (
     read_task,
     written_tasks,
 )
+
+
+def _read(cfg: ReaderConfig, task: ReadTask, schema: pa.Schema) -> Iterator[pa.RecordBatch]:
+    if cfg.has_rowtime_end and cfg.output == "rows":
+        return read_task_with_intervals(cfg, task, schema)
+    return read_task(cfg, task, schema)
 
 
 class RowtimePartition(InputPartition):
@@ -79,7 +86,10 @@ def _config(options: Any, conf_catalog: str | None = None) -> tuple[ReaderConfig
             f"option rowtime.column={cfg.rowtime_column!r} names no payload column of stream "
             f"{location!r}; its columns are: {', '.join(meta.payload_schema.names)}"
         )
-    return cfg, output_arrow_schema(meta.payload_schema, cfg.output)
+    schema = output_arrow_schema(meta.payload_schema, cfg.output)
+    if cfg.has_rowtime_end and cfg.output == "rows":
+        schema = with_rowtime_end(schema)
+    return cfg, schema
 
 
 def chosen_columns(full: pa.Schema, payload: Sequence[str], schema: StructType) -> pa.Schema:
@@ -254,7 +264,7 @@ class RowtimeStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
 
     def read(self, partition: InputPartition) -> Iterator[pa.RecordBatch]:
         assert isinstance(partition, RowtimePartition)
-        return read_task(self.cfg, partition.task, self.arrow_schema)
+        return _read(self.cfg, partition.task, self.arrow_schema)
 
     def commit(self, end: dict) -> None:
         pass  # the log is immutable: nothing to release
@@ -290,4 +300,4 @@ class RowtimeBatchReader(DataSourceReader):
 
     def read(self, partition: InputPartition) -> Iterator[pa.RecordBatch]:
         assert isinstance(partition, RowtimePartition)
-        return read_task(self.cfg, partition.task, self.arrow_schema)
+        return _read(self.cfg, partition.task, self.arrow_schema)

@@ -53,6 +53,7 @@ _EXPORTS = {
     "open_stream": "pyspark_rowtime.api:open_stream",
     "ValidityInterval": "pyspark_rowtime.bounds.intervals:ValidityInterval",
     "time_interval_aggregate": "pyspark_rowtime.windows.aggregate:time_interval_aggregate",
+    "overlap_join": "pyspark_rowtime.windows.join:overlap_join",
 }
 
 __all__ = sorted(_EXPORTS)
