@@ -113,6 +113,13 @@ READER_BAD: list[tuple[dict[str, str], str]] = [
     ({"rowtime.column": "ts", "rowtime.timezone": "+25:00"}, "rowtime.timezone"),
     ({"rowtime.column": "ts", "rowtime.format": " "}, "rowtime.format"),
     ({"rowtime.column": "ts", "rowtime.format": "yyyy-MM-dd qqqq"}, "rowtime.format"),
+    ({"interval.duration": "0"}, "interval.duration"),
+    ({"interval.duration": "-5 seconds"}, "interval.duration"),
+    ({"interval.duration": "a while"}, "interval.duration"),
+    ({"interval.count": "0"}, "interval.count"),
+    ({"interval.count": "2.5"}, "interval.count"),
+    ({"interval.count": "3", "order": "adjust"}, "interval.count"),  # refused under adjust
+    ({"interval.count": "3", "interval.duration": "10"}, "interval.duration"),  # one or other
 ]
 
 

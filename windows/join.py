@@ -45,6 +45,7 @@ import numpy as np
 
 from ..bounds.errors import OptionError
 from ..bounds.intervals import INFINITY_US
+from .step import load_values
 
 if TYPE_CHECKING:
     from pyspark.sql import DataFrame
@@ -141,13 +142,18 @@ def join_step(old: tuple[Side, Side], new: tuple[Side, Side], watermark_ms: int)
 
 
 def _save(state: tuple[Side, Side]) -> bytes:
-    plain = [(s.start, s.end, s.rows) for s in state]
+    # Plain lists, not numpy arrays: the state is read back admitting value types only.
+    plain = [(s.start.tolist(), s.end.tolist(), s.rows) for s in state]
     return pickle.dumps(plain, protocol=pickle.HIGHEST_PROTOCOL)
 
 
 def _load(blob: bytes) -> tuple[Side, Side]:
-    (ls, le, lr), (rs, re, rr) = pickle.loads(blob)
-    return Side(ls, le, lr), Side(rs, re, rr)
+    (ls, le, lr), (rs, re, rr) = load_values(blob, "an overlap_join key")
+
+    def ints(values: list[int]) -> np.ndarray:
+        return np.asarray(values, dtype=np.int64)
+
+    return Side(ints(ls), ints(le), lr), Side(ints(rs), ints(re), rr)
 
 
 def _names(left: list[str], right: list[str], keys: list[str]) -> tuple[list[str], list[str]]:

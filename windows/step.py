@@ -125,13 +125,24 @@ _STATE_GLOBALS = frozenset(
 
 
 class _StateUnpickler(pickle.Unpickler):
+    def __init__(self, file: io.BytesIO, what: str = "a time_interval_aggregate pane") -> None:
+        super().__init__(file)
+        self._what = what
+
     def find_class(self, module: str, name: str) -> Any:
         if (module, name) not in _STATE_GLOBALS:
             raise pickle.UnpicklingError(
-                f"the state of a time_interval_aggregate pane names {module}.{name}, which its "
-                "state never holds: the checkpoint's state store was altered; refusing to load it"
+                f"the state of {self._what} names {module}.{name}, which its state never "
+                "holds: the checkpoint's state store was altered; refusing to load it"
             )
         return super().find_class(module, name)
+
+
+def load_values(blob: bytes, what: str) -> Any:
+    """Unpickle ``blob``, admitting plain values only (numbers, strings, tuples, lists, dicts
+    and the value types of :data:`_STATE_GLOBALS`): the state of ``what``, read from Spark's
+    state store as data, never as code."""
+    return _StateUnpickler(io.BytesIO(blob), what).load()
 
 
 #: Columns of a partials frame (:func:`preaggregate`) besides the key columns.
