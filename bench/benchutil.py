@@ -4,9 +4,20 @@
 
 from __future__ import annotations
 
+import json
+import os
 import time
 from collections.abc import Callable
 from typing import Any
+
+
+def write_json(folder: str, name: str, doc: object) -> str:
+    """Write ``doc`` as ``folder/name`` (the folder made if absent); returns the path."""
+    os.makedirs(folder, exist_ok=True)
+    path = os.path.join(folder, name)
+    with open(path, "w") as f:
+        json.dump(doc, f, indent=1)
+    return path
 
 
 def best_of(fn: Callable[[], object], repeat: int = 3) -> float:

@@ -47,7 +47,7 @@ from typing import Any
 
 import numpy as np
 import pyarrow as pa
-from benchutil import spark_session
+from benchutil import spark_session, write_json
 
 import pyspark_rowtime as pr
 
@@ -298,10 +298,7 @@ def main() -> None:
         print(f"{label:<40}{stats['median']:>10.1f}{stats['p95']:>10.1f}{stats['max']:>10.1f}")
     ok = report["summary"]["batches"]["p95"] <= TARGET_BATCHES
     print(f"target: within {TARGET_BATCHES} micro-batches (p95): {'ok' if ok else 'MISS'}")
-    os.makedirs(args.out, exist_ok=True)
-    with open(os.path.join(args.out, "latency.json"), "w") as f:
-        json.dump(report, f, indent=1)
-    print(f"wrote {args.out}/latency.json")
+    print(f"wrote {write_json(args.out, 'latency.json', report)}")
 
 
 if __name__ == "__main__":

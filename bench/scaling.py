@@ -36,7 +36,7 @@ import threading
 import time
 from typing import Any
 
-from benchutil import spark_session
+from benchutil import spark_session, write_json
 from reader import drain, write_data
 
 TARGET_FLAT = 0.20
@@ -274,10 +274,7 @@ def main() -> None:
             report["memory"] = memory(args, base)
     finally:
         shutil.rmtree(base, ignore_errors=True)
-    os.makedirs(args.out, exist_ok=True)
-    with open(os.path.join(args.out, "scaling.json"), "w") as f:
-        json.dump(report, f, indent=1)
-    print(f"wrote {args.out}/scaling.json")
+    print(f"wrote {write_json(args.out, 'scaling.json', report)}")
 
 
 if __name__ == "__main__":

@@ -52,7 +52,7 @@ import uuid
 from collections.abc import Iterator, Sequence
 from typing import Any
 
-from benchutil import spark_session
+from benchutil import spark_session, write_json
 from pyspark.sql import functions as F
 from pyspark.sql.datasource import DataSourceStreamReader, InputPartition
 from reader import PARTITIONS, FloorSource, drain, write_data
@@ -376,10 +376,8 @@ def main(argv: Sequence[str] | None = None) -> dict[str, Any]:
     }
     print_table(summary, args.rows)
     print(f"load average (1 min) during the rounds: {meta['load_min']:.1f}-{meta['load_max']:.1f}")
-    os.makedirs(args.out, exist_ok=True)
     result = {"meta": meta, "summary": summary, "runs": runs}
-    with open(os.path.join(args.out, "suite.json"), "w") as f:
-        json.dump(result, f, indent=1)
+    write_json(args.out, "suite.json", result)
     if not args.no_plot:
         plot(summary, meta, os.path.join(args.out, "suite.png"))
     print(f"wrote {args.out}/suite.json" + ("" if args.no_plot else f" and {args.out}/suite.png"))

@@ -43,7 +43,13 @@ from ..streams.lock import PartitionLock
 from ..streams.meta import fsync_dir, fsync_file
 from ..streams.segments import SegmentStats, open_segment_file, write_segment_file
 from ..streams.storage import SINK_DIR as STORAGE_SINK_DIR
-from ..streams.storage import SINK_TARGET_FILE, SinkStore, owner_conflict, sink_store
+from ..streams.storage import (
+    SINK_TARGET_FILE,
+    SinkStore,
+    latest_entry,
+    owner_conflict,
+    sink_store,
+)
 
 # The folder and the file that say what a target is are defined below the sink, in
 # streams.storage, whose what_is_at() reads them for the reader and the CLI too.
@@ -247,14 +253,7 @@ class SinkState:
 
     def latest(self, before: int | None = None) -> dict[str, Any] | None:
         """The entry of the highest batch id (below ``before`` if given), or None."""
-        ids = self.batches()
-        if before is not None:
-            ids = [b for b in ids if b < before]
-        for batch_id in reversed(ids):
-            doc = self.entry(batch_id)
-            if doc is not None:  # pruned meanwhile: try the one before
-                return doc
-        return None
+        return latest_entry(self, before)
 
     def put_entry_once(self, batch_id: int, doc: dict[str, Any]) -> bool:
         """Publish the entry of ``batch_id`` (the commit point); False if it already exists."""

@@ -43,7 +43,7 @@ import pyarrow as pa
 from .redis_location import parse_location
 from .redis_log import _connection
 from .segments import SegmentStats
-from .storage import owner_conflict
+from .storage import latest_entry, owner_conflict
 
 __all__ = ["RedisSinkState"]
 
@@ -126,14 +126,7 @@ class RedisSinkState:
         return doc
 
     def latest(self, before: int | None = None) -> dict[str, Any] | None:
-        ids = self.batches()
-        if before is not None:
-            ids = [b for b in ids if b < before]
-        for batch_id in reversed(ids):
-            doc = self.entry(batch_id)
-            if doc is not None:
-                return doc
-        return None
+        return latest_entry(self, before)
 
     def put_entry_once(self, batch_id: int, doc: dict[str, Any]) -> bool:
         text = json.dumps(doc, sort_keys=True)

@@ -315,6 +315,19 @@ class SinkStore(Protocol):
         ...
 
 
+def latest_entry(store: SinkStore, before: int | None = None) -> dict[str, Any] | None:
+    """The manifest entry of ``store``'s highest batch id (below ``before`` if given), or None:
+    :meth:`SinkStore.latest` for every backend."""
+    ids = store.batches()
+    if before is not None:
+        ids = [b for b in ids if b < before]
+    for batch_id in reversed(ids):
+        doc = store.entry(batch_id)
+        if doc is not None:  # pruned meanwhile: try the one before
+            return doc
+    return None
+
+
 def owner_conflict(target: str, theirs: str | None, mine: str | None) -> OptionError:
     """The error of a query writing a sink target another query owns (every store's)."""
     return OptionError(
