@@ -170,10 +170,17 @@ class Planner:
         self._last: tuple[dict[str, Any], dict[str, Any], list[EmitRuns | None]] | None = None
 
     def runs_for(self, start: dict[str, Any], end: dict[str, Any]) -> list[EmitRuns | None] | None:
-        """The emitted runs of the step ``start`` -> ``end`` if this planner planned it last."""
-        if self._last is not None and self._last[0] == start and self._last[1] == end:
-            return self._last[2]
-        return None
+        """The emitted runs of the step ``start`` -> ``end`` if this planner planned it last.
+
+        Compared as positions: Spark's offsets carry more than the position (the stream's id),
+        and a step whose runs are not found makes every task replay the policy."""
+        if self._last is None:
+            return None
+        same = (
+            StreamPosition.from_dict(start).to_dict() == self._last[0]
+            and StreamPosition.from_dict(end).to_dict() == self._last[1]
+        )
+        return self._last[2] if same else None
 
     @property
     def stream(self) -> StreamStorage:

@@ -84,6 +84,32 @@ def test_the_password_stays_out_of_spark_plans(
     assert SECRET not in str(info.value) and "credentials" in str(info.value)
 
 
+def test_the_password_stays_out_of_a_redis_sinks_plans_and_progress(
+    spark: SparkSession, secured: RedisServer, tmp_path: Path
+) -> None:
+    source, target = secured.url("sink_in"), secured.url("sink_out")
+    pr.create_stream(source, "id INT")
+    with pr.open_writer(source, 0) as w:
+        w.insert({"id": 7}, rowtime=at(BASE_US))
+        w.end_stream()
+    q = (
+        reader(spark, source)
+        .writeStream.format("rowtime")
+        .option("path", target)
+        .option("checkpointLocation", str(tmp_path / "ck"))
+        .start()
+    )
+    try:
+        q.processAllAvailable()
+        texts = [q._jsq.explainInternal(True), str(q.lastProgress), str(q.recentProgress)]
+    finally:
+        q.stop()
+    written = pr.read_stream(target).column("id").to_pylist()
+    assert [v for v in written if v is not None] == [7]  # it did write (bound records: None)
+    assert pr.get_rowtime_bound(target) is not None
+    assert all(SECRET not in t for t in texts), [t for t in texts if SECRET in t]
+
+
 def test_a_server_restart_mid_stream_loses_and_repeats_nothing(
     spark: SparkSession, tmp_path: Path
 ) -> None:
