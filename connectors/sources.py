@@ -14,6 +14,7 @@ import pyarrow as pa
 
 from ..bounds.errors import OptionError, RowtimeError
 from ..bounds.time import TimeFormat, parse_duration_us
+from ..streams.text_values import ValueReader
 from .feed import Feed, wall_us
 
 BOUND_FIELD = "rowtime_bound"
@@ -21,24 +22,6 @@ BOUND_FIELD = "rowtime_bound"
 
 class BadInput(RowtimeError, ValueError):
     """A line of an input file that is not a row of the stream (file and line named)."""
-
-
-def _csv_value(dtype: pa.DataType, text: str | None) -> Any:
-    if text is None or text == "":
-        return None
-    t = pa.types
-    if t.is_integer(dtype):
-        return int(text)
-    if t.is_floating(dtype):
-        return float(text)
-    if t.is_boolean(dtype):
-        low = text.strip().lower()
-        if low in ("true", "1", "t", "yes"):
-            return True
-        if low in ("false", "0", "f", "no"):
-            return False
-        raise ValueError(f"{text!r} is not a boolean")
-    return text
 
 
 class DirectorySource:
@@ -84,6 +67,14 @@ class DirectorySource:
                 "connector's rejected.jsonl, count it as discarded, and go on)",
             )
         self.schema = feed.storage.meta.payload_schema
+        # CSV cells are text: each payload column's conversion, as `rowtime insert` does it
+        # (the rowtime field keeps its text: it is read with the connector's time format below).
+        values = ValueReader(self.time)
+        self.cells = {
+            f.name: values.converter(f.type, csv_cell=True)
+            for f in self.schema
+            if f.name != self.rowtime_field
+        }
 
     def _pending_files(self) -> list[str]:
         names = []
@@ -159,10 +150,11 @@ class DirectorySource:
                     raise ValueError(f"{len(cells)} cells, the header has {len(header)}")
                 row = {}
                 for key, cell in zip(header, cells, strict=True):
-                    if key in self.schema.names:
-                        row[key] = _csv_value(self.schema.field(key).type, cell)
+                    convert = self.cells.get(key)
+                    if cell == "":
+                        row[key] = None
                     else:
-                        row[key] = cell if cell != "" else None
+                        row[key] = cell if convert is None else convert(cell)
             rowtime_us = None
             if self.rowtime_field is not None:
                 value = row.get(self.rowtime_field)
@@ -180,7 +172,8 @@ class DirectorySource:
                             rowtime_us, pa.timestamp("us", "UTC")
                         ).as_py()
             self.feed.insert(row, rowtime_us, where)
-        except (ValueError, TypeError, RowtimeError) as e:
+        # (Decimal's errors are ArithmeticErrors, not ValueErrors)
+        except (ValueError, TypeError, ArithmeticError, RowtimeError) as e:
             if self.on_error == "skip":
                 self.feed.reject("bad", where, str(e), text)
                 return

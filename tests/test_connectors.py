@@ -371,3 +371,52 @@ def test_bad_configuration_is_one_clear_line_and_status_2(tmp_path, capsys, chan
     assert main(["connect", catalog, "files"]) == 2
     err = capsys.readouterr().err.strip().splitlines()
     assert len(err) == 1 and err[0].startswith("rowtime connect: error: ") and says in err[0], err
+
+
+CSV_TYPES = """
+[streams.orders]
+location = "data/orders"
+schema = "ticker STRING, qty INT, price DECIMAL(10,2), paid BOOLEAN, day DATE, placed TIMESTAMP"
+
+[connectors.files]
+kind = "directory"
+stream = "orders"
+path = "incoming"
+format = "csv"
+rowtime_field = "ts"
+on_error = "skip"
+"""
+
+
+def test_csv_cells_are_converted_as_rowtime_insert_converts_them(tmp_path):
+    """A CSV file means the same to the directory connector as to `rowtime insert`: decimals,
+    booleans, dates and timestamps from their text; a cell that is not its column's type is a
+    bad line, kept in rejected.jsonl naming file and line, and the others go on."""
+    import datetime as dt
+    from decimal import Decimal
+
+    (tmp_path / "incoming").mkdir()
+    catalog = tmp_path / "catalog.toml"
+    catalog.write_text(CSV_TYPES)
+    (tmp_path / ".in.csv").write_text(
+        "ticker,qty,price,paid,day,placed,ts\n"
+        "ORCL,10,12.50,yes,2026-03-02,2026-03-02T07:00:01Z,1000\n"
+        "IBM,,7.25,false,,,2000\n"
+        "SAP,3,twelve,true,2026-03-02,2026-03-02T07:00:03Z,3000\n"
+    )
+    os.rename(tmp_path / ".in.csv", tmp_path / "incoming" / "in.csv")
+    feed, source = build(load_catalog(str(catalog)), "files")
+    while source.step():
+        pass
+    rows = [r for r in _records(tmp_path) if not r["__is_bound"]]
+    utc = dt.timezone.utc
+    placed = dt.datetime(2026, 3, 2, 7, 0, 1, tzinfo=utc)
+    cols = ("ticker", "qty", "price", "paid", "day", "placed")
+    assert [tuple(r[c] for c in cols) for r in rows] == [
+        ("ORCL", 10, Decimal("12.50"), True, dt.date(2026, 3, 2), placed),
+        ("IBM", None, Decimal("7.25"), False, None, None),
+    ]
+    assert [r["__rowtime_us"] for r in rows] == [1_000_000, 2_000_000]
+    rejects = (Path(feed.dir) / "rejected.jsonl").read_text().splitlines()
+    assert len(rejects) == 1 and "in.csv:4" in json.loads(rejects[0])["source"]
+    feed.close(feed.position)
