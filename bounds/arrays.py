@@ -1,0 +1,66 @@
+"""Arrow columns as numpy arrays, without pyarrow's pandas path.
+
+``pa.Array.to_numpy`` goes through pyarrow's pandas conversion, whose first use in a process
+imports pandas when it is installed: 0.3-0.4 s here. Spark starts a new Python process for the
+driver side of every streaming query (``latestOffset``, ``partitions``) and every Python worker
+begins fresh, so the reader paid that import in its first planning step of each query, more
+than the step's own work over 10 million rows (``bench/suite.py``'s planning share). These
+functions read the Arrow buffers directly: a view for fixed-width values, one vectorised unpack
+for booleans. Arrays with nulls keep pyarrow's own conversion (and its meaning of a null).
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import pyarrow as pa
+
+#: Arrow types whose values buffer numpy reads as it is, by bit width (int64 for the times).
+_SIGNED = {8: np.int8, 16: np.int16, 32: np.int32, 64: np.int64}
+_UNSIGNED = {8: np.uint8, 16: np.uint16, 32: np.uint32, 64: np.uint64}
+_FLOAT = {32: np.float32, 64: np.float64}
+
+
+def _dtype(t: pa.DataType) -> np.dtype | None:
+    if pa.types.is_signed_integer(t):
+        return np.dtype(_SIGNED[t.bit_width])
+    if pa.types.is_unsigned_integer(t):
+        return np.dtype(_UNSIGNED[t.bit_width])
+    if pa.types.is_floating(t) and t.bit_width in _FLOAT:
+        return np.dtype(_FLOAT[t.bit_width])
+    if pa.types.is_timestamp(t) or pa.types.is_duration(t) or pa.types.is_date64(t):
+        return np.dtype(np.int64)
+    if pa.types.is_date32(t):
+        return np.dtype(np.int32)
+    return None
+
+
+def _one(a: pa.Array) -> np.ndarray:
+    n, off = len(a), a.offset
+    if a.null_count or n == 0:
+        return a.to_numpy(zero_copy_only=False)
+    buf = a.buffers()[1]
+    if pa.types.is_boolean(a.type):
+        bits = np.frombuffer(buf, dtype=np.uint8, count=(off + n + 7) // 8)
+        return np.unpackbits(bits, count=off + n, bitorder="little")[off:].view(np.bool_)
+    dtype = _dtype(a.type)
+    if dtype is None:
+        return a.to_numpy(zero_copy_only=False)
+    return np.frombuffer(buf, dtype=dtype, count=n, offset=off * dtype.itemsize)
+
+
+def as_numpy(values: pa.Array | pa.ChunkedArray) -> np.ndarray:
+    """``values`` as a numpy array: the same values as ``values.to_numpy(zero_copy_only=False)``.
+
+    Without nulls, integers, floats, timestamps, durations and dates come as a read-only view of
+    the Arrow buffer when there is one chunk (a copy that joins the chunks otherwise), booleans
+    as a new array of ``np.bool_``; timestamps, durations and dates as their integer storage
+    (int64, or int32 for date32). With nulls, or for other types, pyarrow converts.
+    """
+    if isinstance(values, pa.ChunkedArray):
+        chunks = values.chunks
+        if len(chunks) == 1:
+            return _one(chunks[0])
+        if not chunks:
+            return _one(pa.array([], type=values.type))
+        return np.concatenate([_one(c) for c in chunks])
+    return _one(values)
