@@ -30,13 +30,21 @@ def best_of(fn: Callable[[], object], repeat: int = 3) -> float:
     return best
 
 
-def spark_session(app: str, master: str = "local[2]") -> Any:
+def spark_session(app: str, master: str = "local[2]", jfr: str | None = None) -> Any:
     """local[2] (or ``master``) with the settings every benchmark uses (UTC, 2 shuffle
-    partitions, no UI)."""
+    partitions, no UI). ``jfr``: record the JVM with Java Flight Recorder's ``profile``
+    settings into that file (written when the session stops; read it with
+    ``bench/jfr_summary.py``). In local mode the driver's JVM runs the tasks too."""
     from pyspark.sql import SparkSession
 
+    builder = SparkSession.builder
+    if jfr is not None:
+        builder = builder.config(
+            "spark.driver.extraJavaOptions",
+            f"-XX:StartFlightRecording=filename={jfr},settings=profile,dumponexit=true",
+        )
     spark = (
-        SparkSession.builder.master(master)
+        builder.master(master)
         .appName(app)
         .config("spark.ui.enabled", "false")
         .config("spark.ui.showConsoleProgress", "false")

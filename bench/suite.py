@@ -336,13 +336,16 @@ def main(argv: Sequence[str] | None = None) -> dict[str, Any]:
     ap.add_argument("--dir", default=None, help="where to write the data (default: a temp dir)")
     ap.add_argument("--master", default="local[2]")
     ap.add_argument("--no-plot", action="store_true")
+    ap.add_argument(
+        "--jfr", default=None, help="record the JVM with Flight Recorder into this .jfr file"
+    )
     args = ap.parse_args(argv)
     cases = args.cases.split(",")
     unknown = [c for c in cases if c not in CASES]
     if unknown:
         ap.error(f"unknown case(s) {unknown}; known: {', '.join(CASES)}")
     base = args.dir or tempfile.mkdtemp(prefix="bench-suite-")
-    spark = spark_session("bench-suite", master=args.master)
+    spark = spark_session("bench-suite", master=args.master, jfr=args.jfr)
     spark.dataSource.register(FloorSource)
     spark.dataSource.register(TimedSource)
     print(f"rows: {args.rows:,} in {PARTITIONS} partitions; Spark {spark.version}, {args.master}")
