@@ -30,19 +30,22 @@ def best_of(fn: Callable[[], object], repeat: int = 3) -> float:
     return best
 
 
-def spark_session(app: str, master: str = "local[2]", jfr: str | None = None) -> Any:
+def spark_session(
+    app: str, master: str = "local[2]", jfr: str | None = None, java_options: str = ""
+) -> Any:
     """local[2] (or ``master``) with the settings every benchmark uses (UTC, 2 shuffle
     partitions, no UI). ``jfr``: record the JVM with Java Flight Recorder's ``profile``
     settings into that file (written when the session stops; read it with
-    ``bench/jfr_summary.py``). In local mode the driver's JVM runs the tasks too."""
+    ``bench/jfr_summary.py``). In local mode the driver's JVM runs the tasks too.
+    ``java_options``: more options for that JVM (``-Dname=value ...``)."""
     from pyspark.sql import SparkSession
 
     builder = SparkSession.builder
+    options = java_options
     if jfr is not None:
-        builder = builder.config(
-            "spark.driver.extraJavaOptions",
-            f"-XX:StartFlightRecording=filename={jfr},settings=profile,dumponexit=true",
-        )
+        options += f" -XX:StartFlightRecording=filename={jfr},settings=profile,dumponexit=true"
+    if options.strip():
+        builder = builder.config("spark.driver.extraJavaOptions", options.strip())
     spark = (
         builder.master(master)
         .appName(app)

@@ -25,7 +25,15 @@ from typing import Any
 KINDS: list[tuple[str, tuple[str, ...]]] = [
     ("read the Python worker's socket", ("SocketInputStream", "NioSocketImpl", "SocketDispatcher")),
     ("read Arrow IPC from the worker", ("org.apache.arrow.vector.ipc", "MessageSerializer")),
-    ("Arrow vectors to rows", ("ArrowColumnVector", "ColumnarBatch", "ColumnarToRow")),
+    (
+        "Arrow vectors read (bounds-checked ArrowBuf)",
+        ("ArrowColumnVector", "ColumnarBatch", "ColumnarToRow", "org.apache.arrow.memory"),
+    ),
+    (
+        "UnsafeRow written (null bits, string bytes)",
+        ("UnsafeRowWriter", "UnsafeWriter", "UTF8String"),
+    ),
+    ("rows queued (BufferedRowIterator)", ("BufferedRowIterator.append", "LinkedList")),
     ("generated code (projection, aggregation)", ("GeneratedClass", "GeneratedIterator")),
     ("Parquet scan", ("parquet",)),
     ("shuffle and sort", ("shuffle", "ExternalSorter", "UnsafeExternalSorter")),

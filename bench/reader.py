@@ -140,7 +140,11 @@ class FloorSource(DataSource):
         return "id BIGINT, v DOUBLE, s STRING, rowtime TIMESTAMP, is_bound BOOLEAN"
 
     def streamReader(self, schema: Any) -> DataSourceStreamReader:
-        return FloorReader(self.options["path"], int(self.options.get("batchrows", 0)))
+        return FloorReader(
+            self.options["path"],
+            int(self.options.get("batchrows", 0)),
+            int(self.options.get("tasks", 1)),
+        )
 
 
 FLOOR_SCHEMA = pa.schema(
@@ -156,11 +160,13 @@ FLOOR_SCHEMA = pa.schema(
 
 class FloorReader(DataSourceStreamReader):
     """``batch_rows``: when > 0, each record batch is cut (zero copy) into batches of at most
-    that many rows, to see what Spark's cost per batch is."""
+    that many rows, to see what Spark's cost per batch is. ``tasks``: tasks per stream
+    partition, each yielding every ``tasks``-th record batch (do more tasks raise the floor?)."""
 
-    def __init__(self, path: str, batch_rows: int = 0) -> None:
+    def __init__(self, path: str, batch_rows: int = 0, tasks: int = 1) -> None:
         self.path = path
         self.batch_rows = batch_rows
+        self.tasks = tasks
 
     def initialOffset(self) -> dict:
         return {"read": False}
@@ -169,7 +175,7 @@ class FloorReader(DataSourceStreamReader):
         return {"read": True}
 
     def partitions(self, start: dict, end: dict) -> list[InputPartition]:
-        return [InputPartition(p) for p in range(PARTITIONS)]
+        return [InputPartition((p, k)) for p in range(PARTITIONS) for k in range(self.tasks)]
 
     def commit(self, end: dict) -> None:
         pass
@@ -177,12 +183,17 @@ class FloorReader(DataSourceStreamReader):
     def read(self, partition: InputPartition) -> Any:
         from pyspark_rowtime.streams.log import list_segments, partition_dirname
 
-        chain, _, _ = list_segments(os.path.join(self.path, partition_dirname(partition.value)))
+        p, k = partition.value
+        chain, _, _ = list_segments(os.path.join(self.path, partition_dirname(p)))
         ts = FLOOR_SCHEMA.field("rowtime").type
+        n = 0
         for seg in chain:
             with pa.memory_map(seg.path, "r") as source:
                 file = pa.ipc.open_file(source)
                 for i in range(file.num_record_batches):
+                    n += 1
+                    if (n - 1) % self.tasks != k:
+                        continue
                     b = file.get_batch(i)
                     out = pa.RecordBatch.from_arrays(
                         [

@@ -23,7 +23,7 @@ v DOUBLE, s STRING and the rowtime), each drained with ``trigger(availableNow=Tr
 * (not in the default run) ``reject 256K`` / ``reject 1M``: ``reject`` with the reader's Arrow
   batches of that many rows instead of ``BATCH_ROWS``; ``reject 4M steps``: ``reject`` with
   ``maxRowsPerBatch`` 4,194,304 (several micro-batches); ``floor 64K``: the floor cut into 64K
-  batches.
+  batches; ``floor 2 tasks``: the floor with two tasks per stream partition.
 
 Every case runs once to warm up, then ``--rounds`` rounds, each running every case once in
 turn (interleaved, so a change of machine load hits every case alike). A figure is the median
@@ -79,6 +79,8 @@ CASES: dict[str, tuple[float, str, dict[str, str]]] = {
     "window columns": (0.0, "rowtime", {"order": "reject"}),
     # not in the default run: the floor with the reader's batch size (is Spark's cost per batch?)
     "floor 64K": (0.0, "floor", {"batchRows": str(1 << 16)}),
+    # and with two tasks per stream partition (each every other record batch)
+    "floor 2 tasks": (0.0, "floor", {"tasks": "2"}),
     # and the reader with larger batches than BATCH_ROWS
     "reject 256K": (0.0, "rowtime", {"order": "reject", "bench.batchRows": str(1 << 18)}),
     "reject 1M": (0.0, "rowtime", {"order": "reject", "bench.batchRows": str(1 << 20)}),
@@ -339,13 +341,20 @@ def main(argv: Sequence[str] | None = None) -> dict[str, Any]:
     ap.add_argument(
         "--jfr", default=None, help="record the JVM with Flight Recorder into this .jfr file"
     )
+    ap.add_argument(
+        "--java-options",
+        default="",
+        help="options for Spark's JVM, e.g. -Darrow.enable_unsafe_memory_access=true",
+    )
     args = ap.parse_args(argv)
     cases = args.cases.split(",")
     unknown = [c for c in cases if c not in CASES]
     if unknown:
         ap.error(f"unknown case(s) {unknown}; known: {', '.join(CASES)}")
     base = args.dir or tempfile.mkdtemp(prefix="bench-suite-")
-    spark = spark_session("bench-suite", master=args.master, jfr=args.jfr)
+    spark = spark_session(
+        "bench-suite", master=args.master, jfr=args.jfr, java_options=args.java_options
+    )
     spark.dataSource.register(FloorSource)
     spark.dataSource.register(TimedSource)
     print(f"rows: {args.rows:,} in {PARTITIONS} partitions; Spark {spark.version}, {args.master}")
@@ -372,6 +381,7 @@ def main(argv: Sequence[str] | None = None) -> dict[str, Any]:
         "partitions": PARTITIONS,
         "rounds": args.rounds,
         "master": args.master,
+        "java_options": args.java_options,
         "cpus": os.cpu_count(),
         "load_min": min(loads),
         "load_max": max(loads),
