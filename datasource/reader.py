@@ -58,6 +58,8 @@ PIECE_RECORDS = 1 << 18
 #: emitted offsets break into more (many discarded rows, many bounds) is replayed by the
 #: executor instead: beyond this, shipping the runs would cost more than rebuilding them.
 MAX_EMIT_RUNS = 1 << 16
+#: Emitted rows a task reads and orders at once (see :func:`_runs_batches`).
+RUN_CHUNK_RECORDS = 1 << 20
 
 #: Columns of the quarantine (``output=discarded``) besides the payload and ``rowtime``.
 QUARANTINE_COLUMNS = [
@@ -634,6 +636,30 @@ def read_task(cfg: ReaderConfig, task: ReadTask, schema: pa.Schema) -> Iterator[
         yield pa.RecordBatch.from_arrays(arrays, schema=schema)
 
 
+def _run_chunks(runs: EmitRuns, size: int) -> Iterator[tuple[np.ndarray, np.ndarray]]:
+    """``runs`` cut into consecutive pieces of at most ``size`` rows: (starts, ends) each."""
+    starts, ends = runs.starts, runs.ends
+    cum = np.cumsum(ends - starts)
+    n = int(cum[-1])
+    for a in range(0, n, size):
+        b = min(n, a + size)
+        i = int(np.searchsorted(cum, a, side="right"))  # the run holding row a
+        j = int(np.searchsorted(cum, b, side="left"))  # the run holding row b - 1
+        s, e = starts[i : j + 1].copy(), ends[i : j + 1].copy()
+        s[0] = ends[i] - (int(cum[i]) - a)
+        e[-1] = ends[j] - (int(cum[j]) - b)
+        yield s, e
+
+
+def _ramp(starts: np.ndarray, ends: np.ndarray) -> np.ndarray:
+    """Every offset of the runs ``[starts[i], ends[i])``, in order."""
+    lengths = ends - starts
+    n = int(lengths.sum())
+    return np.arange(n, dtype=np.int64) + np.repeat(
+        starts - (np.cumsum(lengths) - lengths), lengths
+    )
+
+
 def _runs_batches(
     cfg: ReaderConfig,
     partition: int,
@@ -642,47 +668,91 @@ def _runs_batches(
     payload: list[str],
     schema: pa.Schema,
 ) -> Iterator[pa.RecordBatch]:
-    """The rows at ``runs`` in emission order: by (truncated) rowtime, ties by offset."""
-    n = runs.rows
-    if not n:
+    """The rows at ``runs`` in emission order: by (truncated) rowtime, ties by offset.
+
+    The runs are read :data:`RUN_CHUNK_RECORDS` rows at a time, so a task's memory follows
+    that and the rows ``adjust`` reorders, not the length of the step. Why a chunk's rows can
+    go out before the next chunk is read: every row emitted at a later offset is at or above
+    the partition clock there (it was not discarded), the clock never goes back, and it is at
+    least the reference time minus ``adjust.range``, the reference time being the largest
+    rowtime so far; so rows below ``largest so far - range`` are below every later row.
+    """
+    if not runs.rows:
         return
-    lo, hi = int(runs.starts[0]), int(runs.ends[-1])
-    table = stream.read(partition, lo, hi)
-    t, _ = record_times(table, cfg, partition, lo)
-    if len(runs.starts) == 1:
-        idx = None  # one run: every record read, in offset order
-    else:
-        lengths = runs.ends - runs.starts
-        # offsets of the runs, relative to lo: a ramp that restarts at each run's start
-        idx = np.arange(n, dtype=np.int64) + np.repeat(
-            runs.starts - lo - (np.cumsum(lengths) - lengths), lengths
-        )
-        t = t[idx]
-    t = truncate_array_us(t, cfg.policy.unit_us)
-    if len(t) > 1 and not bool(np.all(t[1:] >= t[:-1])):
-        order = np.argsort(t, kind="stable")
-        idx = order if idx is None else idx[order]
-        t = t[order]
-        ordered = False
-    else:
-        ordered = True
-    rows = table.select(payload)
-    false = pa.array(np.zeros(min(n, BATCH_ROWS), dtype=bool))
+    unit, slack = cfg.policy.unit_us, cfg.policy.range_us
+    held_off = np.empty(0, dtype=np.int64)  # rows read, not yet emitted: offsets, rowtimes
+    held_t = np.empty(0, dtype=np.int64)
+    spans: list[tuple[int, int, pa.Table]] = []  # tables read: [lo, hi) of the partition
+    top = NO_TIME
+    false = pa.array(np.zeros(BATCH_ROWS, dtype=bool))
+    chunks = list(_run_chunks(runs, RUN_CHUNK_RECORDS))
+    for k, (starts, ends) in enumerate(chunks):
+        lo, hi = int(starts[0]), int(ends[-1])
+        # While rows are held the spans stay adjacent (read from where the last one ended), so
+        # that their concatenation is indexed by offset.
+        first = spans[-1][1] if spans else lo
+        table = stream.read(partition, first, hi)
+        spans.append((first, hi, table.select(payload)))
+        t, _ = record_times(table, cfg, partition, first)
+        if len(starts) == 1 and first == lo:
+            off = np.arange(lo, hi, dtype=np.int64)
+        else:
+            off = _ramp(starts, ends)
+            t = t[off - first]
+        t = truncate_array_us(t, unit)
+        top = max(top, int(t.max()))
+        if len(held_off):
+            off, t = np.concatenate([held_off, off]), np.concatenate([held_t, t])
+            held_off, held_t = held_off[:0], held_t[:0]
+        in_order = len(t) < 2 or bool(np.all(t[1:] >= t[:-1]))
+        if k + 1 < len(chunks):
+            line = max(top - slack, NO_TIME)
+            if in_order:  # the rows below the line are a prefix: views, no copies
+                cut = int(np.searchsorted(t, line, side="left"))
+                held_off, held_t = off[cut:], t[cut:]
+                off, t = off[:cut], t[:cut]
+            else:
+                ready = t < line
+                held_off, held_t = off[~ready], t[~ready]
+                off, t = off[ready], t[ready]
+        if not in_order:
+            order = np.argsort(t, kind="stable")
+            off, t = off[order], t[order]
+        if len(off):
+            # in order, the offsets ascend (held rows come before the chunk's own)
+            yield from _emit_batches(spans, off, t, schema, false, ascending=in_order)
+        keep = int(held_off.min()) if len(held_off) else hi
+        spans = [sp for sp in spans if sp[1] > keep]
+
+
+def _emit_batches(
+    spans: list[tuple[int, int, pa.Table]],
+    off: np.ndarray,
+    t: np.ndarray,
+    schema: pa.Schema,
+    false: pa.Array,
+    *,
+    ascending: bool,
+) -> Iterator[pa.RecordBatch]:
+    """The payload rows at offsets ``off`` (rowtimes ``t``) as batches of ``schema``, from the
+    ``spans`` read (ascending, adjacent) that hold them. ``ascending``: ``off`` ascends, so a
+    batch is consecutive offsets when its ends are."""
+    base = spans[0][0]
+    rows = spans[0][2] if len(spans) == 1 else pa.concat_tables([sp[2] for sp in spans])
+    n = len(off)
     for a in range(0, n, BATCH_ROWS):
         b = min(n, a + BATCH_ROWS)
-        if idx is None:
-            part = rows.slice(a, b - a)
+        i = off[a:b] - base
+        first, last = int(i[0]), int(i[-1])
+        if ascending and last - first + 1 == b - a:
+            part = rows.slice(first, b - a)  # consecutive offsets: zero copy
         else:
-            i = idx[a:b]
-            if ordered and int(i[-1]) - int(i[0]) + 1 == b - a:
-                part = rows.slice(int(i[0]), b - a)  # within one run: zero copy
-            else:
-                # Take from the span the batch's rows lie in: rows come nearly in offset order,
-                # so it is short, and a take over the whole chunked table would first
-                # concatenate every chunk of it.
-                first, last = int(i.min()), int(i.max())
-                span = rows.slice(first, last - first + 1)
-                part = span.take(pa.array(i - first, type=pa.int64()))
+            # Take from the span the batch's rows lie in: rows come nearly in offset order,
+            # so it is short, and a take over the whole chunked table would first
+            # concatenate every chunk of it.
+            first, last = int(i.min()), int(i.max())
+            span = rows.slice(first, last - first + 1)
+            part = span.take(pa.array(i - first, type=pa.int64()))
         arrays = [*part.columns, _timestamps(t[a:b]), false.slice(0, b - a)]
         yield from pa.Table.from_arrays(arrays, schema=schema).to_batches()
 
