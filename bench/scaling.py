@@ -156,29 +156,38 @@ def _kind(pid: int) -> str | None:
     return None
 
 
-def _rss_bytes(pid: int) -> int:
+def _rss_bytes(pid: int) -> tuple[int, int]:
+    """(resident, resident anonymous) bytes. Resident counts the pages of the memory-mapped
+    segment files a process has touched too: page cache the kernel can drop, shared with every
+    other reader; anonymous memory is the process's own (arrays, Arrow buffers, the heap)."""
+    rss = anon = 0
     try:
         with open(f"/proc/{pid}/status") as f:
             for line in f:
                 if line.startswith("VmRSS:"):
-                    return int(line.split()[1]) * 1024
+                    rss = int(line.split()[1]) * 1024
+                elif line.startswith("RssAnon:"):
+                    anon = int(line.split()[1]) * 1024
     except OSError:
         pass
-    return 0
+    return rss, anon
 
 
 def sample_peaks(proc: subprocess.Popen, every: float = 0.05) -> dict[str, int]:
     """Peak RSS per kind of process below ``proc`` until it exits (for workers: the largest
-    single worker, and the largest sum of all of them at one moment)."""
+    single worker, and the largest sum of all of them at one moment); ``KIND_anon``: the peak
+    of the anonymous part alone."""
     peaks = {"jvm": 0, "planner": 0, "worker": 0, "workers_sum": 0}
+    peaks.update({"jvm_anon": 0, "planner_anon": 0, "worker_anon": 0})
     while proc.poll() is None:
         workers = 0
         for pid in _descendants(proc.pid):
             kind = _kind(pid)
             if kind is None:
                 continue
-            rss = _rss_bytes(pid)
+            rss, anon = _rss_bytes(pid)
             peaks[kind] = max(peaks[kind], rss)
+            peaks[f"{kind}_anon"] = max(peaks[f"{kind}_anon"], anon)
             if kind == "worker":
                 workers += rss
         peaks["workers_sum"] = max(peaks["workers_sum"], workers)
@@ -238,10 +247,14 @@ def memory(args: argparse.Namespace, base: str) -> dict[str, Any]:
         out[f"{range_s} s"] = {"seconds": seconds, "peak_mib": mib, "load": load}
         print(
             f"{f'{range_s} s':<14}{seconds:9.2f}{mib['jvm']:9.0f}{mib['planner']:13.0f}"
-            f"{mib['worker']:12.0f}{mib['workers_sum']:13.0f}  {load:.1f}",
+            f"{mib['worker']:12.0f}{mib['workers_sum']:13.0f}{mib['planner_anon']:15.0f}"
+            f"{mib['worker_anon']:8.0f}  {load:.1f}",
             flush=True,
         )
-    print("(peak resident memory; 'worker': the largest Python worker, 'workers': all at once)")
+    print(
+        "(peak resident memory; 'worker': the largest Python worker, 'workers': all at once; "
+        "anon: without the pages of memory-mapped files)"
+    )
     return out
 
 
