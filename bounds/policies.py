@@ -305,11 +305,13 @@ def scan_partition(
     ref0 = _arr(prev.scan_ref_us)
     bound0 = _arr(prev.scan_bound_us)
 
-    ref_run = np.where(is_bound, NO_TIME, t)
+    any_bound = bool(is_bound.any())
+    ref_run = np.where(is_bound, NO_TIME, t) if any_bound else t.copy()
+    if ref0 != NO_TIME and len(ref_run):
+        # a running maximum: raising the first entry to ref0 raises them all (one pass fewer)
+        ref_run[0] = max(int(ref_run[0]), ref0)
     np.maximum.accumulate(ref_run, out=ref_run)
-    if ref0 != NO_TIME:
-        np.maximum(ref_run, ref0, out=ref_run)
-    if is_bound.any():
+    if any_bound:
         bound_run = np.where(is_bound, t, NO_TIME)
         np.maximum.accumulate(bound_run, out=bound_run)
         if bound0 != NO_TIME:
@@ -317,13 +319,17 @@ def scan_partition(
     else:  # no bound among the records (the common case): the bound stays where it was
         bound_run = np.full(len(t), bound0, dtype=np.int64)
 
-    line = ref_run - policy.range_us if policy.range_us else ref_run
-    clock_after = np.maximum(line, bound_run)
+    # the clock after each record, max(ref - range, bound), built in one new array
+    clock_after = ref_run - policy.range_us if policy.range_us else ref_run.copy()
+    if any_bound or bound0 != NO_TIME:
+        np.maximum(clock_after, bound_run, out=clock_after)
     clock_before = np.empty_like(clock_after)
     if len(t):
         clock_before[0] = _clock(policy, ref0, bound0)
         clock_before[1:] = clock_after[:-1]
-    discarded = ~is_bound & (t < clock_before)
+    discarded = t < clock_before
+    if any_bound:
+        discarded &= ~is_bound
 
     scan = PartitionScan(
         policy, prev, t, is_bound, ref_run, bound_run, discarded, clock_before, where
