@@ -6,7 +6,7 @@ Python workers) runs four streaming queries one after the other over the same pr
 the reader into ``foreachBatch``, and the sink into a stream target in a folder, a stream target
 on Redis and a Parquet target. Each query passes its rows through a step (``mapInArrow``) in the
 same stage as the reader's scan and the sink's write tasks. The first task attempt that meets the
-case's chosen row (a fixed partition, in the middle of a middle micro-batch) sends the rows
+case's chosen row (a fixed partition, in the middle of a middle micro-batch) passes the rows
 before it on, then SIGKILLs its own executor's JVM (the ancestor of the Python worker that runs
 the step) and waits until it is gone. Which attempt kills is decided once, by a marker file
 created with ``O_EXCL``, not by timing. Spark then retries the task (``spark.task.maxFailures``,
@@ -15,8 +15,9 @@ of the dead one, and the query goes on.
 
 Proof that an executor really was lost and the task retried: the marker names the killed JVM
 (its command line is an executor's, ``CoarseGrainedExecutorBackend``); a later attempt of the
-same partition on another JVM finished it and left a file saying so; Spark's status store lists
-one removed executor per case and failed tasks.
+same partition and batch, on another JVM, went through the whole partition and left a file
+saying so; Spark's status store lists one removed executor per case ("Command exited with code
+137") and, for the stage the kill hit, a failed task and every task completed.
 """
 
 from __future__ import annotations
@@ -83,8 +84,9 @@ from pyspark_rowtime.bounds.errors import StreamNotFoundError
 
 def kill_step(case, kill_id, marks):
     # Runs in a Python worker on an executor: a pass-through that, in the first task attempt
-    # to meet row kill_id (and only that one: the O_EXCL marker), sends the rows before it on
-    # and kills the executor's JVM.
+    # to meet row kill_id (and only that one: the O_EXCL marker), passes the rows before it on
+    # and kills the executor's JVM. An attempt that meets the row later notes it once it has
+    # passed on its whole partition.
     def executor_jvm():
         pid = os.getpid()
         while pid > 1:
@@ -114,14 +116,13 @@ def kill_step(case, kill_id, marks):
 
         ctx = TaskContext.get()
         rows_before = 0
-        met = False
+        retry = None
         for b in batches:
-            at = pc.index(b.column("id"), kill_id).as_py() if not met else -1
+            at = pc.index(b.column("id"), kill_id).as_py() if retry is None else -1
             if at < 0:
                 rows_before += b.num_rows
                 yield b
                 continue
-            met = True
             jvm = executor_jvm()
             doc = {"jvm": jvm, "cmdline": cmdline(jvm), "partition": ctx.partitionId(),
                    "attempt": ctx.attemptNumber(), "stage": ctx.stageId(),
@@ -129,9 +130,9 @@ def kill_step(case, kill_id, marks):
                    "rows_before": rows_before + at}
             try:
                 note(f"{case}.kill", doc)
-            except FileExistsError:  # a retry: finish the partition, and say who did
+            except FileExistsError:  # a retry: pass everything on
+                retry = doc
                 yield b
-                note(f"{case}.retry.{ctx.attemptNumber()}", doc)
                 continue
             if at:
                 yield b.slice(0, at)
@@ -148,6 +149,8 @@ def kill_step(case, kill_id, marks):
                     break
                 time.sleep(0.01)
             os._exit(1)
+        if retry is not None:  # this attempt went through to the end of its partition
+            note(f"{case}.retry.{ctx.attemptNumber()}", retry)
 
     return step
 
