@@ -2,7 +2,8 @@
 
 Four writer processes killed at random, heartbeats, random bounds and 1% disorder under
 ``adjust`` while a query reads and a sink writes; the script checks counts, clocks and memory
-(see its docstring) and prints its figures. ``./dev soak SECONDS`` runs it for longer.
+(see its docstring) and prints its figures. ``./dev soak SECONDS`` runs it for longer. Its
+per-batch SPEC 7 check is shown to fail on broken micro-batches, in this session's Spark.
 """
 
 from __future__ import annotations
@@ -25,3 +26,58 @@ def test_a_short_soak_loses_nothing_and_stays_flat(tmp_path):
     assert done.returncode == 0, (figures, done.stderr[-4000:])
     assert figures["ok"] and figures["writer_kills"] >= 3 and figures["inserted"] > 1000, figures
     assert figures["released"] + figures["discarded"] == figures["inserted"]
+
+
+def test_the_soak_fails_on_a_micro_batch_that_breaks_spec_7(spark, workdir):
+    """The soak's per-batch check, fed micro-batches with the reader's schema: sound ones pass,
+    each broken rule makes the soak fail naming the batch (the reader itself never produces
+    them, so they are made here from a stream's real records)."""
+    from helpers import BASE_US, US, Spec7, batch_reader, write_rows
+    from pyspark.sql import functions as F
+    from soak import spec7_failures
+
+    import pyspark_rowtime as pr
+
+    pr.create_stream(str(workdir / "s"), "i BIGINT")
+    write_rows(
+        workdir / "s",
+        0,
+        [({"i": i}, BASE_US + i * US) for i in range(4)],
+        bound_us=BASE_US + 3 * US,
+    )
+    records = batch_reader(spark, workdir / "s")
+    rows, bound = records.where("not is_bound"), records.where("is_bound")
+
+    def shifted(df, seconds):  # type: ignore[no-untyped-def]
+        return df.withColumn("rowtime", F.col("rowtime") + F.expr(f"interval {seconds} seconds"))
+
+    sound = Spec7()
+    sound.frame(records, 0)  # rows at 0..3 s, bound at 3 s
+    sound.frame(shifted(records, 10), 1)  # the next: rows at 10..13 s, bound at 13 s
+    sound.frame(spark.createDataFrame([], records.schema), 2)  # an empty batch
+    assert spec7_failures(sound, released=8) == [] and sound.clock == BASE_US + 13 * US
+
+    # Each breaks one rule after a batch that left the clock at 3 s.
+    broken = {
+        "2 bound records": shifted(rows, 4)
+        .unionByName(shifted(bound, 4))
+        .unionByName(shifted(bound, 5)),
+        "is above the batch's clock": shifted(rows, 4).unionByName(shifted(bound, 3)),
+        "is below the previous clock": shifted(rows, -1).unionByName(shifted(bound, 6)),
+        "<= previous clock": bound,
+        "without a rowtime": rows.withColumn("rowtime", F.lit(None).cast("timestamp")),
+    }
+    for why, batch in broken.items():
+        spec = Spec7()
+        spec.frame(records, 7)
+        spec.frame(batch, 8)
+        failures = spec7_failures(spec, released=spec.rows)
+        assert len(failures) == 1 and "batch 8" in failures[0] and why in failures[0], (
+            why,
+            failures,
+        )
+    missed = Spec7()
+    missed.frame(records, 0)
+    assert spec7_failures(missed, released=5) == [
+        "the checking query saw 4 rows, the target holds 5"
+    ]

@@ -40,7 +40,7 @@ import pyarrow as pa
 
 from ..bounds.errors import CorruptLogError, SinkBusyError, WriterLockedError
 from ..streams.lock import PartitionLock
-from ..streams.meta import fsync_dir, fsync_file
+from ..streams.meta import fsync_dir, fsync_file, make_dirs, narrow_mode
 from ..streams.segments import SegmentStats, open_segment_file, write_segment_file
 from ..streams.storage import SINK_DIR as STORAGE_SINK_DIR
 from ..streams.storage import (
@@ -112,6 +112,7 @@ def _write_tmp(folder: str, name: str, doc: Any) -> str:
         f.write(json.dumps(doc, indent=1, sort_keys=True) + "\n")
         f.flush()
         os.fsync(f.fileno())
+    narrow_mode(tmp, folder)  # no more readable than its folder, whatever the umask
     return tmp
 
 
@@ -175,7 +176,7 @@ class SinkState:
     def ensure(self) -> None:
         """Create the folders (idempotent)."""
         for d in (self.root, self.manifest_dir, self.staging_dir):
-            os.makedirs(d, exist_ok=True)
+            make_dirs(d)  # each no wider than the folder holding it (the target's at the top)
 
     @contextmanager
     def commit_lock(self) -> Iterator[None]:
@@ -291,9 +292,11 @@ class SinkState:
         while the task goes on receiving rows."""
         rel = os.path.join(SINK_DIR, STAGING_DIR, batch_name(batch_id), name)
         path = os.path.join(self.target, rel)
-        os.makedirs(os.path.dirname(path), exist_ok=True)
+        make_dirs(os.path.dirname(path))
         try:
             write_segment_file(path, stats, schema, chunks, sync=False)
+            # Linked into the partition as it is (same inode): narrowed once, here.
+            narrow_mode(path, os.path.dirname(path))
         except BaseException:
             self.discard_staged([rel])  # no half-written file is left behind
             raise

@@ -47,7 +47,7 @@ import pyarrow.parquet as pq
 from ..bounds.errors import CorruptLogError, OptionError, SchemaError
 from ..bounds.time import from_rowtime_us
 from ..streams.columns import SPARK_ROWTIME
-from ..streams.meta import fsync_dir, fsync_file
+from ..streams.meta import fsync_dir, fsync_file, make_dirs, narrow_mode
 from ..streams.storage import SINK_KIND_PARQUET, LocationKind, what_is_at
 from .clock import advance
 from .layout import (
@@ -164,7 +164,7 @@ class _Stager:
                 f"{uuid.uuid4().hex[:8]}.parquet"
             )
             staged_rel = os.path.join(self.folder_rel, part, name)
-            os.makedirs(os.path.join(self.folder, part), exist_ok=True)
+            make_dirs(os.path.join(self.folder, part))
             codec = None if cfg.compression == "none" else cfg.compression
             writer = pq.ParquetWriter(
                 os.path.join(cfg.location, staged_rel),
@@ -186,7 +186,10 @@ class _Stager:
         for key, writer in self.writers.items():
             writer.close()
             f = self.files[key]
-            fsync_file(os.path.join(self.target.cfg.location, f.staged))
+            path = os.path.join(self.target.cfg.location, f.staged)
+            # Published by a rename, which keeps the mode: no wider than the folder it is in.
+            narrow_mode(path, os.path.dirname(path))
+            fsync_file(path)
             out.append(StagedFile(staged=f.staged, rows=self.rows[key], final=f.final, key=key))
         for root, _dirs, _files in os.walk(self.folder):
             fsync_dir(root)
@@ -329,7 +332,7 @@ class ParquetTarget:
             if os.path.exists(dst):
                 continue
             folder = os.path.dirname(dst)
-            os.makedirs(folder, exist_ok=True)
+            make_dirs(folder)
             try:
                 os.rename(src, dst)
             except FileNotFoundError:
@@ -359,7 +362,7 @@ class ParquetTarget:
     def _mark_complete(self, key: int, entry: ParquetEntry) -> None:
         cfg = self.cfg
         folder = os.path.join(cfg.location, partition_name(key, cfg.granularity))
-        os.makedirs(folder, exist_ok=True)
+        make_dirs(folder)
         gran = cfg.granularity_us
         _write_once(
             os.path.join(folder, COMPLETE_MARKER),

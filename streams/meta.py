@@ -287,6 +287,27 @@ def narrow_mode(path: str, folder: str) -> None:
         os.chmod(path, bits & allowed)
 
 
+def make_dirs(path: str) -> None:
+    """``os.makedirs(path, exist_ok=True)``, each folder it creates no wider than the one that
+    holds it (:func:`narrow_mode`), so a tree made under a private folder stays private."""
+    missing = []
+    here = os.path.abspath(path)
+    while not os.path.isdir(here):
+        missing.append(here)
+        parent = os.path.dirname(here)
+        if parent == here:
+            break
+        here = parent
+    for folder in reversed(missing):
+        try:
+            os.mkdir(folder)
+        except FileExistsError:
+            if not os.path.isdir(folder):
+                raise
+            continue  # another process made it just now, and narrows it itself
+        narrow_mode(folder, os.path.dirname(folder))
+
+
 def _fsync(path: str, flags: int) -> None:
     fd = os.open(path, flags)
     try:

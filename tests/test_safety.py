@@ -7,7 +7,7 @@ secret; files are no more readable than the folder that holds them.
 * Paths read from a sink's manifest stay inside the target; symbolic links planted in a stream
   folder are refused, never followed.
 * Passwords in locations never appear in errors.
-* Files and folders a stream creates have no permission bit its folder lacks.
+* Files and folders a stream or a sink target creates have no permission bit its folder lacks.
 """
 
 from __future__ import annotations
@@ -215,3 +215,39 @@ def test_files_of_a_stream_are_no_more_readable_than_its_folder(tmp_path, folder
             if mode & ~folder_mode:
                 wider.append(f"{os.path.join(root, name)} {oct(mode)}")
     assert not wider, wider
+
+
+@pytest.mark.parametrize("kind", ["stream", "parquet"])
+@pytest.mark.parametrize("folder_mode", [0o700, 0o750])
+def test_files_of_a_sink_target_are_no_more_readable_than_its_folder(tmp_path, kind, folder_mode):
+    """Everything the sink creates (its state folder, manifest entries, the clock, staged and
+    published data files, partition folders, ``_COMPLETE`` markers) under a target folder with
+    ``folder_mode``, with a umask that would make all of it readable by anyone."""
+    import sys
+
+    sys.path.insert(0, str(Path(__file__).parent))
+    from sink_helpers import HOUR, T0, make, records, run
+
+    (tmp_path / "target").mkdir()
+    os.chmod(tmp_path / "target", folder_mode)  # whatever the umask
+    old = os.umask(0o022)
+    try:
+        target = make(tmp_path, kind)
+        for batch in range(3):  # the Parquet target completes an hour, and stages one more
+            t = T0 + batch * HOUR
+            run(target, batch, [[records([(batch, t)], bound=t + 1)], [records([(9, t)])]])
+    finally:
+        os.umask(old)
+    made, wider = [], []
+    for root, dirs, files in os.walk(tmp_path / "target"):
+        for name in dirs + files:
+            path = os.path.join(root, name)
+            made.append(os.path.relpath(path, tmp_path / "target"))
+            mode = os.stat(path).st_mode & 0o777
+            if mode & ~folder_mode:
+                wider.append(f"{path} {oct(mode)}")
+    assert not wider, wider
+    # The walk saw the sink's state and the published data.
+    assert any(m.startswith("_rowtime_sink/manifest/") for m in made), made
+    data = ".parquet" if kind == "parquet" else ".arrow"
+    assert sum(m.endswith(data) and "staging" not in m for m in made) >= 3, made

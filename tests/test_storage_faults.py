@@ -110,6 +110,83 @@ def test_a_damaged_segment_is_named_with_its_records_and_nothing_else_is_affecte
             open_writer(loc, 0)
 
 
+def _flip_in_names(path: str, which: int) -> None:
+    """Flip one byte inside the value buffer of the ``name`` column (a run of x or y)."""
+    data = Path(path).read_bytes()
+    at = data.index(b"xxxxxx" if which == 0 else b"y" * 100) + 3
+    with open(path, "r+b") as f:
+        f.seek(at)
+        f.write(bytes([data[at] ^ 0x20]))  # x -> X: still a valid string
+
+
+@pytest.mark.parametrize("which", [0, 1], ids=["first segment", "last segment"])
+def test_a_flipped_byte_in_a_value_is_named_by_describe_verify(tmp_path, capsys, which):
+    loc, other = str(tmp_path / "s"), str(tmp_path / "other")
+    fill(loc)
+    fill(other)
+    assert main(["describe", loc, "--verify"]) == 0
+    assert "4 record batches match" in capsys.readouterr().out  # 2 segments x 2 partitions
+    bad = segment_files(loc, 0)[which]
+    first, end = (0, 100) if which == 0 else (100, 200)
+    before = Path(bad).stat().st_size
+    _flip_in_names(bad, which)
+    assert Path(bad).stat().st_size == before
+
+    # Arrow has no checksum of its own: the reader reads the changed value as it is.
+    stream = open_stream(loc)
+    names = stream.read(0, first, end).column("name").to_pylist()
+    assert any(n and n != n.lower() for n in names)
+    with pytest.raises(CorruptLogError) as e:
+        stream.verify(0)
+    message = str(e.value)
+    assert bad in message and f"records [{first}, {end})" in message and "checksum" in message
+    assert stream.verify(1) == (2, 0)  # the other partition
+
+    code = main(["describe", loc, "--verify"])
+    out, err = capsys.readouterr()
+    assert code == 1
+    assert "DAMAGED" in out and bad in err and f"records [{first}, {end})" in err
+    line = next(line for line in out.splitlines() if line.startswith("1 "))
+    assert line.split()[1] == "200"
+    code = main(["describe", loc, "--json", "--verify"])
+    doc = json.loads(capsys.readouterr().out)
+    assert code == 1 and bad in doc["partition_info"][0]["damaged"]
+    assert doc["partition_info"][1]["batches_checked"] == 2
+    assert main(["describe", other, "--verify"]) == 0  # another stream
+    assert main(["describe", loc]) == 0  # without --verify, only footers are read
+    capsys.readouterr()
+
+
+def test_segments_written_before_checksums_read_and_verify_as_unchecked(tmp_path, capsys):
+    loc = str(tmp_path / "s")
+    fill(loc, partitions=1)
+    old = segment_files(loc, 0)[0]
+    table = pa.ipc.open_file(pa.memory_map(old)).read_all()
+    os.unlink(old)  # rewritten as the format was written before checksums: no batch metadata
+    with pa.OSFile(old, "wb") as f, pa.ipc.new_file(f, table.schema) as w:
+        w.write_table(table)
+    assert ids(loc, 0) == list(range(200))
+    assert open_stream(loc).verify(0) == (1, 1)
+    assert main(["describe", loc, "--verify"]) == 0
+    out = capsys.readouterr().out
+    assert "1 record batches match, 1 written before checksums not checked" in out
+
+
+def test_a_damaged_small_segment_is_not_merged_under_a_fresh_checksum(tmp_path):
+    loc = str(tmp_path / "s")
+    create_stream(loc, "id INT, name STRING")
+    with open_writer(loc) as w:
+        w.insert({"id": 0, "name": "xxxxxxxx"}, rowtime=MS0)
+        w.flush()
+        _flip_in_names(segment_files(loc, 0)[0], 0)
+        for i in range(1, 40):  # enough flushes of one record for merges of small segments
+            w.insert({"id": i, "name": "y"}, rowtime=MS0 + i)
+            w.flush()
+    with pytest.raises(CorruptLogError, match=r"records \[0, 1\)"):
+        open_stream(loc).verify(0)
+    assert ids(loc, 0) == list(range(40))
+
+
 def test_a_missing_segment_is_a_gap_named_by_its_offsets(tmp_path):
     loc = str(tmp_path / "s")
     fill(loc)
@@ -257,3 +334,11 @@ def test_a_read_only_filesystem_is_refused_with_nothing_changed(small_disk):
     finally:
         subprocess.run(["mount", "-o", "remount,rw", str(small_disk)], check=True)
     shutil.rmtree(loc)
+
+
+def test_describe_verify_of_a_parquet_target_says_it_checks_streams_only(tmp_path, capsys):
+    target = make(tmp_path, "parquet")
+    run(target, 0, [[records([(1, T0)], bound=T0 + 1)]])
+    assert main(["describe", str(tmp_path / "target"), "--verify"]) == 2
+    assert "Parquet target" in capsys.readouterr().err
+    assert main(["describe", str(tmp_path / "target")]) == 0

@@ -4,7 +4,7 @@
     rowtime insert PATH [--partition N] [--format jsonl|csv] [--rowtime-column COL]
                         [--rowtime-unit s|ms|us|ns] [FILE|-]
     rowtime bound PATH TIME [--strict] [--partition N]
-    rowtime describe PATH [--json]
+    rowtime describe PATH [--json] [--verify]
     rowtime clock PATH [--us]
     rowtime tail PATH [-n N] [--follow]
 
@@ -283,14 +283,26 @@ def cmd_bound(args: argparse.Namespace) -> int:
     return 0
 
 
-def describe(stream: StreamStorage) -> dict[str, Any]:
+def describe(stream: StreamStorage, verify: bool = False) -> dict[str, Any]:
     """What ``rowtime describe --json`` prints. A damaged partition (a segment file that cannot
-    be read) is listed with ``damaged``, the error naming the file, and the others as usual."""
+    be read) is listed with ``damaged``, the error naming the file, and the others as usual.
+
+    ``verify``: also check every record batch against its checksum (reads every byte; streams
+    in a folder only); a partition then has ``batches_checked`` and
+    ``batches_without_checksum`` (written before checksums), or ``damaged`` naming the file and
+    the records of the first batch that does not match."""
+    check = getattr(stream, "verify", None) if verify else None
+    if verify and check is None:
+        raise OptionError(
+            "describe --verify checks the checksums of segment files, and this stream's backend "
+            "keeps none: describe it without --verify"
+        )
     partitions: list[dict[str, Any]] = []
     clocks: list[int | None] = []
     for p in range(stream.meta.partitions):
         try:
             stats = stream.partition_stats(p)
+            checked = check(p) if check is not None else None
         except CorruptLogError as e:
             partitions.append({"partition": p, "damaged": " ".join(str(e).split())})
             clocks.append(None)
@@ -322,6 +334,8 @@ def describe(stream: StreamStorage) -> dict[str, Any]:
                 "skew_max_us": max(skews) if skews else None,
             }
         )
+        if checked is not None:
+            partitions[-1]["batches_checked"], partitions[-1]["batches_without_checksum"] = checked
     stream_clock = merge_clock(clocks)  # from the same listing as the partitions shown
     return {
         "location": stream.location,
@@ -340,6 +354,12 @@ def cmd_describe(args: argparse.Namespace) -> int:
     if where.kind is LocationKind.PARQUET_TARGET:
         from .sink.parquet_target import describe_parquet_target, describe_text
 
+        if args.verify:
+            raise OptionError(
+                f"describe --verify checks the segment files of a rowtime stream, and {path} is "
+                "a Parquet target of the sink: describe it without --verify"
+            )
+
         target = describe_parquet_target(path)  # a Parquet target of writeStream.format("rowtime")
         print(json.dumps(target, indent=2) if args.json else describe_text(target))
         return 0
@@ -350,7 +370,7 @@ def cmd_describe(args: argparse.Namespace) -> int:
             print(f"stream target {path}: not created yet (its query's first commit creates it)")
             print("stream clock  none")
         return 0
-    info = describe(open_storage(args.path))
+    info = describe(open_storage(args.path), verify=args.verify)
     if args.json:
         print(json.dumps(info, indent=2))
         return 1 if any("damaged" in p for p in info["partition_info"]) else 0
@@ -383,6 +403,14 @@ def cmd_describe(args: argparse.Namespace) -> int:
         print("  ".join(c.ljust(w) for c, w in zip(r, widths, strict=True)).rstrip())
     why = "a partition is damaged" if damaged else "a partition is empty"
     print(f"stream clock  {info['stream_clock'] or f'none ({why})'}")
+    if args.verify:
+        sound = [p for p in info["partition_info"] if "batches_checked" in p]
+        old = sum(p["batches_without_checksum"] for p in sound)
+        print(
+            f"checksums     {sum(p['batches_checked'] for p in sound)} record batches match"
+            + (f", {old} written before checksums not checked" if old else "")
+            + (f"; {len(damaged)} partition(s) damaged" if damaged else "")
+        )
     for p in damaged:
         print(f"partition {p['partition']}: {p['damaged']}", file=sys.stderr)
     return 1 if damaged else 0
@@ -582,6 +610,11 @@ def build_parser() -> argparse.ArgumentParser:
     p = sub.add_parser("describe", help="partitions, counts, clocks, arrival and skew")
     p.add_argument("path")
     p.add_argument("--json", action="store_true", help="print JSON")
+    p.add_argument(
+        "--verify",
+        action="store_true",
+        help="also check every record batch against its checksum (reads every byte)",
+    )
     p.set_defaults(func=cmd_describe)
 
     p = sub.add_parser("clock", help="print the stream clock (or 'none')")
