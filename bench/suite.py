@@ -20,8 +20,8 @@ v DOUBLE, s STRING and the rowtime), each drained with ``trigger(availableNow=Tr
   projection into a Python source; Parquet's scan reads the one column it needs);
 * ``window floor``: the same query over the floor (``withWatermark``; its few bound records
   are counted as rows): the most any Python source could give it;
-* (not in the default run) ``reject 256K`` / ``reject 1M``: ``reject`` with the reader's Arrow
-  batches of that many rows instead of ``BATCH_ROWS``; ``reject 4M steps``: ``reject`` with
+* (not in the default run) ``reject 64K`` / ``reject 256K`` / ``reject 1M``: ``reject`` with
+  the reader's Arrow batches of at most that many rows instead of ``BATCH_ROWS``; ``reject 4M steps``: ``reject`` with
   ``maxRowsPerBatch`` 4,194,304 (several micro-batches); ``floor 64K``: the floor cut into 64K
   batches; ``floor 2 tasks``: the floor with two tasks per stream partition.
 
@@ -81,7 +81,8 @@ CASES: dict[str, tuple[float, str, dict[str, str]]] = {
     "floor 64K": (0.0, "floor", {"batchRows": str(1 << 16)}),
     # and with two tasks per stream partition (each every other record batch)
     "floor 2 tasks": (0.0, "floor", {"tasks": "2"}),
-    # and the reader with larger batches than BATCH_ROWS
+    # and the reader with other most rows per batch than BATCH_ROWS
+    "reject 64K": (0.0, "rowtime", {"order": "reject", "bench.batchRows": str(1 << 16)}),
     "reject 256K": (0.0, "rowtime", {"order": "reject", "bench.batchRows": str(1 << 18)}),
     "reject 1M": (0.0, "rowtime", {"order": "reject", "bench.batchRows": str(1 << 20)}),
     # and in steps of at most 4M records (what a cap on the step costs)

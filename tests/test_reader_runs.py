@@ -102,3 +102,19 @@ def test_run_chunks_cover_the_runs_exactly_in_pieces_of_at_most_the_size() -> No
             assert all(b > a for a, b in zip(s.tolist(), e.tolist(), strict=True))
             got += piece
         assert got == want
+
+
+def test_batches_are_capped_by_rows_and_by_bytes(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Narrow rows come BATCH_ROWS to a batch; wide rows as many as fit in BATCH_BYTES, so a
+    batch of kilobyte rows is not a gigabyte on Spark's side; never fewer than MIN_BATCH_ROWS."""
+    from pyspark_rowtime.datasource.reader import BATCH_BYTES, BATCH_ROWS, batch_rows
+
+    narrow = pa.table({"v": pa.array(np.arange(1000, dtype=np.int64))})
+    assert batch_rows(narrow) == BATCH_ROWS
+    wide = pa.table({"s": pa.array(["x" * 4000] * 100)})
+    rows = batch_rows(wide)
+    assert rows < BATCH_ROWS and rows * (wide.nbytes / 100) <= BATCH_BYTES
+    assert rows * (wide.nbytes / 100 + 9) > BATCH_BYTES - 2 * (wide.nbytes / 100 + 9)
+    monkeypatch.setattr(reader_module, "BATCH_BYTES", 1)
+    assert batch_rows(wide) == reader_module.MIN_BATCH_ROWS
+    assert batch_rows(narrow.slice(0, 0)) == BATCH_ROWS
