@@ -21,9 +21,10 @@ v DOUBLE, s STRING and the rowtime), each drained with ``trigger(availableNow=Tr
 * ``window floor``: the same query over the floor (``withWatermark``; its few bound records
   are counted as rows): the most any Python source could give it;
 * (not in the default run) ``reject 64K`` / ``reject 256K`` / ``reject 1M``: ``reject`` with
-  the reader's Arrow batches of at most that many rows instead of ``BATCH_ROWS``; ``reject 4M steps``: ``reject`` with
-  ``maxRowsPerBatch`` 4,194,304 (several micro-batches); ``floor 64K``: the floor cut into 64K
-  batches; ``floor 2 tasks``: the floor with two tasks per stream partition.
+  the reader's Arrow batches of at most that many rows instead of ``BATCH_ROWS``;
+  ``reject 4M steps``: ``reject`` with ``maxRowsPerBatch`` 4,194,304 (several micro-batches);
+  ``floor 64K``: the floor cut into 64K batches; ``floor 2 tasks``: the floor with two tasks per
+  stream partition.
 
 Every case runs once to warm up, then ``--rounds`` rounds, each running every case once in
 turn (interleaved, so a change of machine load hits every case alike). A figure is the median

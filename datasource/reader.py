@@ -68,6 +68,8 @@ def batch_rows(payload: pa.Table) -> int:
         return BATCH_ROWS
     width = payload.nbytes / n + 9
     return int(min(BATCH_ROWS, max(MIN_BATCH_ROWS, BATCH_BYTES // width)))
+
+
 #: New records per piece when the policies run over a step (see :func:`classify_pieces`).
 PIECE_RECORDS = 1 << 18
 #: Most runs of consecutive emitted offsets a task carries (16 bytes each). A step whose
