@@ -8,8 +8,8 @@ hottest methods at the top of the stack.
 
 Two kinds of sample: ``jdk.ExecutionSample`` (a thread running Java code) and
 ``jdk.NativeMethodSample`` (a thread inside a native method: mostly waiting on a socket, here
-the Python worker's). Their sampling periods differ (20 ms and 20 ms under ``settings=profile``
-on JDK 17, but counted apart), so each is summarised on its own.
+the Python worker's). Their sampling periods differ (10 ms and 20 ms under
+``settings=profile`` on JDK 17), so each is summarised on its own.
 """
 
 from __future__ import annotations

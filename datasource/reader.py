@@ -51,10 +51,10 @@ from .options import ReaderConfig
 
 TS_TYPE = pa.timestamp("us", tz="UTC")
 #: Most rows per Arrow record batch handed to Spark, and (:data:`BATCH_BYTES`) most bytes: the
-#: smaller of the two. Spark's cost per batch is small, the reader's is not: with batches of
-#: 64K rows instead of 1M, `reject` drained 10 M rows at 0.88 of the floor instead of 0.94
-#: (``./dev bench suite``, quiet machine); the byte cap keeps wide rows from making batches of
-#: gigabytes on the JVM side.
+#: smaller of the two. The floor runs as fast with 64K-row batches as with 1M, the reader
+#: pays a little per batch: `reject` over 10 M rows at 0.88 of the floor with 64K rows and
+#: 0.94 with 1M (``./dev bench suite``, quiet), though two noisier runs gave 0.93 / 0.92 and
+#: 0.86 / 0.97. The byte cap keeps wide rows from making batches of gigabytes on the JVM side.
 BATCH_ROWS = 1 << 20
 BATCH_BYTES = 64 << 20
 #: Fewest rows per batch, however wide the rows.
