@@ -531,6 +531,36 @@ def _newest_row(storage: Trimmable, partition: int) -> int | None:
     return newest
 
 
+def emitted_clock(storage: Trimmable, policy: Policy, column: str | None) -> int | None:
+    """The stream clock a query under the stream's ``policy`` has reached: the minimum over
+    partitions of ``max(reference - range, bound)`` (SPEC 6.5), below the storage's stream
+    clock by up to ``adjust.range``. Rows above it are released but not yet emitted (they wait
+    for the slowest partition), so they must stay. None while a partition is empty. With a
+    promoted ``column`` the policy's times are not the stored ones: the storage's clock minus
+    the range bounds it from below."""
+    clock = storage.stream_clock_us()
+    if clock is None:
+        return None
+    if column is not None or not policy.holds:
+        return clock if not policy.holds else clock - policy.range_us
+    unit = policy.unit_us
+    lines = []
+    for p in range(storage.meta.partitions):
+        stats = storage.partition_stats(p)
+        trimmed = storage.trim_state(p)  # what went before the kept units counts too
+        ref = _max(_newest_row(storage, p), trimmed.row_max_us)
+        bound = max((s.last_bound_us for s in stats if s.last_bound_us is not None), default=None)
+        bound = _max(bound, trimmed.bound_max_us)
+        line = None if ref is None else ref - ref % unit - policy.range_us
+        if bound is not None and bound != END_OF_STREAM_US:
+            bound -= bound % unit
+        top = _max(line, bound)
+        if top is None:
+            return None
+        lines.append(top)
+    return min(lines)
+
+
 def plan_cutoff(storage: Trimmable, retention: Retention, before_us: int | None) -> int | None:
     """The rowtime before which units may go: ``before_us``, or the retention measured back
     from the stream clock (from the newest data rowtime of the stream when the clock is beyond
@@ -570,7 +600,7 @@ def apply_retention(
     if cutoff is None and retention.size_bytes is None:
         return []
     # Only what a query at the tail has emitted may go: nothing while a partition is empty.
-    clock = storage.stream_clock_us()
+    clock = emitted_clock(storage, policy, column)
     if clock is None:
         return []
     results = []

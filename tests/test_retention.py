@@ -525,3 +525,26 @@ def test_the_cli_sets_shows_and_applies_a_retention(
     assert "first kept" in capsys.readouterr().out
     assert main(["retention", str(location), "off", "--size", "ten"]) == 2
     assert "--size" in capsys.readouterr().err
+
+
+# -- a sink target stream --------------------------------------------------------------------
+
+
+def test_the_sinks_retention_option_makes_a_target_whose_commits_apply_it(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from sink_helpers import T0, make, records, run
+
+    from pyspark_rowtime.api import read_stream
+
+    monkeypatch.setattr(retention_module, "CHECK_EVERY_S", 0.0)
+    target: Any = make(tmp_path, "stream", partitions="1", retention="10 s")
+    stream = open_storage(target.cfg.location)
+    assert stream.retention() == Retention(10 * S)  # type: ignore[attr-defined]
+    for batch_id in range(6):  # a batch every 5 s of rowtime, each its own segment
+        t = T0 + batch_id * 5 * S
+        run(target, batch_id, [[records([(batch_id, t)], bound=t + 1)]])
+    kept = open_storage(target.cfg.location).start_offset(0)
+    # the clock is 25 s (plus 1 us) after T0: batches wholly before 15 s went, at commit time
+    assert kept == 6
+    assert read_stream(target.cfg.location).column("id").to_pylist() == [3, None, 4, None, 5, None]
