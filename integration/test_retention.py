@@ -2,11 +2,8 @@
 a trim removed records it still needed fails naming stream, partition and the first kept
 offset; with ``failOnDataLoss=false`` (the option of Spark's Kafka source) it skips to the first
 kept record, emits exactly the kept rows, and counts what it skipped in its progress. A fresh
-batch read starts from the first kept record.
-
-Kafka's ``KafkaMicroBatchSourceSuite`` ("failOnDataLoss=false should not return duplicated
-records", "deleted topic / retention": the query fails by default) checks the same promises of
-Spark's Kafka source."""
+batch read starts from the first kept record. These are the promises Spark's Kafka source makes
+for a topic whose retention passed a query's offsets."""
 
 from __future__ import annotations
 

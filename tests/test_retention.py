@@ -2,10 +2,9 @@
 readers over a trimmed stream (batch reads, the quarantine, interval.count, a streaming query
 resumed from its checkpoint) return what the untrimmed stream returns for the kept records.
 
-Kafka's own checks of the same promises (``LogCleanerManagerTest``/``UnifiedLogTest``: the log
-start offset only grows, offsets are never renumbered, the active segment is never deleted;
-``KafkaMicroBatchSourceSuite``: "failOnDataLoss=false" skips, else the query fails naming the
-offsets) are the cases replayed here."""
+The promises are Kafka's for its log (the log start offset only grows, offsets are never
+renumbered, the active segment is never deleted) and Spark's Kafka source's for its readers
+(``failOnDataLoss=false`` skips ahead, else the query fails naming the offsets)."""
 
 from __future__ import annotations
 
@@ -548,3 +547,69 @@ def test_the_sinks_retention_option_makes_a_target_whose_commits_apply_it(
     # the clock is 25 s (plus 1 us) after T0: batches wholly before 15 s went, at commit time
     assert kept == 6
     assert read_stream(target.cfg.location).column("id").to_pylist() == [3, None, 4, None, 5, None]
+
+
+# -- the rule against the SPEC's naive transcription -----------------------------------------
+
+from hypothesis import event, given, settings  # noqa: E402
+from hypothesis import strategies as st  # noqa: E402
+from policy_strategies import POLICIES as POLICY_STRATEGY  # noqa: E402
+from policy_strategies import streams, tolerant  # noqa: E402
+from reference_policy import ReferencePolicy  # noqa: E402
+
+from pyspark_rowtime.bounds.policies import PolicyRun  # noqa: E402
+
+
+@settings(max_examples=300, deadline=None)
+@given(POLICY_STRATEGY, streams(), st.data())
+def test_a_policy_resumed_from_the_trim_state_decides_every_kept_record_as_from_offset_0(
+    policy: Any, records: Any, data: Any
+) -> None:
+    """Cut a random stream into units, trim it as retention would (a random cutoff, the
+    policy's own window and clock), and run the policy from the stored state at the first kept
+    record: it releases and discards exactly what SPEC 6's naive transcription, run over the
+    whole stream, does at the kept offsets, in the same order."""
+    policy = tolerant(policy)
+    t, b = records
+    n = len(t)
+    if n < 2:
+        return
+    cuts = sorted(set(data.draw(st.lists(st.integers(1, n - 1), max_size=8))))
+    bounds = [0, *cuts, n]
+    units = []
+    clock = None
+    for lo, hi in zip(bounds, bounds[1:], strict=False):
+        rows = [int(x) for x, is_b in zip(t[lo:hi], b[lo:hi], strict=True) if not is_b]
+        marks = [int(x) for x, is_b in zip(t[lo:hi], b[lo:hi], strict=True) if is_b]
+        top = max(rows + marks)
+        clock = top if clock is None else max(clock, top)
+        units.append(
+            Unit(
+                lo, hi - lo, len(rows), 1, max(rows, default=None), max(marks, default=None), clock
+            )
+        )
+    reference = ReferencePolicy(policy)
+    for x, is_b in zip(t, b, strict=True):
+        reference.push(int(x), bool(is_b))
+    data_rows = [int(x) for x, is_b in zip(t, b, strict=True) if not is_b]
+    newest = max(data_rows, default=None)
+    before = data.draw(st.integers(int(t.min()), int(max(x for x in t if x < END_OF_STREAM_US))))
+    new = choose_trim(
+        units,
+        TrimState(),
+        policy=policy,
+        before_us=before,
+        newest_row_us=newest,
+        clock_us=reference.clock(),
+    )
+    if new is None:
+        event("nothing removed")
+        return
+    kept = new.start
+    event("records removed")
+    run = PolicyRun(policy, new.policy_state(policy, None).to_dict())
+    out = run.push(t[kept:], b[kept:], first_offset=kept)
+    assert out.offsets.tolist() == [o for o, _ in reference.out if o >= kept]
+    assert out.discarded_offsets.tolist() == [o for o, _, _ in reference.discarded if o >= kept]
+    # and nothing removed was still held, nor inside the window behind the reference time
+    assert all(o >= kept for _, o in reference.held)
