@@ -8,6 +8,7 @@ renumbered, the active segment is never deleted) and Spark's Kafka source's for 
 
 from __future__ import annotations
 
+import itertools
 import json
 import logging
 import os
@@ -18,11 +19,16 @@ from typing import Any
 
 import pyarrow as pa
 import pytest
+from hypothesis import event, given, settings
+from hypothesis import strategies as st
+from policy_strategies import POLICIES as POLICY_STRATEGY
+from policy_strategies import streams, tolerant
+from reference_policy import ReferencePolicy
 
 import pyspark_rowtime as pr
 from pyspark_rowtime.bounds.bounds import END_OF_STREAM_US
 from pyspark_rowtime.bounds.errors import CorruptLogError, OptionError
-from pyspark_rowtime.bounds.policies import make_policy
+from pyspark_rowtime.bounds.policies import PolicyRun, make_policy
 from pyspark_rowtime.datasource.intervals import read_task_with_intervals, with_rowtime_end
 from pyspark_rowtime.datasource.options import parse_reader_options
 from pyspark_rowtime.datasource.reader import output_arrow_schema, read_task
@@ -551,14 +557,6 @@ def test_the_sinks_retention_option_makes_a_target_whose_commits_apply_it(
 
 # -- the rule against the SPEC's naive transcription -----------------------------------------
 
-from hypothesis import event, given, settings  # noqa: E402
-from hypothesis import strategies as st  # noqa: E402
-from policy_strategies import POLICIES as POLICY_STRATEGY  # noqa: E402
-from policy_strategies import streams, tolerant  # noqa: E402
-from reference_policy import ReferencePolicy  # noqa: E402
-
-from pyspark_rowtime.bounds.policies import PolicyRun  # noqa: E402
-
 
 @settings(max_examples=300, deadline=None)
 @given(POLICY_STRATEGY, streams(), st.data())
@@ -578,7 +576,7 @@ def test_a_policy_resumed_from_the_trim_state_decides_every_kept_record_as_from_
     bounds = [0, *cuts, n]
     units = []
     clock = None
-    for lo, hi in zip(bounds, bounds[1:], strict=False):
+    for lo, hi in itertools.pairwise(bounds):
         rows = [int(x) for x, is_b in zip(t[lo:hi], b[lo:hi], strict=True) if not is_b]
         marks = [int(x) for x, is_b in zip(t[lo:hi], b[lo:hi], strict=True) if is_b]
         top = max(rows + marks)
