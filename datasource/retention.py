@@ -112,18 +112,21 @@ def skipped_progress(skipped: dict[int, int]) -> dict[str, Any]:
     return {"skipped": {str(p): n for p, n in sorted(skipped.items())}}
 
 
-def replay_position(d: dict[str, Any], stream: StreamStorage, cfg: ReaderConfig) -> dict[str, Any]:
+def replay_position(
+    d: dict[str, Any], stream: StreamStorage, cfg: ReaderConfig
+) -> tuple[dict[str, Any], dict[int, tuple[int, int]]]:
     """An offset dict moved past removed records like :func:`skip_removed` (for the start and
-    end of a step Spark replays after a restart); the stream id it carries is kept."""
+    end of a step Spark replays after a restart), and what moved; the stream id it carries is
+    kept."""
     pos = StreamPosition.from_dict(d)
     new, moved = skip_removed(pos, stream, cfg)
     if not moved:
-        return d
+        return d, moved
     out = new.to_dict()
     for key, value in d.items():
         if key not in out:
             out[key] = value
-    return out
+    return out, moved
 
 
 def ends_of(states: Sequence[PartitionState]) -> list[int]:

@@ -287,8 +287,9 @@ class RowtimeStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
     def partitions(self, start: dict, end: dict) -> Sequence[InputPartition]:
         self._check_stream(start, end)
         # A step replayed after a restart may need records a trim removed since it was planned.
-        start = replay_position(start, self.planner.stream, self.cfg)
-        end = replay_position(end, self.planner.stream, self.cfg)
+        start, moved = replay_position(start, self.planner.stream, self.cfg)
+        self._skips.count(moved)
+        end, _ = replay_position(end, self.planner.stream, self.cfg)
         runs = self.planner.runs_for(start, end)
         return [RowtimePartition(t) for t in partition_tasks(start, end, runs)]
 

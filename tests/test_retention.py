@@ -611,3 +611,65 @@ def test_a_policy_resumed_from_the_trim_state_decides_every_kept_record_as_from_
     assert out.discarded_offsets.tolist() == [o for o, _, _ in reference.discarded if o >= kept]
     # and nothing removed was still held, nor inside the window behind the reference time
     assert all(o >= kept for _, o in reference.held)
+
+
+def test_a_stream_whose_default_promotes_a_column_trims_by_that_column(tmp_path: Path) -> None:
+    """The stream's default rowtime_column is what its policy orders by: the trim state keeps
+    that column's largest value, and a reader promoting it over the trimmed stream equals the
+    untrimmed one on the kept records."""
+    defaults = {
+        "order": "adjust",
+        "adjust_unit": "msec",
+        "adjust_range": 4,
+        "rowtime_column": "ts",
+        "rowtime_unit": "ms",
+    }
+    rng = random.Random(5)
+    location, copy = str(tmp_path / "s"), str(tmp_path / "copy")
+    pr.create_stream(location, "k BIGINT, ts BIGINT", **defaults)
+    with pr.open_writer(location, 0) as w:
+        cur = 1_000_000
+        for _ in range(300):
+            cur += rng.randrange(0, 3)
+            w.insert({"k": w.end_offset + w.pending, "ts": cur - rng.randrange(0, 8)})
+            if rng.random() < 0.1:
+                w.flush()
+    shutil.copytree(location, copy)
+    stream = open_stream(location)
+    [result] = apply_retention(stream, before_us=(cur - 100) * 1000)
+    assert result.after.column == "ts" and result.after.column_max_us is not None
+    kept = stream.start_offset(0)
+    assert 0 < kept < 300
+    for read in READS:
+        assert batch(location, read)[0] == restricted(batch(copy, read)[0], kept), read
+
+
+def test_a_batch_planned_before_a_trim_and_replayed_after_it_fails_or_skips(
+    tmp_path: Path,
+) -> None:
+    """Spark replays the last planned batch from its offsets log after a restart: partitions()
+    sees offsets planned before the trim."""
+    from pyspark.sql.streaming.datasource import ReadAllAvailable
+
+    location = str(tmp_path / "s")
+    create_stream(location, "k BIGINT")
+    with pr.open_writer(location, 0) as w:
+        for i in range(30):
+            w.insert({"k": i}, rowtime=i * 1000)
+            if i % 10 == 9:
+                w.flush()
+    planner, _, schema = _stream_reader(location)
+    start = planner.initialOffset()
+    end = planner.latestOffset(start, ReadAllAvailable())  # planned, not yet run
+    apply_retention(open_stream(location), before_us=15 * S)
+    failing, _, _ = _stream_reader(location)
+    with pytest.raises(DataLossError, match="first kept offset is 10"):
+        failing.partitions(start, end)
+    skipping, _, _ = _stream_reader(location, failOnDataLoss="false")
+    rows = []
+    for part in skipping.partitions(start, end):
+        for b in skipping.read(part):
+            t = pa.Table.from_batches([b], schema)
+            rows += [k for k in t["k"].to_pylist() if k is not None]
+    assert rows == list(range(10, 30))  # every kept row, once
+    assert skipping.reportLatestOffset()["skipped"] == {"0": 10}
