@@ -17,7 +17,6 @@ from __future__ import annotations
 
 import dataclasses
 import logging
-from collections.abc import Sequence
 from typing import Any
 
 from ..bounds.plan import StreamPosition
@@ -127,7 +126,3 @@ def replay_position(
         if key not in out:
             out[key] = value
     return out, moved
-
-
-def ends_of(states: Sequence[PartitionState]) -> list[int]:
-    return [s.next for s in states]

@@ -455,8 +455,7 @@ def ensure_stream(entry: StreamEntry) -> StreamStorage:
                 entry.location,
                 entry.schema,
                 entry.partitions,
-                **entry.reader,
-                **entry.retention,
+                **{**entry.reader, **entry.retention},
             )
         except RowtimeError as e:
             raise CatalogError(
