@@ -647,23 +647,33 @@ def apply_retention(
     return results
 
 
+#: When each partition (by location) was last checked in this process: a writer opened per
+#: sink commit would otherwise check at its first append every time.
+_LAST_CHECK: dict[tuple[str, int], float] = {}
+_LAST_CHECK_LOCK = threading.Lock()
+
+
 class RetentionCheck:
     """A writer's retention, applied after appends at most every :data:`CHECK_EVERY_S`
-    seconds (the first append checks at once). Housekeeping: a failure is logged, never
-    raised into the append that committed."""
+    seconds per partition and process (the first append of a process checks at once).
+    Housekeeping: a failure is logged, never raised into the append that committed."""
 
     def __init__(self, storage: Any, partition: int) -> None:
         self.storage = storage
         self.partition = partition
-        self._next = 0.0
-        self._lock = threading.Lock()
+        self._key = (str(getattr(storage, "location", "")), partition)
 
     def after_append(self) -> list[TrimResult]:
-        now = time.monotonic()
-        if now < self._next or not hasattr(self.storage, "trim_partition"):
+        if not hasattr(self.storage, "trim_partition"):
             return []
-        with self._lock:
-            self._next = now + CHECK_EVERY_S
+        now = time.monotonic()
+        with _LAST_CHECK_LOCK:
+            last = _LAST_CHECK.get(self._key)
+            if last is not None and now - last < CHECK_EVERY_S:
+                return []
+            _LAST_CHECK[self._key] = now
+            if len(_LAST_CHECK) > 4096:
+                _LAST_CHECK.clear()
         try:
             if not self.storage.retention().active:
                 return []
