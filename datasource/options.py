@@ -43,6 +43,12 @@ READER_OPTIONS: dict[str, str] = {
         "a positive duration (seconds, or a string such as '25 seconds'): adds rowtime_end ="
         " rowtime + duration, each row's validity [rowtime, rowtime_end)"
     ),
+    "idle.timeout": (
+        "a positive duration (seconds, or a string such as '5 minutes'): a partition whose last"
+        " record arrived that long before another partition's stops holding the stream clock"
+        " until its next record; its rows then below the stream clock are late (default: the"
+        " stream's idle_timeout, else never)"
+    ),
     "interval.count": (
         "a whole number N >= 1 (order reject or drop): adds rowtime_end = the rowtime of the"
         " N-th later row of the same partition (the end of stream if none); a row waits for it"
@@ -70,6 +76,7 @@ _DEFAULT_TO_OPTION = {
     "rowtime_unit": "rowtime.unit",
     "rowtime_format": "rowtime.format",
     "rowtime_timezone": "rowtime.timezone",
+    "idle_timeout": "idle.timeout",
 }
 
 OPTIONS = OptionTable(READER_OPTIONS, "format('rowtime')", "the reader", _SPELLING)
@@ -116,6 +123,9 @@ class ReaderConfig:
     #: interval.count: each row's ``rowtime_end`` is the rowtime of the N-th later row of its
     #: partition (see :mod:`.intervals`).
     interval_count: int | None = None
+    #: idle.timeout: a partition silent this long (in arrival time) stops holding the stream
+    #: clock (SPEC 12); None: partitions always hold it.
+    idle_timeout_us: int | None = None
 
     @property
     def has_rowtime_end(self) -> bool:
@@ -173,6 +183,19 @@ def parse_reader_options(
     else:
         time_format = _time_format(unit_e, fmt, tz)
     duration_us, count = _interval(given, order)
+    idle_us = None
+    if "idle.timeout" in merged:
+        source = "option" if "idle.timeout" in given else "stream default idle_timeout, as option"
+        idle_us = parse_duration_us(
+            str(merged["idle.timeout"]).strip(), what=f"{source} idle.timeout"
+        )
+        if count is not None:
+            raise OptionError(
+                "option interval.count waits for each row's N-th successor in its own partition, "
+                "which a silent partition may never write, and idle.timeout decides in arrival "
+                "order across partitions: the two cannot be combined; use interval.duration, or "
+                "no idle.timeout"
+            )
     return ReaderConfig(
         location=given["path"].strip(),
         policy=policy,
@@ -186,6 +209,7 @@ def parse_reader_options(
         ending=_choice("endingoffsets", merged.get("endingoffsets", "clock"), ("clock", "latest")),
         interval_duration_us=duration_us,
         interval_count=count,
+        idle_timeout_us=idle_us,
     )
 
 

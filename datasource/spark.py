@@ -36,10 +36,11 @@ from .options import ReaderConfig, parse_reader_options
 from .reader import (
     Planner,
     ReadTask,
+    batch_tasks,
     output_arrow_schema,
     partition_tasks,
+    progress_report,
     read_task,
-    written_tasks,
 )
 
 
@@ -255,12 +256,13 @@ class RowtimeStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         return start if new is None else self._offset(new)
 
     def reportLatestOffset(self) -> dict | None:
-        return {"records": {str(p): n for p, n in enumerate(self.planner.available())}}
+        return progress_report(self.planner)
 
     def partitions(self, start: dict, end: dict) -> Sequence[InputPartition]:
         self._check_stream(start, end)
         runs = self.planner.runs_for(start, end)
-        return [RowtimePartition(t) for t in partition_tasks(start, end, runs)]
+        late = self.planner.late_for(start, end)
+        return [RowtimePartition(t) for t in partition_tasks(start, end, runs, late)]
 
     def read(self, partition: InputPartition) -> Iterator[pa.RecordBatch]:
         assert isinstance(partition, RowtimePartition)
@@ -290,13 +292,7 @@ class RowtimeBatchReader(DataSourceReader):
         self.arrow_schema = arrow_schema
 
     def partitions(self) -> Sequence[InputPartition]:
-        planner = Planner(self.cfg)
-        if self.cfg.ending == "latest":
-            return [RowtimePartition(t) for t in written_tasks(planner.available())]
-        start = StreamPosition.start([0] * planner.stream.meta.partitions)
-        end = planner.plan(start, planner.available(), None) or start
-        s, e = start.to_dict(), end.to_dict()
-        return [RowtimePartition(t) for t in partition_tasks(s, e, planner.runs_for(s, e))]
+        return [RowtimePartition(t) for t in batch_tasks(self.cfg)]
 
     def read(self, partition: InputPartition) -> Iterator[pa.RecordBatch]:
         assert isinstance(partition, RowtimePartition)

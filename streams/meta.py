@@ -55,6 +55,7 @@ KNOWN_DEFAULTS: dict[str, str] = {
     "rowtime_unit": "one of s, ms, us, ns (for integer rowtimes)",
     "rowtime_format": "a datetime pattern for string rowtimes",
     "rowtime_timezone": "a time zone name such as UTC or Europe/Paris, or an offset like +02:00",
+    "idle_timeout": "a positive duration such as '5 minutes' or a number of seconds",
 }
 
 #: Spark option spellings (``option("adjust.maxHeld", ...)``) accepted for the same defaults.
@@ -67,6 +68,7 @@ _ALIASES = {
     "rowtime.unit": "rowtime_unit",
     "rowtime.format": "rowtime_format",
     "rowtime.timezone": "rowtime_timezone",
+    "idle.timeout": "idle_timeout",
 }
 
 
@@ -82,6 +84,10 @@ class StreamMeta:
     #: A random id given when the stream is created ("" for streams made before ids): a stream
     #: deleted and created again at the same place is another stream to a query's checkpoint.
     stream_id: str = ""
+    #: When the stream was created (microseconds, the creator's wall clock; None for streams
+    #: made before it was kept): a partition with no record yet counts it as its last arrival
+    #: when readers decide idleness (SPEC 12).
+    created_us: int | None = None
 
     @property
     def ddl(self) -> str:
@@ -193,6 +199,14 @@ def validate_defaults(defaults: Mapping[str, Any], schema: pa.Schema) -> dict[st
                     name, value, f"a TIMESTAMP, integer or STRING column; {value} is {dtype}"
                 )
             out[name] = value
+        elif name == "idle_timeout":
+            from ..bounds.durations import parse_duration_us
+
+            try:
+                parse_duration_us(value, what=f"stream default {name}")
+            except OptionError as e:
+                raise _bad(name, value) from e
+            out[name] = value
         elif name == "rowtime_format":
             out[name] = _check_with_time(name, value, fmt=value)
         else:  # rowtime_timezone
@@ -222,6 +236,8 @@ def meta_to_json(meta: StreamMeta) -> str:
     }
     if meta.stream_id:
         doc["id"] = meta.stream_id
+    if meta.created_us is not None:
+        doc["created_us"] = meta.created_us
     return json.dumps(doc, indent=2, sort_keys=False) + "\n"
 
 
@@ -241,11 +257,13 @@ def meta_from_json(text: str, location: str) -> StreamMeta:
         partitions = int(doc["partitions"])
         defaults = dict(doc.get("defaults") or {})
         stream_id = str(doc.get("id") or "")
+        created = doc.get("created_us")
+        created_us = None if created is None else int(created)
     except CorruptLogError:
         raise
     except (ValueError, KeyError, TypeError, AttributeError, pa.ArrowException) as e:
         raise CorruptLogError(f"stream metadata {path} cannot be read: {e}") from e
-    return StreamMeta(location, schema, partitions, defaults, version, stream_id)
+    return StreamMeta(location, schema, partitions, defaults, version, stream_id, created_us)
 
 
 #: Parsed metadata by path, with the file's identity: ``_stream.json`` is written once and never

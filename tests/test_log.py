@@ -154,6 +154,7 @@ def test_known_defaults_are_typed_and_spark_spellings_accepted(tmp_path):
             "rowtime_unit": "us",
             "rowtime_format": "yyyy-MM-dd HH:mm:ss",
             "rowtime_timezone": "Europe/Paris",
+            "idle.timeout": "5 minutes",
         },
     )
     assert stream.meta.defaults == {
@@ -165,6 +166,7 @@ def test_known_defaults_are_typed_and_spark_spellings_accepted(tmp_path):
         "rowtime_unit": "us",
         "rowtime_format": "yyyy-MM-dd HH:mm:ss",
         "rowtime_timezone": "Europe/Paris",
+        "idle_timeout": "5 minutes",
     }
     assert set(stream.meta.defaults) == set(KNOWN_DEFAULTS)
 
