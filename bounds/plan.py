@@ -138,28 +138,42 @@ NEVER_IDLE = np.iinfo(np.int64).max // 4
 _IDLE_CHUNK = 1 << 15
 
 
-def clock_run(
-    policy: Policy, state: PartitionState, t: np.ndarray, is_bound: np.ndarray
+def _groups(arrival: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """Where each run of equal arrival times starts, and its length (``arrival`` ascends)."""
+    n = len(arrival)
+    starts = np.flatnonzero(arrival[1:] != arrival[:-1]) + 1
+    starts = np.concatenate([[0], starts]) if n else starts
+    return starts, np.diff(np.append(starts, n))
+
+
+def clocks_at(
+    policy: Policy, state: PartitionState, t: np.ndarray, is_bound: np.ndarray, starts: np.ndarray
 ) -> np.ndarray:
-    """The partition clock after each of the records ``[state.next, state.next + len(t))``
-    (``t``: raw rowtimes or bounds), from the state at ``state.next``: what
-    :func:`scan_partition` says, in four passes and without judging any row."""
+    """The partition clock after each group of the records ``[state.next, ...)`` (groups
+    start at ``starts``; ``t``: raw rowtimes or bounds), from the state at ``state.next``:
+    what :func:`scan_partition` says after the group's last record, without judging rows and
+    without an array as long as the records beyond one masked copy when bounds are among
+    them."""
     t = np.asarray(t, dtype=np.int64)
     is_bound = np.asarray(is_bound, dtype=bool)
+    if not len(t):
+        return np.empty(0, dtype=np.int64)
     unit = policy.unit_us
-    if unit != 1:
-        truncated = (t // unit) * unit
-        t = np.where(is_bound & (t == END_OF_STREAM_US), t, truncated)
     any_bound = bool(is_bound.any())
-    ref = np.where(is_bound, NO_TIME, t) if any_bound else t.copy()
-    if len(ref):
-        ref[0] = max(int(ref[0]), NO_TIME if state.ref_us is None else state.ref_us)
+    data = np.where(is_bound, NO_TIME, t) if any_bound else t
+    ref = np.maximum.reduceat(data, starts)
+    if unit != 1:
+        ref = np.where(ref == NO_TIME, ref, (ref // unit) * unit)
+    ref[0] = max(int(ref[0]), NO_TIME if state.ref_us is None else state.ref_us)
     np.maximum.accumulate(ref, out=ref)
     clock = ref - policy.range_us if policy.range_us else ref
     np.maximum(clock, NO_TIME, out=clock)
     bound0 = NO_TIME if state.bound_us is None else state.bound_us
     if any_bound:
-        bounds = np.where(is_bound, t, NO_TIME)
+        bounds = np.maximum.reduceat(np.where(is_bound, t, NO_TIME), starts)
+        if unit != 1:
+            keep = (bounds == NO_TIME) | (bounds == END_OF_STREAM_US)
+            bounds = np.where(keep, bounds, (bounds // unit) * unit)
         np.maximum.accumulate(bounds, out=bounds)
         np.maximum(clock, bounds, out=clock)
     if bound0 != NO_TIME:
@@ -213,15 +227,20 @@ def idle_step(
     partition's clock and last arrival found there by binary search.
     """
     n_parts = len(states)
-    clocks = [clock_run(policy, st, tp, bp) for st, tp, bp in zip(states, t, is_bound, strict=True)]
     arrivals = [np.asarray(a, dtype=np.int64) for a in arrival]
+    groups = [_groups(a) for a in arrivals]  # per partition: (starts, lengths) of equal arrivals
+    marks = [a[g[0]] for a, g in zip(arrivals, groups, strict=True)]  # its distinct arrivals
+    clocks = [
+        clocks_at(policy, st, tp, bp, g[0])
+        for st, tp, bp, g in zip(states, t, is_bound, groups, strict=True)
+    ]
     last0 = np.array(
         [NEVER_IDLE if st.last_arrival_us is None else st.last_arrival_us for st in states],
         dtype=np.int64,
     )
     clock0 = np.array([_arr_time(st.clock_us(policy)) for st in states], dtype=np.int64)
     s0 = _arr_time(clock_before_us)
-    nonempty = [a for a in arrivals if len(a)]
+    nonempty = [m for m in marks if len(m)]
     times = np.unique(np.concatenate(nonempty)) if nonempty else np.empty(0, dtype=np.int64)
     # the stream clock after each distinct arrival time
     after = np.empty(len(times), dtype=np.int64)
@@ -231,17 +250,17 @@ def idle_step(
         x = times[a : a + _IDLE_CHUNK]
         low = np.full(len(x), inf, dtype=np.int64)
         for p in range(n_parts):
-            ap = arrivals[p]
-            if len(ap):
-                k = np.searchsorted(ap, x, side="right")
+            mp = marks[p]
+            if len(mp):
+                k = np.searchsorted(mp, x, side="right")
                 has = k > 0
                 i = np.maximum(k - 1, 0)
-                last = np.where(has, ap[i], last0[p])
+                last = np.where(has, mp[i], last0[p])
                 clock = np.where(has, clocks[p][i], clock0[p])
+                busy = x <= last + timeout_us
             else:
-                last = np.full(len(x), last0[p], dtype=np.int64)
-                clock = np.full(len(x), clock0[p], dtype=np.int64)
-            busy = x <= last + timeout_us
+                clock = clock0[p]
+                busy = x <= last0[p] + timeout_us
             np.minimum(low, np.where(busy, clock, inf), out=low)
         low[low == inf] = NO_TIME
         np.maximum.accumulate(low, out=low)
@@ -255,14 +274,20 @@ def idle_step(
         before[1:] = after[:-1]
     late, late_clock, lasts = [], [], []
     for p in range(n_parts):
-        ap = arrivals[p]
-        judged = before[np.searchsorted(times, ap)] if len(ap) else np.empty(0, dtype=np.int64)
+        mp = marks[p]
+        judged_g = before[np.searchsorted(times, mp)]
         tp = np.asarray(t[p], dtype=np.int64)
-        if policy.unit_us != 1:
-            tp = (tp // policy.unit_us) * policy.unit_us
-        late.append(~np.asarray(is_bound[p], dtype=bool) & (tp < judged))
-        late_clock.append(judged)
-        lasts.append(int(ap[-1]) if len(ap) else states[p].last_arrival_us)
+        data = ~np.asarray(is_bound[p], dtype=bool)
+        if not len(mp) or int(judged_g.max()) == NO_TIME:
+            late.append(np.zeros(len(tp), dtype=bool))
+            late_clock.append(np.full(len(tp), NO_TIME, dtype=np.int64))
+        else:
+            judged = np.repeat(judged_g, groups[p][1])
+            if policy.unit_us != 1:
+                tp = (tp // policy.unit_us) * policy.unit_us
+            late.append(data & (tp < judged))
+            late_clock.append(judged)
+        lasts.append(int(mp[-1]) if len(mp) else states[p].last_arrival_us)
     return IdleStep(_opt_time(running), late, late_clock, lasts)
 
 

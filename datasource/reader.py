@@ -404,6 +404,20 @@ class Planner:
         late: list[tuple[np.ndarray, np.ndarray]] = []
         for p, st in enumerate(idle.states):
             win = self.window(p, st.scan, ends[p])
+            late.append(late_offsets(st, idle.late[p], idle.late_clock[p]))
+            # Without late rows, and with the stream clock never above the partition's, the
+            # step is what it is without idleness: the in-order fast path may decide it.
+            if not len(late[-1][0]) and _at_most(pos.clock_us, st.clock_us(policy)):
+                end_clock = clock_at_end(policy, st, win.t, win.is_bound)
+                fast = None
+                if _at_most(idle.clock_us, end_clock):
+                    fast = sorted_step(policy, st, win.t, win.is_bound, pos.clock_us, idle.clock_us)
+                if fast is not None:
+                    states.append(
+                        dataclasses.replace(fast[0], last_arrival_us=idle.last_arrival_us[p])
+                    )
+                    runs.append(fast[1])
+                    continue
             mask, clocks = late_mask(st, len(win.t), idle.late[p], idle.late_clock[p])
             emitted = np.zeros(len(win.t), dtype=bool)
             last = None
@@ -424,7 +438,6 @@ class Planner:
             assert last is not None
             states.append(dataclasses.replace(last.state, last_arrival_us=idle.last_arrival_us[p]))
             runs.append(EmitRuns.of_mask(emitted, st.scan))
-            late.append(late_offsets(st, idle.late[p], idle.late_clock[p]))
         new = StreamPosition(idle.clock_us, states)
         self._last = (pos.to_dict(), new.to_dict(), runs)
         self._late = (self._last[0], self._last[1], late)
@@ -514,6 +527,11 @@ def mask_of_offsets(
     mask[i[ok]] = True
     out[i[ok]] = np.asarray(clocks, dtype=np.int64)[ok]
     return mask, out
+
+
+def _at_most(clock: int | None, partition_clock: int | None) -> bool:
+    """Whether a stream clock is at most a partition clock (no stream clock: yes)."""
+    return clock is None or (partition_clock is not None and clock <= partition_clock)
 
 
 def _reject_late(cfg: ReaderConfig, idle: IdleStep) -> None:
