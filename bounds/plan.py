@@ -240,8 +240,23 @@ def idle_step(
     )
     clock0 = np.array([_arr_time(st.clock_us(policy)) for st in states], dtype=np.int64)
     s0 = _arr_time(clock_before_us)
-    nonempty = [m for m in marks if len(m)]
-    times = np.unique(np.concatenate(nonempty)) if nonempty else np.empty(0, dtype=np.int64)
+    # Every partition's distinct arrival times merged into one ascending sequence; from the
+    # partition each came from, ``count[p]`` is how many of ``p``'s times are at or before
+    # each distinct time (one pass each, no binary search) and ``group[p]`` where each of
+    # ``p``'s times is in it.
+    cat = np.concatenate(marks) if n_parts else np.empty(0, dtype=np.int64)
+    origin_all = np.repeat(np.arange(n_parts), [len(m) for m in marks])
+    order = np.argsort(cat, kind="stable")  # merges sorted runs (timsort)
+    merged = cat[order]
+    origin = origin_all[order]
+    is_last = np.append(merged[1:] != merged[:-1], True) if len(merged) else merged.astype(bool)
+    times = merged[is_last]
+    group_of = np.cumsum(is_last) - is_last  # each merged entry's distinct-time index
+    count, group = [], []
+    for p in range(n_parts):
+        mine = origin == p
+        count.append(np.cumsum(mine)[is_last])
+        group.append(group_of[mine])
     # the stream clock after each distinct arrival time
     after = np.empty(len(times), dtype=np.int64)
     running = s0
@@ -252,7 +267,7 @@ def idle_step(
         for p in range(n_parts):
             mp = marks[p]
             if len(mp):
-                k = np.searchsorted(mp, x, side="right")
+                k = count[p][a : a + _IDLE_CHUNK]
                 has = k > 0
                 i = np.maximum(k - 1, 0)
                 last = np.where(has, mp[i], last0[p])
@@ -275,7 +290,7 @@ def idle_step(
     late, late_clock, lasts = [], [], []
     for p in range(n_parts):
         mp = marks[p]
-        judged_g = before[np.searchsorted(times, mp)]
+        judged_g = before[group[p]]
         tp = np.asarray(t[p], dtype=np.int64)
         data = ~np.asarray(is_bound[p], dtype=bool)
         if not len(mp) or int(judged_g.max()) == NO_TIME:
