@@ -278,3 +278,66 @@ def test_old_offsets_without_arrivals_still_parse_and_resume() -> None:
     assert new.clock_us == 104
     assert [p.last_arrival_us for p in new.partitions] == [14, 10]
     assert "arrival" not in StreamPosition.from_dict(old).to_dict()["partitions"]["0"]
+
+
+def _two_partitions_one_silent() -> MemoryStream:
+    """Partition 1 writes at 1, then falls silent until 20 with a row below the clock."""
+    return MemoryStream(
+        [
+            [Record(0, i, 100 + i, False, 1 + i) for i in range(12)],
+            [Record(1, 0, 100, False, 1), Record(1, 1, 104, False, 20)],
+        ],
+        0,
+    )
+
+
+def test_under_reject_a_row_late_after_idleness_fails_naming_what_and_where() -> None:
+    with serving(_two_partitions_one_silent()), pytest.raises(LateRowError) as e:
+        planner = Planner(_config(RejectPolicy(), 5))
+        planner.plan(planner.start_position(), planner.available(), None)
+    message = str(e.value)
+    assert "stream 'memory' partition 1, offset 1" in message
+    assert "idle.timeout" in message and "order=drop" in message
+    assert "1970-01-01T00:00:00.000104Z" in message  # the row's rowtime
+    assert "1970-01-01T00:00:00.000111Z" in message  # the stream clock it fell below
+
+
+def test_the_progress_report_shows_the_stream_clock_and_the_idle_partitions() -> None:
+    from pyspark_rowtime.bounds.policies import DropPolicy
+    from pyspark_rowtime.datasource.reader import progress_report
+
+    stream = MemoryStream(
+        [[Record(0, i, 100 + i, False, 1 + i) for i in range(12)], [Record(1, 0, 100, False, 1)]],
+        0,
+    )
+    with serving(stream):
+        planner = Planner(_config(DropPolicy(), 5))
+        assert progress_report(planner) == {"records": {"0": 12, "1": 1}}  # nothing planned
+        planner.plan(planner.start_position(), planner.available(), None)
+        report = progress_report(planner)
+    assert report == {
+        "records": {"0": 12, "1": 1},
+        "clock": "1970-01-01T00:00:00.000111Z",
+        "clock_us": 111,
+        "idle": ["1"],
+    }
+    import json
+
+    assert json.loads(json.dumps(report)) == report  # a plain dict of primitives
+
+
+def test_a_new_stream_keeps_its_creation_time_and_an_old_one_reads_without_it(
+    tmp_path: Any,
+) -> None:
+    import json
+    import time
+
+    import pyspark_rowtime as pr
+    from pyspark_rowtime.streams.meta import meta_from_json
+
+    before = time.time_ns() // 1000
+    pr.create_stream(str(tmp_path / "s"), "k INT")
+    doc = json.loads((tmp_path / "s" / "_stream.json").read_text())
+    assert before <= doc["created_us"] <= time.time_ns() // 1000
+    del doc["created_us"]  # as 0.1.0 wrote it
+    assert meta_from_json(json.dumps(doc), str(tmp_path / "s")).created_us is None
