@@ -119,13 +119,8 @@ def run(
     out: TextIO = sys.stderr,
     stop: threading.Event | None = None,
     install_signals: bool = True,
-    metrics_port: int | None = None,
-    metrics_host: str = "127.0.0.1",
 ) -> int:
-    """Run connector ``name`` until SIGTERM/SIGINT (or ``stop``); returns the exit status.
-
-    ``metrics_port``: also serve the stream's Prometheus metrics (``rowtime metrics``) at
-    ``http://metrics_host:metrics_port/metrics`` while it runs."""
+    """Run connector ``name`` until SIGTERM/SIGINT (or ``stop``); returns the exit status."""
     stop = stop or threading.Event()
     if install_signals:  # before anything is opened: a stop during start-up is clean too
         for sig in (signal.SIGTERM, signal.SIGINT):
@@ -139,30 +134,9 @@ def run(
         except OptionError as e:
             raise fail(key, str(e)) from None
     poll_s, every_s = durations["poll"], durations["log_every"]
-    server = None
-    if metrics_port is not None:  # refused before anything is opened: a clear error, no feed
-        from ..metrics import registry
-
-        if not 0 < metrics_port < 65536:
-            raise OptionError(f"--metrics-port {metrics_port} must be a port, 1 to 65535")
-        registry([])  # says what to install when the Prometheus client is missing
     feed, source = build(catalog, name)
     tty = out.isatty()
     print(f"rowtime connect {name}: feeding {feed.describe()}", file=out, flush=True)
-    if metrics_port is not None:
-        from ..metrics import serve
-
-        try:
-            server = serve([catalog.stream(catalog.connector(name).stream).location],
-                           metrics_port, metrics_host)  # fmt: skip
-        except BaseException:
-            feed.writer.abort()
-            raise
-        print(
-            f"rowtime connect {name}: metrics at http://{metrics_host}:{metrics_port}/metrics",
-            file=out,
-            flush=True,
-        )
     last = time.monotonic()
     shown = (0, 0, 0, 0)
     clean = False
@@ -203,8 +177,6 @@ def run(
                 )
         clean = True
     finally:
-        if server is not None:
-            server.shutdown()
         if clean:
             feed.close(feed.position)
         else:  # a half-read batch is dropped: the restart reads it again from the position

@@ -251,7 +251,7 @@ def _free_port() -> int:
 
 
 def test_connect_serves_the_same_metrics_at_slash_metrics(tmp_path: Path) -> None:
-    from pyspark_rowtime.connectors.run import run
+    from pyspark_rowtime.cli import connect
     from pyspark_rowtime.streams.catalog import load_catalog
 
     catalog = tmp_path / "catalog.toml"
@@ -265,11 +265,13 @@ def test_connect_serves_the_same_metrics_at_slash_metrics(tmp_path: Path) -> Non
     out = io.StringIO()
     result: list[int] = []
 
-    def connect() -> None:
+    def feed() -> None:
         cat = load_catalog(str(catalog))
-        result.append(run(cat, "gen", out=out, stop=stop, install_signals=False, metrics_port=port))
+        result.append(
+            connect(cat, "gen", out=out, stop=stop, install_signals=False, metrics_port=port)
+        )
 
-    thread = threading.Thread(target=connect)
+    thread = threading.Thread(target=feed)
     thread.start()
     try:
         deadline = time.monotonic() + 60
@@ -297,3 +299,16 @@ def main_metrics(loc: str) -> str:
     from pyspark_rowtime.metrics import exposition
 
     return exposition([loc])
+
+
+def test_without_the_prometheus_client_the_command_says_what_to_install(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    import sys
+
+    loc = str(tmp_path / "s")
+    pr.create_stream(loc, "k INT")
+    monkeypatch.setitem(sys.modules, "prometheus_client", None)  # import fails
+    code, out, err = run_cli(capsys, "metrics", loc)
+    assert code == 2 and out == ""
+    assert "pip install 'pyspark-rowtime[metrics]'" in err and len(err.strip().splitlines()) == 1

@@ -599,15 +599,50 @@ def _connector_state(entry: Any, connector: Any) -> str:
 
 
 def cmd_connect(args: argparse.Namespace) -> int:
-    from .connectors.run import run
     from .streams.catalog import load_catalog
 
-    return run(
+    return connect(
         load_catalog(args.catalog_file),
         args.name,
         metrics_port=args.metrics_port,
         metrics_host=args.metrics_host,
     )
+
+
+def connect(
+    catalog: Any,
+    name: str,
+    *,
+    metrics_port: int | None = None,
+    metrics_host: str = "127.0.0.1",
+    **run_options: Any,
+) -> int:
+    """Run connector ``name`` (:func:`.connectors.run.run`, which takes ``run_options``);
+    with ``metrics_port``, serve its stream's Prometheus metrics (``rowtime metrics``) at
+    ``http://metrics_host:metrics_port/metrics`` while it runs. The server starts first (a
+    missing library or a port in use is one clear error before anything is written); until
+    the connector creates the stream, a scrape has no series for it."""
+    from .connectors.run import run
+
+    if metrics_port is None:
+        return run(catalog, name, **run_options)
+    from .metrics import serve
+
+    if not 0 < metrics_port < 65536:
+        raise OptionError(f"--metrics-port {metrics_port} must be a port, 1 to 65535")
+    location = catalog.stream(catalog.connector(name).stream).location
+    server = serve([location], metrics_port, metrics_host)
+    out = run_options.get("out", sys.stderr)
+    print(
+        f"rowtime connect {name}: metrics at http://{metrics_host}:{metrics_port}/metrics",
+        file=out,
+        flush=True,
+    )
+    try:
+        return run(catalog, name, **run_options)
+    finally:
+        server.shutdown()
+        server.server_close()
 
 
 def build_parser() -> argparse.ArgumentParser:

@@ -254,16 +254,17 @@ def registry(locations: Sequence[str]) -> Any:
 
 def exposition(locations: Sequence[str]) -> str:
     """The Prometheus text format of the metrics of ``locations``."""
+    reg = registry(locations)
     from prometheus_client import generate_latest
 
-    return generate_latest(registry(locations)).decode("utf-8")
+    return generate_latest(reg).decode("utf-8")
 
 
 def serve(locations: Sequence[str], port: int, host: str = "127.0.0.1") -> Any:
     """Serve the metrics of ``locations`` at ``http://host:port/metrics`` from a daemon thread;
     returns the server (``shutdown()`` stops it)."""
+    reg = registry(locations)  # first: it says what to install when the library is missing
     from prometheus_client import start_http_server
 
-    reg = registry(locations)
     result = start_http_server(port, addr=host, registry=reg)
     return result[0] if isinstance(result, tuple) else result
