@@ -487,7 +487,6 @@ def classify(
         bound_us=_opt(bound_n),
         held=held,
         discarded=prev.discarded + len(new_disc),
-        last_arrival_us=prev.last_arrival_us,
     )
     return Classified(
         state=state,
