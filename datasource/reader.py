@@ -326,8 +326,18 @@ class Planner:
         without idleness)."""
         if st.last_arrival_us is not None:
             return st
+        start_offset = getattr(self.stream, "start_offset", None)
+        kept = start_offset(p) if start_offset is not None else 0
         if st.next == 0:
             last = getattr(self.stream.meta, "created_us", None)
+        elif st.next - 1 < kept:
+            # record next - 1 was removed by retention: its trim keeps that arrival; a trim
+            # without it falls back to the first kept record's (a partition then looks active
+            # a little longer, never idle too early)
+            last = self.stream.trim_state(p).last_arrival_us  # type: ignore[attr-defined]
+            if last is None:
+                table = self.stream.read(p, kept, kept + 1, columns=[LOG_ARRIVAL_US])
+                last = int(table.column(0)[0].as_py()) if table.num_rows else None
         else:
             table = self.stream.read(p, st.next - 1, st.next, columns=[LOG_ARRIVAL_US])
             last = int(table.column(0)[0].as_py())

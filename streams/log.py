@@ -454,6 +454,7 @@ class Stream:
                             st.max_rowtime_us,
                             st.last_bound_us,
                             st.clock_us,
+                            last_arrival_us=st.last_arrival_us,
                         )
                     )
             except FileNotFoundError:
