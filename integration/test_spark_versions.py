@@ -13,9 +13,14 @@ Spark; each checks what the running Spark should do, so one file serves every ve
 
 from __future__ import annotations
 
+import json
+import subprocess
+import sys
 from pathlib import Path
 from typing import Any
 
+import numpy as np
+import pyarrow as pa
 import pytest
 from helpers import BASE_US, US, Run, reader, run_available_now, write_rows
 from pyspark.errors import PySparkException
@@ -166,3 +171,66 @@ def test_spark_4_0_finds_format_rowtime_and_every_entry_point_names_the_versions
             q.stop()
 
     refused(write)
+
+
+#: The driver-memory check on Spark 4.1 (README, Install): 4 M rows, as in
+#: integration/test_driver_memory.py, planned in Spark 4.1's order as one step.
+MEMORY_ROWS = 4_000_000
+BYTES_PER_RECORD = 18
+FIXED_BYTES = 48 << 20
+
+PLAN_AS_SPARK_4_1 = """
+import json, sys, tracemalloc
+import pyarrow as pa
+from pyspark_rowtime.datasource.spark import RowtimeStreamReader, _config
+
+cfg, arrow = _config(json.loads(sys.argv[1]))
+reader = RowtimeStreamReader(cfg, arrow)
+tracemalloc.start()
+end = reader.latestOffset()  # Spark 4.1: no arguments, and first (availableNow's target)
+start = reader.initialOffset()
+rows = sum(p.task.runs.rows for p in reader.partitions(start, end))
+_, numpy_peak = tracemalloc.get_traced_memory()
+print(json.dumps({
+    "rows": rows,
+    "again": reader.latestOffset() == end,
+    "peak": numpy_peak + pa.default_memory_pool().max_memory(),
+}))
+"""
+
+
+@needs_supported
+def test_spark_4_1_plans_a_backlog_in_one_step_within_the_stated_memory(tmp_path: Path) -> None:
+    """On 4.1 the planner holds the whole backlog (no step cap can apply): every record in
+    the first latestOffset(), within 18 bytes a record + 48 MiB (numpy's traced peak and
+    Arrow's pool peak; the README gives whole-process figures at 20 M and 50 M rows)."""
+    import pyspark_rowtime as pr
+
+    location = tmp_path / "backlog"
+    pr.create_stream(str(location), "id BIGINT", partitions=2)
+    rng = np.random.default_rng(26)
+    for p in (0, 1):
+        with pr.open_writer(str(location), p) as w:
+            for first in range(0, MEMORY_ROWS // 2, 1_000_000):
+                t = BASE_US + np.arange(first, first + 1_000_000, dtype=np.int64) * 100
+                early = rng.random(len(t)) < 0.01
+                t[early] -= rng.integers(1, 500_000, int(early.sum()))
+                ids = pa.array(np.arange(first, first + 1_000_000, dtype=np.int64))
+                table = pa.table(
+                    {"id": ids, "rowtime": pa.array(t).view(pa.timestamp("us", tz="UTC"))}
+                )
+                w.insert_arrow(table, rowtime_column="rowtime")
+            w.end_stream()
+    options = {"path": str(location), "order": "adjust", "adjust.unit": "msec"}
+    options["adjust.range"] = "999"
+    out = subprocess.run(
+        [sys.executable, "-c", PLAN_AS_SPARK_4_1, json.dumps(options)],
+        capture_output=True,
+        text=True,
+        timeout=300,
+        check=False,
+    )
+    assert out.returncode == 0, out.stderr[-3000:]
+    got = json.loads(out.stdout.strip().splitlines()[-1])
+    assert got["rows"] == MEMORY_ROWS and got["again"]
+    assert got["peak"] < BYTES_PER_RECORD * MEMORY_ROWS + FIXED_BYTES, got
