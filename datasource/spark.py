@@ -19,17 +19,19 @@ from pyspark.sql.datasource import (
     InputPartition,
 )
 from pyspark.sql.pandas.types import from_arrow_schema
-from pyspark.sql.streaming.datasource import (
-    ReadAllAvailable,
-    ReadLimit,
-    ReadMaxRows,
-    SupportsTriggerAvailableNow,
-)
 from pyspark.sql.types import StructType
 
 from ..bounds.errors import OffsetError, SchemaError, StreamNotFoundError
 from ..bounds.plan import StreamPosition
 from ..streams.catalog import resolve_stream_option
+from ..streams.spark_compat import (
+    ReadAllAvailable,
+    ReadLimit,
+    ReadMaxRows,
+    SupportsTriggerAvailableNow,
+    refuse_before_admission_control,
+    require_supported_spark,
+)
 from ..streams.storage import LocationKind, open_storage, what_is_at
 from .intervals import read_task_with_intervals, with_rowtime_end
 from .options import ReaderConfig, parse_reader_options
@@ -161,17 +163,26 @@ class RowtimeReaderSource(DataSource):
         return cfg, chosen_columns(arrow, payload, schema)
 
     def schema(self) -> StructType:
+        require_supported_spark("schema()")
         _, arrow = self._reading()
         return from_arrow_schema(arrow, prefer_timestamp_ntz=True)
 
     def reader(self, schema: StructType) -> DataSourceReader:
+        require_supported_spark("reader()")
         cfg, arrow = self._reading_columns(schema)
         return RowtimeBatchReader(cfg, arrow)
 
     def streamReader(self, schema: StructType) -> DataSourceStreamReader:
+        require_supported_spark("streamReader()")
         cfg, arrow = self._reading_columns(schema)
         from ..bounds.errors import OptionError
 
+        if cfg.max_rows_per_batch is not None:
+            refuse_before_admission_control(
+                "maxRowsPerBatch",
+                cfg.max_rows_per_batch,
+                "a read limit caps each micro-batch through Spark's admission control",
+            )
         if cfg.output != "rows":
             raise OptionError(
                 "option output=discarded is for batch reads (spark.read), which return the "
@@ -191,6 +202,7 @@ class RowtimeReaderSource(DataSource):
 #: flags, which records are emitted) and a task up to about 32 bytes a record of its partition
 #: when it restores rowtime order, so without a cap both would grow with the backlog; with it
 #: they follow the cap and the rows ``adjust`` holds (``./dev bench scaling --memory``).
+#: On Spark 4.1 no cap applies (see :meth:`RowtimeStreamReader.latestOffset`).
 STEP_RECORDS = 1 << 24
 
 
@@ -207,6 +219,12 @@ class RowtimeStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         self._planner: Planner | None = None
         self._target: list[int] | None = None
         self._skips = SkipCounter(cfg.location)
+        # The start position, computed once: on Spark 4.1 latestOffset() may plan from it before
+        # Spark asks for initialOffset(), and both must be the same position.
+        self._initial: dict | None = None
+        # Spark 4.1 only: the end of the last range Spark planned (partitions()), i.e. the start
+        # of the next micro-batch, which 4.1 does not pass to latestOffset().
+        self._seen_end: dict | None = None
 
     @property
     def planner(self) -> Planner:
@@ -239,7 +257,9 @@ class RowtimeStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
                 )
 
     def initialOffset(self) -> dict:
-        return self._offset(self.planner.start_position())
+        if self._initial is None:
+            self._initial = self._offset(self.planner.start_position())
+        return self._initial
 
     def getDefaultReadLimit(self) -> ReadLimit:
         if self.cfg.max_rows_per_batch is not None:
@@ -255,12 +275,31 @@ class RowtimeStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
             return [min(a, t) for a, t in zip(now, self._target, strict=True)]
         return now
 
-    def latestOffset(self, start: dict, limit: ReadLimit) -> dict:
+    def latestOffset(self, start: dict | None = None, limit: ReadLimit | None = None) -> dict:
+        """The end of the next micro-batch from ``start``.
+
+        Spark 4.2 and later pass ``start`` and ``limit`` (admission control): a micro-batch
+        takes at most ``maxRowsPerBatch``, else :attr:`step_records`, new records, and under
+        ``availableNow`` Spark keeps asking until :meth:`prepareForTriggerAvailableNow`'s
+        target is reached. Spark 4.1 passes neither (pyspark decides by the number of
+        parameters; these have defaults, so 4.2 still sees two) and, under ``availableNow``,
+        takes the first answer as the query's final target, without telling the source its
+        trigger. So on 4.1 the micro-batch is the whole backlog, never capped: a cap would end
+        an ``availableNow`` query with records unread. The planner then holds up to 18 bytes a
+        new record on the driver (about 10 measured; README, Install). The start is the end of
+        the range Spark last planned (it calls ``partitions(end, end)`` on restart, before any
+        ``latestOffset()``), else the initial offset.
+        """
+        if start is None:  # Spark 4.1
+            start = self._seen_end if self._seen_end is not None else self.initialOffset()
+            max_rows: int | None = None
+        else:
+            cap = limit.max_rows if isinstance(limit, ReadMaxRows) else self.step_records
+            max_rows = min(cap, self.step_records)
         self._check_stream(start)
         pos, moved = skip_removed(StreamPosition.from_dict(start), self.planner.stream, self.cfg)
         self._skips.count(moved)
-        max_rows = limit.max_rows if isinstance(limit, ReadMaxRows) else self.step_records
-        new = self.planner.plan(pos, self._available(), min(max_rows, self.step_records))
+        new = self.planner.plan(pos, self._available(), max_rows)
         if new is None:
             return start if not moved else self._offset(pos)
         return self._offset(new)
@@ -272,6 +311,7 @@ class RowtimeStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
 
     def partitions(self, start: dict, end: dict) -> Sequence[InputPartition]:
         self._check_stream(start, end)
+        self._seen_end = end
         # A step replayed after a restart may need records a trim removed since it was planned.
         start, moved = replay_position(start, self.planner.stream, self.cfg)
         self._skips.count(moved)

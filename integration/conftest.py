@@ -23,6 +23,15 @@ os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
 os.environ.setdefault("PYSPARK_DRIVER_PYTHON", sys.executable)
 
 
+def pytest_configure(config: pytest.Config) -> None:
+    config.addinivalue_line(
+        "markers",
+        "spark_subset: the Spark tests ./dev matrix runs on each older supported Spark (found "
+        "by name, reader policies, bounds through a window, sink and clock, a restart, panes, "
+        "intervals, query shapes, batch reads)",
+    )
+
+
 def _java_ok() -> bool:
     return shutil.which("java") is not None or bool(os.environ.get("JAVA_HOME"))
 

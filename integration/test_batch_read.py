@@ -38,6 +38,7 @@ def lagging_sdp_stream(location: Path | str) -> Path | str:
     return location
 
 
+@pytest.mark.spark_subset
 @pytest.mark.parametrize(("unit", "range_"), list(SDP_TABLE))
 def test_a_batch_read_returns_rows_up_to_the_stream_clock_or_every_row_written_with_latest(
     spark: SparkSession, unit: str, range_: int, stream_at: Callable[[str], str]

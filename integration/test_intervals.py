@@ -97,6 +97,7 @@ def emission_order(run: Run) -> list[dict[str, Any]]:
     return out
 
 
+@pytest.mark.spark_subset
 @pytest.mark.parametrize("n", [1, 3])
 def test_interval_count_against_brute_force_with_a_restart(
     spark: Any, workdir: Path, n: int

@@ -143,6 +143,7 @@ SHAPES: dict[str, Callable[[DataFrame, DataFrame], DataFrame]] = {
 STATEFUL = {"window-after-filter", "left-outer-join-on-key", "drop-duplicates-within-watermark"}
 
 
+@pytest.mark.spark_subset
 @pytest.mark.parametrize("shape", list(SHAPES))
 def test_the_watermark_follows_the_stream_clock_through_every_shape(
     spark: SparkSession, tmp_path: Path, shape: str

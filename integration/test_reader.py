@@ -124,6 +124,7 @@ def error_text(excinfo: pytest.ExceptionInfo[BaseException]) -> str:
     return str(excinfo.value)
 
 
+@pytest.mark.spark_subset
 @pytest.mark.parametrize(("options", "fragments"), BAD_OPTIONS)
 def test_bad_option_fails_at_load_naming_the_option_and_what_it_accepts(
     spark: SparkSession, small_stream: Path, options: dict[str, Any], fragments: list[str]
@@ -176,6 +177,7 @@ def test_output_discarded_on_a_streaming_read_fails_at_start(
 # -- 3. output -----------------------------------------------------------------------------------
 
 
+@pytest.mark.spark_subset
 def test_output_is_payload_then_rowtime_and_is_bound_with_null_payload_on_bounds(
     spark: SparkSession, tmp_path: Path, stream_at: Callable[[str], str]
 ) -> None:
@@ -270,6 +272,7 @@ def test_sdp_examples_come_out_of_spark_as_the_spec_table_says(
         assert r["arrival"] is not None
 
 
+@pytest.mark.spark_subset
 def test_stream_defaults_set_the_policy_and_options_override_them(
     spark: SparkSession, tmp_path: Path
 ) -> None:
@@ -401,6 +404,7 @@ def windowed_counts(df: DataFrame, size: str = "10 seconds") -> DataFrame:
     return w.select(F.col("window.start").alias("start"), F.col("window.end").alias("end"), "count")
 
 
+@pytest.mark.spark_subset
 def test_a_bound_alone_closes_a_window_in_append_mode(
     spark: SparkSession, tmp_path: Path, stream_at: Callable[[str], str]
 ) -> None:

@@ -112,6 +112,7 @@ def target_at(request, workdir: Path, target: str) -> tuple[Path | str, str]:  #
     return workdir / "out", target
 
 
+@pytest.mark.spark_subset
 @pytest.mark.parametrize("target", TARGETS)
 def test_pass_through_clock_follows_the_source_bounds_without_waiting(
     spark, workdir, target, request
@@ -168,6 +169,7 @@ def test_pass_through_clock_follows_the_source_bounds_without_waiting(
 # -- a windowed aggregation: the clock is the watermark each batch ran with ---------------------
 
 
+@pytest.mark.spark_subset
 @pytest.mark.parametrize("target", TARGETS)
 def test_windowed_aggregation_clock_covers_every_window_written_and_no_more(
     spark, workdir, target, request

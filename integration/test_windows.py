@@ -225,10 +225,12 @@ def _panes(spec: TimeIntervalSpec, t: int) -> list[tuple[int, int]]:
     return assign_panes(t, spec)
 
 
+@pytest.mark.spark_subset
 def test_traffic_example_max_flow_per_freeway_over_sliding_panes(spark, workdir):
     run_traffic(spark, workdir, "traffic", restart_after=None)
 
 
+@pytest.mark.spark_subset
 def test_a_restart_from_the_checkpoint_gives_the_uninterrupted_output(spark, workdir):
     whole = run_traffic(spark, workdir, "whole", restart_after=None)
     restarted = run_traffic(spark, workdir, "restarted", restart_after=1)

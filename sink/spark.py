@@ -16,12 +16,16 @@ from collections.abc import Iterator
 from typing import Any
 
 import pyarrow as pa
-from pyspark.sql.datasource import DataSourceStreamArrowWriter, WriterCommitMessage
-from pyspark.sql.pandas.types import to_arrow_schema
+from pyspark.sql.datasource import WriterCommitMessage
 from pyspark.sql.types import StructType
 
 from ..bounds.errors import CommitError, OptionError
 from ..streams.catalog import resolve_stream_option
+from ..streams.spark_compat import (
+    DataSourceStreamArrowWriter,
+    arrow_schema_utc,
+    require_supported_spark,
+)
 from .clock import batch_watermark_ms, bounds_clock_us, checkpoint_query_id, watermark_clock_us
 from .options import SinkConfig, parse_sink_options
 from .parquet_target import ParquetTarget
@@ -136,10 +140,11 @@ def make_stream_writer(
 
     With ``option("stream", NAME)`` the catalog's entry gives the location (created from the
     entry on first use) and sink options below the query's own."""
+    require_supported_spark("writer()")
     given, entry = resolve_stream_option(options, conf_catalog, who="writeStream.format('rowtime')")
     if entry is not None:
         options = {**entry.sink, **given}
-    arrow = to_arrow_schema(schema, timezone="UTC", prefers_large_types=False)
+    arrow = arrow_schema_utc(schema)
     cfg = parse_sink_options(options, arrow, overwrite)
     target = make_target(cfg)
     _check_not_lost(cfg, target)

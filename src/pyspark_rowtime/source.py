@@ -22,6 +22,9 @@ class RowtimeDataSource(RowtimeReaderSource):
     """``format("rowtime")``: rowtime streams for Spark, read and written."""
 
     def streamWriter(self, schema: StructType, overwrite: bool) -> DataSourceStreamWriter:
+        from .streams.spark_compat import require_supported_spark
+
+        require_supported_spark("streamWriter()")
         from .sink.spark import make_stream_writer  # lazily: readers never load the sink
 
         return make_stream_writer(dict(self.options), schema, overwrite, self.conf_catalog)
