@@ -7,13 +7,16 @@ this folder on ``sys.path``), so no test module imports another.
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import random
+import socket
 import subprocess
 import sys
 import textwrap
-from collections.abc import Iterable
+import time
+from collections.abc import Iterable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -31,17 +34,86 @@ US = 1_000_000
 BASE_US = 1_700_000_000 * US
 
 
+#: The test session's settings, the same in both modes (a Connect server gets them at launch).
+SPARK_CONFS = {
+    "spark.sql.shuffle.partitions": "2",
+    "spark.sql.session.timeZone": "UTC",
+    "spark.ui.enabled": "false",
+    "spark.sql.streaming.stateStore.providerClass":
+        "org.apache.spark.sql.execution.streaming.state.HDFSBackedStateStoreProvider",
+    "spark.driver.memory": "2g",
+}  # fmt: skip
+
+
 def spark_builder(master: str = "local[2]"):  # type: ignore[no-untyped-def]
-    return (
-        SparkSession.builder.master(master)
-        .appName("pyspark-rowtime-tests")
-        .config("spark.sql.shuffle.partitions", "2")
-        .config("spark.sql.session.timeZone", "UTC")
-        .config("spark.ui.enabled", "false")
-        .config("spark.sql.streaming.stateStore.providerClass",
-                "org.apache.spark.sql.execution.streaming.state.HDFSBackedStateStoreProvider")
-        .config("spark.driver.memory", "2g")
-    )  # fmt: skip
+    builder = SparkSession.builder.master(master).appName("pyspark-rowtime-tests")
+    for k, v in SPARK_CONFS.items():
+        builder = builder.config(k, v)
+    return builder
+
+
+#: ``ROWTIME_SPARK_MODE=connect`` runs the integration tests in a Spark Connect session.
+MODE = os.environ.get("ROWTIME_SPARK_MODE", "classic")
+CONNECT = MODE == "connect"
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+@contextlib.contextmanager
+def connect_server(log: Path, master: str = "local[2]") -> Iterator[str]:
+    """A Spark Connect server in its own JVM (``spark-submit`` of Spark's
+    ``SparkConnectServer``, as ``sbin/start-connect-server.sh --wait`` runs it), listening on a
+    free port of 127.0.0.1 only; yields its ``sc://`` URL and stops it on exit.
+
+    Why not ``remote("local[2]")``: that starts the server inside this process, whose client
+    then has a JVM (and Py4J) at hand and listens on port 15002 of every interface unless
+    ``SPARK_TESTING`` is set. A server of its own keeps the client JVM-free, as a user's is.
+    The server's Python (data source lookup, planning, reading, UDFs) is ``PYSPARK_PYTHON``.
+    """
+    from pyspark.find_spark_home import _find_spark_home
+
+    port = free_port()
+    confs = {
+        "spark.connect.grpc.binding.address": "127.0.0.1",
+        "spark.connect.grpc.binding.port": str(port),
+        **{k: v for k, v in SPARK_CONFS.items()},
+    }
+    cmd = [
+        os.path.join(_find_spark_home(), "bin", "spark-submit"),
+        "--master", master,
+        "--name", "pyspark-rowtime-tests (Spark Connect)",
+        "--class", "org.apache.spark.sql.connect.service.SparkConnectServer",
+        *[a for k, v in confs.items() for a in ("--conf", f"{k}={v}")],
+    ]  # fmt: skip
+    env = {**os.environ, "PYSPARK_PYTHON": sys.executable, "PYSPARK_DRIVER_PYTHON": sys.executable}
+    for var in ("SPARK_REMOTE", "SPARK_LOCAL_REMOTE", "SPARK_CONNECT_MODE_ENABLED"):
+        env.pop(var, None)
+    with open(log, "wb") as out:
+        proc = subprocess.Popen(cmd, stdout=out, stderr=subprocess.STDOUT, env=env)
+    try:
+        # The server is ready when its port accepts connections (a JVM start: 10-60 s here).
+        deadline = time.monotonic() + 300
+        while True:
+            if proc.poll() is not None:
+                pytest.fail(f"the Spark Connect server exited ({proc.returncode}):\n"
+                            f"{log.read_text()[-6000:]}")  # fmt: skip
+            with contextlib.suppress(OSError), socket.create_connection(("127.0.0.1", port), 1):
+                break
+            if time.monotonic() > deadline:
+                pytest.fail(f"the Spark Connect server did not listen:\n{log.read_text()[-6000:]}")
+            time.sleep(0.2)
+        yield f"sc://127.0.0.1:{port}"
+    finally:
+        proc.terminate()
+        try:
+            proc.wait(60)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+            proc.wait()
 
 
 def run_in_local_cluster(code: str, timeout: int = 600) -> str:
