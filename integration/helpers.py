@@ -7,16 +7,20 @@ this folder on ``sys.path``), so no test module imports another.
 
 from __future__ import annotations
 
+import atexit
 import contextlib
 import json
 import os
+import pickle
 import random
+import shutil
 import socket
 import subprocess
 import sys
+import tempfile
 import textwrap
 import time
-from collections.abc import Iterable, Iterator
+from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -80,6 +84,7 @@ def connect_server(log: Path, master: str = "local[2]") -> Iterator[str]:
     confs = {
         "spark.connect.grpc.binding.address": "127.0.0.1",
         "spark.connect.grpc.binding.port": str(port),
+        "spark.log.level": "WARN",  # the server's INFO lines: one per RPC
         **{k: v for k, v in SPARK_CONFS.items()},
     }
     cmd = [
@@ -90,6 +95,10 @@ def connect_server(log: Path, master: str = "local[2]") -> Iterator[str]:
         *[a for k, v in confs.items() for a in ("--conf", f"{k}={v}")],
     ]  # fmt: skip
     env = {**os.environ, "PYSPARK_PYTHON": sys.executable, "PYSPARK_DRIVER_PYTHON": sys.executable}
+    # foreachBatch functions run in the server's Python: it imports this folder's modules (the
+    # helpers and the test module a function comes from) by name, as the client does.
+    here = str(Path(__file__).parent)
+    env["PYTHONPATH"] = os.pathsep.join(p for p in (here, env.get("PYTHONPATH")) if p)
     for var in ("SPARK_REMOTE", "SPARK_LOCAL_REMOTE", "SPARK_CONNECT_MODE_ENABLED"):
         env.pop(var, None)
     with open(log, "wb") as out:
@@ -171,15 +180,45 @@ def plain(df: DataFrame) -> list[dict[str, Any]]:
     return [r.asDict() for r in df.select(*cols).collect()]
 
 
-@dataclass
+def batch_recorder(
+    folder: Path, convert: Callable[[Any], Any] | None = None
+) -> Callable[[DataFrame, int], None]:
+    """A ``foreachBatch`` function that keeps each micro-batch's rows (``plain``, or
+    ``convert`` of each collected Row) in a file of ``folder``; :func:`recorded_batches` reads
+    them. Files, not a list: under Spark Connect the function runs in the server's Python."""
+    folder = Path(folder)
+    folder.mkdir(parents=True, exist_ok=True)
+
+    def record(df: DataFrame, batch_id: int) -> None:
+        rows = plain(df) if convert is None else [convert(r) for r in df.collect()]
+        name = f"{time.time_ns():020d}-{batch_id}"
+        (folder / f"{name}.tmp").write_bytes(pickle.dumps((batch_id, rows)))
+        (folder / f"{name}.tmp").rename(folder / f"{name}.batch")
+
+    return record
+
+
+def recorded_batches(folder: Path) -> list[tuple[int, list[Any]]]:
+    """What a :func:`batch_recorder` kept, in the order the batches ran."""
+    return [pickle.loads(p.read_bytes()) for p in sorted(Path(folder).glob("*.batch"))]
+
+
 class Run:
-    """What a streaming query produced: each micro-batch's records, in batch order."""
+    """What a streaming query produced: each micro-batch's records, in batch order.
 
-    batches: list[tuple[int, list[dict[str, Any]]]] = field(default_factory=list)
-    progress: list[dict[str, Any]] = field(default_factory=list)
+    ``sink`` is the query's ``foreachBatch`` function (a :func:`batch_recorder`, so it works in
+    both modes); ``batches`` may also be given (records collected elsewhere)."""
 
-    def sink(self, df: DataFrame, batch_id: int) -> None:
-        self.batches.append((batch_id, plain(df)))
+    def __init__(self, batches: list[tuple[int, list[dict[str, Any]]]] | None = None) -> None:
+        self._given = list(batches or [])
+        self.folder = Path(tempfile.mkdtemp(prefix="rowtime-run-"))
+        atexit.register(shutil.rmtree, self.folder, True)
+        self.sink = batch_recorder(self.folder)
+        self.progress: list[dict[str, Any]] = []
+
+    @property
+    def batches(self) -> list[tuple[int, list[dict[str, Any]]]]:
+        return self._given + recorded_batches(self.folder)
 
     @property
     def records(self) -> list[dict[str, Any]]:
@@ -217,6 +256,20 @@ def drain(query: Any, run: Run) -> None:
         d = json.loads(p.json)
         if (d["batchId"], d["timestamp"]) not in keep:
             run.progress.append(d)
+
+
+def observed(progress: Any, name: str) -> dict[str, Any] | None:
+    """The observed metric ``name`` of a progress report (a dict or a
+    ``StreamingQueryProgress``) as ``{field: value}``, or None. A Spark Connect server reports
+    it as ``{"values": [...], "schema": {...}}`` (a Row's JSON), classic Spark by field names."""
+    d = json.loads(progress.json) if hasattr(progress, "json") else progress
+    metric = d.get("observedMetrics", {}).get(name)
+    if metric is None:
+        return None
+    if set(metric) == {"values", "schema"}:
+        names = [f["name"] for f in metric["schema"]["fields"]]
+        return dict(zip(names, metric["values"], strict=True))
+    return dict(metric)
 
 
 def run_available_now(df: DataFrame, checkpoint: Path) -> Run:

@@ -17,7 +17,7 @@ from typing import Any
 
 import numpy as np
 import pytest
-from helpers import US, Run, check_batches, drain, plain, reader, start, write_rows
+from helpers import US, Run, check_batches, drain, observed, plain, reader, start, write_rows
 
 import pyspark_rowtime as pr
 from pyspark_rowtime.bounds.errors import OptionError
@@ -242,7 +242,7 @@ def test_overlap_join_state_stays_bounded_by_both_clocks(spark: Any, workdir: Pa
         drain(query, run)
     query.stop()
     for p in run.progress:
-        metric = p.get("observedMetrics", {}).get("overlap_join")
+        metric = observed(p, "overlap_join")
         if metric is not None and p["numInputRows"]:
             kept.append(metric["max_intervals_per_key"])
     assert len(run.records) > 200  # every row overlaps its neighbours on the other side

@@ -294,6 +294,7 @@ spark.stop()
 """
 
 
+@pytest.mark.classic_only("runs its own local-cluster Spark (classic) in a child process")
 def test_in_local_cluster_executors_stage_segments_and_the_driver_links_them(workdir):
     import json
 

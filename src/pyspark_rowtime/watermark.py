@@ -39,6 +39,10 @@ lets bound records through as rows (counted, joined, deduplicated) and lets filt
 watermark; :func:`watch_queries` (installed by the first ``with_watermark`` call of a session)
 checks every query that session starts and logs a warning naming the fix. :func:`check_query`
 runs the same check on demand (say, in a test of your own job).
+
+Every check reads Spark's *analyzed* plan as text (:func:`analyzed_plan_text`), the same way in
+classic Spark and under Spark Connect, whose client has no JVM: one reading, so the two modes
+cannot give different findings.
 """
 
 from __future__ import annotations
@@ -189,11 +193,12 @@ def parse_plan(tree: str) -> PlanNode | None:
 def analyzed_plan_text(df: DataFrame) -> str:
     """Spark's analyzed logical plan of ``df``, as the text ``explain(extended=True)`` prints,
     without the JVM in a Spark Connect client."""
+    frame: Any = df  # the private attributes of either mode's DataFrame
     if _is_connect(df):
-        text = str(df._explain_string(mode="extended"))  # type: ignore[operator]
+        text = str(frame._explain_string(mode="extended"))
     else:
-        jvm = df.sparkSession._jvm  # type: ignore[attr-defined]
-        text = str(jvm.PythonSQLUtils.explainString(df._jdf.queryExecution(), "extended"))
+        jvm = frame.sparkSession._jvm
+        text = str(jvm.PythonSQLUtils.explainString(frame._jdf.queryExecution(), "extended"))
     return _section(text, _ANALYZED)
 
 
@@ -353,7 +358,7 @@ def check_query(query: StreamingQuery) -> list[str]:
                 " pyspark_rowtime.watermark.check_dataframe(df)"
             )
         return list(found)
-    jsq = query._jsq  # type: ignore[attr-defined]
+    jsq: Any = getattr(query, "_jsq")  # noqa: B009 (classic Spark's handle on the JVM query)
     return check_plan(str(jsq.streamingQuery().analyzedPlan().treeString()))
 
 
@@ -430,17 +435,18 @@ def _starting_dataframe() -> DataFrame | None:
     """The DataFrame a Spark Connect client is starting, seen from a listener's
     ``onQueryStarted`` (which the client calls inside ``DataStreamWriter.start()``/``toTable()``,
     in ``_start_internal``, after the server started the query). None if not found there."""
-    frame = sys._getframe(1)
+    frame: Any = sys._getframe(1)
     while frame is not None:
-        writer = frame.f_locals.get("self")
+        writer: Any = frame.f_locals.get("self")
         if frame.f_code.co_name == "_start_internal" and type(writer).__module__ == (
             "pyspark.sql.connect.streaming.readwriter"
         ):
             from pyspark.sql.connect.dataframe import DataFrame as ConnectDataFrame
 
             plan = writer._write_stream._child
-            return ConnectDataFrame(plan, writer._session)  # type: ignore[return-value]
-        frame = frame.f_back  # type: ignore[assignment]
+            started: Any = ConnectDataFrame(plan, writer._session)
+            return started
+        frame = frame.f_back
     return None
 
 
