@@ -95,3 +95,18 @@ def test_an_expression_s_inner_plan_is_not_taken_for_an_operator() -> None:
 def test_no_plan_no_findings() -> None:
     assert parse_plan("") is None
     assert check_plan("") == []
+
+
+def test_an_aggregate_s_output_is_read_as_one_call_or_not() -> None:
+    """time_interval_aggregate under Spark Connect reads its aggregate from the plan text."""
+    from pyspark_rowtime.windows.aggregate import _one_call, _split_top
+
+    assert _split_top("[k#0], [k#0, max_by(a#1, b#2) AS m#7]") == [
+        "[k#0]",
+        "[k#0, max_by(a#1, b#2) AS m#7]",
+    ]
+    assert _one_call("max_by(a#1, (b#2 * 2))") == ("max_by", ["a#1", "(b#2 * 2)"])
+    assert _one_call("count(distinct v#24)") == ("count", ["distinct v#24"])
+    assert _one_call("max(v#40) FILTER (WHERE (v#40 > 1))") is None
+    assert _one_call("(max(v#1) + 1)") is None
+    assert _one_call("max(v#1) + min(v#1)") is None

@@ -237,13 +237,14 @@ def _plan_aggs_connect(
                 f"already has (partition_by {partition_by} and {list(_RESERVED[:3])}): "
                 "give it another name with .alias(...)"
             )
-        # Aggregate [keys], [keys..., max(v#1) AS max_v#7]: the last output is this aggregate.
+        # Aggregate [keys], [keys..., max(v#1) AS max_v#7] (no keys: the outputs only): the
+        # last output is this aggregate.
         kind = None
         call = None
         if root is not None and root.name == "Aggregate":
-            lists = _split_top(root.args)
-            if len(lists) == 2 and lists[1].startswith("["):
-                last = _split_top(lists[1][1:-1])[-1]
+            outputs = _split_top(root.args)[-1]
+            if outputs.startswith("[") and outputs.endswith("]"):
+                last = _split_top(outputs[1:-1])[-1]
                 call = _one_call(last.rsplit(" AS ", 1)[0])
         if call is not None and not any(a.startswith("distinct ") for a in call[1]):
             kind = _PRETTY.get(call[0])
