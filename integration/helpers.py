@@ -241,11 +241,25 @@ class Run:
         raise AssertionError(f"no progress for batch {batch_id}")
 
 
+def start_writer(writer: Any) -> Any:
+    """``writer.start()``, again (twice at most) when a Spark Connect server's Python worker
+    for ``foreachBatch`` did not connect back in time. Spark waits 10 s for it (hard-coded in
+    ``PythonWorkerFactory``), and a worker importing pyspark's Connect modules takes longer on a
+    busy machine; the query did not start, so nothing is lost or done twice."""
+    for attempt in range(3):
+        try:
+            return writer.start()
+        except Exception as e:
+            if "Python worker failed to connect back" not in str(e) or attempt == 2:
+                raise
+    raise AssertionError("unreachable")
+
+
 def start(df: DataFrame, checkpoint: Path, run: Run, *, available_now: bool = False):  # type: ignore[no-untyped-def]
     w = df.writeStream.foreachBatch(run.sink).option("checkpointLocation", str(checkpoint))
     if available_now:
         w = w.trigger(availableNow=True)
-    return w.start()
+    return start_writer(w)
 
 
 def drain(query: Any, run: Run) -> None:
@@ -270,6 +284,13 @@ def observed(progress: Any, name: str) -> dict[str, Any] | None:
         names = [f["name"] for f in metric["schema"]["fields"]]
         return dict(zip(names, metric["values"], strict=True))
     return dict(metric)
+
+
+def input_rows(progress: Any) -> int:
+    """A progress report's rows read. A Spark Connect server's report has no top-level
+    ``numInputRows``; each source's count is there in both modes."""
+    d = json.loads(progress.json) if hasattr(progress, "json") else progress
+    return int(sum(source["numInputRows"] for source in d["sources"]))
 
 
 def run_available_now(df: DataFrame, checkpoint: Path) -> Run:
@@ -458,11 +479,10 @@ def names_and_rowtimes(records: Iterable[dict[str, Any]]) -> list[tuple[str, int
 
 
 def start_append(df: DataFrame, checkpoint: Path, run: Run):  # type: ignore[no-untyped-def]
-    return (
+    return start_writer(
         df.writeStream.outputMode("append")
         .foreachBatch(run.sink)
         .option("checkpointLocation", str(checkpoint))
-        .start()
     )
 
 

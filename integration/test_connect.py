@@ -15,7 +15,17 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from helpers import BASE_US, CONNECT, US, at, batch_recorder, reader, recorded_batches, write_rows
+from helpers import (
+    BASE_US,
+    CONNECT,
+    US,
+    at,
+    batch_recorder,
+    reader,
+    recorded_batches,
+    start_writer,
+    write_rows,
+)
 from pyspark.sql import functions as F
 
 import pyspark_rowtime as pr
@@ -39,11 +49,10 @@ def _quiet_stream(workdir: Path, name: str = "s") -> str:
 def _run_to_end(df: Any, workdir: Path, name: str) -> list[Any]:
     """Run ``df`` once over everything available; the rows it wrote."""
     folder = workdir / f"{name}-out"
-    q = (
+    q = start_writer(
         df.writeStream.foreachBatch(batch_recorder(folder))
         .option("checkpointLocation", str(workdir / f"{name}-ck"))
         .trigger(availableNow=True)
-        .start()
     )
     q.awaitTermination()
     assert q.exception() is None

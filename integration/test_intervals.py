@@ -17,7 +17,18 @@ from typing import Any
 
 import numpy as np
 import pytest
-from helpers import US, Run, check_batches, drain, observed, plain, reader, start, write_rows
+from helpers import (
+    US,
+    Run,
+    check_batches,
+    drain,
+    input_rows,
+    observed,
+    plain,
+    reader,
+    start,
+    write_rows,
+)
 
 import pyspark_rowtime as pr
 from pyspark_rowtime.bounds.errors import OptionError
@@ -243,7 +254,7 @@ def test_overlap_join_state_stays_bounded_by_both_clocks(spark: Any, workdir: Pa
     query.stop()
     for p in run.progress:
         metric = observed(p, "overlap_join")
-        if metric is not None and p["numInputRows"]:
+        if metric is not None and input_rows(p):
             kept.append(metric["max_intervals_per_key"])
     assert len(run.records) > 200  # every row overlaps its neighbours on the other side
     # A batch adds 20 intervals; what stays from earlier batches ends after both clocks.

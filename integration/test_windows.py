@@ -17,7 +17,7 @@ from typing import Any
 
 import pyarrow as pa
 import pytest
-from helpers import batch_recorder, observed, recorded_batches
+from helpers import batch_recorder, input_rows, observed, recorded_batches, start_writer
 from pyspark.sql import functions as F
 
 from pyspark_rowtime import time_interval_aggregate
@@ -74,13 +74,13 @@ class Run:
     def _progress(self, query: Any) -> None:
         for p in query.recentProgress:
             self.watermark_ms[p["batchId"]] = iso_ms(p["eventTime"]["watermark"])
-            self.input_rows[p["batchId"]] = p["numInputRows"]
+            self.input_rows[p["batchId"]] = input_rows(p)
             metric = observed(p, "time_interval_aggregate")
             if metric is not None:
                 self.discarded += metric["discarded_rows"]
 
     def start(self) -> None:
-        self.query = self._writer().start()
+        self.query = start_writer(self._writer())
 
     def settle(self) -> None:
         self.query.processAllAvailable()
@@ -92,7 +92,7 @@ class Run:
     def available_now(self) -> list[int]:
         """Run once over what is available (a restart from the checkpoint); its batch ids."""
         before = set(self.watermark_ms)
-        query = self._writer().trigger(availableNow=True).start()
+        query = start_writer(self._writer().trigger(availableNow=True))
         query.awaitTermination()
         self._progress(query)
         return sorted(set(self.watermark_ms) - before)

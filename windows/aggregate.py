@@ -203,6 +203,7 @@ def _plan_aggs_connect(
         ColumnAlias,
         LiteralExpression,
         UnresolvedFunction,
+        UnresolvedStar,
     )
 
     from ..watermark import analyzed_plan_text, parse_plan
@@ -267,8 +268,9 @@ def _plan_aggs_connect(
         args: list[Any]
         if isinstance(expr, UnresolvedFunction) and len(expr._args) == len(call[1]):
             args = [ConnectColumn(a) for a in expr._args]
-            literal = [isinstance(a, LiteralExpression) and a._value is not None
-                       for a in expr._args]  # fmt: skip
+            # count(*) and count(1) count rows: their argument is no input.
+            literal = [(isinstance(a, LiteralExpression) and a._value is not None)
+                       or isinstance(a, UnresolvedStar) for a in expr._args]  # fmt: skip
         elif all(re.fullmatch(r"[A-Za-z_][A-Za-z0-9_]*#\d+L?|1", a) for a in call[1]):
             args = [F.col(a.split("#")[0]) if "#" in a else F.lit(1) for a in call[1]]
             literal = ["#" not in a for a in call[1]]

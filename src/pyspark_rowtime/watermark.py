@@ -451,6 +451,8 @@ def _starting_dataframe() -> DataFrame | None:
 
 
 def _unwatch(spark: SparkSession, listener: Any) -> None:
+    if getattr(spark, "is_stopped", False):  # a stopped Spark Connect session: nothing to remove
+        return
     try:
         spark.streams.removeListener(listener)
         if not _is_connect(spark):
