@@ -111,7 +111,9 @@ def redis_for_tests(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Any]:
 _stream_names = iter(range(1, 10**9))
 
 
-@pytest.fixture(params=["log", "redis"])
+# Under Spark Connect the embedded log only: the backend does not depend on the mode, and the
+# classic pass runs both.
+@pytest.fixture(params=["log"] if CONNECT else ["log", "redis"])
 def stream_at(request: pytest.FixtureRequest, tmp_path: Path) -> Callable[[str], str]:
     """``stream_at(name)``: a fresh stream location of the test's backend (a folder under the
     test's tmp_path, or ``redis://127.0.0.1:<port>/0/<unique name>``)."""
