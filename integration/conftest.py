@@ -81,6 +81,7 @@ def spark(tmp_path_factory: pytest.TempPathFactory):  # type: ignore[no-untyped-
 
     log = tmp_path_factory.mktemp("connect-server") / "server.log"
     with connect_server(log) as url:
+        os.environ["ROWTIME_CONNECT_URL"] = url  # for code that builds its own session
         session = SparkSession.builder.remote(url).getOrCreate()
         yield session
         session.stop()
