@@ -334,7 +334,7 @@ class Planner:
             # record next - 1 was removed by retention: its trim keeps that arrival; a trim
             # without it falls back to the first kept record's (a partition then looks active
             # a little longer, never idle too early)
-            last = self.stream.trim_state(p).last_arrival_us  # type: ignore[attr-defined]
+            last = self.stream.trim_state(p).last_arrival_us
             if last is None:
                 table = self.stream.read(p, kept, kept + 1, columns=[LOG_ARRIVAL_US])
                 last = int(table.column(0)[0].as_py()) if table.num_rows else None

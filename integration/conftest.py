@@ -1,5 +1,10 @@
 """Real Spark for the integration tests: one local SparkSession for the whole run.
 
+``ROWTIME_SPARK_MODE=connect`` makes it a Spark Connect session instead: a client without a
+JVM, talking to a Connect server the run starts (``helpers.connect_server``); ``./dev test``
+runs the files listed in ``CONNECT_FILES`` a second time that way. A test that cannot run under
+Spark Connect is marked ``@pytest.mark.classic_only("why")`` and skipped there, saying why.
+
 Tests that need executors in separate processes (``local-cluster``) run their own Spark in a
 subprocess (``helpers.run_in_local_cluster``), since a process can hold only one SparkContext.
 Never sleep to wait for Spark: drive queries to quiescence with ``processAllAvailable()`` or
@@ -16,7 +21,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from helpers import spark_builder
+from helpers import CONNECT, connect_server, spark_builder
 
 # Spark's Python workers must run this interpreter, which has the project installed.
 os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
@@ -36,14 +41,59 @@ def _java_ok() -> bool:
     return shutil.which("java") is not None or bool(os.environ.get("JAVA_HOME"))
 
 
+#: The files ``./dev test`` runs again in a Spark Connect session (ROWTIME_SPARK_MODE=connect).
+CONNECT_FILES = [
+    "test_query_shapes.py",
+    "test_windows.py",
+    "test_intervals.py",
+    "test_sink.py",
+    "test_readme_blocks.py",
+    "test_connect.py",
+]
+
+
+def pytest_ignore_collect(collection_path: Path, config: pytest.Config) -> bool | None:
+    """Under Spark Connect, only the listed files (the others test the reader, the log and
+    processes, which the mode does not change, or run Spark of their own in child processes)."""
+    if CONNECT and collection_path.suffix == ".py" and collection_path.name.startswith("test_"):
+        return collection_path.name not in CONNECT_FILES or None
+    return None
+
+
+def pytest_configure(config: pytest.Config) -> None:
+    config.addinivalue_line(
+        "markers", "classic_only(reason): needs classic Spark (a JVM in this process)"
+    )
+
+
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    if not CONNECT:
+        return
+    for item in items:
+        marker = item.get_closest_marker("classic_only")
+        if marker is not None:
+            why = marker.args[0] if marker.args else "needs classic Spark"
+            item.add_marker(pytest.mark.skip(reason=f"classic Spark only: {why}"))
+
+
 @pytest.fixture(scope="session")
-def spark():  # type: ignore[no-untyped-def]
+def spark(tmp_path_factory: pytest.TempPathFactory):  # type: ignore[no-untyped-def]
     if not _java_ok():
         pytest.fail("Java is required for the integration tests: install openjdk-17-jre-headless")
-    session = spark_builder().getOrCreate()
-    session.sparkContext.setLogLevel("ERROR")
-    yield session
-    session.stop()
+    if not CONNECT:
+        session = spark_builder().getOrCreate()
+        session.sparkContext.setLogLevel("ERROR")
+        yield session
+        session.stop()
+        return
+    from pyspark.sql import SparkSession
+
+    log = tmp_path_factory.mktemp("connect-server") / "server.log"
+    with connect_server(log) as url:
+        os.environ["ROWTIME_CONNECT_URL"] = url  # for code that builds its own session
+        session = SparkSession.builder.remote(url).getOrCreate()
+        yield session
+        session.stop()
 
 
 @pytest.fixture
@@ -71,7 +121,9 @@ def redis_for_tests(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Any]:
 _stream_names = iter(range(1, 10**9))
 
 
-@pytest.fixture(params=["log", "redis"])
+# Under Spark Connect the embedded log only: the backend does not depend on the mode, and the
+# classic pass runs both.
+@pytest.fixture(params=["log"] if CONNECT else ["log", "redis"])
 def stream_at(request: pytest.FixtureRequest, tmp_path: Path) -> Callable[[str], str]:
     """``stream_at(name)``: a fresh stream location of the test's backend (a folder under the
     test's tmp_path, or ``redis://127.0.0.1:<port>/0/<unique name>``)."""

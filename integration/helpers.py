@@ -7,13 +7,20 @@ this folder on ``sys.path``), so no test module imports another.
 
 from __future__ import annotations
 
+import atexit
+import contextlib
 import json
 import os
+import pickle
 import random
+import shutil
+import socket
 import subprocess
 import sys
+import tempfile
 import textwrap
-from collections.abc import Iterable
+import time
+from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -31,17 +38,91 @@ US = 1_000_000
 BASE_US = 1_700_000_000 * US
 
 
+#: The test session's settings, the same in both modes (a Connect server gets them at launch).
+SPARK_CONFS = {
+    "spark.sql.shuffle.partitions": "2",
+    "spark.sql.session.timeZone": "UTC",
+    "spark.ui.enabled": "false",
+    "spark.sql.streaming.stateStore.providerClass":
+        "org.apache.spark.sql.execution.streaming.state.HDFSBackedStateStoreProvider",
+    "spark.driver.memory": "2g",
+}  # fmt: skip
+
+
 def spark_builder(master: str = "local[2]"):  # type: ignore[no-untyped-def]
-    return (
-        SparkSession.builder.master(master)
-        .appName("pyspark-rowtime-tests")
-        .config("spark.sql.shuffle.partitions", "2")
-        .config("spark.sql.session.timeZone", "UTC")
-        .config("spark.ui.enabled", "false")
-        .config("spark.sql.streaming.stateStore.providerClass",
-                "org.apache.spark.sql.execution.streaming.state.HDFSBackedStateStoreProvider")
-        .config("spark.driver.memory", "2g")
-    )  # fmt: skip
+    builder = SparkSession.builder.master(master).appName("pyspark-rowtime-tests")
+    for k, v in SPARK_CONFS.items():
+        builder = builder.config(k, v)
+    return builder
+
+
+#: ``ROWTIME_SPARK_MODE=connect`` runs the integration tests in a Spark Connect session.
+MODE = os.environ.get("ROWTIME_SPARK_MODE", "classic")
+CONNECT = MODE == "connect"
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+@contextlib.contextmanager
+def connect_server(log: Path, master: str = "local[2]") -> Iterator[str]:
+    """A Spark Connect server in its own JVM (``spark-submit`` of Spark's
+    ``SparkConnectServer``, as ``sbin/start-connect-server.sh --wait`` runs it), listening on a
+    free port of 127.0.0.1 only; yields its ``sc://`` URL and stops it on exit.
+
+    Why not ``remote("local[2]")``: that starts the server inside this process, whose client
+    then has a JVM (and Py4J) at hand and listens on port 15002 of every interface unless
+    ``SPARK_TESTING`` is set. A server of its own keeps the client JVM-free, as a user's is.
+    The server's Python (data source lookup, planning, reading, UDFs) is ``PYSPARK_PYTHON``.
+    """
+    from pyspark.find_spark_home import _find_spark_home
+
+    port = free_port()
+    confs = {
+        "spark.connect.grpc.binding.address": "127.0.0.1",
+        "spark.connect.grpc.binding.port": str(port),
+        "spark.log.level": "WARN",  # the server's INFO lines: one per RPC
+        **{k: v for k, v in SPARK_CONFS.items()},
+    }
+    cmd = [
+        os.path.join(_find_spark_home(), "bin", "spark-submit"),
+        "--master", master,
+        "--name", "pyspark-rowtime-tests (Spark Connect)",
+        "--class", "org.apache.spark.sql.connect.service.SparkConnectServer",
+        *[a for k, v in confs.items() for a in ("--conf", f"{k}={v}")],
+    ]  # fmt: skip
+    env = {**os.environ, "PYSPARK_PYTHON": sys.executable, "PYSPARK_DRIVER_PYTHON": sys.executable}
+    # foreachBatch functions run in the server's Python: it imports this folder's modules (the
+    # helpers and the test module a function comes from) by name, as the client does.
+    here = str(Path(__file__).parent)
+    env["PYTHONPATH"] = os.pathsep.join(p for p in (here, env.get("PYTHONPATH")) if p)
+    for var in ("SPARK_REMOTE", "SPARK_LOCAL_REMOTE", "SPARK_CONNECT_MODE_ENABLED"):
+        env.pop(var, None)
+    with open(log, "wb") as out:
+        proc = subprocess.Popen(cmd, stdout=out, stderr=subprocess.STDOUT, env=env)
+    try:
+        # The server is ready when its port accepts connections (a JVM start: 10-60 s here).
+        deadline = time.monotonic() + 300
+        while True:
+            if proc.poll() is not None:
+                pytest.fail(f"the Spark Connect server exited ({proc.returncode}):\n"
+                            f"{log.read_text()[-6000:]}")  # fmt: skip
+            with contextlib.suppress(OSError), socket.create_connection(("127.0.0.1", port), 1):
+                break
+            if time.monotonic() > deadline:
+                pytest.fail(f"the Spark Connect server did not listen:\n{log.read_text()[-6000:]}")
+            time.sleep(0.2)
+        yield f"sc://127.0.0.1:{port}"
+    finally:
+        proc.terminate()
+        try:
+            proc.wait(60)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+            proc.wait()
 
 
 def run_in_local_cluster(code: str, timeout: int = 600) -> str:
@@ -99,15 +180,45 @@ def plain(df: DataFrame) -> list[dict[str, Any]]:
     return [r.asDict() for r in df.select(*cols).collect()]
 
 
-@dataclass
+def batch_recorder(
+    folder: Path, convert: Callable[[Any], Any] | None = None
+) -> Callable[[DataFrame, int], None]:
+    """A ``foreachBatch`` function that keeps each micro-batch's rows (``plain``, or
+    ``convert`` of each collected Row) in a file of ``folder``; :func:`recorded_batches` reads
+    them. Files, not a list: under Spark Connect the function runs in the server's Python."""
+    folder = Path(folder)
+    folder.mkdir(parents=True, exist_ok=True)
+
+    def record(df: DataFrame, batch_id: int) -> None:
+        rows = plain(df) if convert is None else [convert(r) for r in df.collect()]
+        name = f"{time.time_ns():020d}-{batch_id}"
+        (folder / f"{name}.tmp").write_bytes(pickle.dumps((batch_id, rows)))
+        (folder / f"{name}.tmp").rename(folder / f"{name}.batch")
+
+    return record
+
+
+def recorded_batches(folder: Path) -> list[tuple[int, list[Any]]]:
+    """What a :func:`batch_recorder` kept, in the order the batches ran."""
+    return [pickle.loads(p.read_bytes()) for p in sorted(Path(folder).glob("*.batch"))]
+
+
 class Run:
-    """What a streaming query produced: each micro-batch's records, in batch order."""
+    """What a streaming query produced: each micro-batch's records, in batch order.
 
-    batches: list[tuple[int, list[dict[str, Any]]]] = field(default_factory=list)
-    progress: list[dict[str, Any]] = field(default_factory=list)
+    ``sink`` is the query's ``foreachBatch`` function (a :func:`batch_recorder`, so it works in
+    both modes); ``batches`` may also be given (records collected elsewhere)."""
 
-    def sink(self, df: DataFrame, batch_id: int) -> None:
-        self.batches.append((batch_id, plain(df)))
+    def __init__(self, batches: list[tuple[int, list[dict[str, Any]]]] | None = None) -> None:
+        self._given = list(batches or [])
+        self.folder = Path(tempfile.mkdtemp(prefix="rowtime-run-"))
+        atexit.register(shutil.rmtree, self.folder, True)
+        self.sink = batch_recorder(self.folder)
+        self.progress: list[dict[str, Any]] = []
+
+    @property
+    def batches(self) -> list[tuple[int, list[dict[str, Any]]]]:
+        return self._given + recorded_batches(self.folder)
 
     @property
     def records(self) -> list[dict[str, Any]]:
@@ -130,11 +241,25 @@ class Run:
         raise AssertionError(f"no progress for batch {batch_id}")
 
 
+def start_writer(writer: Any) -> Any:
+    """``writer.start()``, again (twice at most) when a Spark Connect server's Python worker
+    for ``foreachBatch`` did not connect back in time. Spark waits 10 s for it (hard-coded in
+    ``PythonWorkerFactory``), and a worker importing pyspark's Connect modules takes longer on a
+    busy machine; the query did not start, so nothing is lost or done twice."""
+    for attempt in range(3):
+        try:
+            return writer.start()
+        except Exception as e:
+            if "Python worker failed to connect back" not in str(e) or attempt == 2:
+                raise
+    raise AssertionError("unreachable")
+
+
 def start(df: DataFrame, checkpoint: Path, run: Run, *, available_now: bool = False):  # type: ignore[no-untyped-def]
     w = df.writeStream.foreachBatch(run.sink).option("checkpointLocation", str(checkpoint))
     if available_now:
         w = w.trigger(availableNow=True)
-    return w.start()
+    return start_writer(w)
 
 
 def drain(query: Any, run: Run) -> None:
@@ -145,6 +270,27 @@ def drain(query: Any, run: Run) -> None:
         d = json.loads(p.json)
         if (d["batchId"], d["timestamp"]) not in keep:
             run.progress.append(d)
+
+
+def observed(progress: Any, name: str) -> dict[str, Any] | None:
+    """The observed metric ``name`` of a progress report (a dict or a
+    ``StreamingQueryProgress``) as ``{field: value}``, or None. A Spark Connect server reports
+    it as ``{"values": [...], "schema": {...}}`` (a Row's JSON), classic Spark by field names."""
+    d = json.loads(progress.json) if hasattr(progress, "json") else progress
+    metric = d.get("observedMetrics", {}).get(name)
+    if metric is None:
+        return None
+    if set(metric) == {"values", "schema"}:
+        names = [f["name"] for f in metric["schema"]["fields"]]
+        return dict(zip(names, metric["values"], strict=True))
+    return dict(metric)
+
+
+def input_rows(progress: Any) -> int:
+    """A progress report's rows read. A Spark Connect server's report has no top-level
+    ``numInputRows``; each source's count is there in both modes."""
+    d = json.loads(progress.json) if hasattr(progress, "json") else progress
+    return int(sum(source["numInputRows"] for source in d["sources"]))
 
 
 def run_available_now(df: DataFrame, checkpoint: Path) -> Run:
@@ -333,11 +479,10 @@ def names_and_rowtimes(records: Iterable[dict[str, Any]]) -> list[tuple[str, int
 
 
 def start_append(df: DataFrame, checkpoint: Path, run: Run):  # type: ignore[no-untyped-def]
-    return (
+    return start_writer(
         df.writeStream.outputMode("append")
         .foreachBatch(run.sink)
         .option("checkpointLocation", str(checkpoint))
-        .start()
     )
 
 

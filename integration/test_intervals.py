@@ -17,7 +17,18 @@ from typing import Any
 
 import numpy as np
 import pytest
-from helpers import US, Run, check_batches, drain, plain, reader, start, write_rows
+from helpers import (
+    US,
+    Run,
+    check_batches,
+    drain,
+    input_rows,
+    observed,
+    plain,
+    reader,
+    start,
+    write_rows,
+)
 
 import pyspark_rowtime as pr
 from pyspark_rowtime.bounds.errors import OptionError
@@ -165,7 +176,8 @@ def test_no_interval_option_no_rowtime_end(spark: Any, workdir: Path) -> None:
     pr.create_stream(str(location), "p int, i long, k string", partitions=1)
     assert "rowtime_end" not in reader(spark, location).columns
     with pytest.raises(Exception, match=r"interval\.duration and interval\.count"):
-        reader(spark, location, **{"interval.duration": "1", "interval.count": "1"})
+        # .columns: a Spark Connect client meets the error at the first analysis, not at load()
+        _ = reader(spark, location, **{"interval.duration": "1", "interval.count": "1"}).columns
 
 
 # -- overlap_join ------------------------------------------------------------------------------
@@ -243,8 +255,8 @@ def test_overlap_join_state_stays_bounded_by_both_clocks(spark: Any, workdir: Pa
         drain(query, run)
     query.stop()
     for p in run.progress:
-        metric = p.get("observedMetrics", {}).get("overlap_join")
-        if metric is not None and p["numInputRows"]:
+        metric = observed(p, "overlap_join")
+        if metric is not None and input_rows(p):
             kept.append(metric["max_intervals_per_key"])
     assert len(run.records) > 200  # every row overlaps its neighbours on the other side
     # A batch adds 20 intervals; what stays from earlier batches ends after both clocks.

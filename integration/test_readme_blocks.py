@@ -6,8 +6,11 @@ The blocks share one namespace with ``spark`` (the test session), and their path
 
 from __future__ import annotations
 
+import os
 import re
 from pathlib import Path
+
+from helpers import CONNECT
 
 README = Path(__file__).resolve().parent.parent / "README.md"
 
@@ -30,6 +33,9 @@ def test_readme_python_blocks_run(spark, workdir: Path) -> None:
             code = code.replace('"/data/', f'"{workdir}/data/').replace(
                 '"/chk/', f'"{workdir}/chk/'
             )
+            if CONNECT:  # a Connect user's session comes from remote(...), as the test's does
+                remote = f'remote("{os.environ["ROWTIME_CONNECT_URL"]}")'
+                code = code.replace('master("local[2]")', remote)
             try:
                 exec(compile(code, f"README.md:{line}", "exec"), namespace)
             except Exception as e:

@@ -17,6 +17,7 @@ from typing import Any
 
 import pyarrow as pa
 import pytest
+from helpers import batch_recorder, input_rows, observed, recorded_batches, start_writer
 from pyspark.sql import functions as F
 
 from pyspark_rowtime import time_interval_aggregate
@@ -46,30 +47,40 @@ class Run:
 
     def __init__(self, df: Any, checkpoint: Path, convert: Callable[[Any], tuple]) -> None:
         self.df, self.checkpoint, self.convert = df, checkpoint, convert
-        self.out: dict[int, list[tuple]] = {}
+        self.given: dict[int, list[tuple]] | None = None
+        self.batches = checkpoint.parent / f"{checkpoint.name}-batches"
         self.watermark_ms: dict[int, int] = {}
         self.input_rows: dict[int, int] = {}
         self.discarded = 0
         self.query: Any = None
 
-    def _collect(self, batch: Any, batch_id: int) -> None:
-        self.out[batch_id] = [self.convert(r) for r in batch.collect()]
+    @property
+    def out(self) -> dict[int, list[tuple]]:
+        """Each batch's output (the last run of a batch id wins)."""
+        if self.given is not None:
+            return self.given
+        return dict(recorded_batches(self.batches))
+
+    @out.setter
+    def out(self, value: dict[int, list[tuple]]) -> None:
+        self.given = value
 
     def _writer(self) -> Any:
-        return self.df.writeStream.foreachBatch(self._collect).option(
+        # A file per batch: under Spark Connect the function runs in the server's Python.
+        return self.df.writeStream.foreachBatch(batch_recorder(self.batches, self.convert)).option(
             "checkpointLocation", str(self.checkpoint)
         )
 
     def _progress(self, query: Any) -> None:
         for p in query.recentProgress:
             self.watermark_ms[p["batchId"]] = iso_ms(p["eventTime"]["watermark"])
-            self.input_rows[p["batchId"]] = p["numInputRows"]
-            metric = p["observedMetrics"].get("time_interval_aggregate")
+            self.input_rows[p["batchId"]] = input_rows(p)
+            metric = observed(p, "time_interval_aggregate")
             if metric is not None:
                 self.discarded += metric["discarded_rows"]
 
     def start(self) -> None:
-        self.query = self._writer().start()
+        self.query = start_writer(self._writer())
 
     def settle(self) -> None:
         self.query.processAllAvailable()
@@ -81,7 +92,7 @@ class Run:
     def available_now(self) -> list[int]:
         """Run once over what is available (a restart from the checkpoint); its batch ids."""
         before = set(self.watermark_ms)
-        query = self._writer().trigger(availableNow=True).start()
+        query = start_writer(self._writer().trigger(availableNow=True))
         query.awaitTermination()
         self._progress(query)
         return sorted(set(self.watermark_ms) - before)

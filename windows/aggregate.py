@@ -141,7 +141,174 @@ def _plan_aggs(
 ) -> tuple[list[AggPlan], list[Column], Any]:
     """Check each aggregate in Spark's analyzer (over an empty batch frame of ``df``'s schema)
     and split it into its arguments (Spark columns, computed before the step) and a mergeable
-    :class:`AggPlan`. Returns the plans, the argument columns and the output fields."""
+    :class:`AggPlan`. Returns the plans, the argument columns and the output fields.
+
+    Classic Spark reads the analyzed aggregate expression through Py4J; a Spark Connect client
+    (no JVM) reads the same analysis as Spark's plan text, and the arguments from its own
+    column expression."""
+    if type(df).__module__.startswith("pyspark.sql.connect."):
+        return _plan_aggs_connect(df, aggs, partition_by)
+    return _plan_aggs_jvm(df, aggs, partition_by)
+
+
+#: Spark's names of the :data:`MERGEABLE` functions in plan text (``prettyName``).
+_PRETTY = {
+    "count": "count",
+    "sum": "sum",
+    "min": "min",
+    "max": "max",
+    "avg": "avg",
+    "mean": "avg",
+    "max_by": "max_by",
+    "min_by": "min_by",
+}
+
+
+def _split_top(text: str) -> list[str]:
+    """``text`` split at the commas outside brackets and parentheses."""
+    parts, depth, start = [], 0, 0
+    for i, ch in enumerate(text):
+        if ch in "([":
+            depth += 1
+        elif ch in ")]":
+            depth -= 1
+        elif ch == "," and depth == 0:
+            parts.append(text[start:i].strip())
+            start = i + 1
+    parts.append(text[start:].strip())
+    return parts
+
+
+def _one_call(expr: str) -> tuple[str, list[str]] | None:
+    """``("max", ["v#1"])`` for ``max(v#1)`` when the whole expression is one function call."""
+    m = re.match(r"([a-z_]+)\(", expr)
+    if m is None or not expr.endswith(")"):
+        return None
+    depth = 0
+    for i in range(m.end() - 1, len(expr)):
+        depth += {"(": 1, ")": -1}.get(expr[i], 0)
+        if depth == 0 and i != len(expr) - 1:
+            return None  # the call closes before the end: something follows it
+    return m.group(1), _split_top(expr[m.end() : -1])
+
+
+def _plan_aggs_connect(
+    df: DataFrame, aggs: Sequence[Column], partition_by: list[str]
+) -> tuple[list[AggPlan], list[Column], Any]:
+    from pyspark.errors import AnalysisException
+    from pyspark.sql import Column
+    from pyspark.sql import functions as F
+    from pyspark.sql.connect.column import Column as ConnectColumn
+    from pyspark.sql.connect.expressions import (
+        ColumnAlias,
+        LiteralExpression,
+        UnresolvedFunction,
+        UnresolvedStar,
+    )
+
+    from ..watermark import analyzed_plan_text, parse_plan
+
+    spark = df.sparkSession
+    empty = spark.createDataFrame([], df.schema)
+    plans: list[AggPlan] = []
+    inputs: list[Column] = []
+    fields = []
+    by_key: dict[str, str] = {}
+    supported = ", ".join(sorted(v for v in MERGEABLE.values()))
+    for i, agg in enumerate(aggs):
+        if not isinstance(agg, Column):
+            raise OptionError(
+                f"time_interval_aggregate: aggs[{i}]={agg!r} is not a Spark Column: give "
+                "aggregate columns such as F.max('flow').alias('max_flow')"
+            )
+        try:
+            one = empty.groupBy(*partition_by).agg(agg)
+            field = one.schema.fields[-1]
+            root = parse_plan(analyzed_plan_text(one))
+        except AnalysisException as e:
+            raise OptionError(
+                f"time_interval_aggregate: aggs[{i}]={agg} is not an aggregate Spark accepts "
+                f"here ({str(e).splitlines()[0]}); give an aggregate function over the columns "
+                f"{df.columns}, e.g. F.max('flow')"
+            ) from e
+        name = field.name
+        if name in partition_by or name in _RESERVED:
+            raise OptionError(
+                f"time_interval_aggregate: aggs[{i}] is named {name!r}, which the result "
+                f"already has (partition_by {partition_by} and {list(_RESERVED[:3])}): "
+                "give it another name with .alias(...)"
+            )
+        # Aggregate [keys], [keys..., max(v#1) AS max_v#7] (no keys: the outputs only): the
+        # last output is this aggregate.
+        kind = None
+        call = None
+        if root is not None and root.name == "Aggregate":
+            outputs = _split_top(root.args)[-1]
+            if outputs.startswith("[") and outputs.endswith("]"):
+                last = _split_top(outputs[1:-1])[-1]
+                call = _one_call(last.rsplit(" AS ", 1)[0])
+        if call is not None and not any(a.startswith("distinct ") for a in call[1]):
+            kind = _PRETTY.get(call[0])
+        if kind is None:
+            raise OptionError(
+                f"time_interval_aggregate: aggs[{i}]={agg} is not an aggregate the window can "
+                f"keep: it must be one plain aggregate function, one of {supported}, with no "
+                "DISTINCT or FILTER and nothing around it (a pane keeps one partial result per "
+                "aggregate and merges it batch by batch). Compute anything else from these "
+                "after the window"
+            )
+        # The arguments, as the client wrote them (F.max(expr)): Spark computes them before
+        # the step. An aggregate given as SQL text (F.expr("max(v)")) has no client-side
+        # arguments: plain columns are taken by name, anything else must be written as a
+        # function column.
+        assert call is not None  # kind is known
+        expr: Any = getattr(agg, "_expr")  # noqa: B009 (the client's expression tree)
+        while isinstance(expr, ColumnAlias):
+            expr = expr._child
+        args: list[Any]
+        if isinstance(expr, UnresolvedFunction) and len(expr._args) == len(call[1]):
+            args = [ConnectColumn(a) for a in expr._args]
+            # count(*) and count(1) count rows: their argument is no input.
+            literal = [(isinstance(a, LiteralExpression) and a._value is not None)
+                       or isinstance(a, UnresolvedStar) for a in expr._args]  # fmt: skip
+        elif all(re.fullmatch(r"[A-Za-z_][A-Za-z0-9_]*#\d+L?|1", a) for a in call[1]):
+            args = [F.col(a.split("#")[0]) if "#" in a else F.lit(1) for a in call[1]]
+            literal = ["#" not in a for a in call[1]]
+        else:
+            raise OptionError(
+                f"time_interval_aggregate: aggs[{i}]={agg}: under Spark Connect, give the "
+                "aggregate as a function column over any expressions (F.max(F.col('a') * 2)), "
+                "not as SQL text around expressions: the client cannot take SQL text apart"
+            )
+        if kind == "count":
+            # count(*) (Spark's count(1)) needs no input at all: the step counts the rows.
+            needed = [a for a, lit in zip(args, literal, strict=True) if not lit]
+            cols = []
+            if needed:
+                present = needed[0].isNotNull()
+                for a in needed[1:]:
+                    present = present & a.isNotNull()
+                cols = [F.when(present, 1).otherwise(0)]
+        else:
+            cols = args
+        names = []
+        for col in cols:  # one input column per distinct expression (max(v), max_by(id, v))
+            key = repr(col)
+            if key not in by_key:
+                by_key[key] = f"__in{len(by_key)}"
+                # Explicit metadata: an argument that is the rowtime itself must not carry the
+                # watermark's mark, or Spark would drop late rows before the step (the module).
+                inputs.append(col.alias(by_key[key], metadata=_INPUT_MARK))
+            names.append(by_key[key])
+        plans.append(AggPlan(kind, tuple(names)))
+        fields.append(field)
+    return plans, inputs, fields
+
+
+def _plan_aggs_jvm(
+    df: DataFrame, aggs: Sequence[Column], partition_by: list[str]
+) -> tuple[list[AggPlan], list[Column], Any]:
+    """:func:`_plan_aggs` in classic Spark: reads the analyzed aggregate through Py4J."""
     from pyspark.errors import AnalysisException
     from pyspark.sql import Column
     from pyspark.sql import functions as F

@@ -39,13 +39,20 @@ lets bound records through as rows (counted, joined, deduplicated) and lets filt
 watermark; :func:`watch_queries` (installed by the first ``with_watermark`` call of a session)
 checks every query that session starts and logs a warning naming the fix. :func:`check_query`
 runs the same check on demand (say, in a test of your own job).
+
+Every check reads Spark's *analyzed* plan as text (:func:`analyzed_plan_text`), the same way in
+classic Spark and under Spark Connect, whose client has no JVM: one reading, so the two modes
+cannot give different findings.
 """
 
 from __future__ import annotations
 
 import atexit
 import logging
+import re
+import sys
 import threading
+from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
 from .bounds.errors import QueryShapeError
@@ -60,7 +67,7 @@ log = logging.getLogger("pyspark_rowtime")
 #: The smallest delay Spark does not truncate to zero: it keeps watermarks in milliseconds.
 _MIN_DELAY_US = 1000
 
-#: How the barrier reads in Spark's plans (``Expression.sql``); :func:`check_query` looks for it.
+#: How the barrier reads in Spark's plan text (lower case); :func:`check_plan` looks for it.
 _BARRIER_SQL = "spark_partition_id() >= 0"
 
 #: Operators that may stand between the reader and its watermark: they do not remove rows
@@ -130,36 +137,111 @@ def watermark_rowtime(
     return result
 
 
-# -- reading Spark's logical plans (through Py4J; classic Spark, not Spark Connect) --------------
+# -- reading Spark's analyzed plans, as text (classic Spark and Spark Connect alike) -----------
+#
+# One reading serves both modes, so their findings cannot drift: the "== Analyzed Logical Plan =="
+# section of Spark's extended explain text. A Spark Connect client gets it from the server's
+# analyze RPC (no JVM in the client); classic Spark from the same server-side function through
+# Py4J. The analyzed plan shows what the user wrote, in the user's order (the optimized one shows
+# what Spark already pushed below the watermark). The text is Spark's tree string: a node per
+# line, three columns per level, ``+- `` or ``:- `` before a child, ``~`` before a streaming
+# node; attributes carry ``#ids`` and watermarked ones ``-T<delay>ms``; string literals lose
+# their quotes (a filter reads ``(k = a)``).
+
+_ANALYZED = "== Analyzed Logical Plan =="
+_LEVEL = re.compile(r"^((?:   |:  )*)([+:]- )?")
+_NAME = re.compile(r"[~'!]*([A-Za-z][A-Za-z0-9_]*)(?= |\[|$)")
 
 
-def _children(node: Any) -> list[Any]:
-    seq = node.children()
-    return [seq.apply(i) for i in range(seq.size())]
+@dataclass
+class PlanNode:
+    """One operator of a plan read from Spark's text: its name (``Filter``), the rest of its
+    line (``(k#0 = a)``) and its children."""
+
+    name: str
+    args: str
+    children: list[PlanNode] = field(default_factory=list)
 
 
-def _is_rowtime_source(node: Any) -> bool:
-    name = node.nodeName()
-    if name == "StreamingRelationV2":
-        return str(node.sourceName()) == "rowtime"
-    if name in ("StreamingDataSourceV2Relation", "StreamingDataSourceV2ScanRelation"):
-        return str(node.simpleString(50)).rstrip().endswith(" rowtime")
+def parse_plan(tree: str) -> PlanNode | None:
+    """The tree of Spark's plan text (one section of ``explain(extended=True)``, or a
+    ``treeString``), or None if it has no node. Lines that are not operators (the output
+    schema, an expression's subquery plan) are skipped."""
+    root: PlanNode | None = None
+    path: list[PlanNode] = []
+    for line in tree.splitlines():
+        level = _LEVEL.match(line)
+        assert level is not None  # the pattern matches every string
+        depth = len(level.group(1)) // 3 + (1 if level.group(2) else 0)
+        rest = line[level.end() :]
+        name = _NAME.match(rest)
+        if name is None or (depth == 0) != (not level.group(0)):
+            continue
+        node = PlanNode(name.group(1), rest[name.end() :].strip())
+        if depth == 0:
+            if root is not None:
+                break  # a second root: the next section
+            root = node
+        elif len(path) >= depth:
+            path[depth - 1].children.append(node)
+        else:
+            continue  # an expression's inner plan (printed two levels deeper): not an operator
+        path = [*path[:depth], node]
+    return root
+
+
+def analyzed_plan_text(df: DataFrame) -> str:
+    """Spark's analyzed logical plan of ``df``, as the text ``explain(extended=True)`` prints,
+    without the JVM in a Spark Connect client."""
+    frame: Any = df  # the private attributes of either mode's DataFrame
+    if _is_connect(df):
+        text = str(frame._explain_string(mode="extended"))
+    else:
+        jvm = frame.sparkSession._jvm
+        text = str(jvm.PythonSQLUtils.explainString(frame._jdf.queryExecution(), "extended"))
+    return _section(text, _ANALYZED)
+
+
+def _section(text: str, header: str) -> str:
+    if header not in text:
+        return ""
+    body = text.split(header, 1)[1].split("\n== ", 1)[0]
+    # The section starts with the plan's output schema (``k: string, ...``), then the tree.
+    return body.strip("\n").split("\n", 1)[1] if "\n" in body.strip("\n") else ""
+
+
+def _is_connect(obj: Any) -> bool:
+    """Whether ``obj`` (a DataFrame, session or query) belongs to a Spark Connect client."""
+    return type(obj).__module__.startswith("pyspark.sql.connect.")
+
+
+def _clean(expr: str) -> str:
+    """An expression of the plan text without attribute ids and watermark marks."""
+    return re.sub(r"-T\d+ms", "", re.sub(r"#\d+L?", "", expr))
+
+
+def _is_rowtime_source(node: PlanNode) -> bool:
+    if node.name == "StreamingRelationV2":  # <source>, <name>, <table>, [options], [output], ...
+        parts = node.args.split(", ", 2)
+        return len(parts) > 1 and parts[1] == "rowtime"
+    if node.name in ("StreamingDataSourceV2Relation", "StreamingDataSourceV2ScanRelation"):
+        return node.args.rstrip().endswith(" rowtime")
     return False
 
 
-def _describe(node: Any) -> str:
-    if node.nodeName() == "Filter":
-        return f"a filter ({node.condition().sql()})"
-    return f"a {node.nodeName()} operator"
+def _describe(node: PlanNode) -> str:
+    if node.name == "Filter":
+        return f"a filter {_clean(node.args)}"
+    return f"a {node.name} operator"
 
 
-def _below_watermark_problem(node: Any, unions_allowed: bool = False) -> str | None:
+def _below_watermark_problem(node: PlanNode, unions_allowed: bool = False) -> str | None:
     """What stands between a watermark (or the helper) and the rowtime sources below ``node``
     that would break the promise, or None."""
     sources = 0
     blockers: list[str] = []
 
-    def walk(n: Any, blocked: str | None) -> None:
+    def walk(n: PlanNode, blocked: str | None) -> None:
         nonlocal sources
         if _is_rowtime_source(n):
             sources += 1
@@ -167,11 +249,11 @@ def _below_watermark_problem(node: Any, unions_allowed: bool = False) -> str | N
                 blockers.append(blocked)
             return
         here = blocked
-        if here is None and n.nodeName() not in _TRANSPARENT:
+        if here is None and n.name not in _TRANSPARENT:
             here = _describe(n)
-        if n.nodeName() == "EventTimeWatermark":
+        if n.name == "EventTimeWatermark":
             here = "a watermark (withWatermark) already"
-        for c in _children(n):
+        for c in n.children:
             walk(c, here)
 
     walk(node, None)
@@ -191,62 +273,96 @@ def _below_watermark_problem(node: Any, unions_allowed: bool = False) -> str | N
 
 
 def _refuse_unprotectable(df: DataFrame, late_rows_handled: bool = False) -> None:
-    jdf = getattr(df, "_jdf", None)
-    if jdf is None:  # Spark Connect: no plan to read from here
+    plan = parse_plan(analyzed_plan_text(df))
+    if plan is None:
         return
-    plan = jdf.queryExecution().analyzed()
     problem = _below_watermark_problem(plan, unions_allowed=late_rows_handled)
     if problem is not None:
         raise QueryShapeError(f"with_watermark: {problem}; {_RULE}")
 
 
-def check_plan(plan: Any) -> list[str]:
-    """The shapes in a JVM logical plan that break the rowtime promise, as messages (empty
-    when none). Looks at every watermark on a column of a ``format("rowtime")`` source."""
+def check_plan(plan: str | PlanNode | None) -> list[str]:
+    """The shapes in an analyzed logical plan (Spark's text, or :func:`parse_plan`'s tree) that
+    break the rowtime promise, as messages (empty when none). Looks at every watermark on a
+    column of a ``format("rowtime")`` source."""
+    root = parse_plan(plan) if isinstance(plan, str) else plan
     problems: list[str] = []
 
-    def walk(n: Any, parent: Any | None) -> None:
-        if n.nodeName() == "EventTimeWatermark" and _reads_rowtime(n):
+    def walk(n: PlanNode, parent: PlanNode | None) -> None:
+        if n.name == "EventTimeWatermark" and _reads_rowtime(n):
             protected = (
                 parent is not None
-                and parent.nodeName() == "Filter"
-                and _BARRIER_SQL in str(parent.condition().sql()).lower()
+                and parent.name == "Filter"
+                and _BARRIER_SQL in parent.args.lower()
             )
             # with_watermark checked what is below it when it was called (and an operator
             # that handles late rows may have let a union through on purpose).
-            below = None if protected else _below_watermark_problem(_children(n)[0])
+            below = None if protected or not n.children else _below_watermark_problem(n.children[0])
             if below is not None:
                 problems.append(below)
             if not protected:
                 problems.append(
-                    f"withWatermark({n.eventTime().name()!r}) on a format('rowtime') stream"
+                    f"withWatermark({_event_time(n)!r}) on a format('rowtime') stream"
                     " without pyspark_rowtime.with_watermark: bound records (is_bound = true,"
                     " null payload) reach the rest of the query as rows, and filters after it"
                     " are pushed below the watermark and stop it"
                 )
-        for c in _children(n):
+        for c in n.children:
             walk(c, n)
 
-    walk(plan, None)
+    if root is not None:
+        walk(root, None)
     return problems
 
 
-def _reads_rowtime(watermark: Any) -> bool:
-    def has_source(n: Any) -> bool:
-        return _is_rowtime_source(n) or any(has_source(c) for c in _children(n))
+def check_dataframe(df: DataFrame) -> list[str]:
+    """:func:`check_plan` for a streaming DataFrame, before it is started."""
+    return check_plan(analyzed_plan_text(df))
+
+
+def _event_time(watermark: PlanNode) -> str:
+    """The column of ``EventTimeWatermark <id>, rowtime#2: timestamp, 1 seconds``."""
+    m = re.match(r"\S+, (.+?)#\d+: ", watermark.args)
+    return m.group(1) if m else "?"
+
+
+def _reads_rowtime(watermark: PlanNode) -> bool:
+    def has_source(n: PlanNode) -> bool:
+        return _is_rowtime_source(n) or any(has_source(c) for c in n.children)
 
     return has_source(watermark)
 
 
+#: Spark Connect: each started query's findings, by query id, checked at its start (a started
+#: query's own plan is out of a client's reach: its ``explain`` shows only the last micro-batch).
+_started: dict[str, list[str]] = {}
+
+
 def check_query(query: StreamingQuery) -> list[str]:
-    """:func:`check_plan` for a started query (classic Spark; Spark Connect returns [])."""
-    jsq = getattr(query, "_jsq", None)
-    if jsq is None:
-        return []
-    return check_plan(jsq.streamingQuery().analyzedPlan())
+    """:func:`check_plan` for a started query.
+
+    Classic Spark: the plan the query runs. Spark Connect: the findings of the check that
+    :func:`watch_queries` ran on the query's DataFrame when it started (installed by the first
+    ``with_watermark`` call of the session, or call it before starting the query); for a query
+    started without it, :class:`QueryShapeError` says so, since a client cannot read a started
+    query's plan. Either way, :func:`check_dataframe` checks a DataFrame before it is started.
+    """
+    if _is_connect(query):
+        found = _started.get(str(query.id))
+        if found is None:
+            raise QueryShapeError(
+                f"check_query: query {query.id} was started without pyspark_rowtime's check in"
+                " this Spark Connect session, and a Spark Connect client cannot read a started"
+                " query's plan: call pyspark_rowtime.watch_queries(spark) (with_watermark does)"
+                " before starting it, or check the DataFrame before start() with"
+                " pyspark_rowtime.watermark.check_dataframe(df)"
+            )
+        return list(found)
+    jsq: Any = getattr(query, "_jsq")  # noqa: B009 (classic Spark's handle on the JVM query)
+    return check_plan(str(jsq.streamingQuery().analyzedPlan().treeString()))
 
 
-_watched: set[int] = set()
+_watched: set[object] = set()
 _watch_lock = threading.Lock()
 
 
@@ -254,15 +370,24 @@ def watch_queries(spark: SparkSession) -> None:
     """Check every query ``spark`` starts from now on with :func:`check_query`, and log a
     warning (logger ``pyspark_rowtime``) for each shape that breaks the rowtime promise.
 
-    Installed by the first ``with_watermark`` call of a session; idempotent. Spark tells
-    listeners about a started query just after ``start()`` returns, on its listener thread.
+    Installed by the first ``with_watermark`` call of a session; idempotent. Classic Spark tells
+    listeners about a started query just after ``start()`` returns, on its listener thread, and
+    the check reads the query's plan. A Spark Connect client tells them inside ``start()``,
+    before the query has a plan of its own: the check reads the plan of the DataFrame being
+    started (Spark's analyzed plan, from the server) and keeps the findings for
+    :func:`check_query`.
     """
     from pyspark.sql.streaming import StreamingQueryListener
 
-    jsession = getattr(spark, "_jsparkSession", None)
-    if jsession is None:
-        return
-    key = int(jsession.hashCode())
+    connect = _is_connect(spark)
+    key: object
+    if connect:
+        key = ("connect", str(spark.session_id))  # type: ignore[attr-defined]
+    else:
+        jsession = getattr(spark, "_jsparkSession", None)
+        if jsession is None:
+            return
+        key = int(jsession.hashCode())
     with _watch_lock:
         if key in _watched:
             return
@@ -271,8 +396,15 @@ def watch_queries(spark: SparkSession) -> None:
     class _ShapeWatch(StreamingQueryListener):
         def onQueryStarted(self, event: Any) -> None:
             try:
-                query = spark.streams.get(str(event.id))
-                problems = check_query(query) if query is not None else []
+                if connect:
+                    df = _starting_dataframe()
+                    if df is None:
+                        return
+                    problems = check_dataframe(df)
+                    _started[str(event.id)] = problems
+                else:
+                    query = spark.streams.get(str(event.id))
+                    problems = check_query(query) if query is not None else []
             except Exception as e:  # the query may already be gone
                 log.debug("pyspark_rowtime: could not check query %s: %s", event.id, e)
                 return
@@ -299,11 +431,33 @@ def watch_queries(spark: SparkSession) -> None:
     atexit.register(_unwatch, spark, listener)
 
 
+def _starting_dataframe() -> DataFrame | None:
+    """The DataFrame a Spark Connect client is starting, seen from a listener's
+    ``onQueryStarted`` (which the client calls inside ``DataStreamWriter.start()``/``toTable()``,
+    in ``_start_internal``, after the server started the query). None if not found there."""
+    frame: Any = sys._getframe(1)
+    while frame is not None:
+        writer: Any = frame.f_locals.get("self")
+        if frame.f_code.co_name == "_start_internal" and type(writer).__module__ == (
+            "pyspark.sql.connect.streaming.readwriter"
+        ):
+            from pyspark.sql.connect.dataframe import DataFrame as ConnectDataFrame
+
+            plan = writer._write_stream._child
+            started: Any = ConnectDataFrame(plan, writer._session)
+            return started
+        frame = frame.f_back
+    return None
+
+
 def _unwatch(spark: SparkSession, listener: Any) -> None:
+    if getattr(spark, "is_stopped", False):  # a stopped Spark Connect session: nothing to remove
+        return
     try:
         spark.streams.removeListener(listener)
-        # An event Spark was already delivering when the listener went still calls back into
-        # this interpreter; let it finish while the callback server is alive (bounded wait).
-        spark.sparkContext._jsc.sc().listenerBus().waitUntilEmpty(2000)
+        if not _is_connect(spark):
+            # An event Spark was already delivering when the listener went still calls back
+            # into this interpreter; let it finish while the callback server is alive.
+            spark.sparkContext._jsc.sc().listenerBus().waitUntilEmpty(2000)
     except Exception:  # the session or the JVM is already gone: nothing left to call us
         pass
