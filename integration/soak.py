@@ -31,11 +31,11 @@ writer of partition 2 is SIGKILLed at half the run and restarted after a simulat
 silence (at least three idle timeouts of wall time: idleness is decided from arrival times), and
 first writes the rows of its silence, below the clock that went on: late, discarded with reason
 ``idle``. A query reads (``idle.timeout``, ``failOnDataLoss=false``) into a rowtime stream target
-that has the same retention, a second query reads the quarantine (``output=discarded``), and
-every 2 s ``rowtime trim`` runs on both streams and ``rowtime metrics`` on the source. Each
-round (0.25 s) reads every newly committed record of both streams (before a trim can remove it)
-and samples both clocks and their disk use. At the end the live partitions get their end of
-stream, both queries drain, and:
+that has the same retention; every 2 s a batch read takes the quarantine (``output=discarded``,
+batch reads only) and then ``rowtime trim`` runs on both streams and ``rowtime metrics`` on the
+source. Each round (0.25 s) reads every newly committed record of both streams (before a trim
+can remove it) and samples both clocks and their disk use. At the end the live partitions get
+their end of stream, the query drains, the quarantine is read a last time, and:
 
 * every committed row is in the target, discarded with a reason, or beyond retention (in an
   offset range a trim removed before a query had read it), and none of them twice;
@@ -423,7 +423,7 @@ def month_failures(
 ) -> tuple[list[str], dict[str, int]]:
     """The month's checks, from what was recorded: ``source`` every committed data row (id ->
     partition, offset, rowtime), ``first_kept_at_end`` per source partition, ``target`` the ids
-    the target received (with copies), ``discarded`` (id, reason) pairs of the quarantine query,
+    the target received (with copies), ``discarded`` (id, reason) pairs of the quarantine reads,
     ``clocks`` sampled clocks by name, ``disk`` (simulated day, bytes), and how many of the
     restarted writer's rows were discarded with reason ``idle``; ``skipped`` the offset ranges
     per source partition that a trim removed before a query had read them. Returns the
@@ -510,7 +510,7 @@ def month(seconds: float, days: float = 30.0) -> int:
 
     from pyspark_rowtime.api import create_stream, open_stream, open_writer
 
-    speed = days * DAY_US / (seconds * 1e6)  # simulated microseconds per wall microsecond
+    speed = days * DAY_US / (seconds * 1e6)  # simulated seconds per wall second
     hour_wall_s = 3600 / speed
     silence_s = max(hour_wall_s, MONTH_SILENCE_MIN_S)
     work = Path(tempfile.mkdtemp(prefix="rowtime-month-"))
@@ -538,18 +538,15 @@ def month(seconds: float, days: float = 30.0) -> int:
         .trigger(processingTime="500 milliseconds").start(str(out))
     )  # fmt: skip
     query.processAllAvailable()
-    discarded: Counter[tuple[str, str]] = Counter()
+    discarded: set[tuple[str, str]] = set()
 
-    def quarantine(df: Any, batch_id: int) -> None:
-        for r in df.select("id", "reason").collect():
-            discarded[(r.id, r.reason)] += 1
-
-    checker = (
-        read(output="discarded").writeStream.foreachBatch(quarantine)
-        .option("checkpointLocation", str(work / "ck-discarded"))
-        .trigger(processingTime="2 seconds").start()
-    )  # fmt: skip
-    checker.processAllAvailable()
+    def read_quarantine() -> None:
+        """The quarantine as a batch read now (the stream's kept records, with the query's
+        idle.timeout; ``output=discarded`` is for batch reads only): read before each trim, so
+        that no discarded row is trimmed unseen."""
+        r = spark.read.format("rowtime").option("output", "discarded").option("idle.timeout", idle)
+        for row in r.load(str(src)).select("id", "reason").collect():
+            discarded.add((row.id, row.reason))
 
     wall0 = time.time()
     generation = 0
@@ -561,7 +558,7 @@ def month(seconds: float, days: float = 30.0) -> int:
         return subprocess.Popen([sys.executable, "-c", MONTH_WRITER, *map(str, args)])
 
     def sim_day() -> float:
-        return (time.time() - wall0) * speed / DAY_US
+        return (time.time() - wall0) * 1e6 * speed / DAY_US
 
     writers = {p: start_writer(p) for p in range(MONTH_PARTITIONS)}
     kill_day, silence_day = 0.2 * days, 0.5 * days
@@ -589,9 +586,8 @@ def month(seconds: float, days: float = 30.0) -> int:
     try:
         while time.time() - wall0 < seconds:
             time.sleep(0.25)  # paces the rounds; the queries run on their own triggers
-            for q in (query, checker):
-                if q.exception() is not None:
-                    raise q.exception()  # type: ignore[misc]
+            if query.exception() is not None:
+                raise query.exception()  # type: ignore[misc]
             for ledger in ledgers.values():
                 ledger.catch_up()  # before any trim below can remove what was committed
             for name, path in (("source", src), ("target", out)):
@@ -603,15 +599,15 @@ def month(seconds: float, days: float = 30.0) -> int:
                     clocks[name].append(clock)
             disk.append((sim_day(), disk_bytes(src) + disk_bytes(out)))
             if time.time() >= next_poll:  # rowtime trim and rowtime metrics, every 2 s
+                read_quarantine()
                 for path in (src, out):
                     cli("trim", str(path))
                     polls["trim"] += 1
                 kept_now = open_stream(str(src))
-                for q in (query, checker):
-                    for p, nxt in query_next(q).items():
-                        first_now = first_kept(kept_now, p)
-                        if first_now > nxt:
-                            skipped.setdefault(p, []).append((nxt, first_now))
+                for p, nxt in query_next(query).items():
+                    first_now = first_kept(kept_now, p)
+                    if first_now > nxt:
+                        skipped.setdefault(p, []).append((nxt, first_now))
                 text = cli("metrics", str(src))
                 polls["metrics"] += 1
                 series |= {line.split("{")[0].split()[0] for line in text.splitlines()
@@ -649,21 +645,18 @@ def month(seconds: float, days: float = 30.0) -> int:
     ledgers["source"].catch_up()
     query.processAllAvailable()
     query.stop()
-    checker.processAllAvailable()
-    checker.stop()
+    read_quarantine()
     ledgers["target"].catch_up()
     spark.stop()
 
     source = ledgers["source"]
     stream = open_stream(str(src))
     first = {p: first_kept(stream, p) for p in range(MONTH_PARTITIONS)}
-    restarted_late = sum(
-        n for (i, reason), n in discarded.items()
-        if reason == "idle" and i.startswith(f"{SILENT}-{restarted_gen}-")
-    )  # fmt: skip
+    mine = f"{SILENT}-{restarted_gen}-"
+    restarted_late = sum(1 for i, why in discarded if why == "idle" and i.startswith(mine))
     found, accounting = month_failures(
-        source.rows, first, ledgers["target"].copies, discarded, clocks, disk, restarted_late,
-        skipped,
+        source.rows, first, ledgers["target"].copies, Counter(discarded), clocks, disk,
+        restarted_late, skipped,
     )  # fmt: skip
     failures += found
     for ledger in ledgers.values():
@@ -680,11 +673,12 @@ def month(seconds: float, days: float = 30.0) -> int:
         "seconds": round(time.time() - wall0),
         "simulated_days": round(end_day, 2),
         **accounting,
-        "discarded_by_reason": dict(
-            Counter(r for (_, r), n in discarded.items() for _ in range(n))
+        "discarded_by_reason": dict(Counter(reason for _, reason in discarded)),
+        "discarded_by_partition": dict(
+            Counter(str(source.rows[i][0]) for i, _ in discarded if i in source.rows)
         ),
         "restarted_writer_late_rows": restarted_late,
-        "silence_simulated_hours": round(silence_s * speed / 3.6e9, 2),
+        "silence_simulated_hours": round(silence_s * speed / 3600, 2),
         "idle_timeout_s": MONTH_IDLE_S,
         "trims": polls["trim"],
         "metrics_polls": polls["metrics"],
