@@ -34,6 +34,11 @@ READER_OPTIONS: dict[str, str] = {
     "adjust.maxheld": f"a whole number of rows > 0 (default {DEFAULT_MAX_HELD})",
     "maxrowsperbatch": "a whole number of records > 0 admitted per micro-batch (default: all)",
     "startingoffsets": "earliest (default) or latest",
+    "failondataloss": (
+        "true (default) or false: whether a query whose checkpoint points at records that"
+        " retention removed fails (true) or skips to the first kept record and counts what it"
+        " skipped (false)"
+    ),
     "output": "rows (default) or discarded: the quarantine of rows the policy discarded",
     "endingoffsets": (
         "clock (default) or latest, for batch reads: rows up to the stream clock, as a streaming"
@@ -55,6 +60,7 @@ _SPELLING = {
     "maxrowsperbatch": "maxRowsPerBatch",
     "startingoffsets": "startingOffsets",
     "endingoffsets": "endingOffsets",
+    "failondataloss": "failOnDataLoss",
 }
 
 #: Options that give each row a validity end (SPEC 10, seed 001); at most one of them.
@@ -70,6 +76,7 @@ _DEFAULT_TO_OPTION = {
     "rowtime_unit": "rowtime.unit",
     "rowtime_format": "rowtime.format",
     "rowtime_timezone": "rowtime.timezone",
+    "interval_count": "interval.count",
 }
 
 OPTIONS = OptionTable(READER_OPTIONS, "format('rowtime')", "the reader", _SPELLING)
@@ -116,6 +123,9 @@ class ReaderConfig:
     #: interval.count: each row's ``rowtime_end`` is the rowtime of the N-th later row of its
     #: partition (see :mod:`.intervals`).
     interval_count: int | None = None
+    #: failOnDataLoss: a checkpoint before the first kept record fails the query (True) or
+    #: skips to it (False), counting the skipped records.
+    fail_on_data_loss: bool = True
 
     @property
     def has_rowtime_end(self) -> bool:
@@ -172,7 +182,7 @@ def parse_reader_options(
         time_format = TimeFormat()  # unused: no column to read
     else:
         time_format = _time_format(unit_e, fmt, tz)
-    duration_us, count = _interval(given, order)
+    duration_us, count = _interval(given, order, merged)
     return ReaderConfig(
         location=given["path"].strip(),
         policy=policy,
@@ -186,11 +196,22 @@ def parse_reader_options(
         ending=_choice("endingoffsets", merged.get("endingoffsets", "clock"), ("clock", "latest")),
         interval_duration_us=duration_us,
         interval_count=count,
+        fail_on_data_loss=_choice(
+            "failondataloss", merged.get("failondataloss", "true"), ("true", "false")
+        )
+        == "true",
     )
 
 
-def _interval(given: Mapping[str, str], order: str) -> tuple[int | None, int | None]:
-    """The validity options: (interval.duration in microseconds, interval.count), at most one."""
+def _interval(
+    given: Mapping[str, str], order: str, merged: Mapping[str, Any] | None = None
+) -> tuple[int | None, int | None]:
+    """The validity options: (interval.duration in microseconds, interval.count), at most one.
+    The stream's default ``interval_count`` applies when the query sets neither (and its order
+    is reject or drop: a query choosing ``adjust`` reads without it)."""
+    if merged is not None and not any(k in given for k in INTERVAL_OPTIONS):
+        if "interval.count" in merged and order != "adjust":
+            given = {**given, "interval.count": str(merged["interval.count"])}
     if all(k in given for k in INTERVAL_OPTIONS):
         raise OptionError(
             "options interval.duration and interval.count both set rowtime_end (a time based "

@@ -299,10 +299,11 @@ class Planner:
         return out
 
     def start_position(self) -> StreamPosition:
-        n = self.stream.meta.partitions
         if self.cfg.starting == "latest":
             return StreamPosition.start(self.available())
-        return StreamPosition.start([0] * n)
+        from .retention import earliest_position  # each partition from its first kept record
+
+        return earliest_position(self.stream, self.cfg)
 
 
 def _opt(value: int) -> int | None:
@@ -561,14 +562,17 @@ def partition_tasks(
     return tasks
 
 
-def written_tasks(ends: Sequence[int]) -> list[ReadTask]:
+def written_tasks(
+    ends: Sequence[int], starts: Sequence[PartitionState] | None = None
+) -> list[ReadTask]:
     """A batch read of every record written so far (``endingOffsets=latest``): each partition
-    from its start to ``ends[p]`` under its policy as if an end of stream followed, with no
-    alignment between partitions and no bound record."""
+    from its start (``starts[p]``: its first kept record; offset 0 without) to ``ends[p]`` under
+    its policy as if an end of stream followed, with no alignment between partitions and no
+    bound record."""
     return [
         ReadTask(
             partition=p,
-            prev=PartitionState(next=0, scan=0).to_dict(),
+            prev=(starts[p] if starts is not None else PartitionState()).to_dict(),
             end=end,
             clock_before=None,
             clock_after=END_OF_STREAM_US,

@@ -41,12 +41,33 @@ from .reader import (
     read_task,
     written_tasks,
 )
+from .retention import (
+    SkipCounter,
+    earliest_states,
+    replay_position,
+    skip_removed,
+    skipped_progress,
+)
 
 
 def _read(cfg: ReaderConfig, task: ReadTask, schema: pa.Schema) -> Iterator[pa.RecordBatch]:
     if cfg.has_rowtime_end and cfg.output == "rows":
         return read_task_with_intervals(cfg, task, schema)
     return read_task(cfg, task, schema)
+
+
+def batch_tasks(cfg: ReaderConfig) -> list[ReadTask]:
+    """The tasks of a batch read: the history as one step, every partition from its first kept
+    record (the state retention stored there), to the stream clock (``endingOffsets=clock``)
+    or to what is written (``latest``)."""
+    planner = Planner(cfg)
+    starts = earliest_states(planner.stream, cfg)
+    if cfg.ending == "latest":
+        return written_tasks(planner.available(), starts)
+    start = StreamPosition(None, starts)
+    end = planner.plan(start, planner.available(), None) or start
+    s, e = start.to_dict(), end.to_dict()
+    return partition_tasks(s, e, planner.runs_for(s, e))
 
 
 class RowtimePartition(InputPartition):
@@ -199,6 +220,7 @@ class RowtimeStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         self.arrow_schema = arrow_schema
         self._planner: Planner | None = None
         self._target: list[int] | None = None
+        self._skips = SkipCounter(cfg.location)
 
     @property
     def planner(self) -> Planner:
@@ -249,16 +271,25 @@ class RowtimeStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
 
     def latestOffset(self, start: dict, limit: ReadLimit) -> dict:
         self._check_stream(start)
-        pos = StreamPosition.from_dict(start)
+        pos, moved = skip_removed(StreamPosition.from_dict(start), self.planner.stream, self.cfg)
+        self._skips.count(moved)
         max_rows = limit.max_rows if isinstance(limit, ReadMaxRows) else self.step_records
         new = self.planner.plan(pos, self._available(), min(max_rows, self.step_records))
-        return start if new is None else self._offset(new)
+        if new is None:
+            return start if not moved else self._offset(pos)
+        return self._offset(new)
 
     def reportLatestOffset(self) -> dict | None:
-        return {"records": {str(p): n for p, n in enumerate(self.planner.available())}}
+        report = {"records": {str(p): n for p, n in enumerate(self.planner.available())}}
+        report.update(skipped_progress(self._skips.skipped))
+        return report
 
     def partitions(self, start: dict, end: dict) -> Sequence[InputPartition]:
         self._check_stream(start, end)
+        # A step replayed after a restart may need records a trim removed since it was planned.
+        start, moved = replay_position(start, self.planner.stream, self.cfg)
+        self._skips.count(moved)
+        end, _ = replay_position(end, self.planner.stream, self.cfg)
         runs = self.planner.runs_for(start, end)
         return [RowtimePartition(t) for t in partition_tasks(start, end, runs)]
 
@@ -290,13 +321,7 @@ class RowtimeBatchReader(DataSourceReader):
         self.arrow_schema = arrow_schema
 
     def partitions(self) -> Sequence[InputPartition]:
-        planner = Planner(self.cfg)
-        if self.cfg.ending == "latest":
-            return [RowtimePartition(t) for t in written_tasks(planner.available())]
-        start = StreamPosition.start([0] * planner.stream.meta.partitions)
-        end = planner.plan(start, planner.available(), None) or start
-        s, e = start.to_dict(), end.to_dict()
-        return [RowtimePartition(t) for t in partition_tasks(s, e, planner.runs_for(s, e))]
+        return [RowtimePartition(t) for t in batch_tasks(self.cfg)]
 
     def read(self, partition: InputPartition) -> Iterator[pa.RecordBatch]:
         assert isinstance(partition, RowtimePartition)

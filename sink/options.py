@@ -11,7 +11,7 @@ This module imports no pyspark: the Spark adapter converts the query's schema to
 from __future__ import annotations
 
 from collections.abc import Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 import pyarrow as pa
@@ -47,6 +47,15 @@ SINK_OPTIONS: dict[str, str] = {
         "a whole number from 1 to 10000: the partitions of a new stream target (default: one per "
         "write task of the first batch with clock=bounds, 1 with clock=watermark)"
     ),
+    "retention": (
+        "a duration of rowtime such as '7 days' (target=stream): the retention of a new target "
+        "stream, applied as the sink appends (an existing stream keeps its own: `rowtime "
+        "retention` changes it)"
+    ),
+    "retention.size": (
+        "a size per partition such as '10 GiB' (target=stream, embedded log): the size "
+        "retention of a new target stream"
+    ),
     "checkpointlocation": "the query's checkpoint folder (Spark's own option)",
 }
 
@@ -77,6 +86,8 @@ class SinkConfig:
     compression: str = "snappy"
     checkpoint: str | None = None
     partitions: int | None = None
+    #: The retention of a new target stream (its defaults ``retention``/``retention_size``).
+    retention: dict[str, Any] = field(default_factory=dict)
 
     @property
     def granularity_us(self) -> int:
@@ -174,6 +185,25 @@ def parse_sink_options(
         if not 1 <= partitions <= 10_000:
             raise _bad("partitions", given["partitions"])
 
+    retention: dict[str, Any] = {}
+    for key, default in (("retention", "retention"), ("retention.size", "retention_size")):
+        if key in given:
+            if target != "stream":
+                raise OptionError(
+                    f"option {key} applies to target=stream only (a parquet target's files are "
+                    "kept as written); remove it"
+                )
+            from ..streams.retention import format_duration, parse_retention, parse_size
+
+            if key == "retention":
+                us = parse_retention(given[key].strip(), what=f"option {key}")
+                if us is not None:  # as the stream's defaults keep it
+                    retention[default] = format_duration(us)
+            else:
+                size = parse_size(given[key].strip(), what=f"option {key}")
+                if size is not None:
+                    retention[default] = size
+
     default_clock = "bounds" if has_is_bound else "watermark"
     clock = given.get("clock", default_clock).strip().lower()
     if clock not in ("bounds", "watermark"):
@@ -221,4 +251,5 @@ def parse_sink_options(
         compression=compression,
         checkpoint=checkpoint,
         partitions=partitions,
+        retention=retention,
     )

@@ -281,7 +281,7 @@ class StreamTarget:
         self.state.define_target({"kind": KIND})
         known = self._partitions_known()
         if stream is None and known is not None:
-            create_storage(cfg.location, wanted, known)
+            create_storage(cfg.location, wanted, known, **cfg.retention)
 
     # -- executors ----------------------------------------------------------------------------
 
@@ -331,7 +331,10 @@ class StreamTarget:
                     f"{self.where}: batch {batch_id} has an intent, and the stream is missing"
                 )
             stream = create_storage(
-                self.cfg.location, self._payload(), self._new_partitions(len(reports))
+                self.cfg.location,
+                self._payload(),
+                self._new_partitions(len(reports)),
+                **self.cfg.retention,
             )
         # Every partition's lock, in order (waiting while a killed driver's commit runner
         # finishes). On any error buffers are discarded (abort), never flushed.

@@ -8,6 +8,7 @@ Operators set streams up once; Spark users then read and write them by name
     schema = "ticker STRING, qty INT, ts TIMESTAMP"
     partitions = 2                      # default 1
     reader = { order = "adjust", "adjust.unit" = "msec", "adjust.range" = 999 }
+    retention = "7 days"                # records older are removed (streams.retention)
     sink = { clock = "bounds" }         # the sink's options, below a query's own
     password_env = "REDIS_PASSWORD"     # Redis only: the password, by environment variable
 
@@ -83,6 +84,8 @@ STREAM_KEYS: dict[str, str] = {
     "reader": "a table of reader defaults (order, adjust.unit, adjust.range, rowtime.column, ...)",
     "sink": "a table of sink options (clock, target, granularity, compression)",
     "password_env": "the name of an environment variable holding the Redis password",
+    "retention": "a duration of rowtime such as '7 days' (records older are removed; default off)",
+    "retention_size": "a size per partition such as '10 GiB' (embedded log; default off)",
     "description": "free text for people",
 }
 #: Sink options a catalog may set for writers of a stream (the query's own options win).
@@ -151,6 +154,9 @@ class StreamEntry:
     reader: dict[str, Any] = field(default_factory=dict)
     sink: dict[str, str] = field(default_factory=dict)
     catalog: str = ""
+    #: ``retention`` / ``retention_size`` of the stream (canonical: microseconds, bytes), set
+    #: when the stream is created from this entry.
+    retention: dict[str, Any] = field(default_factory=dict)
 
     @property
     def ddl(self) -> str:
@@ -350,7 +356,14 @@ def _stream_entry(path: str, text: str, name: str, table: dict[str, Any]) -> Str
                 "and the location come from the stream itself)",
             )
         sink[key.lower()] = str(value)
-    return StreamEntry(name, location, schema, partitions, reader, sink, path)
+    retention: dict[str, Any] = {}
+    for key in ("retention", "retention_size"):
+        if key in table:
+            try:
+                retention.update(validate_defaults({key: table[key]}, schema))
+            except RowtimeError as e:
+                raise fail(key, str(e)) from None
+    return StreamEntry(name, location, schema, partitions, reader, sink, path, retention)
 
 
 def _location(catalog: str, location: str, password_env: Any, fail: Any) -> str:
@@ -438,7 +451,12 @@ def ensure_stream(entry: StreamEntry) -> StreamStorage:
         storage = None
     if storage is None:
         try:
-            return create_storage(entry.location, entry.schema, entry.partitions, **entry.reader)
+            return create_storage(
+                entry.location,
+                entry.schema,
+                entry.partitions,
+                **{**entry.reader, **entry.retention},
+            )
         except RowtimeError as e:
             raise CatalogError(
                 f"stream {entry.name!r} of catalog {entry.catalog} cannot be created at "

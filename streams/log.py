@@ -3,6 +3,8 @@
 Layout (format version 1)::
 
     <stream>/_stream.json                      metadata (streams.meta): schema, partitions, defaults
+    <stream>/_retention.json                   retention changed by ops (streams.retention)
+    <stream>/partition-0000/_trim.json         first kept offset and the state there
     <stream>/partition-0000/_writer.lock       flock'd by the one live writer (streams.lock)
     <stream>/partition-0000/00000000000000000000-0000001000.arrow   offsets [0, 1000)
     <stream>/partition-0000/00000000000000001000-0000000001.arrow   offset 1000
@@ -32,10 +34,15 @@ of a size class at a time (:func:`compact_tail`). The merged segment
 covers exactly the offsets of the ones it replaces and is committed before they are removed, so
 at every moment the directory holds a complete chain from offset 0; where a listing finds both,
 the larger segment wins. A listing that races with a change may see a gap: it is retried.
+
+Retention (:mod:`.retention`) removes whole segments from the head of a partition: the chain
+then starts at the first kept offset that ``_trim.json`` records, and offsets never change.
 """
 
 from __future__ import annotations
 
+import contextlib
+import fcntl
 import json
 import os
 import threading
@@ -43,7 +50,7 @@ import time
 import urllib.parse
 import uuid
 from collections import OrderedDict
-from collections.abc import Sequence
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -68,6 +75,15 @@ from .meta import (
     read_meta,
     validate_defaults,
     write_meta_once,
+)
+from .retention import (
+    RETENTION_FILE,
+    TRIM_FILE,
+    Retention,
+    TrimResult,
+    TrimState,
+    Unit,
+    data_loss,
 )
 from .segments import (
     SEGMENT_RE,
@@ -146,13 +162,29 @@ class Segment:
         return self.first + self.count
 
 
-def list_segments(part_dir: str) -> tuple[list[Segment], list[str], list[str]]:
-    """The chain of segments from offset 0 in ``part_dir``, plus leftovers.
+def read_trim_state(part_dir: str) -> TrimState:
+    """The partition's trim (:mod:`.retention`), or the empty one (nothing removed)."""
+    path = os.path.join(part_dir, TRIM_FILE)
+    try:
+        with open(path, encoding="utf-8") as f:
+            text = f.read()
+    except FileNotFoundError:
+        return TrimState()
+    return TrimState.from_json(text, path)
 
-    Returns ``(chain, covered, temps)``: ``covered`` are segment files whose offsets a larger
-    segment of the chain already holds (left by an interrupted merge), ``temps`` are temporary
-    files. Raises :class:`CorruptLogError` if the chain has a gap that a fresh listing does not
-    close (a concurrent rename can make one listing miss a file, so it is retried).
+
+def list_segments(part_dir: str) -> tuple[list[Segment], list[str], list[str]]:
+    """The chain of segments from the partition's first kept offset in ``part_dir``, plus
+    leftovers.
+
+    The chain starts at the segment holding the first kept offset (:data:`.retention.TRIM_FILE`
+    says which it is; 0 without one): the one starting there, or, where a merge raced with a
+    trim, the merged segment that covers it. Returns ``(chain, covered, temps)``: ``covered``
+    are segment files whose offsets a larger segment of the chain already holds (left by an
+    interrupted merge) or that lie wholly before the first kept offset (left by an interrupted
+    trim), ``temps`` are temporary files. Raises :class:`CorruptLogError` if the chain has a gap
+    that a fresh listing does not close (a concurrent rename or trim can make one listing miss
+    a file, so it is retried).
     """
     for attempt in range(_LIST_RETRIES):
         by_first: dict[int, Segment] = {}
@@ -164,6 +196,9 @@ def list_segments(part_dir: str) -> tuple[list[Segment], list[str], list[str]]:
             raise CorruptLogError(
                 f"partition folder {part_dir} is missing: the stream is damaged"
             ) from None
+        start = 0
+        if any(e.name == TRIM_FILE for e in entries):
+            start = read_trim_state(part_dir).start
         for entry in entries:
             name = entry.name
             m = SEGMENT_RE.match(name)
@@ -179,6 +214,9 @@ def list_segments(part_dir: str) -> tuple[list[Segment], list[str], list[str]]:
                     "the log never makes links, so someone put it there; remove it"
                 )
             seg = Segment(int(m.group(1)), int(m.group(2)), entry.path)
+            if seg.end <= start and seg.count > 0:
+                others.append(seg)  # trimmed: a trim that stopped before removing it
+                continue
             prev = by_first.get(seg.first)
             if prev is None or seg.count > prev.count:
                 if prev is not None:
@@ -187,7 +225,12 @@ def list_segments(part_dir: str) -> tuple[list[Segment], list[str], list[str]]:
             else:
                 others.append(seg)
         chain: list[Segment] = []
-        pos = 0
+        pos = start
+        if start and start not in by_first:
+            # a merge that raced with the trim made one segment across the first kept offset
+            covering = [s for s in by_first.values() if s.first < start < s.end]
+            if covering:
+                pos = max(covering, key=lambda s: s.end).first
         while pos in by_first:
             seg = by_first.pop(pos)
             if seg.count <= 0:
@@ -287,7 +330,8 @@ class Stream:
             )
 
     def segments(self, partition: int, refresh: bool = True) -> list[Segment]:
-        """The committed segments of a partition, in offset order from offset 0."""
+        """The committed segments of a partition, in offset order from the one holding its
+        first kept offset (offset 0 until a trim)."""
         if refresh or partition not in self._chains:
             chain, _, _ = list_segments(self.partition_dir(partition))
             with self._mutex:
@@ -351,6 +395,83 @@ class Stream:
             return PartitionTail(stats.end, stats.clock_us, stats.last_arrival_us)
 
         return self._stable(partition, last)
+
+    # -- retention (streams.retention) --
+
+    def start_offset(self, partition: int) -> int:
+        """The first kept offset of ``partition`` (0 until retention or a trim removed some)."""
+        return self.trim_state(partition).start
+
+    def trim_state(self, partition: int) -> TrimState:
+        """The partition's trim: its first kept offset and the policy state there."""
+        return read_trim_state(self.partition_dir(partition))
+
+    def retention(self) -> Retention:
+        """The stream's retention: ops' last change (``_retention.json``), else the one it
+        was created with."""
+        path = os.path.join(self.location, RETENTION_FILE)
+        try:
+            with open(path, encoding="utf-8") as f:
+                text = f.read()
+        except FileNotFoundError:
+            return Retention.of_defaults(self.meta.defaults)
+        try:
+            doc = json.loads(text)
+        except ValueError as e:
+            raise CorruptLogError(f"{path} cannot be read ({e}): it was damaged") from e
+        return Retention.from_doc(doc, path)
+
+    def set_retention(self, retention: Retention) -> None:
+        """Change the stream's retention (ops): written atomically beside ``_stream.json``,
+        which is never rewritten. Writers pick it up at their next check."""
+        _write_atomic(self.location, RETENTION_FILE, json.dumps(retention.to_doc()) + "\n")
+
+    def trim_partition(
+        self, partition: int, decide: Callable[[list[Unit], TrimState], TrimState | None]
+    ) -> TrimResult | None:
+        """Remove the head segments ``decide`` lets go (:func:`.retention.choose_trim`).
+
+        Under the partition's trim lock (a flock on ``_trim.lock``: one trim at a time; the
+        writer's appends and merges go on). The new :class:`TrimState` is written (atomically,
+        fsync'd) before any segment is removed, so readers never see a gap: a listing starts at
+        the first kept offset. A reader that holds a removed segment memory-mapped keeps its
+        records (Linux frees the file when the last map goes); one that opens it after the
+        trim gets :class:`~.retention.DataLossError`."""
+        part_dir = self.partition_dir(partition)
+        with _flock(os.path.join(part_dir, TRIM_LOCK_FILE)):
+            prev = read_trim_state(part_dir)
+            chain, _, _ = list_segments(part_dir)
+            units = []
+            try:
+                for seg in chain:
+                    st = self.stats(seg)
+                    units.append(
+                        Unit(
+                            seg.first,
+                            seg.count,
+                            st.rows,
+                            os.path.getsize(seg.path),
+                            st.max_rowtime_us,
+                            st.last_bound_us,
+                            st.clock_us,
+                        )
+                    )
+            except FileNotFoundError:
+                return None  # merged meanwhile: the next check trims
+            new = decide(units, prev)
+            if new is None or new.start <= prev.start:
+                return None
+            _write_atomic(part_dir, TRIM_FILE, new.to_json() + "\n")
+            for seg in chain:
+                if seg.end <= new.start:
+                    try:
+                        os.unlink(seg.path)
+                    except FileNotFoundError:
+                        pass
+            fsync_dir(part_dir)
+            with self._mutex:
+                self._chains.pop(partition, None)
+            return TrimResult(partition, prev, new)
 
     # -- appending --
 
@@ -425,6 +546,8 @@ class Stream:
         def slice_chain(chain: list[Segment]) -> pa.Table:
             if not chain or chain[-1].end < end:
                 raise _Refresh()
+            if chain[0].first > start:
+                raise data_loss(self.location, partition, start, chain[0].first)
             pieces = []
             i = _find(chain, start)
             while i < len(chain) and chain[i].first < end:
@@ -514,6 +637,39 @@ class _LogAppender:
 
 class _Refresh(Exception):
     pass
+
+
+#: The flock'd file that makes trims of one partition take turns (:meth:`Stream.trim_partition`).
+TRIM_LOCK_FILE = "_trim.lock"
+
+
+@contextlib.contextmanager
+def _flock(path: str) -> Iterator[None]:
+    """An exclusive ``flock`` on ``path`` (waits for the holder; trims are short)."""
+    fd = os.open(path, os.O_RDWR | os.O_CREAT | os.O_CLOEXEC | os.O_NOFOLLOW, 0o600)
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX)
+        yield
+    finally:
+        os.close(fd)
+
+
+def _write_atomic(folder: str, name: str, text: str) -> None:
+    """Replace ``folder/name`` with ``text`` atomically and durably (temporary file, fsync,
+    rename, folder fsync): a reader sees the old file or the new one, whole."""
+    # Not TMP_PREFIX: a writer starting meanwhile removes those (its own crash's leftovers).
+    tmp = os.path.join(folder, f".new.{name}.{os.getpid()}.{uuid.uuid4().hex}")
+    try:
+        with open(tmp, "w", encoding="utf-8") as f:
+            f.write(text)
+            f.flush()
+            os.fsync(f.fileno())
+        narrow_mode(tmp, folder)
+        os.replace(tmp, os.path.join(folder, name))
+    finally:
+        if os.path.exists(tmp):
+            os.unlink(tmp)
+    fsync_dir(folder)
 
 
 def _find(chain: list[Segment], offset: int) -> int:

@@ -56,6 +56,9 @@ KNOWN_DEFAULTS: dict[str, str] = {
     "rowtime_unit": "one of s, ms, us, ns (for integer rowtimes)",
     "rowtime_format": "a datetime pattern for string rowtimes",
     "rowtime_timezone": "a time zone name such as UTC or Europe/Paris, or an offset like +02:00",
+    "interval_count": "a whole number >= 1 (readers' default interval.count; order reject or drop)",
+    "retention": "a positive duration of rowtime such as '7 days' or '12h', or 'off'",
+    "retention_size": "a size in bytes per partition such as '10 GiB' or 500000000, or 'off'",
 }
 
 #: Spark option spellings (``option("adjust.maxHeld", ...)``) accepted for the same defaults.
@@ -68,6 +71,8 @@ _ALIASES = {
     "rowtime.unit": "rowtime_unit",
     "rowtime.format": "rowtime_format",
     "rowtime.timezone": "rowtime_timezone",
+    "interval.count": "interval_count",
+    "retention.size": "retention_size",
 }
 
 
@@ -194,10 +199,34 @@ def validate_defaults(defaults: Mapping[str, Any], schema: pa.Schema) -> dict[st
                     name, value, f"a TIMESTAMP, integer or STRING column; {value} is {dtype}"
                 )
             out[name] = value
+        elif name == "interval_count":
+            n = _as_int(name, value)
+            if n < 1:
+                raise _bad(name, value)
+            out[name] = n
+        elif name in ("retention", "retention_size"):
+            from .retention import format_duration, parse_retention, parse_size
+
+            if name == "retention":
+                # stored as text that reads back the same ("7 days"): validating it again (the
+                # catalog, then create_stream) must not change it
+                us = parse_retention(value, what=f"stream default {name}")
+                if us is not None:  # "off": no entry
+                    out[name] = format_duration(us)
+            else:
+                size = parse_size(value, what=f"stream default {name}")
+                if size is not None:
+                    out[name] = size
         elif name == "rowtime_format":
             out[name] = _check_with_time(name, value, fmt=value)
         else:  # rowtime_timezone
             out[name] = _check_with_time(name, value, tz=value)
+    if "interval_count" in out and out.get("order") == "adjust":
+        raise _bad(
+            "interval_count",
+            out["interval_count"],
+            "given with order reject or drop: under adjust no row's N-th successor is final",
+        )
     if "adjust_range" in out:
         # Past Spark's whole timestamp span a range means nothing, and readers would overflow.
         unit = out.get("adjust_unit", "usec")

@@ -18,6 +18,10 @@ stream lives in one slot and one Lua script may touch all of its keys)::
                                        (arrival, rowtime, is_bound) as Arrow IPC, written by the
                                        same script as the entry: what the reader's planner reads
     {rowtime:name}:lock:<n>      STRING the one writer's token, with a lease (SET NX PX)
+    {rowtime:name}:trim:<n>      HASH  start: the first kept offset (retention removed the
+                                       records before it); state: the policy state there
+                                       (streams.retention.TrimState as JSON)
+    {rowtime:name}:retention     STRING retention changed by ops (JSON; else the defaults')
     {rowtime:name}:bad:<n>       HASH  external streams: entry id -> why it is bad input
 
 Records and offsets. A partition's records are numbered from 0 (its *offsets*, dense, as in the
@@ -104,6 +108,7 @@ from .columns import LOG_SYSTEM_COLUMNS as SYSTEM_COLUMNS
 from .ddl import to_ddl
 from .meta import StreamMeta, meta_from_json, meta_to_json, payload_schema, validate_defaults
 from .redis_location import RedisLocation, RedisUnavailableError, parse_location, redact
+from .retention import Retention, TrimResult, TrimState, Unit, data_loss
 from .segments import SegmentStats, check_segment_files, open_segment_file, segment_schema
 from .storage import SINK_KIND_STREAM, LocationKind, PartitionTail, check_read
 
@@ -183,6 +188,21 @@ if ARGV[3] ~= '' then
   table.insert(fields, 'arrival'); table.insert(fields, ARGV[4])
 end
 redis.call('HSET', KEYS[3], unpack(fields))
+return 1
+"""
+
+# Retention: drop the index, summaries and times of records below the new first kept offset,
+# and their entries (XTRIM MINID: every entry below the first kept one's ID), if no other trim
+# moved the first kept offset meanwhile. KEYS: trim, i, s, tm, p. ARGV: expected start, new
+# start, new state (JSON), first kept entry ID, then the removed entries' IDs.
+_TRIM = """
+local cur = redis.call('HGET', KEYS[1], 'start') or '0'
+if cur ~= ARGV[1] then return 0 end
+redis.call('HSET', KEYS[1], 'start', ARGV[2], 'state', ARGV[3])
+redis.call('ZREMRANGEBYSCORE', KEYS[2], '-inf', '(' .. ARGV[2])
+redis.call('ZREMRANGEBYSCORE', KEYS[3], '-inf', '(' .. ARGV[2])
+for i = 5, #ARGV do redis.call('HDEL', KEYS[4], ARGV[i]) end
+redis.call('XTRIM', KEYS[5], 'MINID', ARGV[4])
 return 1
 """
 
@@ -294,6 +314,7 @@ class _Redis:
         self.index = self.client.register_script(_INDEX)
         self.renew = self.client.register_script(_RENEW)
         self.release = self.client.register_script(_RELEASE)
+        self.trim = self.client.register_script(_TRIM)
 
     def call(self, what: str, fn: Callable[[], Any]) -> Any:
         import redis
@@ -424,6 +445,108 @@ class RedisStream:
         )
         return [_stats_from_json(m) for m in members]
 
+    # -- retention (streams.retention) --
+
+    def start_offset(self, partition: int) -> int:
+        """The first kept offset of ``partition`` (0 until retention or a trim removed some)."""
+        self._check_partition(partition)
+        raw = self._conn.call(
+            f"reading the first kept offset of partition {partition} of {self.location}",
+            partial(self._conn.client.hget, self._key("trim", partition), "start"),
+        )
+        return 0 if raw is None else int(raw)
+
+    def trim_state(self, partition: int) -> TrimState:
+        """The partition's trim: its first kept offset and the policy state there."""
+        self._check_partition(partition)
+        raw = self._conn.call(
+            f"reading the trim state of partition {partition} of {self.location}",
+            partial(self._conn.client.hget, self._key("trim", partition), "state"),
+        )
+        if raw is None:
+            return TrimState()
+        return TrimState.from_json(raw, f"partition {partition} of {self.location}")
+
+    def retention(self) -> Retention:
+        """The stream's retention: ops' last change (``{...}:retention``), else the one it
+        was created with."""
+        raw = self._conn.call(
+            f"reading the retention of {self.location}",
+            partial(self._conn.client.get, self.loc.key("retention")),
+        )
+        if raw is None:
+            return Retention.of_defaults(self.meta.defaults)
+        try:
+            doc = json.loads(raw)
+        except ValueError as e:
+            raise CorruptLogError(f"the retention of {self.location} cannot be read: {e}") from e
+        return Retention.from_doc(doc, self.location)
+
+    def set_retention(self, retention: Retention) -> None:
+        """Change the stream's retention (ops); writers pick it up at their next check."""
+        _check_retention(retention, self.location, self.external is not None)
+        self._conn.call(
+            f"setting the retention of {self.location}",
+            partial(
+                self._conn.client.set, self.loc.key("retention"), json.dumps(retention.to_doc())
+            ),
+        )
+
+    def trim_partition(
+        self, partition: int, decide: Callable[[list[Unit], TrimState], TrimState | None]
+    ) -> TrimResult | None:
+        """Remove the head runs ``decide`` lets go (:func:`.retention.choose_trim`): their
+        index, summaries, record times and entries (``XTRIM MINID``), and store the new
+        :class:`TrimState`, in one script that does nothing if another trim came first.
+        A unit here is a run (what one append wrote: one or more entries)."""
+        self._check_partition(partition)
+        if self.external is not None:
+            raise OptionError(
+                f"{self.location} is registered over Redis streams that others write: their "
+                "entries are theirs to trim, and a reader needs every entry it indexed. "
+                "Retention applies to streams written by rowtime writers"
+            )
+        prev = self.trim_state(partition)
+        units = [
+            Unit(st.first, st.count, st.rows, 0, st.max_rowtime_us, st.last_bound_us, st.clock_us)
+            for st in self.partition_stats(partition)
+            if st.end > prev.start
+        ]
+        new = decide(units, prev)
+        if new is None or new.start <= prev.start:
+            return None
+        client = self._conn.client
+        ikey = self._key("i", partition)
+
+        def index() -> tuple[list[bytes], list[bytes]]:
+            pipe = client.pipeline(transaction=False)
+            pipe.zrangebyscore(ikey, "-inf", f"({new.start}")
+            pipe.zrangebyscore(ikey, new.start, "+inf", start=0, num=1)
+            gone, kept = pipe.execute()
+            return gone, kept
+
+        gone, kept = self._conn.call(f"reading the index of {self.location}", index)
+        if not kept:
+            return None  # the last run is never removed: the index changed under us
+        first_kept = _Piece.parse(kept[0])
+        if first_kept.first != new.start:
+            if self.start_offset(partition) != prev.start:
+                return None  # another trim came first: the next check decides again
+            raise CorruptLogError(
+                f"partition {partition} of {self.location}: no entry starts at offset "
+                f"{new.start}, where a run starts"
+            )
+        ids = [_Piece.parse(m).first_id for m in gone]
+        keys = [self._key(k, partition) for k in ("trim", "i", "s", "tm", "p")]
+        args = [str(prev.start), str(new.start), new.to_json(), first_kept.first_id, *ids]
+        done = self._conn.call(
+            f"trimming partition {partition} of {self.location}",
+            partial(self._conn.trim, keys=keys, args=args),
+        )
+        if not done:
+            return None  # another trim came first: the next check decides again
+        return TrimResult(partition, prev, new)
+
     def bad_entries(self, partition: int) -> list[BadEntry]:
         """External streams: the entries of ``partition`` that were not rows (kept in Redis,
         taking no offset), oldest first."""
@@ -456,7 +579,7 @@ class RedisStream:
         with self._mutex:
             for m in members:
                 piece = _Piece.parse(m)
-                top = pieces[-1].end if pieces else 0
+                top = pieces[-1].end if pieces else piece.first  # from the first kept one
                 if piece.first == top:
                     pieces.append(piece)
                     firsts.append(piece.first)
@@ -482,13 +605,21 @@ class RedisStream:
                 f"cannot read [{start}, {end}) of partition {partition} of {self.location}: only "
                 f"{pieces[-1].end if pieces else 0} records are committed"
             )
+        if start < pieces[0].first:
+            raise data_loss(self.location, partition, start, pieces[0].first)
         i = bisect_right(firsts, start) - 1
         j = bisect_right(firsts, end - 1) - 1
         wanted = pieces[i : j + 1]
-        if self.external is None and set(names) <= set(SYSTEM_COLUMNS):
-            tables = self._piece_times(partition, wanted)
-        else:
-            tables = self._piece_tables(partition, wanted)
+        try:
+            if self.external is None and set(names) <= set(SYSTEM_COLUMNS):
+                tables = self._piece_times(partition, wanted)
+            else:
+                tables = self._piece_tables(partition, wanted)
+        except CorruptLogError:
+            kept = self.start_offset(partition)
+            if start < kept:  # trimmed since this reader indexed them
+                raise data_loss(self.location, partition, start, kept) from None
+            raise
         out = []
         for piece, table in zip(wanted, tables, strict=True):
             lo = max(start, piece.first) - piece.first
@@ -1036,6 +1167,7 @@ def create_redis_stream(
     if isinstance(partitions, bool) or not isinstance(partitions, int) or partitions < 1:
         raise OptionError(f"partitions={partitions!r} must be a whole number >= 1")
     meta = StreamMeta(str(loc), payload, partitions, validate_defaults(defaults, payload))
+    _check_retention(Retention.of_defaults(meta.defaults), str(loc), external=False)
     stream = _create(loc, meta, None)
     if defaults and stream.meta.defaults != meta.defaults:
         raise OptionError(
@@ -1079,6 +1211,7 @@ def register_external(
             f"({', '.join(payload.names)})"
         )
     checked = validate_defaults(defaults, payload)
+    _check_retention(Retention.of_defaults(checked), str(loc), external=True)
     meta = StreamMeta(str(loc), payload, len(sources), checked)
     spec = ExternalSpec(tuple(sources), mapping, rowtime_field)
     conn = _connection(loc)
@@ -1114,6 +1247,21 @@ def _check_same(existing: RedisStream, meta: StreamMeta, external: ExternalSpec 
                 else "of another kind (written by rowtime writers vs. registered from others)"
             )
             + "; use another name"
+        )
+
+
+def _check_retention(retention: Retention, where: str, external: bool) -> None:
+    """What Redis streams refuse of a retention, said before it is stored."""
+    if external and retention.active:
+        raise OptionError(
+            f"{where} is registered over Redis streams that others write: retention does not "
+            "apply to it (their entries are theirs to trim)"
+        )
+    if retention.size_bytes is not None:
+        raise OptionError(
+            f"retention_size is not supported on Redis streams ({where}): Redis does not say "
+            "how much memory one entry takes; give a retention in rowtime (such as '7 days'), "
+            "and bound memory with the server's maxmemory"
         )
 
 

@@ -28,7 +28,15 @@ Guarantees every backend gives (the reader and the sink rely on them):
   holder's process (never a stale lock);
 * **the clock** of a partition is the highest bound or data rowtime (explicit, or arrival for
   implicit rows) of its committed records; the stream clock is the minimum over partitions
-  (None while any is empty).
+  (None while any is empty);
+* **retention removes a prefix, offsets stay** (SPEC 12, :mod:`.retention`): records may be
+  removed only from the head of a partition, whole stored units at a time, and never the last
+  unit; :meth:`StreamStorage.start_offset` is the first kept offset (0 until a trim) and
+  :meth:`StreamStorage.trim_state` the policy state there, stored with the trim. A read that
+  starts below the first kept offset raises :class:`~.retention.DataLossError` naming stream,
+  partition and that offset (or, if the reader still holds the records, returns them as they
+  were: committed records never change, they only go away). Committed records at or after the
+  first kept offset are immutable as before.
 
 What sits at a location (a stream, a pending sink target, a Parquet target, nothing) is decided
 by :func:`what_is_at` alone: the reader, ``get_rowtime_bound`` and the CLI all ask it.
@@ -50,6 +58,7 @@ from ..bounds.errors import OptionError
 
 if TYPE_CHECKING:
     from .meta import StreamMeta
+    from .retention import TrimState
     from .segments import SegmentStats
 
 __all__ = [
@@ -161,7 +170,20 @@ class StreamStorage(Protocol):
 
     def partition_stats(self, partition: int) -> list[SegmentStats]:
         """Summaries of the committed records of ``partition`` in offset order, one per run
-        as the backend keeps them (they tile ``[0, end_offset)``)."""
+        as the backend keeps them (they tile ``[start_offset, end_offset)``; the first may
+        begin before :meth:`start_offset` where a merge raced with a trim)."""
+        ...
+
+    def start_offset(self, partition: int) -> int:
+        """The first kept offset of ``partition``: 0 until retention (or ``rowtime trim``)
+        removed records before it. Offsets never change: the next record still gets
+        :meth:`end_offset`."""
+        ...
+
+    def trim_state(self, partition: int) -> TrimState:
+        """The partition's trim (:class:`~.retention.TrimState`): its first kept offset and the
+        largest rowtime and bound before it, from which a reader's policy state there follows
+        (:meth:`~.retention.TrimState.policy_state`)."""
         ...
 
     def read(

@@ -59,6 +59,7 @@ from ..bounds.errors import (
 from ..bounds.time import TimeFormat, parse_duration_us
 from ..bounds.time import format_rowtime as _iso  # the one formatter, short for messages
 from .ddl import type_to_ddl
+from .retention import RetentionCheck
 from .segments import SegmentStats, clock_before, data_run_stats
 from .storage import StreamStorage, open_storage
 
@@ -189,6 +190,8 @@ class Writer:
         self._mutex = threading.Lock()
         # The partition's one appender (validates the partition, takes its lock).
         self._appender = stream.lock_partition(partition, self._where)
+        # The stream's retention, applied after appends (at most every few seconds).
+        self._retention = RetentionCheck(stream, partition)
         self._closed = False
         tail = self._appender.tail()
         self._end = tail.end
@@ -619,6 +622,7 @@ class Writer:
                     "segment files are appended: call flush() first"
                 )
             self._appender.append_segment_files(paths, reject=self._reject, verify=verify)
+            self._retention.after_append()
             tail = self._appender.tail()
             if tail.end != self._end:
                 assert tail.clock_us is not None and tail.last_arrival_us is not None
@@ -712,6 +716,7 @@ class Writer:
         self._chunk_stats = []
         self._count_chunks(0)
         self._chunk_bytes = 0
+        self._retention.after_append()
         return self._end
 
     def close(self) -> None:

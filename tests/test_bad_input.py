@@ -120,6 +120,8 @@ READER_BAD: list[tuple[dict[str, str], str]] = [
     ({"interval.count": "2.5"}, "interval.count"),
     ({"interval.count": "3", "order": "adjust"}, "interval.count"),  # refused under adjust
     ({"interval.count": "3", "interval.duration": "10"}, "interval.duration"),  # one or other
+    ({"failOnDataLoss": "no"}, "failOnDataLoss"),
+    ({"failOnDataLoss": "1"}, "failOnDataLoss"),
 ]
 
 
@@ -178,6 +180,11 @@ SINK_BAD: list[tuple[dict[str, str], str]] = [
     ({"partitions": "two"}, "partitions"),
     ({"partitions": "1.0"}, "partitions"),
     ({"target": "parquet", "partitions": "2"}, "partitions"),
+    ({"retention": "0 days"}, "retention"),
+    ({"retention": "forever"}, "retention"),
+    ({"target": "parquet", "retention": "7 days"}, "retention"),
+    ({"retention.size": "ten gigs"}, "retention.size"),
+    ({"retention.size": "-5"}, "retention.size"),
     ({"path": ""}, "path"),
     ({"path": "s3://bucket/out"}, "path"),
     ({"checkpointLocation": "hdfs://nn/ck"}, "checkpointLocation"),

@@ -154,6 +154,8 @@ def test_known_defaults_are_typed_and_spark_spellings_accepted(tmp_path):
             "rowtime_unit": "us",
             "rowtime_format": "yyyy-MM-dd HH:mm:ss",
             "rowtime_timezone": "Europe/Paris",
+            "retention": "168 hours",
+            "retention.size": "1 GiB",
         },
     )
     assert stream.meta.defaults == {
@@ -165,8 +167,13 @@ def test_known_defaults_are_typed_and_spark_spellings_accepted(tmp_path):
         "rowtime_unit": "us",
         "rowtime_format": "yyyy-MM-dd HH:mm:ss",
         "rowtime_timezone": "Europe/Paris",
+        "retention": "7 days",
+        "retention_size": 1 << 30,
     }
-    assert set(stream.meta.defaults) == set(KNOWN_DEFAULTS)
+    # interval_count goes with reject or drop only
+    other = create_stream(tmp_path / "t", "v STRING", **{"interval.count": "2"}).meta.defaults
+    assert other == {"interval_count": 2}
+    assert set(stream.meta.defaults) | set(other) == set(KNOWN_DEFAULTS)
 
 
 @pytest.mark.parametrize("partitions", [0, -1, 1.5, True])

@@ -133,7 +133,8 @@ def read_stream(location: str | os.PathLike[str] | StreamStorage) -> pa.Table:
     Columns: ``partition`` (int32), ``offset`` (int64), ``arrival`` (timestamp UTC), ``rowtime``
     (timestamp UTC: the explicit rowtime, the bound of a bound record, null where the writer gave
     none), ``is_bound`` (bool), then the payload columns (null on bound records). Reads only
-    committed records; meant for tests, tools and small streams (it holds everything at once).
+    committed records, from each partition's first kept offset (retention); meant for tests,
+    tools and small streams (it holds everything at once).
     """
     stream = location if isinstance(location, StreamStorage) else open_stream(location)
     payload = stream.meta.payload_schema
@@ -150,12 +151,13 @@ def read_stream(location: str | os.PathLike[str] | StreamStorage) -> pa.Table:
     parts = []
     for p in range(stream.meta.partitions):
         end = stream.end_offset(p)
-        if end == 0:
+        first = stream.start_offset(p)  # retention may have removed the records before it
+        if end == first:
             continue
-        t = stream.read(p, 0, end)
+        t = stream.read(p, first, end)
         columns = [
-            pa.chunked_array([pa.array(np.full(end, p, dtype=np.int32))]),
-            pa.chunked_array([pa.array(np.arange(end, dtype=np.int64))]),
+            pa.chunked_array([pa.array(np.full(end - first, p, dtype=np.int32))]),
+            pa.chunked_array([pa.array(np.arange(first, end, dtype=np.int64))]),
             t.column(LOG_ARRIVAL_US).cast(UTC_US),
             t.column(LOG_ROWTIME_US).cast(UTC_US),
             t.column(LOG_IS_BOUND),

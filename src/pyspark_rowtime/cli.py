@@ -38,6 +38,13 @@ from .bounds.time import (
     to_rowtime_us,
 )
 from .streams.columns import LOG_ARRIVAL_US, LOG_IS_BOUND, LOG_ROWTIME_US
+from .streams.retention import (
+    Retention,
+    apply_retention,
+    format_size,
+    parse_retention,
+    parse_size,
+)
 from .streams.storage import LocationKind, StreamStorage, open_storage, what_is_at
 from .streams.text_values import Convert, ValueReader
 from .streams.writer import Writer
@@ -323,6 +330,7 @@ def describe(stream: StreamStorage, verify: bool = False) -> dict[str, Any]:
             {
                 "partition": p,
                 "records": stats[-1].end if stats else 0,
+                "first_kept_offset": _start_offset(stream, p),
                 "rows": rows,
                 "bounds": sum(s.bounds for s in stats),
                 "segments": len(stats),
@@ -342,6 +350,7 @@ def describe(stream: StreamStorage, verify: bool = False) -> dict[str, Any]:
         "schema": stream.meta.ddl,
         "partitions": stream.meta.partitions,
         "defaults": stream.meta.defaults,
+        "retention": _retention_info(stream),
         "stream_clock_us": stream_clock,
         "stream_clock": _json_time(stream_clock),
         "partition_info": partitions,
@@ -378,18 +387,20 @@ def cmd_describe(args: argparse.Namespace) -> int:
     print(f"stream    {info['location']}")
     print(f"schema    {info['schema']}")
     print(f"defaults  {defaults}")
-    header = ("partition", "records", "rows", "bounds", "clock", "last arrival", "skew latest",
-              "skew max")  # fmt: skip
+    print(f"retention {info['retention']['text']}")
+    header = ("partition", "records", "first kept", "rows", "bounds", "clock", "last arrival",
+              "skew latest", "skew max")  # fmt: skip
     table = [header]
     damaged = [p for p in info["partition_info"] if "damaged" in p]
     for p in info["partition_info"]:
         if "damaged" in p:
-            table.append((str(p["partition"]), "DAMAGED", "-", "-", "-", "-", "-", "-"))
+            table.append((str(p["partition"]), "DAMAGED", "-", "-", "-", "-", "-", "-", "-"))
             continue
         table.append(
             (
                 str(p["partition"]),
                 str(p["records"]),
+                str(p["first_kept_offset"]),
                 str(p["rows"]),
                 str(p["bounds"]),
                 p["clock"] or "-",
@@ -414,6 +425,77 @@ def cmd_describe(args: argparse.Namespace) -> int:
     for p in damaged:
         print(f"partition {p['partition']}: {p['damaged']}", file=sys.stderr)
     return 1 if damaged else 0
+
+
+def _start_offset(stream: StreamStorage, partition: int) -> int:
+    get = getattr(stream, "start_offset", None)
+    return int(get(partition)) if get is not None else 0
+
+
+def _retention_info(stream: StreamStorage) -> dict[str, Any]:
+    """The stream's retention for ``describe``: microseconds, bytes and a line for people."""
+    get = getattr(stream, "retention", None)
+    retention = get() if get is not None else Retention()
+    return {
+        "retention_us": retention.duration_us,
+        "retention_size": retention.size_bytes,
+        "text": retention.describe(),
+    }
+
+
+def cmd_trim(args: argparse.Namespace) -> int:
+    """``rowtime trim PATH [--before TIME]``: apply the retention now (and/or remove what lies
+    wholly before TIME), under the never-remove rules of SPEC 12."""
+    stream = open_storage(args.path)
+    before_us = None
+    if args.before is not None:
+        unit = args.unit or stream.meta.defaults.get("rowtime_unit", "ms")
+        before_us = _bound_us(args.before, unit, stream)
+        if before_us == END_OF_STREAM_US:
+            raise OptionError("--before end: give a time (ISO-8601, an epoch number or 'now')")
+    if before_us is None and _retention_info(stream)["retention_us"] is None:
+        if _retention_info(stream)["retention_size"] is None:
+            print(
+                f"{stream.location} has no retention (see `rowtime retention`) and no --before "
+                "was given: nothing to trim"
+            )
+            return 0
+    results = apply_retention(stream, before_us=before_us)  # type: ignore[arg-type]
+    removed = {r.partition: r for r in results}
+    for p in range(stream.meta.partitions):
+        r = removed.get(p)
+        kept = _start_offset(stream, p)
+        if r is None:
+            print(f"partition {p}: nothing removed (first kept offset {kept})")
+        else:
+            print(
+                f"partition {p}: removed offsets [{r.before.start}, {r.after.start}) "
+                f"({r.records} records, {r.units} units"
+                + (f", {format_size(r.bytes)}" if r.bytes else "")
+                + f"); first kept offset {kept}"
+            )
+    return 0
+
+
+def cmd_retention(args: argparse.Namespace) -> int:
+    """``rowtime retention PATH [DURATION|off] [--size SIZE|off]``: show or change it."""
+    stream = open_storage(args.path)
+    if args.duration is None and args.size is None:
+        print(f"retention {_retention_info(stream)['text']}")
+        return 0
+    now = stream.retention()  # type: ignore[attr-defined]
+    duration = now.duration_us
+    size = now.size_bytes
+    if args.duration is not None:
+        duration = parse_retention(args.duration, what="retention")
+    if args.size is not None:
+        size = parse_size(args.size, what="--size")
+    stream.set_retention(Retention(duration, size))  # type: ignore[attr-defined]
+    print(
+        f"retention of {stream.location}: {Retention(duration, size).describe()} (writers apply "
+        "it as they append; `rowtime trim` applies it now)"
+    )
+    return 0
 
 
 def cmd_clock(args: argparse.Namespace) -> int:
@@ -459,7 +541,7 @@ def cmd_tail(args: argparse.Namespace) -> int:
     recent: list[dict[str, Any]] = []
     arrival_us: list[int] = []
     for p, end in enumerate(ends):
-        start = max(0, end - args.n)
+        start = max(_start_offset(stream, p), end - args.n)
         recent += _record_dicts(stream, p, start, end)
         arrival_us += stream.read(p, start, end, [LOG_ARRIVAL_US]).column(0).to_pylist()
     # Across partitions by arrival (the numbers: ISO strings drop zero microseconds).
@@ -616,6 +698,22 @@ def build_parser() -> argparse.ArgumentParser:
         help="also check every record batch against its checksum (reads every byte)",
     )
     p.set_defaults(func=cmd_describe)
+
+    p = sub.add_parser(
+        "trim", help="remove old records now: the retention, and/or what lies before --before"
+    )
+    p.add_argument("path")
+    p.add_argument("--before", help="ISO-8601 time, an epoch number (see --unit), or 'now'")
+    p.add_argument("--unit", choices=("s", "ms", "us", "ns"), help="unit of an epoch number")
+    p.set_defaults(func=cmd_trim)
+
+    p = sub.add_parser("retention", help="show or change a stream's retention")
+    p.add_argument("path")
+    p.add_argument(
+        "duration", nargs="?", help="rowtime to keep behind the clock ('7 days', '12h') or 'off'"
+    )
+    p.add_argument("--size", help="bytes to keep per partition ('10 GiB') or 'off'")
+    p.set_defaults(func=cmd_retention)
 
     p = sub.add_parser("clock", help="print the stream clock (or 'none')")
     p.add_argument("path")
