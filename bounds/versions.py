@@ -35,6 +35,6 @@ def newer_format(what: str, found: object, highest: int, error: type[E]) -> E:
     above ``highest``, the last version this code reads."""
     return error(
         f"{what} is in format version {found}, written by a newer pyspark-rowtime: "
-        f"pyspark-rowtime {installed_version()} reads format versions up to {highest}. "
-        "Upgrade pyspark-rowtime on every machine that reads or writes it (nothing was changed)"
+        f"pyspark-rowtime {installed_version()} reads format versions up to {highest}: "
+        "upgrade pyspark-rowtime on every machine that reads or writes it (nothing was changed)"
     )

@@ -39,7 +39,7 @@ def refused(error: BaseException, found: object, highest: int) -> None:
     assert f"format version {found}" in message, message
     assert f"up to {highest}" in message, message
     assert f"pyspark-rowtime {pr.__version__}" in message, message
-    assert "Upgrade pyspark-rowtime" in message, message
+    assert "upgrade pyspark-rowtime" in message, message
 
 
 def test_the_version_is_stated_once_for_users_and_packaging() -> None:
@@ -174,3 +174,14 @@ def test_join_state_of_0_1_0_reads_and_a_newer_one_is_refused() -> None:
         join_module._load(pickle.dumps({"v": 5, "state": []}))
     refused(info.value, 5, 1)
     assert "overlap_join" in str(info.value)
+
+
+def test_a_trim_state_of_a_newer_format_is_refused() -> None:
+    from pyspark_rowtime.streams.retention import TrimState
+
+    doc = TrimState(start=4).to_doc()
+    assert TrimState.from_json(json.dumps(doc), "p-0").start == 4
+    with pytest.raises(CorruptLogError) as info:
+        TrimState.from_json(json.dumps({**doc, "v": 2}), "partition-0000")
+    refused(info.value, 2, 1)
+    assert "trim state of partition-0000" in str(info.value)
