@@ -12,12 +12,14 @@ the same rows and the same bound (SPEC 7).
 from __future__ import annotations
 
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
-from .bounds import merge_clock
+import numpy as np
+
+from .bounds import END_OF_STREAM_US, NO_TIME, merge_clock
 from .errors import OffsetError
-from .policies import Classified, PartitionScan, PartitionState, classify
+from .policies import Classified, PartitionScan, PartitionState, Policy, classify
 from .versions import newer_format
 
 FORMAT_VERSION = 1
@@ -130,3 +132,197 @@ def choose_ends(prev: StreamPosition, available: Sequence[int], max_rows: int | 
                 break
         open_parts = still
     return [s + k for s, k in zip(starts, take, strict=True)]
+
+
+# -- silent partitions (idle.timeout, SPEC 12) --------------------------------------------------
+
+#: Last arrival of a partition that can never be idle (no record and no creation time known).
+NEVER_IDLE = np.iinfo(np.int64).max // 4
+#: Distinct arrival times :func:`idle_step` looks at together (memory: partitions x this).
+_IDLE_CHUNK = 1 << 15
+
+
+def _groups(arrival: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """Where each run of equal arrival times starts, and its length (``arrival`` ascends)."""
+    n = len(arrival)
+    starts = np.flatnonzero(arrival[1:] != arrival[:-1]) + 1
+    starts = np.concatenate([[0], starts]) if n else starts
+    return starts, np.diff(np.append(starts, n))
+
+
+def clocks_at(
+    policy: Policy, state: PartitionState, t: np.ndarray, is_bound: np.ndarray, starts: np.ndarray
+) -> np.ndarray:
+    """The partition clock after each group of the records ``[state.next, ...)`` (groups
+    start at ``starts``; ``t``: raw rowtimes or bounds), from the state at ``state.next``:
+    what :func:`scan_partition` says after the group's last record, without judging rows and
+    without an array as long as the records beyond one masked copy when bounds are among
+    them."""
+    t = np.asarray(t, dtype=np.int64)
+    is_bound = np.asarray(is_bound, dtype=bool)
+    if not len(t):
+        return np.empty(0, dtype=np.int64)
+    unit = policy.unit_us
+    any_bound = bool(is_bound.any())
+    data = np.where(is_bound, NO_TIME, t) if any_bound else t
+    ref = np.maximum.reduceat(data, starts)
+    if unit != 1:
+        ref = np.where(ref == NO_TIME, ref, (ref // unit) * unit)
+    ref[0] = max(int(ref[0]), NO_TIME if state.ref_us is None else state.ref_us)
+    np.maximum.accumulate(ref, out=ref)
+    clock = ref - policy.range_us if policy.range_us else ref
+    np.maximum(clock, NO_TIME, out=clock)
+    bound0 = NO_TIME if state.bound_us is None else state.bound_us
+    if any_bound:
+        bounds = np.maximum.reduceat(np.where(is_bound, t, NO_TIME), starts)
+        if unit != 1:
+            keep = (bounds == NO_TIME) | (bounds == END_OF_STREAM_US)
+            bounds = np.where(keep, bounds, (bounds // unit) * unit)
+        np.maximum.accumulate(bounds, out=bounds)
+        np.maximum(clock, bounds, out=clock)
+    if bound0 != NO_TIME:
+        np.maximum(clock, bound0, out=clock)
+    return clock
+
+
+@dataclass
+class IdleStep:
+    """What idleness decided over a step (:func:`idle_step`).
+
+    ``clock_us``: the stream clock after the step. Per partition, over its new records:
+    ``late`` marks the data rows below the stream clock as of their arrival, ``late_clock``
+    holds that clock for each record (meaningful where ``late``), ``last_arrival_us`` is the
+    arrival of its last record after the step (its creation, or None, without any)."""
+
+    clock_us: int | None
+    late: list[np.ndarray]
+    late_clock: list[np.ndarray]
+    last_arrival_us: list[int | None]
+    #: for the caller's use: the states the step started from, the new records' times
+    states: list[PartitionState] = field(default_factory=list)
+    times: list[np.ndarray] = field(default_factory=list)
+
+
+def idle_step(
+    policy: Policy,
+    states: Sequence[PartitionState],
+    clock_before_us: int | None,
+    t: Sequence[np.ndarray],
+    is_bound: Sequence[np.ndarray],
+    arrival: Sequence[np.ndarray],
+    timeout_us: int,
+) -> IdleStep:
+    """The stream clock over a step with silent partitions (SPEC 12), and the rows it makes late.
+
+    The records ``[states[p].next, ...)`` of every partition (``t``: raw rowtimes or bounds,
+    ``arrival``: their stored arrival times) must be every record of the stream whose arrival
+    is at most the latest among them: a prefix of the stream in arrival order. Partition ``p``
+    is idle at time ``x`` when some record of another partition has arrived by ``x`` more than
+    ``timeout_us`` after ``p``'s last record (its creation before any:
+    ``states[p].last_arrival_us``; None: never idle before its first record). Since the record
+    at ``x`` is the latest, that is ``x > last_p(x) + timeout``. At every distinct arrival time
+    the stream clock becomes the largest of what it was and the minimum of the non-idle
+    partitions' clocks, so it never goes back. A record is judged against the clock after every
+    record that arrived strictly before it: a data row below it is late (the caller discards it
+    as ``idle`` unless its policy discards it first, or fails under ``reject``).
+
+    Everything here comes from stored arrivals, so a replay of the same records decides the
+    same. Vectorised: the distinct arrival times are looked at a chunk at a time, each
+    partition's clock and last arrival found there by binary search.
+    """
+    n_parts = len(states)
+    arrivals = [np.asarray(a, dtype=np.int64) for a in arrival]
+    groups = [_groups(a) for a in arrivals]  # per partition: (starts, lengths) of equal arrivals
+    marks = [a[g[0]] for a, g in zip(arrivals, groups, strict=True)]  # its distinct arrivals
+    clocks = [
+        clocks_at(policy, st, tp, bp, g[0])
+        for st, tp, bp, g in zip(states, t, is_bound, groups, strict=True)
+    ]
+    last0 = np.array(
+        [NEVER_IDLE if st.last_arrival_us is None else st.last_arrival_us for st in states],
+        dtype=np.int64,
+    )
+    clock0 = np.array([_arr_time(st.clock_us(policy)) for st in states], dtype=np.int64)
+    s0 = _arr_time(clock_before_us)
+    # Every partition's distinct arrival times merged into one ascending sequence; from the
+    # partition each came from, ``count[p]`` is how many of ``p``'s times are at or before
+    # each distinct time (one pass each, no binary search) and ``group[p]`` where each of
+    # ``p``'s times is in it.
+    cat = np.concatenate(marks) if n_parts else np.empty(0, dtype=np.int64)
+    origin_all = np.repeat(np.arange(n_parts), [len(m) for m in marks])
+    order = np.argsort(cat, kind="stable")  # merges sorted runs (timsort)
+    merged = cat[order]
+    origin = origin_all[order]
+    is_last = np.append(merged[1:] != merged[:-1], True) if len(merged) else merged.astype(bool)
+    times = merged[is_last]
+    group_of = np.cumsum(is_last) - is_last  # each merged entry's distinct-time index
+    count, group = [], []
+    for p in range(n_parts):
+        mine = origin == p
+        count.append(np.cumsum(mine)[is_last])
+        group.append(group_of[mine])
+    # the stream clock after each distinct arrival time
+    after = np.empty(len(times), dtype=np.int64)
+    running = s0
+    inf = np.iinfo(np.int64).max
+    for a in range(0, len(times), _IDLE_CHUNK):
+        x = times[a : a + _IDLE_CHUNK]
+        low = np.full(len(x), inf, dtype=np.int64)
+        for p in range(n_parts):
+            mp = marks[p]
+            if len(mp):
+                k = count[p][a : a + _IDLE_CHUNK]
+                has = k > 0
+                i = np.maximum(k - 1, 0)
+                last = np.where(has, mp[i], last0[p])
+                clock = np.where(has, clocks[p][i], clock0[p])
+                busy = x <= last + timeout_us
+            else:
+                clock = clock0[p]
+                busy = x <= last0[p] + timeout_us
+            np.minimum(low, np.where(busy, clock, inf), out=low)
+        low[low == inf] = NO_TIME
+        np.maximum.accumulate(low, out=low)
+        np.maximum(low, running, out=low)
+        after[a : a + len(x)] = low
+        if len(x):
+            running = int(low[-1])
+    before = np.empty(len(times), dtype=np.int64)
+    if len(times):
+        before[0] = s0
+        before[1:] = after[:-1]
+    late, late_clock, lasts = [], [], []
+    for p in range(n_parts):
+        mp = marks[p]
+        judged_g = before[group[p]]
+        tp = np.asarray(t[p], dtype=np.int64)
+        data = ~np.asarray(is_bound[p], dtype=bool)
+        if not len(mp) or int(judged_g.max()) == NO_TIME:
+            late.append(np.zeros(len(tp), dtype=bool))
+            late_clock.append(np.full(len(tp), NO_TIME, dtype=np.int64))
+        else:
+            judged = np.repeat(judged_g, groups[p][1])
+            if policy.unit_us != 1:
+                tp = (tp // policy.unit_us) * policy.unit_us
+            late.append(data & (tp < judged))
+            late_clock.append(judged)
+        lasts.append(int(mp[-1]) if len(mp) else states[p].last_arrival_us)
+    return IdleStep(_opt_time(running), late, late_clock, lasts)
+
+
+def idle_partitions(lasts: Sequence[int | None], timeout_us: int) -> list[int]:
+    """The partitions idle after the records whose last arrivals are ``lasts`` (per partition;
+    None: never idle): those whose last record came more than the timeout before the latest."""
+    known = [x for x in lasts if x is not None]
+    if not known:
+        return []
+    latest = max(known)
+    return [p for p, x in enumerate(lasts) if x is not None and latest > x + timeout_us]
+
+
+def _arr_time(value: int | None) -> int:
+    return NO_TIME if value is None else int(value)
+
+
+def _opt_time(value: int) -> int | None:
+    return None if value == NO_TIME else int(value)

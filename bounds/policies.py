@@ -49,6 +49,8 @@ from .units import ADJUST_UNITS_US
 REASON_BELOW_RANGE = "below_adjust_range"
 REASON_BELOW_BOUND = "below_rowtime_bound"
 REASON_LATE = "below_partition_clock"
+#: A row below the stream clock as of its arrival, after its partition was idle (SPEC 12).
+REASON_IDLE = "idle"
 
 
 @dataclass(frozen=True)
@@ -172,7 +174,10 @@ class PartitionState:
     ``scan`` is the first offset whose record is still alive (held, or released and waiting for
     the other partitions); ``scan_ref_us``/``scan_bound_us`` are the reference time and writer
     bound just before ``scan``. ``ref_us``/``bound_us`` are the same at ``next``. ``held`` counts
-    the rows held at ``next`` and ``discarded`` every row discarded before it. All JSON-able.
+    the rows held at ``next`` and ``discarded`` every row discarded before it.
+    ``last_arrival_us`` is the arrival time of record ``next - 1`` (or the stream's creation
+    when ``next`` is 0); only readers with ``idle.timeout`` keep it, None otherwise (and in
+    offsets written before idleness). All JSON-able.
     """
 
     next: int = 0
@@ -183,9 +188,10 @@ class PartitionState:
     bound_us: int | None = None
     held: int = 0
     discarded: int = 0
+    last_arrival_us: int | None = None
 
     def to_dict(self) -> dict[str, Any]:
-        return {
+        d = {
             "next": self.next,
             "scan": self.scan,
             "scan_ref": self.scan_ref_us,
@@ -195,6 +201,9 @@ class PartitionState:
             "held": self.held,
             "discarded": self.discarded,
         }
+        if self.last_arrival_us is not None:  # offsets without idleness stay as they were
+            d["arrival"] = self.last_arrival_us
+        return d
 
     @classmethod
     def from_dict(cls, d: dict[str, Any]) -> PartitionState:
@@ -207,6 +216,7 @@ class PartitionState:
             bound_us=d.get("bound"),
             held=int(d.get("held", 0)),
             discarded=int(d.get("discarded", 0)),
+            last_arrival_us=None if d.get("arrival") is None else int(d["arrival"]),
         )
 
     def clock_us(self, policy: Policy) -> int | None:
@@ -382,13 +392,25 @@ def classify(
     stream_clock_us: int | None,
     *,
     order: bool = True,
+    idle_late: np.ndarray | None = None,
+    idle_clock: np.ndarray | None = None,
 ) -> Classified:
     """Decide what the step emits, given the stream clock before and after it.
 
     A row is emitted once it is released and its rowtime is at or below the stream clock
-    (alignment: a partition that is ahead waits for the others). ``stream_clock_us`` must be at
-    most this partition's clock at the end of the scan. ``order=False`` leaves ``emit`` in
-    offset order (as ``emit_set``), for a caller that needs only which rows are emitted.
+    (alignment: a partition that is ahead waits for the others). Without idleness
+    ``stream_clock_us`` is at most this partition's clock at the end of the scan.
+    ``order=False`` leaves ``emit`` in offset order (as ``emit_set``), for a caller that needs
+    only which rows are emitted.
+
+    ``idle_late`` (readers with ``idle.timeout``; a mask over the scan's window, read for the
+    records from ``prev.next`` on) marks rows below the stream clock as of their arrival
+    (:func:`pyspark_rowtime.bounds.plan.idle_step`), ``idle_clock`` that clock for each: they
+    are discarded with reason ``idle`` unless the policy discards them first. With idleness
+    the stream clock may pass the rows a partition holds while it is silent, so a kept row
+    strictly below the stream clock is released too: it goes out in the step whose clock
+    passes it, never below an earlier step's clock. Records before ``prev.next`` need no mask:
+    a kept row below the clock before the step went out in an earlier step, or was late.
     """
     policy, prev = scan.policy, scan.prev
     t, is_bound, discarded = scan.t, scan.is_bound, scan.discarded
@@ -396,18 +418,24 @@ def classify(
     n_prev = prev.next - prev.scan
     b_prev = _arr(stream_clock_before_us)
     b_new = _arr(stream_clock_us)
-    live = ~is_bound & ~discarded
+    idle = idle_late is not None
+    late = np.zeros(n, dtype=bool)
+    if idle_late is not None and n > n_prev:
+        late[n_prev:] = idle_late[n_prev:n] & ~discarded[n_prev:]
+    live = ~is_bound & ~discarded & ~late if idle else ~is_bound & ~discarded
 
     ref_p, bound_p = scan._state_before(n_prev)
     ref_n, bound_n = scan._state_before(n)
 
-    rel_new = live & _released(policy, t, ref_n, bound_n)
+    policy_rel = _released(policy, t, ref_n, bound_n)
+    rel_new = live & (policy_rel | (t < b_new)) if idle else live & policy_rel
     done_before = np.zeros(n, dtype=bool)
     if n_prev:
         tp = t[:n_prev]
-        done_before[:n_prev] = (
-            live[:n_prev] & _released(policy, tp, ref_p, bound_p) & (tp <= b_prev)
-        )
+        rel_p = _released(policy, tp, ref_p, bound_p)
+        if idle:
+            rel_p |= tp < b_prev
+        done_before[:n_prev] = live[:n_prev] & rel_p & (tp <= b_prev)
     emit_mask = rel_new & (t <= b_new) & ~done_before
     alive = live & ~done_before & ~emit_mask
     held_mask = live & ~rel_new
@@ -430,7 +458,8 @@ def classify(
     j = int(alive_idx[0]) if len(alive_idx) else n
     scan_ref, scan_bound = scan._state_before(j)
 
-    new_disc = np.flatnonzero(discarded[n_prev:]) + n_prev
+    gone = discarded | late if idle else discarded
+    new_disc = np.flatnonzero(gone[n_prev:]) + n_prev
     clocks = scan.clock_before[new_disc]
     reasons: list[str] = []
     if len(new_disc):
@@ -442,6 +471,12 @@ def classify(
             reasons = [REASON_BELOW_BOUND if b else REASON_BELOW_RANGE for b in below_bound]
         else:
             reasons = [REASON_BELOW_BOUND if b else REASON_LATE for b in below_bound]
+        if idle:
+            is_late = late[new_disc]
+            if is_late.any():
+                assert idle_clock is not None
+                clocks = np.where(is_late, idle_clock[new_disc], clocks)
+                reasons = [REASON_IDLE if x else r for x, r in zip(is_late, reasons, strict=True)]
 
     state = PartitionState(
         next=scan.end,

@@ -48,6 +48,12 @@ READER_OPTIONS: dict[str, str] = {
         "a positive duration (seconds, or a string such as '25 seconds'): adds rowtime_end ="
         " rowtime + duration, each row's validity [rowtime, rowtime_end)"
     ),
+    "idle.timeout": (
+        "a positive duration (seconds, or a string such as '5 minutes'): a partition whose last"
+        " record arrived that long before another partition's stops holding the stream clock"
+        " until its next record; its rows then below the stream clock are late (default: the"
+        " stream's idle_timeout, else never)"
+    ),
     "interval.count": (
         "a whole number N >= 1 (order reject or drop): adds rowtime_end = the rowtime of the"
         " N-th later row of the same partition (the end of stream if none); a row waits for it"
@@ -77,6 +83,7 @@ _DEFAULT_TO_OPTION = {
     "rowtime_format": "rowtime.format",
     "rowtime_timezone": "rowtime.timezone",
     "interval_count": "interval.count",
+    "idle_timeout": "idle.timeout",
 }
 
 OPTIONS = OptionTable(READER_OPTIONS, "format('rowtime')", "the reader", _SPELLING)
@@ -126,6 +133,9 @@ class ReaderConfig:
     #: failOnDataLoss: a checkpoint before the first kept record fails the query (True) or
     #: skips to it (False), counting the skipped records.
     fail_on_data_loss: bool = True
+    #: idle.timeout: a partition silent this long (in arrival time) stops holding the stream
+    #: clock (SPEC 12); None: partitions always hold it.
+    idle_timeout_us: int | None = None
 
     @property
     def has_rowtime_end(self) -> bool:
@@ -183,6 +193,19 @@ def parse_reader_options(
     else:
         time_format = _time_format(unit_e, fmt, tz)
     duration_us, count = _interval(given, order, merged)
+    idle_us = None
+    if "idle.timeout" in merged:
+        source = "option" if "idle.timeout" in given else "stream default idle_timeout, as option"
+        idle_us = parse_duration_us(
+            str(merged["idle.timeout"]).strip(), what=f"{source} idle.timeout"
+        )
+        if count is not None:
+            raise OptionError(
+                "option interval.count waits for each row's N-th successor in its own partition, "
+                "which a silent partition may never write, and idle.timeout decides in arrival "
+                "order across partitions: the two cannot be combined; use interval.duration, or "
+                "no idle.timeout"
+            )
     return ReaderConfig(
         location=given["path"].strip(),
         policy=policy,
@@ -200,6 +223,7 @@ def parse_reader_options(
             "failondataloss", merged.get("failondataloss", "true"), ("true", "false")
         )
         == "true",
+        idle_timeout_us=idle_us,
     )
 
 

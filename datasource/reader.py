@@ -26,18 +26,27 @@ import pyarrow.compute as pc
 
 from ..bounds.arrays import as_numpy
 from ..bounds.bounds import END_OF_STREAM_US, merge_clock
-from ..bounds.errors import InvalidRowtimeError, SchemaError
-from ..bounds.plan import StreamPosition, bound_to_emit, choose_ends
+from ..bounds.errors import InvalidRowtimeError, LateRowError, SchemaError
+from ..bounds.plan import (
+    IdleStep,
+    StreamPosition,
+    bound_to_emit,
+    choose_ends,
+    idle_partitions,
+    idle_step,
+)
 from ..bounds.policies import (
     NO_TIME,
     AdjustPolicy,
     Classified,
     PartitionState,
     Policy,
+    RejectPolicy,
     classify,
     scan_partition,
     truncate_array_us,
 )
+from ..bounds.time import format_rowtime
 from ..streams.columns import (
     LOG_ARRIVAL_US,
     LOG_IS_BOUND,
@@ -169,10 +178,18 @@ class _Window:
     first: int
     t: np.ndarray
     is_bound: np.ndarray
+    #: the records' arrival times, kept only by readers with idle.timeout
+    arrival: np.ndarray | None = None
 
     @property
     def end(self) -> int:
         return self.first + len(self.t)
+
+    def view(self, start: int, end: int | None = None) -> _Window:
+        lo = start - self.first
+        hi = len(self.t) if end is None else end - self.first
+        a = None if self.arrival is None else self.arrival[lo:hi]
+        return _Window(start, self.t[lo:hi], self.is_bound[lo:hi], a)
 
 
 class Planner:
@@ -189,6 +206,15 @@ class Planner:
         self._cache: dict[int, _Window] = {}
         #: The last step planned: (start, end) offsets as dicts, and each partition's runs.
         self._last: tuple[dict[str, Any], dict[str, Any], list[EmitRuns | None]] | None = None
+        #: The same step's rows late after idleness (idle.timeout): offsets and clocks.
+        self._late: (
+            tuple[dict[str, Any], dict[str, Any], list[tuple[np.ndarray, np.ndarray]]] | None
+        ) = None
+
+    @property
+    def last_position(self) -> StreamPosition | None:
+        """The end of the last step this planner planned (None before any)."""
+        return None if self._last is None else StreamPosition.from_dict(self._last[1])
 
     def runs_for(self, start: dict[str, Any], end: dict[str, Any]) -> list[EmitRuns | None] | None:
         """The emitted runs of the step ``start`` -> ``end`` if this planner planned it last.
@@ -218,23 +244,32 @@ class Planner:
         if cached is not None and cached.first <= start <= end <= cached.end:
             # Read further already (interval.count looks ahead of the step): a view, and the
             # cache keeps what lies beyond.
-            lo, hi = start - cached.first, end - cached.first
-            return _Window(start, cached.t[lo:hi], cached.is_bound[lo:hi])
+            return cached.view(start, end)
         if cached is not None and cached.first <= start <= cached.end <= end:
-            lo = start - cached.first
-            t, b = cached.t[lo:], cached.is_bound[lo:]
+            w = cached.view(start)
             if cached.end < end:
-                nt, nb = self._read(partition, cached.end, end)
-                t, b = np.concatenate([t, nt]), np.concatenate([b, nb])
+                more = self._read(partition, cached.end, end)
+                arrival = None
+                if w.arrival is not None and more.arrival is not None:
+                    arrival = np.concatenate([w.arrival, more.arrival])
+                w = _Window(
+                    start,
+                    np.concatenate([w.t, more.t]),
+                    np.concatenate([w.is_bound, more.is_bound]),
+                    arrival,
+                )
         else:
-            t, b = self._read(partition, start, end)
-        w = _Window(start, t, b)
+            w = self._read(partition, start, end)
         self._cache[partition] = w
         return w
 
-    def _read(self, partition: int, start: int, end: int) -> tuple[np.ndarray, np.ndarray]:
+    def _read(self, partition: int, start: int, end: int) -> _Window:
         table = self.stream.read(partition, start, end, columns=time_columns(self.cfg))
-        return record_times(table, self.cfg, partition, start)
+        t, b = record_times(table, self.cfg, partition, start)
+        arrival = None
+        if self.cfg.idle_timeout_us is not None:
+            arrival = as_numpy(table.column(LOG_ARRIVAL_US))
+        return _Window(start, t, b, arrival)
 
     def plan(
         self, pos: StreamPosition, available: Sequence[int], max_rows: int | None
@@ -243,6 +278,8 @@ class Planner:
 
         The same position as :func:`pyspark_rowtime.bounds.plan.step` over the whole step, but
         computed piece by piece (:func:`classify_pieces`)."""
+        if self.cfg.idle_timeout_us is not None:
+            return self._plan_idle(pos, available, max_rows)
         ends = choose_ends(pos, available, max_rows)
         if self.cfg.interval_count is not None:
             ends = self._hold_back(pos, ends, available)
@@ -278,9 +315,167 @@ class Planner:
         for p, state in enumerate(new.partitions):
             w = self._cache.get(p)
             if w is not None and w.first <= state.scan:
-                lo = state.scan - w.first
-                self._cache[p] = _Window(state.scan, w.t[lo:], w.is_bound[lo:])
+                self._cache[p] = w.view(state.scan)
         return new
+
+    # -- idle.timeout (SPEC 12) ---------------------------------------------------------------
+
+    def _with_last(self, p: int, st: PartitionState) -> PartitionState:
+        """``st`` with its last arrival: as the offset has it, else the stream's creation
+        (no record yet) or the stored arrival of record ``next - 1`` (an offset written
+        without idleness)."""
+        if st.last_arrival_us is not None:
+            return st
+        start_offset = getattr(self.stream, "start_offset", None)
+        kept = start_offset(p) if start_offset is not None else 0
+        if st.next == 0:
+            last = getattr(self.stream.meta, "created_us", None)
+        elif st.next - 1 < kept:
+            # record next - 1 was removed by retention: its trim keeps that arrival; a trim
+            # without it falls back to the first kept record's (a partition then looks active
+            # a little longer, never idle too early)
+            last = self.stream.trim_state(p).last_arrival_us  # type: ignore[attr-defined]
+            if last is None:
+                table = self.stream.read(p, kept, kept + 1, columns=[LOG_ARRIVAL_US])
+                last = int(table.column(0)[0].as_py()) if table.num_rows else None
+        else:
+            table = self.stream.read(p, st.next - 1, st.next, columns=[LOG_ARRIVAL_US])
+            last = int(table.column(0)[0].as_py())
+        return dataclasses.replace(st, last_arrival_us=last)
+
+    def _arrival_prefix(
+        self, pos: StreamPosition, ends: list[int], available: Sequence[int]
+    ) -> list[int]:
+        """``ends`` cut so that the step holds every record up to an arrival time and none
+        after it (idleness is decided in arrival order across partitions). Only needed when a
+        partition stops short of what is available (``maxRowsPerBatch``, a large backlog)."""
+        short = [p for p, (e, a) in enumerate(zip(ends, available, strict=True)) if e < a]
+        if not short:
+            return ends
+        starts = [st.next for st in pos.partitions]
+
+        def arrivals(p: int, end: int) -> np.ndarray:
+            w = self.window(p, pos.partitions[p].scan, end)
+            assert w.arrival is not None
+            return w.arrival[starts[p] - w.first :]
+
+        # records arriving at or after the first record left out of any partition wait
+        cut = min(int(arrivals(p, ends[p] + 1)[-1]) for p in short)
+        out = [s + int(np.searchsorted(arrivals(p, e), cut, side="left")) for p, (s, e) in
+               enumerate(zip(starts, ends, strict=True))]  # fmt: skip
+        if out != starts:
+            return out
+        # nothing arrived before it: take every record that arrived with the earliest
+        firsts = [int(arrivals(p, s + 1)[0]) for p, s in enumerate(starts) if available[p] > s]
+        first = min(firsts)
+        out = []
+        for p, s in enumerate(starts):
+            end = s
+            while end < available[p]:
+                step = min(available[p], max(end + 1, 2 * end - s + 1024))
+                a = arrivals(p, step)
+                end = s + int(np.searchsorted(a, first, side="right"))
+                if end < step:
+                    break
+            out.append(end)
+        return out
+
+    def idle_decisions(self, pos: StreamPosition, ends: Sequence[int]) -> IdleStep:
+        """What idleness decides over the step from ``pos`` to ``ends``: the stream clock after
+        it and each partition's late rows (:func:`~pyspark_rowtime.bounds.plan.idle_step`)."""
+        timeout = self.cfg.idle_timeout_us
+        assert timeout is not None
+        states = [self._with_last(p, st) for p, st in enumerate(pos.partitions)]
+        ts, bs, arrs = [], [], []
+        for p, st in enumerate(states):
+            w = self.window(p, st.scan, ends[p])
+            assert w.arrival is not None
+            i = st.next - st.scan
+            ts.append(w.t[i:])
+            bs.append(w.is_bound[i:])
+            arrs.append(w.arrival[i:])
+        step = idle_step(self.cfg.policy, states, pos.clock_us, ts, bs, arrs, timeout)
+        step.states = states
+        step.times = ts
+        return step
+
+    def _plan_idle(
+        self, pos: StreamPosition, available: Sequence[int], max_rows: int | None
+    ) -> StreamPosition | None:
+        ends = self._arrival_prefix(pos, choose_ends(pos, available, max_rows), available)
+        if ends == [p.next for p in pos.partitions]:
+            return None
+        policy = self.cfg.policy
+        idle = self.idle_decisions(pos, ends)
+        if isinstance(policy, RejectPolicy):
+            _reject_late(self.cfg, idle)
+        states = []
+        runs: list[EmitRuns | None] = []
+        late: list[tuple[np.ndarray, np.ndarray]] = []
+        for p, st in enumerate(idle.states):
+            win = self.window(p, st.scan, ends[p])
+            late.append(late_offsets(st, idle.late[p], idle.late_clock[p]))
+            # Without late rows, and with the stream clock never above the partition's, the
+            # step is what it is without idleness: the in-order fast path may decide it.
+            if not len(late[-1][0]) and _at_most(pos.clock_us, st.clock_us(policy)):
+                end_clock = clock_at_end(policy, st, win.t, win.is_bound)
+                fast = None
+                if _at_most(idle.clock_us, end_clock):
+                    fast = sorted_step(policy, st, win.t, win.is_bound, pos.clock_us, idle.clock_us)
+                if fast is not None:
+                    states.append(
+                        dataclasses.replace(fast[0], last_arrival_us=idle.last_arrival_us[p])
+                    )
+                    runs.append(fast[1])
+                    continue
+            mask, clocks = late_mask(st, len(win.t), idle.late[p], idle.late_clock[p])
+            emitted = np.zeros(len(win.t), dtype=bool)
+            last = None
+            for first, c in classify_pieces(
+                policy,
+                st,
+                win.t,
+                win.is_bound,
+                pos.clock_us,
+                idle.clock_us,
+                where_of(self.cfg, p),
+                order=False,
+                idle_late=mask,
+                idle_clock=clocks,
+            ):
+                emitted[c.emit_set + (first - st.scan)] = True
+                last = c
+            assert last is not None
+            states.append(dataclasses.replace(last.state, last_arrival_us=idle.last_arrival_us[p]))
+            runs.append(EmitRuns.of_mask(emitted, st.scan))
+        new = StreamPosition(idle.clock_us, states)
+        self._last = (pos.to_dict(), new.to_dict(), runs)
+        self._late = (self._last[0], self._last[1], late)
+        for p, state in enumerate(new.partitions):
+            w = self._cache.get(p)
+            if w is not None and w.first <= state.scan:
+                self._cache[p] = w.view(state.scan)
+        return new
+
+    def late_for(
+        self, start: dict[str, Any], end: dict[str, Any]
+    ) -> list[tuple[np.ndarray, np.ndarray]] | None:
+        """Per partition, the offsets of the step's rows late after idleness and the stream
+        clock each was judged against; None without idle.timeout. Recomputed from the log when
+        this planner did not plan the step (the driver restarted): the same decisions."""
+        if self.cfg.idle_timeout_us is None:
+            return None
+        s = StreamPosition.from_dict(start)
+        e = StreamPosition.from_dict(end)
+        if self._late is not None and (s.to_dict(), e.to_dict()) == self._late[:2]:
+            return self._late[2]
+        ends = [p.next for p in e.partitions]
+        if ends == [p.next for p in s.partitions]:
+            return [(_NO_OFFSETS, _NO_OFFSETS) for _ in ends]
+        idle = self.idle_decisions(s, ends)
+        return [
+            late_offsets(st, idle.late[p], idle.late_clock[p]) for p, st in enumerate(idle.states)
+        ]
 
     def _hold_back(
         self, pos: StreamPosition, ends: list[int], available: Sequence[int]
@@ -304,6 +499,66 @@ class Planner:
         from .retention import earliest_position  # each partition from its first kept record
 
         return earliest_position(self.stream, self.cfg)
+
+
+_NO_OFFSETS = np.empty(0, dtype=np.int64)
+
+
+def late_offsets(
+    st: PartitionState, late: np.ndarray, clock: np.ndarray
+) -> tuple[np.ndarray, np.ndarray]:
+    """The offsets of the rows ``late`` marks among the records from ``st.next`` on, and the
+    stream clock each was judged against (what a task needs to replay the step)."""
+    i = np.flatnonzero(late)
+    return i.astype(np.int64) + st.next, clock[i]
+
+
+def late_mask(
+    st: PartitionState, n: int, late: np.ndarray, clock: np.ndarray
+) -> tuple[np.ndarray, np.ndarray]:
+    """``late``/``clock`` (over the records from ``st.next``) as arrays over a window of ``n``
+    records from ``st.scan``, as :func:`classify` takes them."""
+    i = st.next - st.scan
+    mask = np.zeros(n, dtype=bool)
+    clocks = np.zeros(n, dtype=np.int64)
+    k = min(n - i, len(late))
+    mask[i : i + k] = late[:k]
+    clocks[i : i + k] = clock[:k]
+    return mask, clocks
+
+
+def mask_of_offsets(
+    st: PartitionState, n: int, offsets: np.ndarray, clocks: np.ndarray
+) -> tuple[np.ndarray, np.ndarray]:
+    """:func:`late_mask` from offsets and clocks (as :func:`late_offsets` gives them)."""
+    mask = np.zeros(n, dtype=bool)
+    out = np.zeros(n, dtype=np.int64)
+    i = np.asarray(offsets, dtype=np.int64) - st.scan
+    ok = (i >= 0) & (i < n)
+    mask[i[ok]] = True
+    out[i[ok]] = np.asarray(clocks, dtype=np.int64)[ok]
+    return mask, out
+
+
+def _at_most(clock: int | None, partition_clock: int | None) -> bool:
+    """Whether a stream clock is at most a partition clock (no stream clock: yes)."""
+    return clock is None or (partition_clock is not None and clock <= partition_clock)
+
+
+def _reject_late(cfg: ReaderConfig, idle: IdleStep) -> None:
+    """order=reject: the first row late after idleness, in arrival order, is an error."""
+    for p, st in enumerate(idle.states):
+        hits = np.flatnonzero(idle.late[p])
+        if len(hits):
+            i = int(hits[0])
+            raise LateRowError(
+                f"{where_of(cfg, p)}, offset {st.next + i}: a row arrived after the partition "
+                f"was idle (idle.timeout) with rowtime {format_rowtime(int(idle.times[p][i]))} "
+                f"below the stream clock {format_rowtime(int(idle.late_clock[p][i]))} as of its "
+                "arrival, and order=reject forbids rows that go back in time; use order=drop or "
+                "order=adjust to discard such rows (reason idle, kept in the quarantine), or a "
+                "longer idle.timeout (nothing in the log was changed)"
+            )
 
 
 def _opt(value: int) -> int | None:
@@ -380,6 +635,8 @@ def classify_pieces(
     piece: int = PIECE_RECORDS,
     *,
     order: bool = True,
+    idle_late: np.ndarray | None = None,
+    idle_clock: np.ndarray | None = None,
 ) -> Iterator[tuple[int, Classified]]:
     """One partition's step, ``scan_partition`` + ``classify`` over at most ``piece`` new
     records at a time; yields ``(first offset of the piece's window, what it decided)``.
@@ -394,7 +651,8 @@ def classify_pieces(
     ordering argument in :mod:`pyspark_rowtime.bounds.policies`). ``adjust.maxHeld`` is checked
     at the end of the step only, as one pass does. When more rows stay alive than a piece
     (a partition far ahead of the others), the rest is done in one pass, so the work never
-    grows beyond one pass's.
+    grows beyond one pass's. ``idle_late``/``idle_clock`` (idle.timeout): as :func:`classify`
+    takes them, over the whole window ``t``.
     """
     end = prev.scan + len(t)
     loose = policy
@@ -408,7 +666,18 @@ def classify_pieces(
         scan = scan_partition(
             policy if last else loose, state, t[lo:hi], is_bound[lo:hi], where=where
         )
-        c = classify(scan, before, clock_after_us, order=order)
+        if idle_late is not None:
+            assert idle_clock is not None
+            c = classify(
+                scan,
+                before,
+                clock_after_us,
+                order=order,
+                idle_late=idle_late[lo:hi],
+                idle_clock=idle_clock[lo:hi],
+            )
+        else:
+            c = classify(scan, before, clock_after_us, order=order)
         yield state.scan, c
         if last:
             return
@@ -534,15 +803,54 @@ def sorted_step(
     return state, runs
 
 
+def batch_tasks(cfg: ReaderConfig, planner: Planner | None = None) -> list[ReadTask]:
+    """The tasks of a batch read (``spark.read``): the history as one step, every partition
+    from its first kept record (the state retention stored there), to the stream clock
+    (``endingOffsets=clock``) or to what is written (``latest``)."""
+    from .retention import earliest_position  # each partition from its first kept record
+
+    planner = planner or Planner(cfg)
+    available = planner.available()
+    start = earliest_position(planner.stream, cfg)
+    if cfg.ending == "latest":
+        late = None
+        if cfg.idle_timeout_us is not None:
+            end = planner.plan(start, available, None) or start
+            late = planner.late_for(start.to_dict(), end.to_dict())
+        return written_tasks(available, start.partitions, late)
+    end = planner.plan(start, available, None) or start
+    s, e = start.to_dict(), end.to_dict()
+    return partition_tasks(s, e, planner.runs_for(s, e), planner.late_for(s, e))
+
+
+def progress_report(planner: Planner) -> dict[str, Any]:
+    """What a streaming query's progress shows for the source (``reportLatestOffset``): the
+    records written per partition and, once a step is planned, the stream clock (ISO and
+    microseconds) and, with idle.timeout, the idle partitions. A plain dict of primitives."""
+    report: dict[str, Any] = {"records": {str(p): n for p, n in enumerate(planner.available())}}
+    last = planner.last_position
+    if last is not None:
+        clock = last.clock_us
+        report["clock"] = None if clock is None else format_rowtime(clock)
+        report["clock_us"] = clock
+        timeout = planner.cfg.idle_timeout_us
+        if timeout is not None:
+            lasts = [p.last_arrival_us for p in last.partitions]
+            report["idle"] = [str(p) for p in idle_partitions(lasts, timeout)]
+    return report
+
+
 def partition_tasks(
     start: dict[str, Any],
     end: dict[str, Any],
     runs: Sequence[EmitRuns | None] | None = None,
+    late: Sequence[tuple[np.ndarray, np.ndarray]] | None = None,
 ) -> list[ReadTask]:
     """One task per stream partition; the first also carries the step's bound record.
 
     ``runs``: what :meth:`Planner.runs_for` kept for this step (each task then reads only its
-    partition's runs); None makes every task replay the policy."""
+    partition's runs); None makes every task replay the policy. ``late``: what
+    :meth:`Planner.late_for` says for this step (idle.timeout)."""
     s = StreamPosition.from_dict(start)
     e = StreamPosition.from_dict(end)
     bound = bound_to_emit(s.clock_us, e.clock_us)
@@ -557,18 +865,22 @@ def partition_tasks(
                 clock_after=e.clock_us,
                 bound=bound if p == 0 else None,
                 runs=runs[p] if runs is not None else None,
+                late=late[p] if late is not None else None,
             )
         )
     return tasks
 
 
 def written_tasks(
-    ends: Sequence[int], starts: Sequence[PartitionState] | None = None
+    ends: Sequence[int],
+    starts: Sequence[PartitionState] | None = None,
+    late: Sequence[tuple[np.ndarray, np.ndarray]] | None = None,
 ) -> list[ReadTask]:
     """A batch read of every record written so far (``endingOffsets=latest``): each partition
     from its start (``starts[p]``: its first kept record; offset 0 without) to ``ends[p]`` under
     its policy as if an end of stream followed, with no alignment between partitions and no
-    bound record."""
+    bound record. ``late`` (idle.timeout): the rows late after idleness over the whole log
+    (:meth:`Planner.late_for`), discarded as the streaming query discards them."""
     return [
         ReadTask(
             partition=p,
@@ -578,6 +890,7 @@ def written_tasks(
             clock_after=END_OF_STREAM_US,
             bound=None,
             ends_now=True,
+            late=late[p] if late is not None else None,
         )
         for p, end in enumerate(ends)
     ]
@@ -629,6 +942,9 @@ class ReadTask:
     bound: int | None
     ends_now: bool = False
     runs: EmitRuns | None = None
+    #: idle.timeout: offsets of the step's rows late after idleness, and the stream clock
+    #: each was judged against (the driver's decision: a task sees one partition only)
+    late: tuple[np.ndarray, np.ndarray] | None = None
 
 
 def _timestamps(values_us: np.ndarray) -> pa.Array:
@@ -658,7 +974,21 @@ def read_task(cfg: ReaderConfig, task: ReadTask, schema: pa.Schema) -> Iterator[
         if task.ends_now:  # a virtual end of stream after the last record; never emitted
             t = np.append(t, np.int64(END_OF_STREAM_US))
             b = np.append(b, True)
-        pieces = classify_pieces(cfg.policy, prev, t, b, task.clock_before, task.clock_after, where)
+        idle_late = idle_clock = None
+        if cfg.idle_timeout_us is not None:
+            offsets, clocks = task.late if task.late is not None else (_NO_OFFSETS, _NO_OFFSETS)
+            idle_late, idle_clock = mask_of_offsets(prev, len(t), offsets, clocks)
+        pieces = classify_pieces(
+            cfg.policy,
+            prev,
+            t,
+            b,
+            task.clock_before,
+            task.clock_after,
+            where,
+            idle_late=idle_late,
+            idle_clock=idle_clock,
+        )
         for first, c in pieces:
             window = table.slice(first - prev.scan, c.state.next - first)
             if cfg.output == "discarded":

@@ -36,14 +36,14 @@ from .options import ReaderConfig, parse_reader_options
 from .reader import (
     Planner,
     ReadTask,
+    batch_tasks,
     output_arrow_schema,
     partition_tasks,
+    progress_report,
     read_task,
-    written_tasks,
 )
 from .retention import (
     SkipCounter,
-    earliest_states,
     replay_position,
     skip_removed,
     skipped_progress,
@@ -54,20 +54,6 @@ def _read(cfg: ReaderConfig, task: ReadTask, schema: pa.Schema) -> Iterator[pa.R
     if cfg.has_rowtime_end and cfg.output == "rows":
         return read_task_with_intervals(cfg, task, schema)
     return read_task(cfg, task, schema)
-
-
-def batch_tasks(cfg: ReaderConfig) -> list[ReadTask]:
-    """The tasks of a batch read: the history as one step, every partition from its first kept
-    record (the state retention stored there), to the stream clock (``endingOffsets=clock``)
-    or to what is written (``latest``)."""
-    planner = Planner(cfg)
-    starts = earliest_states(planner.stream, cfg)
-    if cfg.ending == "latest":
-        return written_tasks(planner.available(), starts)
-    start = StreamPosition(None, starts)
-    end = planner.plan(start, planner.available(), None) or start
-    s, e = start.to_dict(), end.to_dict()
-    return partition_tasks(s, e, planner.runs_for(s, e))
 
 
 class RowtimePartition(InputPartition):
@@ -280,7 +266,7 @@ class RowtimeStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         return self._offset(new)
 
     def reportLatestOffset(self) -> dict | None:
-        report = {"records": {str(p): n for p, n in enumerate(self.planner.available())}}
+        report = progress_report(self.planner)
         report.update(skipped_progress(self._skips.skipped))
         return report
 
@@ -291,7 +277,8 @@ class RowtimeStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         self._skips.count(moved)
         end, _ = replay_position(end, self.planner.stream, self.cfg)
         runs = self.planner.runs_for(start, end)
-        return [RowtimePartition(t) for t in partition_tasks(start, end, runs)]
+        late = self.planner.late_for(start, end)
+        return [RowtimePartition(t) for t in partition_tasks(start, end, runs, late)]
 
     def read(self, partition: InputPartition) -> Iterator[pa.RecordBatch]:
         assert isinstance(partition, RowtimePartition)

@@ -454,6 +454,7 @@ class Stream:
                             st.max_rowtime_us,
                             st.last_bound_us,
                             st.clock_us,
+                            last_arrival_us=st.last_arrival_us,
                         )
                     )
             except FileNotFoundError:
@@ -793,6 +794,11 @@ def _open(path: str, given: str) -> Stream:
     return Stream(meta)
 
 
+def _now_us() -> int:
+    """The creation time a new stream records (the wall clock, as writers' arrivals)."""
+    return time.time_ns() // 1000
+
+
 def create_stream(
     location: str | os.PathLike[str],
     schema: str | pa.Schema,
@@ -811,7 +817,9 @@ def create_stream(
     if isinstance(partitions, bool) or not isinstance(partitions, int) or partitions < 1:
         raise OptionError(f"partitions={partitions!r} must be a whole number >= 1")
     checked = validate_defaults(defaults, payload)
-    meta = StreamMeta(path, payload, partitions, checked, stream_id=uuid.uuid4().hex)
+    meta = StreamMeta(
+        path, payload, partitions, checked, stream_id=uuid.uuid4().hex, created_us=_now_us()
+    )
 
     existing = read_meta(path)
     if existing is None:

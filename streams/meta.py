@@ -59,6 +59,7 @@ KNOWN_DEFAULTS: dict[str, str] = {
     "interval_count": "a whole number >= 1 (readers' default interval.count; order reject or drop)",
     "retention": "a positive duration of rowtime such as '7 days' or '12h', or 'off'",
     "retention_size": "a size in bytes per partition such as '10 GiB' or 500000000, or 'off'",
+    "idle_timeout": "a positive duration such as '5 minutes' or a number of seconds",
 }
 
 #: Spark option spellings (``option("adjust.maxHeld", ...)``) accepted for the same defaults.
@@ -73,6 +74,7 @@ _ALIASES = {
     "rowtime.timezone": "rowtime_timezone",
     "interval.count": "interval_count",
     "retention.size": "retention_size",
+    "idle.timeout": "idle_timeout",
 }
 
 
@@ -88,6 +90,10 @@ class StreamMeta:
     #: A random id given when the stream is created ("" for streams made before ids): a stream
     #: deleted and created again at the same place is another stream to a query's checkpoint.
     stream_id: str = ""
+    #: When the stream was created (microseconds, the creator's wall clock; None for streams
+    #: made before it was kept): a partition with no record yet counts it as its last arrival
+    #: when readers decide idleness (SPEC 12).
+    created_us: int | None = None
 
     @property
     def ddl(self) -> str:
@@ -217,6 +223,14 @@ def validate_defaults(defaults: Mapping[str, Any], schema: pa.Schema) -> dict[st
                 size = parse_size(value, what=f"stream default {name}")
                 if size is not None:
                     out[name] = size
+        elif name == "idle_timeout":
+            from ..bounds.durations import parse_duration_us
+
+            try:
+                parse_duration_us(value, what=f"stream default {name}")
+            except OptionError as e:
+                raise _bad(name, value) from e
+            out[name] = value
         elif name == "rowtime_format":
             out[name] = _check_with_time(name, value, fmt=value)
         else:  # rowtime_timezone
@@ -252,6 +266,8 @@ def meta_to_json(meta: StreamMeta) -> str:
     }
     if meta.stream_id:
         doc["id"] = meta.stream_id
+    if meta.created_us is not None:
+        doc["created_us"] = meta.created_us
     return json.dumps(doc, indent=2, sort_keys=False) + "\n"
 
 
@@ -268,11 +284,13 @@ def meta_from_json(text: str, location: str) -> StreamMeta:
         partitions = int(doc["partitions"])
         defaults = dict(doc.get("defaults") or {})
         stream_id = str(doc.get("id") or "")
+        created = doc.get("created_us")
+        created_us = None if created is None else int(created)
     except CorruptLogError:
         raise
     except (ValueError, KeyError, TypeError, AttributeError, pa.ArrowException) as e:
         raise CorruptLogError(f"stream metadata {path} cannot be read: {e}") from e
-    return StreamMeta(location, schema, partitions, defaults, version, stream_id)
+    return StreamMeta(location, schema, partitions, defaults, version, stream_id, created_us)
 
 
 #: Parsed metadata by path, with the file's identity: ``_stream.json`` is written once and never

@@ -508,7 +508,16 @@ class RedisStream:
             )
         prev = self.trim_state(partition)
         units = [
-            Unit(st.first, st.count, st.rows, 0, st.max_rowtime_us, st.last_bound_us, st.clock_us)
+            Unit(
+                st.first,
+                st.count,
+                st.rows,
+                0,
+                st.max_rowtime_us,
+                st.last_bound_us,
+                st.clock_us,
+                last_arrival_us=st.last_arrival_us,
+            )
             for st in self.partition_stats(partition)
             if st.end > prev.start
         ]

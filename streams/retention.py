@@ -242,6 +242,9 @@ class TrimState:
     column_max_us: int | None = None
     removed_units: int = 0
     removed_bytes: int = 0
+    #: the arrival of the last removed record (idle.timeout's last arrival of a reader that
+    #: starts at :attr:`start`); None: trimmed before it was kept (0.2.0 development) or unknown
+    last_arrival_us: int | None = None
 
     def to_doc(self) -> dict[str, Any]:
         return {"v": TRIM_FORMAT_VERSION, **self.__dict__}
@@ -311,6 +314,7 @@ class Unit:
     bound_max_us: int | None
     clock_us: int | None
     column_max_us: int | None = None
+    last_arrival_us: int | None = None
 
     @property
     def end(self) -> int:
@@ -393,6 +397,7 @@ def choose_trim(
             column_max_us=col_max,
             removed_units=prev.removed_units + units_gone,
             removed_bytes=prev.removed_bytes + removed,
+            last_arrival_us=u.last_arrival_us,
         )
     return best
 

@@ -114,6 +114,10 @@ READER_BAD: list[tuple[dict[str, str], str]] = [
     ({"rowtime.column": "ts", "rowtime.format": " "}, "rowtime.format"),
     ({"rowtime.column": "ts", "rowtime.format": "yyyy-MM-dd qqqq"}, "rowtime.format"),
     ({"interval.duration": "0"}, "interval.duration"),
+    ({"idle.timeout": "0"}, "idle.timeout"),
+    ({"idle.timeout": "-5 seconds"}, "idle.timeout"),
+    ({"idle.timeout": "soon"}, "idle.timeout"),
+    ({"idle.timeout": "5s", "interval.count": "2"}, "idle.timeout"),
     ({"interval.duration": "-5 seconds"}, "interval.duration"),
     ({"interval.duration": "a while"}, "interval.duration"),
     ({"interval.count": "0"}, "interval.count"),
@@ -141,7 +145,11 @@ def test_the_reader_needs_a_path(path):
 
 @pytest.mark.parametrize(
     ("defaults", "named"),
-    [({"order": "sideways"}, "order"), ({"adjust_range": -2, "order": "adjust"}, "adjust.range")],
+    [
+        ({"order": "sideways"}, "order"),
+        ({"adjust_range": -2, "order": "adjust"}, "adjust.range"),
+        ({"idle_timeout": "never"}, "idle_timeout"),
+    ],
 )
 def test_a_bad_stream_default_reaching_the_reader_is_named_as_its_option(defaults, named):
     """A stream's stored defaults are options too (a catalog or an old file may hold them)."""

@@ -156,6 +156,7 @@ def test_known_defaults_are_typed_and_spark_spellings_accepted(tmp_path):
             "rowtime_timezone": "Europe/Paris",
             "retention": "168 hours",
             "retention.size": "1 GiB",
+            "idle.timeout": "5 minutes",
         },
     )
     assert stream.meta.defaults == {
@@ -169,6 +170,7 @@ def test_known_defaults_are_typed_and_spark_spellings_accepted(tmp_path):
         "rowtime_timezone": "Europe/Paris",
         "retention": "7 days",
         "retention_size": 1 << 30,
+        "idle_timeout": "5 minutes",
     }
     # interval_count goes with reject or drop only
     other = create_stream(tmp_path / "t", "v STRING", **{"interval.count": "2"}).meta.defaults

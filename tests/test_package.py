@@ -59,3 +59,14 @@ def test_unknown_attribute_is_an_attribute_error():
         assert "no_such_name" in str(e)
     else:
         raise AssertionError("expected AttributeError")
+
+
+def test_no_test_file_name_stands_in_both_tests_and_integration() -> None:
+    """pytest imports test files by their basename (the folders are not packages), so a name
+    in both folders stops the whole run at collection ("import file mismatch")."""
+    from pathlib import Path
+
+    root = Path(__file__).resolve().parent.parent
+    fast = {p.name for p in (root / "tests").glob("test_*.py")}
+    spark = {p.name for p in (root / "integration").glob("test_*.py")}
+    assert not fast & spark, f"rename one of each: {sorted(fast & spark)}"

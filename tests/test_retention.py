@@ -673,3 +673,71 @@ def test_a_batch_planned_before_a_trim_and_replayed_after_it_fails_or_skips(
             rows += [k for k in t["k"].to_pylist() if k is not None]
     assert rows == list(range(10, 30))  # every kept row, once
     assert skipping.reportLatestOffset()["skipped"] == {"0": 10}
+
+
+# -- idle.timeout over a trimmed stream (SPEC 12: both rules at once) -------------------------
+
+
+def write_interleaved(location: str, rng: random.Random, defaults: dict[str, Any]) -> int:
+    """Two partitions written turn about on one test clock: first 200 records with no silence,
+    then 300 with silences of either partition longer than the idle timeout below, so that rows
+    come late after idleness. Returns the rowtime (ms) where the second part begins."""
+    from clocks import FakeClock
+
+    pr.create_stream(location, "k BIGINT", partitions=2, **defaults)
+    clock = FakeClock(step=1_000)
+    writers = [pr.open_writer(location, p, clock=clock) for p in range(2)]
+    cur = [1_000_000, 1_000_000]
+    second = 0
+    try:
+        for i in range(500):
+            if i == 200:
+                for w in writers:
+                    w.flush()
+                second = max(cur) + 1_000
+                cur = [second, second]
+            p = i % 2 if i < 200 else int(rng.random() < 0.5)
+            if i >= 200 and rng.random() < 0.03:
+                clock.now += 50_000  # a silence of both: whoever writes next, the other is idle
+            w = writers[p]
+            cur[p] += rng.randrange(0, 2_000)
+            offset = w.end_offset + w.pending
+            w.insert({"k": offset}, rowtime=cur[p] - rng.randrange(0, 30))  # ms
+            if rng.random() < 0.2:
+                w.flush()
+    finally:
+        for w in writers:
+            w.close()
+    return second
+
+
+@pytest.mark.parametrize("order", ["drop", "adjust"])
+def test_an_idle_read_of_a_stream_trimmed_at_a_quiet_cut_equals_the_untrimmed_one(
+    tmp_path: Path, order: str
+) -> None:
+    """A reader with idle.timeout that starts at the first kept records takes the last arrival
+    of each partition's removed records from its trim (it cannot read them), so where every
+    removed record arrived before every kept one and no partition was idle before the cut, it
+    finds the same partitions idle and discards the same rows as late as a reader of the whole
+    log (README, known limits, says what a trim at another cut changes)."""
+    defaults: dict[str, Any] = {"order": order}
+    if order == "adjust":
+        defaults.update(adjust_unit="usec", adjust_range=5_000)
+    rng = random.Random(7 if order == "drop" else 11)
+    idle_late = trimmed = compared = 0
+    for case in range(3):
+        location, copy = str(tmp_path / f"s{case}"), str(tmp_path / f"c{case}")
+        second_ms = write_interleaved(location, rng, defaults)
+        shutil.copytree(location, copy)
+        stream = open_stream(location)
+        apply_retention(stream, before_us=second_ms * 1_000)
+        kept = [stream.start_offset(p) for p in range(2)]
+        trimmed += sum(kept)
+        for read in READS:
+            read = {**read, "idle.timeout": "0.02 seconds"}
+            want, got = batch(copy, read), batch(location, read)
+            for p, start in enumerate(kept):
+                assert got[p] == restricted(want[p], start), (case, read, p, start)
+                compared += len(got[p])
+                idle_late += sum(1 for r in got[p] if r.get("reason") == "idle")
+    assert trimmed > 50 and compared > 500 and idle_late > 0

@@ -4,7 +4,8 @@
     rowtime insert PATH [--partition N] [--format jsonl|csv] [--rowtime-column COL]
                         [--rowtime-unit s|ms|us|ns] [FILE|-]
     rowtime bound PATH TIME [--strict] [--partition N]
-    rowtime describe PATH [--json] [--verify]
+    rowtime describe PATH [--json] [--verify] [--idle-timeout DURATION]
+    rowtime metrics PATH...
     rowtime clock PATH [--us]
     rowtime tail PATH [-n N] [--follow]
 
@@ -290,14 +291,20 @@ def cmd_bound(args: argparse.Namespace) -> int:
     return 0
 
 
-def describe(stream: StreamStorage, verify: bool = False) -> dict[str, Any]:
+def describe(
+    stream: StreamStorage, verify: bool = False, idle_timeout: Any = None
+) -> dict[str, Any]:
     """What ``rowtime describe --json`` prints. A damaged partition (a segment file that cannot
     be read) is listed with ``damaged``, the error naming the file, and the others as usual.
 
     ``verify``: also check every record batch against its checksum (reads every byte; streams
     in a folder only); a partition then has ``batches_checked`` and
     ``batches_without_checksum`` (written before checksums), or ``damaged`` naming the file and
-    the records of the first batch that does not match."""
+    the records of the first batch that does not match.
+
+    ``idle_timeout`` (a duration; else the stream's default ``idle_timeout``): each partition
+    idle now under it has ``idle_since`` (SPEC 12: the arrival of the record of another
+    partition that made it idle); the answer then has ``idle_timeout_us``."""
     check = getattr(stream, "verify", None) if verify else None
     if verify and check is None:
         raise OptionError(
@@ -345,7 +352,21 @@ def describe(stream: StreamStorage, verify: bool = False) -> dict[str, Any]:
         if checked is not None:
             partitions[-1]["batches_checked"], partitions[-1]["batches_without_checksum"] = checked
     stream_clock = merge_clock(clocks)  # from the same listing as the partitions shown
-    return {
+    timeout_us = _idle_timeout_us(stream, idle_timeout)
+    if timeout_us is not None:
+        from .metrics import idle_since
+
+        created = getattr(stream.meta, "created_us", None)
+        lasts = [
+            None if "damaged" in i else (i["last_arrival_us"] if i["records"] else created)
+            for i in partitions
+        ]
+        since = idle_since(stream, timeout_us, lasts)
+        for i in partitions:
+            if "damaged" not in i:
+                i["idle_since_us"] = since.get(i["partition"])
+                i["idle_since"] = _json_time(i["idle_since_us"])
+    info: dict[str, Any] = {
         "location": stream.location,
         "schema": stream.meta.ddl,
         "partitions": stream.meta.partitions,
@@ -355,6 +376,21 @@ def describe(stream: StreamStorage, verify: bool = False) -> dict[str, Any]:
         "stream_clock": _json_time(stream_clock),
         "partition_info": partitions,
     }
+    if timeout_us is not None:
+        info["idle_timeout_us"] = timeout_us
+    return info
+
+
+def _idle_timeout_us(stream: StreamStorage, given: Any) -> int | None:
+    """``--idle-timeout`` in microseconds, else the stream's default idle_timeout, else None."""
+    from .bounds.durations import parse_duration_us
+
+    if given is not None:
+        return parse_duration_us(given, what="--idle-timeout")
+    default = stream.meta.defaults.get("idle_timeout")
+    if default is None:
+        return None
+    return parse_duration_us(default, what="stream default idle_timeout")
 
 
 def cmd_describe(args: argparse.Namespace) -> int:
@@ -379,7 +415,7 @@ def cmd_describe(args: argparse.Namespace) -> int:
             print(f"stream target {path}: not created yet (its query's first commit creates it)")
             print("stream clock  none")
         return 0
-    info = describe(open_storage(args.path), verify=args.verify)
+    info = describe(open_storage(args.path), verify=args.verify, idle_timeout=args.idle_timeout)
     if args.json:
         print(json.dumps(info, indent=2))
         return 1 if any("damaged" in p for p in info["partition_info"]) else 0
@@ -388,32 +424,41 @@ def cmd_describe(args: argparse.Namespace) -> int:
     print(f"schema    {info['schema']}")
     print(f"defaults  {defaults}")
     print(f"retention {info['retention']['text']}")
-    header = ("partition", "records", "first kept", "rows", "bounds", "clock", "last arrival",
-              "skew latest", "skew max")  # fmt: skip
+    header: tuple[str, ...] = ("partition", "records", "first kept", "rows", "bounds", "clock",
+                               "last arrival", "skew latest", "skew max")  # fmt: skip
+    idle_shown = "idle_timeout_us" in info
+    if idle_shown:
+        header += ("idle",)
     table = [header]
     damaged = [p for p in info["partition_info"] if "damaged" in p]
     for p in info["partition_info"]:
         if "damaged" in p:
-            table.append((str(p["partition"]), "DAMAGED", "-", "-", "-", "-", "-", "-", "-"))
+            table.append((str(p["partition"]), "DAMAGED") + ("-",) * (len(header) - 2))
             continue
-        table.append(
-            (
-                str(p["partition"]),
-                str(p["records"]),
-                str(p["first_kept_offset"]),
-                str(p["rows"]),
-                str(p["bounds"]),
-                p["clock"] or "-",
-                p["last_arrival"] or "-",
-                _duration(p["skew_latest_us"]),
-                _duration(p["skew_max_us"]),
-            )
+        row: tuple[str, ...] = (
+            str(p["partition"]),
+            str(p["records"]),
+            str(p["first_kept_offset"]),
+            str(p["rows"]),
+            str(p["bounds"]),
+            p["clock"] or "-",
+            p["last_arrival"] or "-",
+            _duration(p["skew_latest_us"]),
+            _duration(p["skew_max_us"]),
         )
+        if idle_shown:
+            row += (f"IDLE since {p['idle_since']}" if p["idle_since"] else "-",)
+        table.append(row)
     widths = [max(len(r[i]) for r in table) for i in range(len(header))]
     for r in table:
         print("  ".join(c.ljust(w) for c, w in zip(r, widths, strict=True)).rstrip())
     why = "a partition is damaged" if damaged else "a partition is empty"
     print(f"stream clock  {info['stream_clock'] or f'none ({why})'}")
+    if idle_shown:
+        print(
+            f"idle timeout  {_duration(info['idle_timeout_us'])} (the stream clock above holds "
+            "every partition; a query with this idle.timeout leaves idle ones out)"
+        )
     if args.verify:
         sound = [p for p in info["partition_info"] if "batches_checked" in p]
         old = sum(p["batches_without_checksum"] for p in sound)
@@ -495,6 +540,13 @@ def cmd_retention(args: argparse.Namespace) -> int:
         f"retention of {stream.location}: {Retention(duration, size).describe()} (writers apply "
         "it as they append; `rowtime trim` applies it now)"
     )
+    return 0
+
+
+def cmd_metrics(args: argparse.Namespace) -> int:
+    from .metrics import exposition
+
+    sys.stdout.write(exposition(args.paths))
     return 0
 
 
@@ -629,10 +681,50 @@ def _connector_state(entry: Any, connector: Any) -> str:
 
 
 def cmd_connect(args: argparse.Namespace) -> int:
-    from .connectors.run import run
     from .streams.catalog import load_catalog
 
-    return run(load_catalog(args.catalog_file), args.name)
+    return connect(
+        load_catalog(args.catalog_file),
+        args.name,
+        metrics_port=args.metrics_port,
+        metrics_host=args.metrics_host,
+    )
+
+
+def connect(
+    catalog: Any,
+    name: str,
+    *,
+    metrics_port: int | None = None,
+    metrics_host: str = "127.0.0.1",
+    **run_options: Any,
+) -> int:
+    """Run connector ``name`` (:func:`.connectors.run.run`, which takes ``run_options``);
+    with ``metrics_port``, serve its stream's Prometheus metrics (``rowtime metrics``) at
+    ``http://metrics_host:metrics_port/metrics`` while it runs. The server starts first (a
+    missing library or a port in use is one clear error before anything is written); until
+    the connector creates the stream, a scrape has no series for it."""
+    from .connectors.run import run
+
+    if metrics_port is None:
+        return run(catalog, name, **run_options)
+    from .metrics import serve
+
+    if not 0 < metrics_port < 65536:
+        raise OptionError(f"--metrics-port {metrics_port} must be a port, 1 to 65535")
+    location = catalog.stream(catalog.connector(name).stream).location
+    server = serve([location], metrics_port, metrics_host)
+    out = run_options.get("out", sys.stderr)
+    print(
+        f"rowtime connect {name}: metrics at http://{metrics_host}:{metrics_port}/metrics",
+        file=out,
+        flush=True,
+    )
+    try:
+        return run(catalog, name, **run_options)
+    finally:
+        server.shutdown()
+        server.server_close()
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -668,6 +760,16 @@ def build_parser() -> argparse.ArgumentParser:
     p = sub.add_parser("connect", help="run a connector of the catalog in the foreground")
     p.add_argument("catalog_file", metavar="CATALOG")
     p.add_argument("name", metavar="NAME")
+    p.add_argument(
+        "--metrics-port",
+        type=int,
+        metavar="N",
+        help="serve the stream's Prometheus metrics at http://HOST:N/metrics (needs "
+        "pyspark-rowtime[metrics])",
+    )
+    p.add_argument(
+        "--metrics-host", default="127.0.0.1", help="address to serve metrics on (127.0.0.1)"
+    )
     p.set_defaults(func=cmd_connect)
 
     p = sub.add_parser("insert", help="insert rows from JSON lines or CSV")
@@ -697,6 +799,11 @@ def build_parser() -> argparse.ArgumentParser:
         action="store_true",
         help="also check every record batch against its checksum (reads every byte)",
     )
+    p.add_argument(
+        "--idle-timeout",
+        metavar="DURATION",
+        help="mark partitions IDLE under this timeout (default: the stream's idle_timeout)",
+    )
     p.set_defaults(func=cmd_describe)
 
     p = sub.add_parser(
@@ -714,6 +821,10 @@ def build_parser() -> argparse.ArgumentParser:
     )
     p.add_argument("--size", help="bytes to keep per partition ('10 GiB') or 'off'")
     p.set_defaults(func=cmd_retention)
+
+    p = sub.add_parser("metrics", help="print the Prometheus metrics of streams and sink targets")
+    p.add_argument("paths", nargs="+", metavar="PATH")
+    p.set_defaults(func=cmd_metrics)
 
     p = sub.add_parser("clock", help="print the stream clock (or 'none')")
     p.add_argument("path")

@@ -1,0 +1,343 @@
+"""Silent partitions (idle.timeout, SPEC 12): the vectorised planner against a row-at-a-time
+reference (tests/reference_idle.py), by brute force over generated multi-partition streams
+with arrival times.
+
+A batch read, a streaming query planned in steps of any size, a task replaying a step without
+the driver's runs (a restart) and the quarantine all give what the reference gives: the same
+rows in the same order, the same discarded rows with the same reasons and clocks, the same
+stream clock.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from collections.abc import Iterator
+from contextlib import contextmanager
+from typing import Any
+from unittest import mock
+
+import pyarrow as pa
+import pytest
+from hypothesis import event, given
+from hypothesis import strategies as st
+from policy_strategies import POLICIES
+from reference_idle import IdleReference, Record
+
+from pyspark_rowtime.bounds.errors import LateRowError
+from pyspark_rowtime.bounds.plan import StreamPosition
+from pyspark_rowtime.bounds.policies import Policy, RejectPolicy
+from pyspark_rowtime.datasource import reader as reader_module
+from pyspark_rowtime.datasource.options import ReaderConfig
+from pyspark_rowtime.datasource.reader import (
+    Planner,
+    batch_tasks,
+    output_arrow_schema,
+    partition_tasks,
+    read_task,
+)
+from pyspark_rowtime.streams.columns import LOG_ARRIVAL_US, LOG_IS_BOUND, LOG_ROWTIME_US
+
+PAYLOAD = pa.schema([pa.field("k", pa.int64())])
+
+
+@dataclasses.dataclass
+class _Meta:
+    partitions: int
+    created_us: int | None
+    payload_schema: pa.Schema = PAYLOAD
+    stream_id: str = ""
+
+
+class MemoryStream:
+    """Just what the reader uses of a stream, in memory: records with stored arrivals."""
+
+    def __init__(self, records: list[list[Record]], created_us: int | None) -> None:
+        self.location = "memory"
+        self.meta = _Meta(len(records), created_us)
+        self.tables = []
+        for recs in records:
+            self.tables.append(
+                pa.table(
+                    {
+                        LOG_ARRIVAL_US: pa.array([r.arrival for r in recs], pa.int64()),
+                        LOG_ROWTIME_US: pa.array([r.t for r in recs], pa.int64()),
+                        LOG_IS_BOUND: pa.array([r.is_bound for r in recs], pa.bool_()),
+                        "k": pa.array([None if r.is_bound else r.offset for r in recs], pa.int64()),
+                    }
+                )
+            )
+
+    def end_offset(self, partition: int) -> int:
+        return self.tables[partition].num_rows
+
+    def read(self, partition: int, start: int, end: int, columns: Any = None) -> pa.Table:
+        table = self.tables[partition].slice(start, end - start)
+        return table if columns is None else table.select(list(columns))
+
+
+@contextmanager
+def serving(stream: MemoryStream) -> Iterator[None]:
+    with mock.patch.object(reader_module, "open_storage", lambda _location: stream):
+        yield
+
+
+@st.composite
+def silent_streams(draw: Any) -> tuple[list[list[Record]], int, int | None]:
+    """Partitions whose writers go quiet for a while (or for good), arrivals that tie across
+    partitions, rows late by up to a few steps, bounds now and then; a timeout and a creation
+    time (None: a stream from before creation times were kept)."""
+    parts = draw(st.integers(1, 3))
+    timeout = draw(st.integers(0, 12))
+    created = draw(st.one_of(st.none(), st.integers(0, 5)))
+    out = []
+    for p in range(parts):
+        recs: list[Record] = []
+        arrival = draw(st.integers(0, 10))
+        now = draw(st.integers(0, 20))
+        bound: int | None = None
+        top: int | None = None
+        for off in range(draw(st.integers(0, 25))):
+            arrival += draw(st.sampled_from([0, 1, 1, 2, 3, 15]))  # 15: a silence
+            now += draw(st.integers(0, 4))
+            if draw(st.integers(0, 7)) == 0:
+                b = max(now, top or now, bound or now)
+                bound = b
+                recs.append(Record(p, off, b, True, arrival))
+            else:
+                t = now - draw(st.sampled_from([0, 0, 0, 1, 3, 8, 20]))
+                top = t if top is None else max(top, t)
+                recs.append(Record(p, off, t, False, arrival))
+        out.append(recs)
+    return out, timeout, created
+
+
+def _config(policy: Policy, timeout: int, output: str = "rows") -> ReaderConfig:
+    return ReaderConfig(location="memory", policy=policy, output=output, idle_timeout_us=timeout)
+
+
+def _reference(
+    records: list[list[Record]], policy: Policy, timeout: int, created: int | None
+) -> IdleReference:
+    ref = IdleReference(policy, len(records), timeout, created)
+    ref.run([r for recs in records for r in recs])
+    return ref
+
+
+def _rows(cfg: ReaderConfig, tasks: list[Any]) -> dict[int, list[tuple[int, int]]]:
+    """Per partition, the (offset, rowtime) of the data rows the tasks emit, in order."""
+    schema = output_arrow_schema(PAYLOAD)
+    out: dict[int, list[tuple[int, int]]] = {}
+    for task in tasks:
+        rows = out.setdefault(task.partition, [])
+        for batch in read_task(cfg, task, schema):
+            for r in batch.to_pylist():
+                if not r["is_bound"]:
+                    rows.append((r["k"], _us(r["rowtime"])))
+    return out
+
+
+def _quarantine(cfg: ReaderConfig, tasks: list[Any]) -> list[tuple[int, int, int, str, int]]:
+    discarded = dataclasses.replace(cfg, output="discarded")
+    schema = output_arrow_schema(PAYLOAD, "discarded")
+    out = []
+    for task in tasks:
+        for batch in read_task(discarded, task, schema):
+            for r in batch.to_pylist():
+                out.append(
+                    (r["partition"], r["offset"], _us(r["rowtime"]), r["reason"], _us(r["clock"]))
+                )
+    return sorted(out)
+
+
+def _us(value: Any) -> int:
+    import datetime as dt
+
+    delta = value - dt.datetime(1970, 1, 1, tzinfo=dt.timezone.utc)
+    return (delta.days * 86_400 + delta.seconds) * 1_000_000 + delta.microseconds
+
+
+@given(case=silent_streams(), policy=POLICIES)
+def test_a_batch_read_and_its_quarantine_are_the_reference(case: Any, policy: Policy) -> None:
+    records, timeout, created = case
+    stream = MemoryStream(records, created)
+    cfg = _config(policy, timeout)
+    try:
+        ref = _reference(records, policy, timeout, created)
+    except LateRowError:
+        with serving(stream), pytest.raises(LateRowError):
+            batch_tasks(cfg)
+        return
+    with serving(stream):
+        planner = Planner(cfg)
+        tasks = batch_tasks(cfg, planner)
+        got = _rows(cfg, tasks)
+        quarantine = _quarantine(cfg, tasks)
+        end = planner.last_position
+    want = ref.emitted()
+    for p in range(len(records)):
+        assert got.get(p, []) == want[p]
+    assert quarantine == sorted(ref.discarded)
+    event(f"idle discards: {min(3, sum(d[3] == 'idle' for d in ref.discarded))}")
+    event(f"idle partitions at the end: {len(ref.idle())}")
+    assert (end.clock_us if end is not None else None) == ref.clock
+
+
+@given(case=silent_streams(), policy=POLICIES, sizes=st.lists(st.integers(1, 12), min_size=1))
+def test_a_streaming_query_in_steps_of_any_size_is_the_reference(
+    case: Any, policy: Policy, sizes: list[int]
+) -> None:
+    records, timeout, created = case
+    stream = MemoryStream(records, created)
+    cfg = _config(policy, timeout)
+    try:
+        ref = _reference(records, policy, timeout, created)
+    except LateRowError:
+        ref = None
+    got: dict[int, list[tuple[int, int]]] = {p: [] for p in range(len(records))}
+    quarantine = []
+    with serving(stream):
+        planner = Planner(cfg)
+        pos = planner.start_position()
+        step = 0
+        try:
+            while True:
+                new = planner.plan(pos, planner.available(), sizes[step % len(sizes)])
+                if new is None:
+                    break
+                step += 1
+                start, end = pos.to_dict(), new.to_dict()
+                if pos.clock_us is not None:
+                    assert new.clock_us is not None and new.clock_us >= pos.clock_us
+                runs = planner.runs_for(start, end)
+                late = planner.late_for(start, end)
+                by_runs = _rows(cfg, partition_tasks(start, end, runs, late))
+                # a restarted driver: no runs, and the late rows recomputed from the log
+                fresh = Planner(cfg)
+                replayed_tasks = partition_tasks(start, end, None, fresh.late_for(start, end))
+                assert _rows(cfg, replayed_tasks) == by_runs
+                quarantine += _quarantine(cfg, replayed_tasks)
+                for p, rows in by_runs.items():
+                    for _, t in rows:  # SPEC 7: B(b-1) <= rowtime <= B(b)
+                        assert pos.clock_us is None or t >= pos.clock_us
+                        assert new.clock_us is not None and t <= new.clock_us
+                    got[p] += rows
+                pos = StreamPosition.from_dict(end)
+        except LateRowError:
+            assert ref is None, "the planner failed where the reference keeps going"
+            assert isinstance(policy, RejectPolicy)
+            return
+    assert ref is not None, "the reference failed where the planner kept going"
+    assert got == ref.emitted()
+    event(f"steps: {min(step, 5)}")
+    assert sorted(quarantine) == sorted(ref.discarded)
+    assert pos.clock_us == ref.clock
+    assert sum(p.discarded for p in pos.partitions) == len(ref.discarded)
+
+
+def test_old_offsets_without_arrivals_still_parse_and_resume() -> None:
+    """An offset written by 0.1.0 (no last arrival per partition) resumes with idle.timeout
+    turned on: the last arrival is read back from the log (its record ``next - 1``)."""
+    recs = [
+        [Record(0, i, 100 + i, False, 10 + i) for i in range(5)],
+        [Record(1, 0, 100, False, 10)],
+    ]
+    stream = MemoryStream(recs, 0)
+    old = {
+        "v": 1,
+        "clock": 100,
+        "partitions": {
+            "0": {
+                "next": 2,
+                "scan": 2,
+                "scan_ref": 101,
+                "scan_bound": None,
+                "ref": 101,
+                "bound": None,
+                "held": 0,
+                "discarded": 0,
+            },
+            "1": {
+                "next": 1,
+                "scan": 1,
+                "scan_ref": 100,
+                "scan_bound": None,
+                "ref": 100,
+                "bound": None,
+                "held": 0,
+                "discarded": 0,
+            },
+        },
+    }
+    pos = StreamPosition.from_dict(old)
+    assert [p.last_arrival_us for p in pos.partitions] == [None, None]
+    with serving(stream):
+        planner = Planner(_config(RejectPolicy(), 2))
+        new = planner.plan(pos, planner.available(), None)
+    assert new is not None
+    # partition 1 last wrote at 10; partition 0's records at 13 and 14 find it idle
+    assert new.clock_us == 104
+    assert [p.last_arrival_us for p in new.partitions] == [14, 10]
+    assert "arrival" not in StreamPosition.from_dict(old).to_dict()["partitions"]["0"]
+
+
+def _two_partitions_one_silent() -> MemoryStream:
+    """Partition 1 writes at 1, then falls silent until 20 with a row below the clock."""
+    return MemoryStream(
+        [
+            [Record(0, i, 100 + i, False, 1 + i) for i in range(12)],
+            [Record(1, 0, 100, False, 1), Record(1, 1, 104, False, 20)],
+        ],
+        0,
+    )
+
+
+def test_under_reject_a_row_late_after_idleness_fails_naming_what_and_where() -> None:
+    with serving(_two_partitions_one_silent()), pytest.raises(LateRowError) as e:
+        planner = Planner(_config(RejectPolicy(), 5))
+        planner.plan(planner.start_position(), planner.available(), None)
+    message = str(e.value)
+    assert "stream 'memory' partition 1, offset 1" in message
+    assert "idle.timeout" in message and "order=drop" in message
+    assert "1970-01-01T00:00:00.000104Z" in message  # the row's rowtime
+    assert "1970-01-01T00:00:00.000111Z" in message  # the stream clock it fell below
+
+
+def test_the_progress_report_shows_the_stream_clock_and_the_idle_partitions() -> None:
+    from pyspark_rowtime.bounds.policies import DropPolicy
+    from pyspark_rowtime.datasource.reader import progress_report
+
+    stream = MemoryStream(
+        [[Record(0, i, 100 + i, False, 1 + i) for i in range(12)], [Record(1, 0, 100, False, 1)]],
+        0,
+    )
+    with serving(stream):
+        planner = Planner(_config(DropPolicy(), 5))
+        assert progress_report(planner) == {"records": {"0": 12, "1": 1}}  # nothing planned
+        planner.plan(planner.start_position(), planner.available(), None)
+        report = progress_report(planner)
+    assert report == {
+        "records": {"0": 12, "1": 1},
+        "clock": "1970-01-01T00:00:00.000111Z",
+        "clock_us": 111,
+        "idle": ["1"],
+    }
+    import json
+
+    assert json.loads(json.dumps(report)) == report  # a plain dict of primitives
+
+
+def test_a_new_stream_keeps_its_creation_time_and_an_old_one_reads_without_it(
+    tmp_path: Any,
+) -> None:
+    import json
+    import time
+
+    import pyspark_rowtime as pr
+    from pyspark_rowtime.streams.meta import meta_from_json
+
+    before = time.time_ns() // 1000
+    pr.create_stream(str(tmp_path / "s"), "k INT")
+    doc = json.loads((tmp_path / "s" / "_stream.json").read_text())
+    assert before <= doc["created_us"] <= time.time_ns() // 1000
+    del doc["created_us"]  # as 0.1.0 wrote it
+    assert meta_from_json(json.dumps(doc), str(tmp_path / "s")).created_us is None
