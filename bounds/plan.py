@@ -20,6 +20,7 @@ import numpy as np
 from .bounds import END_OF_STREAM_US, NO_TIME, merge_clock
 from .errors import OffsetError
 from .policies import Classified, PartitionScan, PartitionState, Policy, classify
+from .versions import newer_format
 
 FORMAT_VERSION = 1
 
@@ -41,11 +42,14 @@ class StreamPosition:
     @classmethod
     def from_dict(cls, d: dict[str, Any]) -> StreamPosition:
         """A position as :meth:`to_dict` wrote it; :class:`OffsetError` for anything else."""
-        if not isinstance(d, dict) or d.get("v") != FORMAT_VERSION:
-            version = d.get("v") if isinstance(d, dict) else None
+        version = d.get("v") if isinstance(d, dict) else None
+        if isinstance(version, int) and version > FORMAT_VERSION:
+            raise newer_format("this query's checkpoint: its offset", version, FORMAT_VERSION,
+                               OffsetError)  # fmt: skip
+        if version != FORMAT_VERSION:  # every version so far is 1: anything else is damage
             raise OffsetError(
-                f"offset format version {version!r} is not {FORMAT_VERSION}; this checkpoint "
-                "was written by another version of pyspark-rowtime"
+                f"offset {str(d)[:200]} has no valid format version ({version!r}); the "
+                "checkpoint cannot be resumed"
             )
         try:
             parts = d["partitions"]

@@ -20,6 +20,32 @@ partition gets its end of stream and both queries drain. Then:
   Python workers grew by less than a margin between the first quarter and the end.
 
 Prints one JSON line of figures; exits 1 (printing why) if a check fails.
+
+**A month in minutes** (``./dev soak month [SECONDS] [DAYS]``, default 1800 s for 30 days;
+``integration/test_soak.py`` runs 4 days in 60 s): ``DAYS`` of rowtime pass in ``SECONDS`` of
+wall time. Three writer processes write explicit rowtimes at a steady rate (20 rows a wall
+second each, a commit every 0.1 s) to a stream with ``order=drop`` and a retention of one
+simulated day; the writer of partition 1 is SIGKILLed at a fifth of the run and never
+restarted (with ``idle.timeout`` its partition goes idle and the clock goes on without it); the
+writer of partition 2 is SIGKILLed at half the run and restarted after a simulated hour of
+silence (at least three idle timeouts of wall time: idleness is decided from arrival times), and
+first writes the rows of its silence, below the clock that went on: late, discarded with reason
+``idle``. A query reads (``idle.timeout``, ``failOnDataLoss=false``) into a rowtime stream target
+that has the same retention; every 2 s a batch read takes the quarantine (``output=discarded``,
+batch reads only) and then ``rowtime trim`` runs on both streams and ``rowtime metrics`` on the
+source. Each round (0.25 s) reads every newly committed record of both streams (before a trim
+can remove it) and samples both clocks and their disk use. At the end the live partitions get
+their end of stream, the query drains, the quarantine is read a last time, and:
+
+* every committed row is in the target, discarded with a reason, or beyond retention (in an
+  offset range a trim removed before a query had read it), and none of them twice;
+* the clocks of the source and the target never went back, and the target's clock passed the
+  killed partition's last row by more than a simulated day (time went on);
+* disk use (both streams) after the second simulated day stays within 1.5 times the second
+  day's highest: flat once the retention is reached; the live partitions of the source were
+  trimmed at all;
+* the restarted writer had rows discarded with reason ``idle``; ``rowtime trim`` and ``rowtime
+  metrics`` always succeeded, and the metrics had ``rowtime_*`` series.
 """
 
 from __future__ import annotations
@@ -35,8 +61,9 @@ import sys
 import tempfile
 import textwrap
 import time
+from collections import Counter
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 import pyarrow as pa
 import pyarrow.compute as pc
@@ -266,5 +293,421 @@ def main(seconds: float) -> int:
     return 1 if failures else 0
 
 
+# -- a month in minutes (./dev soak month [SECONDS] [DAYS]) ----------------------------------------
+
+#: The month mode's stream: partition 0 writes all along, partition 1's writer is killed and never
+#: restarted, partition 2's is killed and restarted after a simulated hour of silence.
+MONTH_PARTITIONS = 3
+STEADY, KILLED, SILENT = 0, 1, 2
+#: Rows per wall second of each writer, and how often it commits (one segment each).
+MONTH_RATE = 20
+MONTH_FLUSH_S = 0.1
+#: idle.timeout, in wall seconds: idleness is decided from arrival (commit) times (SPEC 12).
+MONTH_IDLE_S = 1.0
+#: The silence lasts at least this many wall seconds (three idle timeouts), so that the silent
+#: partition goes idle even when a simulated hour is shorter (short runs).
+MONTH_SILENCE_MIN_S = 3.0
+#: Disk use after the second simulated day may exceed the second day's highest by this factor.
+DISK_MARGIN = 1.5
+MONTH_START_US = 1_767_225_600 * 1_000_000  # 2026-01-01T00:00:00Z
+DAY_US = 86_400 * 1_000_000
+
+MONTH_WRITER = textwrap.dedent(
+    """
+    import sys, time
+    from pyspark_rowtime.api import open_writer
+    from pyspark_rowtime.bounds.time import from_rowtime_us
+    loc, p, gen = sys.argv[1], int(sys.argv[2]), int(sys.argv[3])
+    sim0, wall0 = int(sys.argv[4]), float(sys.argv[5])
+    speed, rate, flush_s = float(sys.argv[6]), float(sys.argv[7]), float(sys.argv[8])
+    step = int(speed * 1e6 / rate)  # simulated microseconds between two rows
+
+    def sim_now():
+        return sim0 + int((time.time() - wall0) * 1e6 * speed)
+
+    with open_writer(loc, p) as w:
+        # After a silence the partition's clock is where it stopped: the rows of the silence
+        # come first (a backlog), below the stream clock that went on without this partition.
+        t = max(w.clock_us if w.clock_us is not None else sim0, sim0)
+        i = 0
+        while True:
+            now = sim_now()
+            n = 0
+            while t + step <= now and n < 5000:
+                t += step
+                w.insert({"id": f"{p}-{gen}-{i}", "v": t}, rowtime=from_rowtime_us(t))
+                i += 1
+                n += 1
+            w.flush()
+            time.sleep(flush_s)
+    """
+)
+
+
+def disk_bytes(path: Path) -> int:
+    total = 0
+    for folder, _, files in os.walk(path):
+        for name in files:
+            try:
+                total += os.stat(os.path.join(folder, name)).st_size
+            except FileNotFoundError:  # trimmed meanwhile
+                pass
+    return total
+
+
+class Ledger:
+    """Every data row of a stream, read as it is committed (before any trim can remove it):
+    ``rows[id] = (partition, offset, rowtime_us)`` and how often each id was seen."""
+
+    def __init__(self, location: Path) -> None:
+        self.location = location
+        self.seen: dict[int, int] = {}
+        self.rows: dict[str, tuple[int, int, int]] = {}
+        self.copies: Counter[str] = Counter()
+        self.missed: list[str] = []
+
+    def catch_up(self) -> None:
+        from pyspark_rowtime.api import open_stream
+        from pyspark_rowtime.streams.columns import LOG_IS_BOUND, LOG_ROWTIME_US
+
+        try:
+            stream = open_stream(str(self.location))
+        except Exception:  # a sink target appears with its first commit
+            return
+        for p in range(stream.meta.partitions):
+            start, end = self.seen.get(p, 0), stream.end_offset(p)
+            first = first_kept(stream, p)
+            if first > start:
+                self.missed.append(f"{self.location.name} partition {p} [{start}, {first})")
+                start = first
+            if end <= start:
+                continue
+            t = stream.read(p, start, end)
+            data = pc.invert(t.column(LOG_IS_BOUND))
+            offsets = pa.array(range(start, end)).filter(data).to_pylist()
+            ids = t.column("id").filter(data).to_pylist()
+            times = t.column(LOG_ROWTIME_US).filter(data).to_pylist()
+            for i, o, rt in zip(ids, offsets, times, strict=True):
+                self.rows.setdefault(i, (p, o, rt))
+                self.copies[i] += 1
+            self.seen[p] = end
+
+
+def first_kept(stream: Any, partition: int) -> int:
+    """The first offset still stored (retention moves it up; 0 without one)."""
+    get = getattr(stream, "start_offset", None)
+    return int(get(partition)) if get is not None else 0
+
+
+def query_next(query: Any) -> dict[int, int]:
+    """Per source partition, the next offset a query will read (its last progress's end offset:
+    ``partitions.<p>.next`` of the reader's offset); empty before its first batch."""
+    progress = query.recentProgress
+    if not progress:
+        return {}
+    last = progress[-1]
+    doc = json.loads(last.json) if hasattr(last, "json") else last
+    offset = doc["sources"][0]["endOffset"]
+    offset = json.loads(offset) if isinstance(offset, str) else offset
+    return {int(p): int(state["next"]) for p, state in offset["partitions"].items()}
+
+
+def month_failures(
+    source: dict[str, tuple[int, int, int]],
+    first_kept_at_end: dict[int, int],
+    target: Counter[str],
+    discarded: Counter[tuple[str, str]],
+    clocks: dict[str, list[int]],
+    disk: list[tuple[float, int]],
+    restarted_late: int,
+    skipped: dict[int, list[tuple[int, int]]] | None = None,
+) -> tuple[list[str], dict[str, int]]:
+    """The month's checks, from what was recorded: ``source`` every committed data row (id ->
+    partition, offset, rowtime), ``first_kept_at_end`` per source partition, ``target`` the ids
+    the target received (with copies), ``discarded`` (id, reason) pairs of the quarantine reads,
+    ``clocks`` sampled clocks by name, ``disk`` (simulated day, bytes), and how many of the
+    restarted writer's rows were discarded with reason ``idle``; ``skipped`` the offset ranges
+    per source partition that a trim removed before a query had read them. Returns the
+    failures and the accounting: every committed row is in the target, discarded with a reason,
+    or beyond retention (in a range trimmed before a query read it), and none twice."""
+    failures: list[str] = []
+    dropped = Counter(i for i, _ in discarded.elements())
+    in_target = beyond = lost = 0
+    for i, (p, offset, _) in source.items():
+        n, d = target.get(i, 0), dropped.get(i, 0)
+        if n + d > 1:
+            failures.append(f"row {i} is in the target {n} times and discarded {d} times")
+        elif n == 1:
+            in_target += 1
+        elif (
+            d == 0
+            and offset < first_kept_at_end.get(p, 0)
+            and any(a <= offset < b for a, b in (skipped or {}).get(p, []))
+        ):
+            beyond += 1  # trimmed before a query read it (failOnDataLoss=false skipped it)
+        elif d == 0:
+            lost += 1
+            if lost <= 5:
+                failures.append(f"row {i} (partition {p}, offset {offset}) is nowhere")
+    if lost > 5:
+        failures.append(f"... {lost} rows in all are nowhere")
+    strangers = [i for i in target if i not in source] + [i for i in dropped if i not in source]
+    if strangers:
+        failures.append(f"{len(strangers)} rows not committed to the source, e.g. {strangers[:3]}")
+    for name, values in clocks.items():
+        if any(b < a for a, b in itertools.pairwise(values)):
+            failures.append(f"the {name} clock went back")
+    day2 = [b for day, b in disk if 1 <= day < 2]
+    later = [b for day, b in disk if day >= 2]
+    if not day2 or not later:
+        failures.append("the run was too short to see disk use after the first simulated day")
+    elif max(later) > DISK_MARGIN * max(day2):
+        failures.append(
+            f"disk use grew after the first simulated day: {max(later)} bytes, more than "
+            f"{DISK_MARGIN} x the second day's highest ({max(day2)})"
+        )
+    if restarted_late < 1:
+        failures.append("the writer restarted after its silence had no row discarded as idle")
+    figures = {
+        "committed": len(source),
+        "in_target": in_target,
+        "discarded": sum(dropped.values()),
+        "beyond_retention": beyond,
+        "lost": lost,
+    }
+    return failures, figures
+
+
+def missing_features() -> list[str]:
+    """The interfaces the month mode needs that this installation lacks (SPEC 12: retention,
+    ``rowtime trim``, ``idle.timeout``, ``failOnDataLoss``, ``rowtime metrics``)."""
+    from pyspark_rowtime.datasource.options import READER_OPTIONS
+    from pyspark_rowtime.streams.meta import KNOWN_DEFAULTS
+
+    missing = []
+    if "retention" not in KNOWN_DEFAULTS:
+        missing.append("the stream default retention")
+    for option in ("idle.timeout", "failOnDataLoss"):
+        if option.lower() not in READER_OPTIONS:
+            missing.append(f"the reader option {option}")
+    for command in ("trim", "metrics"):
+        done = subprocess.run(
+            [sys.executable, "-m", "pyspark_rowtime.cli", command, "--help"],
+            capture_output=True, text=True,
+        )  # fmt: skip
+        if done.returncode != 0:
+            missing.append(f"the command rowtime {command}")
+    return missing
+
+
+def month(seconds: float, days: float = 30.0) -> int:
+    """``days`` of rowtime in ``seconds`` of wall time (see the module's docstring)."""
+    missing = missing_features()
+    if missing:
+        print(f"soak month: this installation lacks {', '.join(missing)}", file=sys.stderr)
+        return 2
+    sys.path.insert(0, str(Path(__file__).parent))
+    from helpers import spark_builder
+
+    from pyspark_rowtime.api import create_stream, open_stream, open_writer
+
+    speed = days * DAY_US / (seconds * 1e6)  # simulated seconds per wall second
+    hour_wall_s = 3600 / speed
+    silence_s = max(hour_wall_s, MONTH_SILENCE_MIN_S)
+    work = Path(tempfile.mkdtemp(prefix="rowtime-month-"))
+    src, out = work / "src", work / "out"
+    schema = "id STRING, v BIGINT"
+    create_stream(str(src), schema, partitions=MONTH_PARTITIONS, order="drop", retention="1 day")
+    create_stream(str(out), schema, partitions=MONTH_PARTITIONS, retention="1 day")
+    idle = f"{MONTH_IDLE_S} seconds"
+    spark = (
+        spark_builder()
+        .config("spark.ui.showConsoleProgress", "false")
+        .config("spark.python.authenticate.socketTimeout", "180s")
+        .getOrCreate()
+    )
+    spark.sparkContext.setLogLevel("ERROR")
+
+    def read(**options: str) -> Any:
+        r = spark.readStream.format("rowtime")
+        for k, v in {"idle.timeout": idle, "failOnDataLoss": "false", **options}.items():
+            r = r.option(k, v)
+        return r.load(str(src))
+
+    query = (
+        read().writeStream.format("rowtime").option("checkpointLocation", str(work / "ck"))
+        .trigger(processingTime="500 milliseconds").start(str(out))
+    )  # fmt: skip
+    query.processAllAvailable()
+    discarded: set[tuple[str, str]] = set()
+
+    def read_quarantine() -> None:
+        """The quarantine as a batch read now (the stream's kept records, with the query's
+        idle.timeout; ``output=discarded`` is for batch reads only): read before each trim, so
+        that no discarded row is trimmed unseen."""
+        r = spark.read.format("rowtime").option("output", "discarded").option("idle.timeout", idle)
+        for row in r.load(str(src)).select("id", "reason").collect():
+            discarded.add((row.id, row.reason))
+
+    wall0 = time.time()
+    generation = 0
+
+    def start_writer(p: int) -> subprocess.Popen[bytes]:
+        nonlocal generation
+        generation += 1
+        args = [src, p, generation, MONTH_START_US, wall0, speed, MONTH_RATE, MONTH_FLUSH_S]
+        return subprocess.Popen([sys.executable, "-c", MONTH_WRITER, *map(str, args)])
+
+    def sim_day() -> float:
+        return (time.time() - wall0) * 1e6 * speed / DAY_US
+
+    writers = {p: start_writer(p) for p in range(MONTH_PARTITIONS)}
+    kill_day, silence_day = 0.2 * days, 0.5 * days
+    silent_since: float | None = None
+    restarted_gen: int | None = None
+    ledgers = {"source": Ledger(src), "target": Ledger(out)}
+    clocks: dict[str, list[int]] = {"source": [], "target": []}
+    disk: list[tuple[float, int]] = []
+    polls = {"trim": 0, "metrics": 0}
+    series: set[str] = set()
+    failures: list[str] = []
+    skipped: dict[int, list[tuple[int, int]]] = {}
+    next_poll = 0.0
+
+    def cli(*args: str) -> str:
+        done = subprocess.run(
+            [sys.executable, "-m", "pyspark_rowtime.cli", *args],
+            capture_output=True, text=True, timeout=120,
+        )  # fmt: skip
+        if done.returncode != 0:
+            failures.append(f"rowtime {' '.join(args)} exited {done.returncode}: "
+                            f"{done.stderr.strip()[-300:]}")  # fmt: skip
+        return done.stdout
+
+    try:
+        while time.time() - wall0 < seconds:
+            time.sleep(0.25)  # paces the rounds; the queries run on their own triggers
+            if query.exception() is not None:
+                raise query.exception()  # type: ignore[misc]
+            for ledger in ledgers.values():
+                ledger.catch_up()  # before any trim below can remove what was committed
+            for name, path in (("source", src), ("target", out)):
+                try:
+                    clock = open_stream(str(path)).stream_clock_us()
+                except Exception:
+                    clock = None
+                if clock is not None:
+                    clocks[name].append(clock)
+            disk.append((sim_day(), disk_bytes(src) + disk_bytes(out)))
+            if time.time() >= next_poll:  # rowtime trim and rowtime metrics, every 2 s
+                read_quarantine()
+                for path in (src, out):
+                    cli("trim", str(path))
+                    polls["trim"] += 1
+                kept_now = open_stream(str(src))
+                for p, nxt in query_next(query).items():
+                    first_now = first_kept(kept_now, p)
+                    if first_now > nxt:
+                        skipped.setdefault(p, []).append((nxt, first_now))
+                text = cli("metrics", str(src))
+                polls["metrics"] += 1
+                series |= {line.split("{")[0].split()[0] for line in text.splitlines()
+                           if line.startswith("rowtime_")}  # fmt: skip
+                next_poll = time.time() + 2.0
+            day = sim_day()
+            if day >= kill_day and writers.get(KILLED) is not None:
+                writers[KILLED].send_signal(signal.SIGKILL)  # never restarted
+                writers[KILLED].wait()
+                writers[KILLED] = None  # type: ignore[assignment]
+            if day >= silence_day and silent_since is None:
+                writers[SILENT].send_signal(signal.SIGKILL)
+                writers[SILENT].wait()
+                silent_since = time.time()
+            if silent_since is not None and restarted_gen is None:
+                if time.time() - silent_since >= silence_s:
+                    writers[SILENT] = start_writer(SILENT)
+                    restarted_gen = generation
+            for p, w in writers.items():
+                if (
+                    w is not None
+                    and w.poll() is not None
+                    and not (p == SILENT and silent_since is not None and restarted_gen is None)
+                ):
+                    failures.append(f"writer of partition {p} exited by itself ({w.returncode})")
+    finally:
+        for w in writers.values():
+            if w is not None and w.poll() is None:
+                w.send_signal(signal.SIGKILL)
+                w.wait()
+    end_day = sim_day()
+    for p in (STEADY, SILENT):  # the killed partition stays silent: it must not hold the clock
+        with open_writer(str(src), p) as w:
+            w.end_stream()
+    ledgers["source"].catch_up()
+    query.processAllAvailable()
+    query.stop()
+    read_quarantine()
+    ledgers["target"].catch_up()
+    spark.stop()
+
+    source = ledgers["source"]
+    stream = open_stream(str(src))
+    first = {p: first_kept(stream, p) for p in range(MONTH_PARTITIONS)}
+    mine = f"{SILENT}-{restarted_gen}-"
+    restarted_late = sum(1 for i, why in discarded if why == "idle" and i.startswith(mine))
+    found, accounting = month_failures(
+        source.rows, first, ledgers["target"].copies, Counter(discarded), clocks, disk,
+        restarted_late, skipped,
+    )  # fmt: skip
+    failures += found
+    for ledger in ledgers.values():
+        failures += [f"rows trimmed before the soak read them: {m}" for m in ledger.missed]
+    for p in (STEADY, SILENT):  # days old, their first rows are beyond a day's retention
+        if end_day >= 2 and first[p] == 0:
+            failures.append(f"retention removed nothing from source partition {p}")
+    killed_rows = [rt for i, (p, _, rt) in source.rows.items() if p == KILLED]
+    target_clock = clocks["target"][-1] if clocks["target"] else None
+    if killed_rows and (target_clock is None or target_clock < max(killed_rows) + DAY_US):
+        failures.append("time did not go on past the killed writer's partition")
+    if polls["metrics"] and not series:
+        failures.append("rowtime metrics printed no rowtime_* series")
+    day2 = [b for d, b in disk if 1 <= d < 2]
+    figures = {
+        "mode": "month",
+        "seconds": round(time.time() - wall0),
+        "simulated_days": round(end_day, 2),
+        **accounting,
+        "discarded_by_reason": dict(Counter(reason for _, reason in discarded)),
+        "discarded_by_partition": dict(
+            Counter(str(source.rows[i][0]) for i, _ in discarded if i in source.rows)
+        ),
+        "restarted_writer_late_rows": restarted_late,
+        "silence_simulated_hours": round(silence_s * speed / 3600, 2),
+        "idle_timeout_s": MONTH_IDLE_S,
+        "trims": polls["trim"],
+        "metrics_polls": polls["metrics"],
+        "metrics_series": sorted(series),
+        "disk_mb_day2_max": round(max(day2) / 2**20, 2) if day2 else None,
+        "disk_mb_after_max": round(max((b for d, b in disk if d >= 2), default=0) / 2**20, 2),
+        "disk_mb_end": round(disk[-1][1] / 2**20, 2) if disk else None,
+        "ok": not failures,
+    }
+    print(json.dumps(figures), flush=True)
+    for f in failures:
+        print(f"soak month: FAILED: {f}", file=sys.stderr)
+    if failures:
+        print(f"soak month: the streams are kept in {work}", file=sys.stderr)
+    else:
+        shutil.rmtree(work, ignore_errors=True)
+    return 1 if failures else 0
+
+
 if __name__ == "__main__":
+    if len(sys.argv) > 1 and sys.argv[1] == "month":
+        sys.exit(
+            month(
+                float(sys.argv[2]) if len(sys.argv) > 2 else 1800.0,
+                float(sys.argv[3]) if len(sys.argv) > 3 else 30.0,
+            )
+        )
     sys.exit(main(float(sys.argv[1]) if len(sys.argv) > 1 else 300.0))

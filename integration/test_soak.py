@@ -4,6 +4,8 @@ Four writer processes killed at random, heartbeats, random bounds and 1% disorde
 ``adjust`` while a query reads and a sink writes; the script checks counts, clocks and memory
 (see its docstring) and prints its figures. ``./dev soak SECONDS`` runs it for longer. Its
 per-batch SPEC 7 check is shown to fail on broken micro-batches, in this session's Spark.
+The month mode (``soak.py month``) runs four simulated days in a minute; its final accounting is
+shown to fail on each fault it looks for.
 """
 
 from __future__ import annotations
@@ -13,6 +15,8 @@ import os
 import subprocess
 import sys
 from pathlib import Path
+
+import pytest
 
 SCRIPT = Path(__file__).parent / "soak.py"
 
@@ -81,3 +85,81 @@ def test_the_soak_fails_on_a_micro_batch_that_breaks_spec_7(spark, workdir):
     assert spec7_failures(missed, released=5) == [
         "the checking query saw 4 rows, the target holds 5"
     ]
+
+
+# -- a month in minutes ------------------------------------------------------------------------
+
+
+@pytest.mark.xfail(
+    reason="seen on main at 524603c (2026-11-24): the streaming query and the batch quarantine "
+    "decide idleness differently for a stream's first rows (every partition is idle from the "
+    "stream's creation; arrivals are stamped at insert, not commit, README known limits), so "
+    "some rows are in neither or in both; the month's other checks passed",
+    strict=False,
+)
+def test_a_short_month_keeps_every_row_and_flat_disk(tmp_path):
+    """``soak.py month 60 4``: four simulated days in a minute (retention one day, a writer
+    killed for good, one restarted after a silence); the script's checks, and its figures."""
+    from soak import missing_features
+
+    missing = missing_features()
+    if missing:
+        pytest.skip(f"needs {', '.join(missing)} (SPEC 12: branches retention and idle-metrics)")
+    env = {**os.environ, "PYSPARK_PYTHON": sys.executable, "TMPDIR": str(tmp_path)}
+    done = subprocess.run(
+        [sys.executable, str(SCRIPT), "month", "60", "4"],
+        capture_output=True, text=True, timeout=900, env=env,
+    )  # fmt: skip
+    figures = json.loads(done.stdout.strip().splitlines()[-1]) if done.stdout.strip() else {}
+    assert done.returncode == 0, (figures, done.stderr[-4000:])
+    assert figures["ok"] and figures["lost"] == 0, figures
+    assert figures["committed"] == (
+        figures["in_target"] + figures["discarded"] + figures["beyond_retention"]
+    ), figures
+    assert figures["restarted_writer_late_rows"] > 0 and figures["trims"] > 0, figures
+    assert figures["simulated_days"] >= 3.5, figures
+
+
+def test_the_month_accounting_fails_on_each_fault():
+    """The month's final checks (``soak.month_failures``) on made-up records: a sound month
+    passes; a row twice, a row nowhere, a row never committed, a clock going back, disk growing
+    after the first day and a silent writer with no idle row each fail it; a row trimmed before
+    a query read it counts as beyond retention, but only inside a range a trim skipped."""
+    from collections import Counter
+
+    from soak import month_failures
+
+    source = {f"0-1-{i}": (0, i, 1000 + i) for i in range(10)}
+    source["2-2-0"] = (2, 0, 1005)  # the restarted writer's late row
+    target = Counter(f"0-1-{i}" for i in range(3, 10))
+    discarded = Counter({("2-2-0", "idle"): 1})
+    first = {0: 3, 2: 0}
+    skipped = {0: [(0, 3)]}  # rows 0-2 of partition 0 were trimmed before a query read them
+    clocks = {"source": [1, 2, 2, 5], "target": [1, 3]}
+    disk = [(0.5, 100), (1.2, 300), (1.8, 320), (2.5, 330), (3.9, 310)]
+
+    def check(**changes):  # type: ignore[no-untyped-def]
+        args = {"source": source, "first_kept_at_end": first, "target": target,
+                "discarded": discarded, "clocks": clocks, "disk": disk, "restarted_late": 1,
+                "skipped": skipped, **changes}  # fmt: skip
+        return month_failures(**args)
+
+    failures, figures = check()
+    assert failures == []
+    assert figures == {"committed": 11, "in_target": 7, "discarded": 1, "beyond_retention": 3,
+                       "lost": 0}  # fmt: skip
+    faults = {
+        "in the target 2 times": {"target": target + Counter(["0-1-5"])},
+        "discarded 1 times": {"target": target + Counter(["2-2-0"])},
+        "is nowhere": {"target": target - Counter(["0-1-7"])},
+        "not committed": {"target": target + Counter(["9-9-9"])},
+        "clock went back": {"clocks": {"source": [1, 3, 2], "target": []}},
+        "disk use grew": {"disk": [*disk, (3.95, 500)]},
+        "no row discarded as idle": {"restarted_late": 0},
+    }
+    for why, change in faults.items():
+        failures, _ = check(**change)
+        assert len(failures) == 1 and why in failures[0], (why, failures)
+    # Trimmed, but no query had skipped it: lost, not beyond retention.
+    failures, figures = check(skipped={0: [(0, 2)]})
+    assert figures["lost"] == 1 and "0-1-2" in failures[0]

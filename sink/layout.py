@@ -39,6 +39,7 @@ from typing import Any, TypeVar
 import pyarrow as pa
 
 from ..bounds.errors import CorruptLogError, SinkBusyError, WriterLockedError
+from ..bounds.versions import newer_format
 from ..streams.lock import PartitionLock
 from ..streams.meta import fsync_dir, fsync_file, make_dirs, narrow_mode
 from ..streams.segments import SegmentStats, open_segment_file, write_segment_file
@@ -148,6 +149,16 @@ def replace_json(path: str, doc: Any) -> None:
     fsync_dir(folder)
 
 
+def check_target_version(doc: Any, where: str) -> Any:
+    """``doc``, a target's description as stored at ``where``, unless a newer version of the
+    sink's format wrote it (refused: its state may not mean what this version reads)."""
+    if isinstance(doc, dict):
+        version = doc.get("format_version", 1)
+        if isinstance(version, int) and version > FORMAT_VERSION:
+            raise newer_format(f"sink target {where}", version, FORMAT_VERSION, CorruptLogError)
+    return doc
+
+
 def read_json(path: str) -> Any | None:
     """The document at ``path``, or None if there is no such file."""
     try:
@@ -196,7 +207,7 @@ class SinkState:
         return os.path.join(self.root, TARGET_FILE)
 
     def read_target(self) -> dict[str, Any] | None:
-        return read_json(self.target_file)
+        return check_target_version(read_json(self.target_file), self.target_file)
 
     def define_target(self, doc: dict[str, Any]) -> dict[str, Any]:
         """Record what the target is, once; returns the recorded description (which may be an

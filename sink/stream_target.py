@@ -62,6 +62,7 @@ import pyarrow as pa
 
 from ..bounds.bounds import NO_TIME, merge_clock
 from ..bounds.errors import CorruptLogError, LateRowError, OptionError, SchemaError
+from ..bounds.versions import newer_format
 from ..streams.columns import LOG_ROWTIME_US, LOG_SYSTEM_COLUMNS, SPARK_ROWTIME
 from ..streams.ddl import to_ddl
 from ..streams.meta import payload_schema
@@ -370,7 +371,13 @@ class StreamTarget:
         doc = self.state.entry(batch_id)
         if doc is None:
             return None
-        if int(doc.get("format", 1)) != StreamEntry.FORMAT:
+        found = int(doc.get("format", 1))
+        if found > StreamEntry.FORMAT:
+            raise newer_format(
+                f"{self.where}: batch {batch_id}'s manifest entry", found, StreamEntry.FORMAT,
+                CorruptLogError,
+            )  # fmt: skip
+        if found != StreamEntry.FORMAT:
             raise CorruptLogError(
                 f"{self.where}: batch {batch_id}'s manifest entry has format "
                 f"{doc.get('format', 1)}; this version replays format {StreamEntry.FORMAT}: "

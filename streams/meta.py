@@ -31,6 +31,7 @@ from ..bounds.bounds import END_OF_STREAM_US, MIN_ROWTIME_US
 from ..bounds.errors import CorruptLogError, OptionError, SchemaError
 from ..bounds.time import TimeFormat
 from ..bounds.units import ADJUST_UNITS_US, EPOCH_UNITS_US
+from ..bounds.versions import newer_format
 from .columns import SPARK_COLUMNS
 from .ddl import normalize_schema, parse_ddl, to_ddl
 
@@ -278,10 +279,7 @@ def meta_from_json(text: str, location: str) -> StreamMeta:
             raise ValueError(f"format is {doc.get('format')!r}, not {FORMAT!r}")
         version = int(doc["format_version"])
         if version > FORMAT_VERSION:
-            raise CorruptLogError(
-                f"{path} has format version {version}; this pyspark-rowtime reads up to "
-                f"{FORMAT_VERSION}: upgrade pyspark-rowtime"
-            )
+            raise newer_format(f"stream metadata {path}", version, FORMAT_VERSION, CorruptLogError)
         schema = schema_from_b64(doc["schema"]["arrow_ipc_base64"])
         partitions = int(doc["partitions"])
         defaults = dict(doc.get("defaults") or {})

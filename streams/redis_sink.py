@@ -40,6 +40,8 @@ from typing import Any
 
 import pyarrow as pa
 
+from ..bounds.errors import CorruptLogError
+from ..bounds.versions import newer_format
 from .redis_location import parse_location
 from .redis_log import _connection
 from .segments import SegmentStats
@@ -85,6 +87,12 @@ class RedisSinkState:
         doc: dict[str, Any] | None = _json(
             self._call("reading the description", lambda c: c.get(self._key("target")))
         )
+        if doc is not None and isinstance(doc.get("format_version", 1), int):
+            if doc.get("format_version", 1) > FORMAT_VERSION:
+                raise newer_format(
+                    f"sink target {self.target} (key {self._key('target')})",
+                    doc["format_version"], FORMAT_VERSION, CorruptLogError,
+                )  # fmt: skip
         return doc
 
     def define_target(self, doc: dict[str, Any]) -> dict[str, Any]:

@@ -60,6 +60,7 @@ from ..bounds.durations import parse_duration_us
 from ..bounds.errors import CorruptLogError, OptionError, RowtimeError, shown
 from ..bounds.policies import PartitionState, Policy, make_policy
 from ..bounds.time import TimeFormat
+from ..bounds.versions import newer_format
 from .columns import LOG_ARRIVAL_US, LOG_IS_BOUND, LOG_ROWTIME_US, LOG_SYSTEM_COLUMNS
 
 __all__ = [
@@ -256,11 +257,11 @@ class TrimState:
         try:
             doc = json.loads(text)
             version = doc.get("v")
-            if not isinstance(version, int) or version > TRIM_FORMAT_VERSION:
-                raise CorruptLogError(
-                    f"the trim state of {where} has format version {version!r}; this "
-                    f"pyspark-rowtime reads up to {TRIM_FORMAT_VERSION}: upgrade pyspark-rowtime"
-                )
+            if isinstance(version, int) and version > TRIM_FORMAT_VERSION:
+                where_ = f"the trim state of {where}"
+                raise newer_format(where_, version, TRIM_FORMAT_VERSION, CorruptLogError)
+            if not isinstance(version, int):
+                raise ValueError(f"format version {version!r}")
             fields = {k: doc.get(k) for k in cls.__dataclass_fields__ if k in doc}
             state = cls(**fields)
             if not isinstance(state.start, int) or state.start < 0:

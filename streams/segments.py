@@ -35,6 +35,7 @@ import pyarrow.compute as pc
 from ..bounds.bounds import END_OF_STREAM_US, NO_TIME
 from ..bounds.errors import BoundError, CorruptLogError, LateRowError
 from ..bounds.time import format_rowtime
+from ..bounds.versions import newer_format
 from .columns import LOG_ARRIVAL_US, LOG_IS_BOUND, LOG_ROWTIME_US, LOG_SYSTEM_COLUMNS
 from .meta import fsync_file
 from .storage import PartitionTail
@@ -138,11 +139,7 @@ class SegmentStats:
                 f"{raw_version!r}"
             )
         if version > FORMAT_VERSION:
-            raise CorruptLogError(
-                f"segment {where} is in log format version {version}, and this version of "
-                f"pyspark-rowtime reads versions up to {FORMAT_VERSION}: upgrade "
-                "pyspark-rowtime to read this stream"
-            )
+            raise newer_format(f"segment {where}", version, FORMAT_VERSION, CorruptLogError)
         values: dict[str, int | None] = {}
         try:
             for name in cls.__dataclass_fields__:

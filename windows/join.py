@@ -45,7 +45,7 @@ import numpy as np
 
 from ..bounds.errors import OptionError
 from ..bounds.intervals import INFINITY_US
-from .step import load_values
+from .step import load_operator_state
 
 if TYPE_CHECKING:
     from pyspark.sql import DataFrame
@@ -148,7 +148,7 @@ def _save(state: tuple[Side, Side]) -> bytes:
 
 
 def _load(blob: bytes) -> tuple[Side, Side]:
-    (ls, le, lr), (rs, re, rr) = load_values(blob, "an overlap_join key")
+    (ls, le, lr), (rs, re, rr) = load_operator_state(blob, "an overlap_join key")
 
     def ints(values: list[int]) -> np.ndarray:
         return np.asarray(values, dtype=np.int64)

@@ -33,7 +33,9 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
+from ..bounds.errors import CorruptLogError
 from ..bounds.panes import TimeIntervalSpec, assign_panes_array
+from ..bounds.versions import newer_format
 
 __all__ = [
     "MERGEABLE",
@@ -102,7 +104,7 @@ def load_state(blob: bytes | None) -> dict[int, PaneState]:
     module's classes, so renaming or moving code does not break existing checkpoints."""
     if blob is None:
         return {}
-    state = _StateUnpickler(io.BytesIO(blob)).load()
+    state = load_operator_state(blob, "a time_interval_aggregate key")
     return {s: PaneState(e, t, p, list(v)) for s, e, t, p, v in state}
 
 
@@ -136,6 +138,27 @@ class _StateUnpickler(pickle.Unpickler):
                 "holds: the checkpoint's state store was altered; refusing to load it"
             )
         return super().find_class(module, name)
+
+
+#: The version of the operator state this code writes and reads. Version 1 (0.1.0 on) is the
+#: bare value; a later version must wrap its state as ``{"v": n, "state": ...}``, so that this
+#: code refuses it by name instead of misreading it (``bounds.versions``).
+STATE_VERSION = 1
+
+
+def load_operator_state(blob: bytes, what: str) -> Any:
+    """The state of ``what`` (a key of ``time_interval_aggregate`` or ``overlap_join``) as
+    :func:`load_values` reads it, unwrapped; a newer version's state is refused."""
+    value = load_values(blob, what)
+    if isinstance(value, dict):
+        found = value.get("v")
+        if not isinstance(found, int) or found > STATE_VERSION:
+            raise newer_format(
+                f"the state of {what} in this query's checkpoint", found, STATE_VERSION,
+                CorruptLogError,
+            )  # fmt: skip
+        return value["state"]
+    return value
 
 
 def load_values(blob: bytes, what: str) -> Any:

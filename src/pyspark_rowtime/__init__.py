@@ -13,7 +13,7 @@ from __future__ import annotations
 from importlib import import_module
 from typing import Any
 
-__version__ = "0.1.0"
+__version__ = "0.2.0"
 
 _EXPORTS = {
     "DefaultSource": "pyspark_rowtime.source:RowtimeDataSource",

@@ -1,0 +1,187 @@
+"""Stored formats across versions (SPEC 12): what 0.1.0 wrote reads, and a format newer than
+this code reads is refused with an error naming the version found, the highest this code reads
+and the installed pyspark-rowtime (``bounds.versions``), one test per stored format. The
+restart of real queries from 0.1.0's checkpoints is ``integration/test_upgrade_v0_1_0.py``.
+"""
+
+from __future__ import annotations
+
+import json
+import pickle
+import re
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+import tomllib
+from redis_server import RedisServer, redis_server
+from sink_helpers import T0, make, records, run
+
+import pyspark_rowtime as pr
+from pyspark_rowtime.bounds.errors import CorruptLogError, OffsetError, RowtimeError
+from pyspark_rowtime.bounds.plan import StreamPosition
+from pyspark_rowtime.sink.layout import SinkState
+from pyspark_rowtime.streams.log import open_stream
+from pyspark_rowtime.streams.meta import meta_from_json
+from pyspark_rowtime.streams.redis_sink import RedisSinkState
+from pyspark_rowtime.streams.segments import SegmentStats
+from pyspark_rowtime.windows import join as join_module
+from pyspark_rowtime.windows.step import load_state
+
+ROOT = Path(__file__).parent.parent
+FIXTURE = ROOT / "integration" / "fixtures" / "v0_1_0"
+
+
+def refused(error: BaseException, found: object, highest: int) -> None:
+    """The refusal names the version found, the highest read, and the installed release."""
+    message = str(error)
+    assert isinstance(error, RowtimeError)
+    assert f"format version {found}" in message, message
+    assert f"up to {highest}" in message, message
+    assert f"pyspark-rowtime {pr.__version__}" in message, message
+    assert "upgrade pyspark-rowtime" in message, message
+
+
+def test_the_version_is_stated_once_for_users_and_packaging() -> None:
+    project = tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]
+    assert project["version"] == pr.__version__
+    assert re.fullmatch(r"\d+\.\d+\.\d+", pr.__version__)
+
+
+# -- streams ---------------------------------------------------------------------------------------
+
+
+def test_stream_metadata_of_a_newer_format_is_refused(tmp_path: Path) -> None:
+    pr.create_stream(str(tmp_path / "s"), "a INT")
+    path = tmp_path / "s" / "_stream.json"
+    doc = json.loads(path.read_text())
+    assert doc["format_version"] == 1
+    path.write_text(json.dumps({**doc, "format_version": 7}))
+    with pytest.raises(CorruptLogError) as info:
+        open_stream(str(tmp_path / "s"))
+    refused(info.value, 7, 1)
+    assert "_stream.json" in str(info.value)
+
+
+def test_0_1_0_stream_metadata_reads_on_both_backends() -> None:
+    # Redis keeps the same document in its meta hash (field "meta"): one reader for both.
+    text = (FIXTURE / "src" / "_stream.json").read_text()
+    meta = meta_from_json(text, "src")
+    assert (meta.partitions, meta.defaults) == (2, {"order": "drop"})
+    import base64
+
+    dump = json.loads((FIXTURE / "redis.json").read_text())
+    (meta_key,) = [k for k in dump["keys"] if base64.b64decode(k["key"]).endswith(b":meta")]
+    fields = {base64.b64decode(k): base64.b64decode(v) for k, v in meta_key["fields"].items()}
+    assert meta_from_json(fields[b"meta"].decode(), "fx").partitions == 2
+
+
+def test_a_segment_footer_of_a_newer_format_is_refused() -> None:
+    with pytest.raises(CorruptLogError) as info:
+        SegmentStats.from_metadata({b"rowtime.format_version": b"3"}, "p-0/x.arrow")
+    refused(info.value, 3, 1)
+
+
+# -- offsets ---------------------------------------------------------------------------------------
+
+
+def test_an_offset_of_0_1_0_still_parses() -> None:
+    lines = (FIXTURE / "ck-copy" / "offsets" / "1").read_text().splitlines()
+    offset = json.loads(lines[-1])  # Spark's version line, its metadata, then the source's
+    position = StreamPosition.from_dict(offset)
+    assert len(position.partitions) == 2 and position.clock_us == offset["clock"]
+    assert position.to_dict()["partitions"] == offset["partitions"]
+
+
+def test_an_offset_of_a_newer_format_is_refused() -> None:
+    with pytest.raises(OffsetError) as info:
+        StreamPosition.from_dict({"v": 2, "clock": None, "partitions": {}})
+    refused(info.value, 2, 1)
+
+
+# -- sink state ------------------------------------------------------------------------------------
+
+
+def test_a_sink_target_of_a_newer_format_is_refused(tmp_path: Path) -> None:
+    state = SinkState(str(tmp_path / "t"))
+    state.define_target({"kind": "stream"})
+    doc = json.loads(Path(state.target_file).read_text())
+    Path(state.target_file).write_text(json.dumps({**doc, "format_version": 2}))
+    with pytest.raises(CorruptLogError) as info:
+        state.read_target()
+    refused(info.value, 2, 1)
+
+
+@pytest.fixture(scope="module")
+def redis(tmp_path_factory: pytest.TempPathFactory) -> Iterator[RedisServer]:
+    with redis_server(tmp_path_factory.mktemp("redis")) as server:
+        yield server
+
+
+def test_a_redis_sink_target_of_a_newer_format_is_refused(redis: RedisServer) -> None:
+    state = RedisSinkState(redis.url("newer-target"))
+    state.define_target({"kind": "stream"})
+    key = state._key("target")
+    doc = json.loads(redis.client().get(key))
+    redis.client().set(key, json.dumps({**doc, "format_version": 2}))
+    with pytest.raises(CorruptLogError) as info:
+        state.read_target()
+    refused(info.value, 2, 1)
+
+
+def test_a_manifest_entry_of_a_newer_format_is_refused_at_replay(tmp_path: Path) -> None:
+    target = make(tmp_path, "stream")
+    batch = [[records([(1, T0 + 1), (2, T0 + 2)], bound=T0 + 3)]]
+    run(target, 0, batch)
+    (entry,) = (tmp_path / "target" / "_rowtime_sink" / "manifest").glob("*.json")
+    doc = json.loads(entry.read_text())
+    assert doc["format"] == 2
+    entry.write_text(json.dumps({**doc, "format": 3}))
+    with pytest.raises(CorruptLogError) as info:
+        run(target, 0, batch)  # Spark replays batch 0
+    refused(info.value, 3, 2)
+
+
+def test_0_1_0_manifest_entries_and_descriptions_read() -> None:
+    for name in ("copy", "win", "join"):
+        state = SinkState(str(FIXTURE / name))
+        assert state.read_target() == {
+            "format": "pyspark-rowtime-sink", "format_version": 1, "kind": "stream"
+        }  # fmt: skip
+        assert all(state.entry(b)["format"] == 2 for b in state.batches())  # type: ignore[index]
+
+
+# -- operator state --------------------------------------------------------------------------------
+
+
+def test_window_state_of_0_1_0_reads_and_a_newer_one_is_refused() -> None:
+    # 0.1.0 stores a bare list of (start, end, triggered, pending_ms, partials) per key.
+    old = pickle.dumps([(T0, T0 + 10, True, None, [3, 4.5])])
+    assert load_state(old)[T0].end_us == T0 + 10
+    wrapped = pickle.dumps({"v": 1, "state": [(T0, T0 + 10, True, None, [3, 4.5])]})
+    assert load_state(wrapped)[T0].end_us == T0 + 10
+    with pytest.raises(CorruptLogError) as info:
+        load_state(pickle.dumps({"v": 2, "state": {"anything": "new"}}))
+    refused(info.value, 2, 1)
+    assert "time_interval_aggregate" in str(info.value)
+
+
+def test_join_state_of_0_1_0_reads_and_a_newer_one_is_refused() -> None:
+    old = pickle.dumps([([T0], [T0 + 5], [{"k": "x"}]), ([], [], [])])
+    left, right = join_module._load(old)
+    assert left.start.tolist() == [T0] and len(right.start) == 0
+    with pytest.raises(CorruptLogError) as info:
+        join_module._load(pickle.dumps({"v": 5, "state": []}))
+    refused(info.value, 5, 1)
+    assert "overlap_join" in str(info.value)
+
+
+def test_a_trim_state_of_a_newer_format_is_refused() -> None:
+    from pyspark_rowtime.streams.retention import TrimState
+
+    doc = TrimState(start=4).to_doc()
+    assert TrimState.from_json(json.dumps(doc), "p-0").start == 4
+    with pytest.raises(CorruptLogError) as info:
+        TrimState.from_json(json.dumps({**doc, "v": 2}), "partition-0000")
+    refused(info.value, 2, 1)
+    assert "trim state of partition-0000" in str(info.value)
