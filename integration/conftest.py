@@ -35,6 +35,9 @@ def pytest_configure(config: pytest.Config) -> None:
         "by name, reader policies, bounds through a window, sink and clock, a restart, panes, "
         "intervals, query shapes, batch reads)",
     )
+    config.addinivalue_line(
+        "markers", "classic_only(reason): needs classic Spark (a JVM in this process)"
+    )
 
 
 def _java_ok() -> bool:
@@ -58,12 +61,6 @@ def pytest_ignore_collect(collection_path: Path, config: pytest.Config) -> bool 
     if CONNECT and collection_path.suffix == ".py" and collection_path.name.startswith("test_"):
         return collection_path.name not in CONNECT_FILES or None
     return None
-
-
-def pytest_configure(config: pytest.Config) -> None:
-    config.addinivalue_line(
-        "markers", "classic_only(reason): needs classic Spark (a JVM in this process)"
-    )
 
 
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
