@@ -452,6 +452,10 @@ class Trimmable(Protocol):
 
     def stream_clock_us(self) -> int | None: ...
 
+    def clock_us(self, partition: int) -> int | None: ...
+
+    def tail(self, partition: int) -> Any: ...
+
     def partition_stats(self, partition: int) -> list[Any]: ...
 
 
@@ -537,6 +541,40 @@ def _newest_row(storage: Trimmable, partition: int) -> int | None:
     return newest
 
 
+def live_partitions(storage: Trimmable) -> list[int]:
+    """The partitions that hold the stream clock for a query with the stream's own defaults:
+    all of them, or with the stream default ``idle_timeout`` those not idle (SPEC 12) as of
+    the newest arrival in the stream, decided from the partitions' last arrivals (a partition
+    with no record counts the stream's creation, when it is known). Without this, a writer
+    that died without an end of stream would hold the clock retention measures from, and
+    nothing would ever be trimmed again."""
+    every = list(range(storage.meta.partitions))
+    timeout = storage.meta.defaults.get("idle_timeout")
+    if timeout is None:
+        return every
+    timeout_us = parse_duration_us(str(timeout), what="stream default idle_timeout")
+    created = getattr(storage.meta, "created_us", None)
+    lasts: list[int | None] = []
+    for p in every:
+        last = storage.tail(p).last_arrival_us
+        lasts.append(created if last is None else last)
+    live = []
+    for p in every:
+        others = [a for q, a in enumerate(lasts) if q != p and a is not None]
+        last = lasts[p]
+        if last is None or not others or max(others) <= last + timeout_us:
+            live.append(p)
+    return live
+
+
+def live_clock(storage: Trimmable) -> int | None:
+    """The stream clock over :func:`live_partitions` (SPEC 5's minimum, without the idle)."""
+    clocks = [storage.clock_us(p) for p in live_partitions(storage)]
+    if not clocks or any(c is None for c in clocks):
+        return None
+    return min(c for c in clocks if c is not None)
+
+
 def emitted_clock(storage: Trimmable, policy: Policy, column: str | None) -> int | None:
     """The stream clock a query under the stream's ``policy`` has reached: the minimum over
     partitions of ``max(reference - range, bound)`` (SPEC 6.5), below the storage's stream
@@ -544,14 +582,14 @@ def emitted_clock(storage: Trimmable, policy: Policy, column: str | None) -> int
     for the slowest partition), so they must stay. None while a partition is empty. With a
     promoted ``column`` the policy's times are not the stored ones: the storage's clock minus
     the range bounds it from below."""
-    clock = storage.stream_clock_us()
+    clock = live_clock(storage)
     if clock is None:
         return None
     if column is not None or not policy.holds:
         return clock if not policy.holds else clock - policy.range_us
     unit = policy.unit_us
     lines = []
-    for p in range(storage.meta.partitions):
+    for p in live_partitions(storage):
         stats = storage.partition_stats(p)
         trimmed = storage.trim_state(p)  # what went before the kept units counts too
         ref = _max(_newest_row(storage, p), trimmed.row_max_us)
@@ -574,7 +612,7 @@ def plan_cutoff(storage: Trimmable, retention: Retention, before_us: int | None)
     without records: no stream clock)."""
     cutoff = before_us
     if retention.duration_us is not None:
-        clock = storage.stream_clock_us()
+        clock = live_clock(storage)
         if clock is not None:
             newest = None
             for p in range(storage.meta.partitions):
@@ -594,7 +632,26 @@ def apply_retention(
 ) -> list[TrimResult]:
     """Trim each partition (or ``partitions``) as far as the stream's retention (with
     ``use_retention``) and ``before_us`` allow, under SPEC 12's never-remove rules; returns
-    what was removed (partitions that lost nothing are left out)."""
+    what was removed (partitions that lost nothing are left out).
+
+    A writer's merge may replace the segments being read while this measures them (the
+    segment a listing named is gone): the whole measure is taken again, a few times."""
+    for attempt in range(4):
+        try:
+            return _apply_retention(storage, before_us, partitions, use_retention)
+        except FileNotFoundError:
+            if attempt == 3:
+                raise
+            time.sleep(0.05 * (attempt + 1))
+    raise AssertionError("unreachable")
+
+
+def _apply_retention(
+    storage: Trimmable,
+    before_us: int | None,
+    partitions: Sequence[int] | None,
+    use_retention: bool,
+) -> list[TrimResult]:
     retention = storage.retention() if use_retention else Retention()
     if before_us is None and not retention.active:
         return []

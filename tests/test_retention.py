@@ -263,6 +263,31 @@ def test_retention_waits_for_every_partition_clock(tmp_path: Path) -> None:
     assert (stream.start_offset(0), stream.start_offset(1)) == (5, 4)
 
 
+def test_a_dead_writer_stops_retention_only_without_an_idle_timeout(tmp_path: Path) -> None:
+    """A partition whose writer died holds the stream clock, so retention (measured back from
+    it) would stop for every partition; with the stream default idle_timeout it stops holding
+    the clock retention uses once the others' records arrive later than the timeout, as it
+    does for a query with the stream's defaults (SPEC 12)."""
+    from clocks import FakeClock
+
+    for idle, want in ((None, 0), ("10 seconds", 20)):
+        location = tmp_path / f"s{idle is not None}"
+        extra = {} if idle is None else {"idle_timeout": idle}
+        create_stream(location, "k INT", partitions=2, retention="5 s", **extra)
+        clock = FakeClock(step=1_000_000)  # a second of arrival a record
+        with pr.open_writer(location, 1, clock=clock) as dead:
+            dead.insert({"k": 0}, rowtime=0)  # then it dies: no bound, no end of stream
+        with pr.open_writer(location, 0, clock=clock) as w:
+            for sec in range(0, 30):
+                w.insert({"k": sec}, rowtime=sec * 1000)
+                if sec % 5 == 4:
+                    w.flush()
+        stream = open_stream(location)
+        apply_retention(stream)
+        # with the timeout: partition 0 keeps its last 5 s of rowtime, whole 5-row segments
+        assert (stream.start_offset(0), stream.start_offset(1)) == (want, 0), idle
+
+
 def test_a_size_retention_keeps_the_newest_bytes(tmp_path: Path) -> None:
     location = tmp_path / "s"
     create_stream(location, "k INT")
@@ -741,3 +766,25 @@ def test_an_idle_read_of_a_stream_trimmed_at_a_quiet_cut_equals_the_untrimmed_on
                 compared += len(got[p])
                 idle_late += sum(1 for r in got[p] if r.get("reason") == "idle")
     assert trimmed > 50 and compared > 500 and idle_late > 0
+
+
+def test_a_trim_that_meets_a_segment_merged_away_measures_again(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """`rowtime trim` beside a writer: the writer's merge may unlink a segment the trim listed
+    a moment before (the month soak met it: the command exited 2 on FileNotFoundError)."""
+    location = tmp_path / "s"
+    create_stream(location, "k INT", retention="5 s")
+    write_seconds(location, range(0, 30), per_flush=5)
+    real = retention_module._newest_row
+    raced = []
+
+    def merged_meanwhile(storage: Any, p: int) -> Any:
+        if not raced:
+            raced.append(p)
+            raise FileNotFoundError("segment merged away")
+        return real(storage, p)
+
+    monkeypatch.setattr(retention_module, "_newest_row", merged_meanwhile)
+    apply_retention(open_stream(location))
+    assert raced and open_stream(location).start_offset(0) == 20
