@@ -32,6 +32,8 @@ __all__ = [
     "intersection",
     "intersection_arrays",
     "overlaps",
+    "range_reduce",
+    "stretches",
     "time_window_end",
 ]
 
@@ -206,3 +208,92 @@ def intersection_arrays(
     start = np.maximum(np.asarray(a_start_us, np.int64), np.asarray(b_start_us, np.int64))
     end = np.minimum(np.asarray(a_end_us, np.int64), np.asarray(b_end_us, np.int64))
     return start, end, start < end
+
+
+def stretches(
+    starts_us: npt.ArrayLike,
+    ends_us: npt.ArrayLike,
+    from_us: int | None,
+    upto_us: int,
+) -> tuple[Int64Array, Int64Array, Int64Array]:
+    """The maximal stretches of constant validity of some rows, and which rows cover which.
+
+    Rows are half-open intervals ``[start, end)`` (empty ones, ``end <= start``, are valid at no
+    instant and change nothing). The *change points* are the starts and ends of the non-empty
+    rows: at each, the set of valid rows changes (a row enters or leaves), and between two
+    consecutive ones it does not. Only points in ``[from_us, upto_us]`` count: ``from_us`` (if
+    not None) is itself a point, where an earlier stretch was cut, and rows that started before
+    it are treated as starting at it; points above ``upto_us`` are not known to be final.
+
+    Returns ``(points, lo, hi)``: the sorted distinct points; stretch ``i`` is ``[points[i],
+    points[i + 1])`` for ``i < len(points) - 1``; row ``r`` is valid in exactly the stretches
+    ``lo[r] <= i < hi[r]`` (``lo[r] >= hi[r]``: in none of them).
+    """
+    start = np.asarray(starts_us, dtype=np.int64)
+    end = np.asarray(ends_us, dtype=np.int64)
+    live = start < end
+    if from_us is not None:
+        start = np.maximum(start, from_us)
+        live &= end > from_us
+    candidates = [start[live], end[live]]
+    if from_us is not None:
+        candidates.append(np.array([from_us], dtype=np.int64))
+    points = np.unique(np.concatenate(candidates))
+    points = points[points <= upto_us]
+    m = max(len(points) - 1, 0)
+    lo = np.minimum(np.searchsorted(points, start, side="left"), m).astype(np.int64)
+    hi = np.minimum(np.searchsorted(points, end, side="left"), m).astype(np.int64)
+    hi[~live] = 0
+    return points, lo, hi
+
+
+_REDUCERS = {"add": np.add, "min": np.minimum, "max": np.maximum}
+
+
+def range_reduce(
+    kind: str, lo: npt.ArrayLike, hi: npt.ArrayLike, values: npt.ArrayLike, m: int
+) -> np.ndarray:
+    """For each of ``m`` slots, the ``kind`` (``add``, ``min`` or ``max``) of the ``values`` of
+    the rows whose range ``[lo, hi)`` covers it; slots no row covers get the identity (0, the
+    dtype's highest or lowest value).
+
+    A segment tree applied offline: each range updates at most ``2 log2(m)`` disjoint nodes, and
+    one pass down the tree gives every slot its value, so the work is ``O((rows + m) log m)``
+    whatever the overlap, and a sum adds each row once to a node (no running sum that adds then
+    subtracts, which would lose float precision).
+    """
+    ufunc = _REDUCERS[kind]
+    v = np.asarray(values)
+    if v.dtype.kind == "f":
+        v = v.astype(np.float64, copy=False)
+        info_hi, info_lo = np.inf, -np.inf
+    else:
+        v = v.astype(np.int64, copy=False)
+        info_hi, info_lo = np.iinfo(np.int64).max, np.iinfo(np.int64).min
+    identity = {"add": 0, "min": info_hi, "max": info_lo}[kind]
+    size = 1
+    while size < max(m, 1):
+        size *= 2
+    tree = np.full(2 * size, identity, dtype=v.dtype)
+    left = np.asarray(lo, dtype=np.int64).copy()
+    right = np.asarray(hi, dtype=np.int64).copy()
+    keep = left < right
+    left, right, v = left[keep] + size, right[keep] + size, v[keep]
+    while left.size:
+        odd = (left & 1) == 1
+        ufunc.at(tree, left[odd], v[odd])
+        left[odd] += 1
+        odd = (right & 1) == 1
+        right[odd] -= 1
+        ufunc.at(tree, right[odd], v[odd])
+        left >>= 1
+        right >>= 1
+        go = left < right
+        left, right, v = left[go], right[go], v[go]
+    width = 1
+    while width < size:
+        parent = np.arange(width, 2 * width)
+        tree[2 * parent] = ufunc(tree[2 * parent], tree[parent])
+        tree[2 * parent + 1] = ufunc(tree[2 * parent + 1], tree[parent])
+        width *= 2
+    return tree[size : size + m]
