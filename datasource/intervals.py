@@ -162,6 +162,8 @@ class Successors:
 
     def ends(self, first: int, count: int) -> np.ndarray:
         """``rowtime_end`` of emitted rows ``first .. first + count - 1``."""
+        if count == 0:  # a batch of bound records only: no successor to look for
+            return np.empty(0, dtype=np.int64)
         n = int(self.cfg.interval_count or 0)
         need = first + count + n
         while len(self.rowtimes) < need and not self.ended:

@@ -312,3 +312,28 @@ def test_a_batch_read_of_everything_written_ends_each_partition(tmp_path: Path) 
         for r in batch.to_pylist()
     ]
     assert [us(r["rowtime_end"]) for r in out] == [T0 + 2 * S, T0 + 3 * S, INFINITY_US, INFINITY_US]
+
+
+def test_a_step_of_bounds_only_reads_no_successor(tmp_path: Path) -> None:
+    """A partition whose first records are bounds (no row yet) under interval.count: the step
+    emits the bound and looks for no successor (it used to fail as if the log had shrunk)."""
+    path = tmp_path / "s"
+    create_stream(str(path), "p int, i long", partitions=2)
+
+    def bounds_only(p: Path) -> None:
+        for q in range(2):
+            with open_writer(str(p), partition=q) as w:
+                w.set_rowtime_bound(at(T0 + S))
+                w.flush()
+
+    def rows(p: Path) -> None:
+        for q in range(2):
+            with open_writer(str(p), partition=q) as w:
+                w.insert({"p": q, "i": 1}, rowtime=at(T0 + 2 * S))
+                w.insert({"p": q, "i": 2}, rowtime=at(T0 + 3 * S))
+                w.end_stream()
+
+    out = drive(path, {"interval.count": "1"}, [bounds_only, rows])
+    assert sorted((r["p"], r["i"], us(r["rowtime_end"]) - T0) for r in out if not r["is_bound"]) == [
+        (0, 1, 3 * S), (0, 2, INFINITY_US - T0), (1, 1, 3 * S), (1, 2, INFINITY_US - T0)
+    ]  # fmt: skip
