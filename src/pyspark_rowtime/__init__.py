@@ -54,6 +54,7 @@ _EXPORTS = {
     "ValidityInterval": "pyspark_rowtime.bounds.intervals:ValidityInterval",
     "time_interval_aggregate": "pyspark_rowtime.windows.aggregate:time_interval_aggregate",
     "overlap_join": "pyspark_rowtime.windows.join:overlap_join",
+    "interval_aggregate": "pyspark_rowtime.windows.validity:interval_aggregate",
 }
 
 __all__ = sorted(_EXPORTS)
