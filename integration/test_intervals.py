@@ -223,6 +223,41 @@ def test_overlap_join_against_brute_force_with_a_restart(spark: Any, workdir: Pa
     assert results[0] == results[1]
 
 
+def test_left_overlap_join_against_brute_force_with_a_restart(spark: Any, workdir: Path) -> None:
+    """SPEC 10's left join: every overlapping pair once; every left row that overlaps no right
+    row once with nulls and its own interval, in a batch whose watermark reached its end (both
+    clocks passed it), never before; a restart from the checkpoint gives the same rows."""
+    rounds = [make_rounds(41, 2, n_rounds=6), make_rounds(42, 1, n_rounds=6, keys=4)]
+    results = []
+    for stop_after in (-1, 3):
+        a, b = workdir / f"l{stop_after}_a", workdir / f"l{stop_after}_b"
+        pr.create_stream(str(a), "p int, i long, k string", partitions=2)
+        pr.create_stream(str(b), "p int, i long, k string", partitions=1)
+        left = reader(spark, a, **{"interval.duration": "1 second"})
+        right = reader(spark, b, **{"interval.count": "1"})
+        df = pr.overlap_join(left, right, "k", how="left")
+        run = run_rounds(df, [a, b], rounds, workdir / f"chk_l{stop_after}", stop_after)
+        lrows = plain(spark.read.format("rowtime").option("interval.duration", "1").load(str(a)))
+        rrows = plain(spark.read.format("rowtime").option("interval.count", "1").load(str(b)))
+        lrows = [r for r in lrows if not r["is_bound"]]
+        pairs = brute_force_join(lrows, [r for r in rrows if not r["is_bound"]])
+        met = {i for _, i, _, _, _ in pairs}
+        alone = [(r["k"], r["i"], None, r["rowtime"], r["rowtime_end"]) for r in lrows
+                 if r["i"] not in met and r["rowtime"] < r["rowtime_end"]]  # fmt: skip
+        assert pairs and alone, "the scenario has both kinds of rows"
+        got = sorted(joined(run.records), key=repr)
+        assert got == sorted(pairs + alone, key=repr)
+        watermark = {p["batchId"]: iso_us(p["eventTime"]["watermark"]) for p in run.progress}
+        end_ms = INFINITY_US // 1000 - 1
+        for batch_id, rows in run.batches:
+            for r in rows:
+                if r["right_i"] is None:  # never before both clocks passed the row's end
+                    w = watermark[batch_id]
+                    assert w // 1000 >= end_ms or w >= r["rowtime_end"], (batch_id, r)
+        results.append(got)
+    assert results[0] == results[1]
+
+
 def test_overlap_join_state_stays_bounded_by_both_clocks(spark: Any, workdir: Path) -> None:
     """One key, 12 rounds of 10 rows per side, each valid 2 s: the state keeps the few intervals
     that can still overlap, not the 240 rows."""
@@ -256,7 +291,7 @@ def test_overlap_join_refuses_bad_arguments_before_starting(spark: Any, workdir:
     right = reader(spark, b, **{"interval.count": "1"})
     plain_right = reader(spark, b)
     cases = [
-        ({"how": "left"}, "how='left'"),
+        ({"how": "right"}, "how='right'"),
         ({"on": "nope"}, "on='nope'"),
         ({"on": []}, "on=\\[\\]"),
         ({"right": plain_right}, "right lacks the column"),
