@@ -33,6 +33,7 @@ __all__ = [
     "intersection_arrays",
     "overlaps",
     "range_reduce",
+    "sliding_window_ends",
     "stretches",
     "time_window_end",
 ]
@@ -297,3 +298,30 @@ def range_reduce(
         tree[2 * parent + 1] = ufunc(tree[2 * parent + 1], tree[parent])
         width *= 2
     return tree[size : size + m]
+
+
+def sliding_window_ends(starts_us: npt.ArrayLike, size_us: int, slide_us: int = 1) -> Int64Array:
+    """The ends a time window of ``size_us`` moving in steps of ``slide_us`` gives rows.
+
+    Odysseus' sliding time window with an advance (its ``calcSlidingDeltaWindowEnd``):
+    ``floor(start / slide) * slide + size``: a row is valid from its start until ``size`` after
+    the start of the slide step it falls in, so the window's content changes only at the
+    steps' starts as rows leave (rows still enter as they come). A slide of 1 us is the plain
+    time window (``start + size``); a slide equal to the size gives tumbling windows (each row
+    valid until the end of its window). Capped at :data:`INFINITY_US`.
+
+    Raises:
+        OptionError: a size or slide that is not a positive int, or a slide above the size
+            (rows in the gaps would be valid at no instant).
+    """
+    for name, value in (("size_us", size_us), ("slide_us", slide_us)):
+        if isinstance(value, bool) or not isinstance(value, Integral) or value <= 0:
+            raise OptionError(f"{name}={value!r} must be a positive int of microseconds")
+    if slide_us > size_us:
+        raise OptionError(
+            f"slide_us={slide_us} is above size_us={size_us}: rows between two windows would "
+            "be valid at no instant; give a slide at most the size"
+        )
+    starts = np.asarray(starts_us, dtype=np.int64)
+    base = starts // int(slide_us) * int(slide_us)
+    return np.minimum(base, INFINITY_US - int(size_us)) + int(size_us)

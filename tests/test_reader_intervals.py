@@ -337,3 +337,28 @@ def test_a_step_of_bounds_only_reads_no_successor(tmp_path: Path) -> None:
     assert sorted((r["p"], r["i"], us(r["rowtime_end"]) - T0) for r in out if not r["is_bound"]) == [
         (0, 1, 3 * S), (0, 2, INFINITY_US - T0), (1, 1, 3 * S), (1, 2, INFINITY_US - T0)
     ]  # fmt: skip
+
+
+def test_interval_slide_moves_the_time_window_in_steps(tmp_path: Path) -> None:
+    path = tmp_path / "s"
+    create_stream(str(path), "p int, i long", partitions=2)
+    options = {"interval.duration": "3 seconds", "interval.slide": "2 seconds"}
+    out = drive(path, options, random_rounds(9, 2, False))
+    rows = [r for r in out if not r["is_bound"]]
+    assert rows
+    for r in rows:
+        t = us(r["rowtime"])
+        assert us(r["rowtime_end"]) == t // (2 * S) * (2 * S) + 3 * S
+
+
+@pytest.mark.parametrize(
+    ("options", "message"),
+    [
+        ({"interval.slide": "1 second"}, "set option interval.duration too"),
+        ({"interval.duration": "1", "interval.slide": "2"}, "longer than interval.duration"),
+        ({"interval.duration": "1", "interval.slide": "0"}, "interval.slide"),
+    ],
+)
+def test_interval_slide_refuses_what_it_cannot_mean(options: dict[str, str], message: str) -> None:
+    with pytest.raises(OptionError, match=message):
+        parse_reader_options({"path": "/x", **options})
