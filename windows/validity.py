@@ -125,26 +125,39 @@ def parse_aggs(aggs: Mapping[str, str]) -> list[tuple[str, str, str | None]]:
 
 @dataclass(frozen=True)
 class IntervalStep:
-    """What one call for one key decided: ``stretches`` as ``(start_us, end_us, values)`` in
-    ascending start; the frame of rows to keep (None: nothing), the change point the emitted
-    stretches reached (``from``), the event-time timeout (ms), and the late rows discarded."""
+    """What one call for one key decided: the stretches emitted, in ascending start, as columns
+    (``starts``/``ends`` in us, and per aggregate its values and where they are not null); the
+    frame of rows to keep (None: nothing), the change point the emitted stretches reached
+    (``from``), the event-time timeout (ms), and the late rows discarded."""
 
-    stretches: list[tuple[int, int, list[Any]]]
+    starts: np.ndarray
+    ends: np.ndarray
+    values: list[tuple[np.ndarray, np.ndarray]]
     rows: pd.DataFrame | None
     from_us: int | None
     timeout_ms: int | None
     discarded: int
 
+    @property
+    def stretches(self) -> list[tuple[int, int, list[Any]]]:
+        """The stretches as ``(start_us, end_us, [value or None per aggregate])``."""
+        cols = [[v if ok else None for v, ok in zip(a.tolist(), m.tolist(), strict=True)]
+                for a, m in self.values]  # fmt: skip
+        return [
+            (s, e, [c[i] for c in cols])
+            for i, (s, e) in enumerate(zip(self.starts.tolist(), self.ends.tolist(), strict=True))
+        ]
+
 
 def _values(agg: IntervalAgg, frame: pd.DataFrame, lo: np.ndarray, hi: np.ndarray, m: int,
-            count: np.ndarray) -> list[Any]:  # fmt: skip
-    """One aggregate's value in each of ``m`` stretches (None where Spark gives null)."""
+            count: np.ndarray) -> tuple[np.ndarray, np.ndarray]:  # fmt: skip
+    """One aggregate's value in each of ``m`` stretches, and where it is not null."""
     if agg.kind == "count" and agg.column is None:
-        return count.tolist()
+        return count, np.ones(m, dtype=bool)
     present = frame[agg.present].to_numpy(dtype=bool)
     n = range_reduce("add", lo[present], hi[present], np.ones(int(present.sum()), np.int64), m)
     if agg.kind == "count":
-        return n.tolist()
+        return n, np.ones(m, dtype=bool)
     assert agg.column is not None
     column = frame[agg.column]
     if agg.kind in ("sum", "avg"):
@@ -152,19 +165,17 @@ def _values(agg: IntervalAgg, frame: pd.DataFrame, lo: np.ndarray, hi: np.ndarra
         v = v.astype(np.int64 if agg.integral else np.float64, copy=False)
         total = range_reduce("add", lo[present], hi[present], v, m)
         if agg.kind == "avg":
-            out = [float(s) / c if c else None for s, c in zip(total.tolist(), n.tolist(),
-                                                              strict=True)]  # fmt: skip
-            return out
-        return [s if c else None for s, c in zip(total.tolist(), n.tolist(), strict=True)]
+            return total / np.maximum(n, 1), n > 0
+        return total, n > 0
     # min / max by rank: any ordered type (numbers, strings, timestamps as microseconds).
     codes, uniques = pd.factorize(column[present], sort=True)
     ranks = np.asarray(codes, dtype=np.int64)
-    values = list(uniques)
+    values = np.asarray(uniques, dtype=object)
     if (ranks < 0).any():  # NaN (not null: Spark's NaN is a value, above every number)
         ranks[ranks < 0] = len(values)
-        values.append(float("nan"))
+        values = np.append(values, float("nan"))
     best = range_reduce(agg.kind, lo[present], hi[present], ranks, m)
-    return [values[r] if c else None for r, c in zip(best.tolist(), n.tolist(), strict=True)]
+    return values[np.where(n > 0, best, 0)] if len(values) else np.full(m, None), n > 0
 
 
 def interval_step(
@@ -183,33 +194,36 @@ def interval_step(
         late = new["__t"].to_numpy(dtype=np.int64) < from_us
         discarded = int(late.sum())
         parts = [f for f in (old, new[~late]) if f is not None and len(f)]
+    none = np.empty(0, dtype=np.int64)
+    nothing = [(none, none.astype(bool)) for _ in aggs]
     if not parts:
-        return IntervalStep([], None, None, None, discarded)
+        return IntervalStep(none, none, nothing, None, None, None, discarded)
     frame = pd.concat(parts, ignore_index=True) if len(parts) > 1 else parts[0]
     t = frame["__t"].to_numpy(dtype=np.int64)
     e = frame["__e"].to_numpy(dtype=np.int64)
     w_us = INFINITY_US if watermark_ms >= _END_MS else watermark_ms * 1000
     points, lo, hi = stretches(t, e, from_us, w_us)
     m = len(points) - 1
-    out: list[tuple[int, int, list[Any]]] = []
+    starts, ends, values = none, none, nothing
     if m > 0:
         count = range_reduce("add", lo, hi, np.ones(len(t), dtype=np.int64), m)
-        columns = [_values(a, frame, lo, hi, m, count) for a in aggs]
-        for i in np.flatnonzero(count > 0).tolist():
-            out.append((int(points[i]), int(points[i + 1]), [c[i] for c in columns]))
+        some = np.flatnonzero(count > 0)  # instants with no valid row give no output
+        starts, ends = points[:-1][some], points[1:][some]
+        values = [(v[some], ok[some]) for v, ok in (_values(a, frame, lo, hi, m, count)
+                                                     for a in aggs)]  # fmt: skip
     reached = int(points[-1]) if len(points) else from_us
     keep = e > t
     if reached is not None:
         keep &= e > reached
     if not keep.any():
-        return IntervalStep(out, None, None, None, discarded)
+        return IntervalStep(starts, ends, values, None, None, None, discarded)
     rows = frame[keep].reset_index(drop=True)
     kt, ke = t[keep], e[keep]
     after = kt if reached is None else np.where(kt > reached, kt, ke)
     # Spark fires an event-time timeout T once the watermark is above T: the next stretch
     # ending at ``b`` (us) is due once W * 1000 >= b, i.e. W > ceil(b / 1000) - 1.
     due = min(-(-int(after.min()) // 1000) - 1, _END_MS - 1)
-    return IntervalStep(out, rows, reached, max(watermark_ms, due), discarded)
+    return IntervalStep(starts, ends, values, rows, reached, max(watermark_ms, due), discarded)
 
 
 def _save(rows: pd.DataFrame, from_us: int | None) -> bytes:
@@ -393,26 +407,39 @@ def interval_aggregate(
             state.update((_save(result.rows, result.from_us),))
             assert result.timeout_ms is not None
             state.setTimeoutTimestamp(result.timeout_ms)
-        n = len(result.stretches)
-        out: dict[str, Any] = {}
-        for f, value in zip(key_fields, key, strict=True):
-            out[f.name] = [value] * (n + 1)
-        for j, p in enumerate(plans):
-            column = [s[2][j] for s in result.stretches] + [None]
-            if p.name in stamp:
-                out[p.name] = pd.to_datetime(pd.Series(column, dtype="Int64"), unit="us",
-                                             utc=True)  # fmt: skip
-            else:
-                out[p.name] = column
-        # One extra row carries the metrics (dropped after the observation).
-        starts = pd.Series([s[0] for s in result.stretches] + [None], dtype="Int64")
-        ends = pd.Series([s[1] for s in result.stretches] + [None], dtype="Int64")
-        out["rowtime"] = pd.to_datetime(starts, unit="us", utc=True)
-        out["rowtime_end"] = pd.to_datetime(ends, unit="us", utc=True)
-        kept = 0 if result.rows is None else len(result.rows)
-        out["__kept"] = pd.Series([None] * n + [kept], dtype="Int64")
-        out["__discarded"] = pd.Series([None] * n + [result.discarded], dtype="Int64")
-        yield pd.DataFrame(out)
+        n = len(result.starts)
+        keys_out = {f.name: value for f, value in zip(key_fields, key, strict=True)}
+        if n:
+            out: dict[str, Any] = {name: [value] * n for name, value in keys_out.items()}
+            for p, (values, ok) in zip(plans, result.values, strict=True):
+                if p.name in stamp:
+                    us = pd.array(values.astype(np.int64), dtype="Int64")
+                    us[~ok] = pd.NA
+                    out[p.name] = pd.to_datetime(us, unit="us", utc=True)
+                elif p.kind == "sum" and p.integral:
+                    column = pd.array(values, dtype="Int64")
+                    column[~ok] = pd.NA
+                    out[p.name] = column
+                elif values.dtype.kind == "f":
+                    out[p.name] = np.where(ok, values, np.nan)  # NaN goes to Spark as null
+                elif values.dtype.kind == "O":
+                    out[p.name] = np.where(ok, values, None)
+                else:
+                    out[p.name] = values
+            out["rowtime"] = pd.to_datetime(result.starts, unit="us", utc=True)
+            out["rowtime_end"] = pd.to_datetime(result.ends, unit="us", utc=True)
+            out["__kept"] = pd.array([None] * n, dtype="Int64")
+            out["__discarded"] = pd.array([None] * n, dtype="Int64")
+            yield pd.DataFrame(out)
+        # One more row carries the metrics (dropped after the observation).
+        metric: dict[str, Any] = {name: [value] for name, value in keys_out.items()}
+        for p in plans:
+            metric[p.name] = [None]
+        metric["rowtime"] = pd.to_datetime(pd.array([None], dtype="Int64"), unit="us", utc=True)
+        metric["rowtime_end"] = metric["rowtime"]
+        metric["__kept"] = [0 if result.rows is None else len(result.rows)]
+        metric["__discarded"] = [result.discarded]
+        yield pd.DataFrame(metric)
 
     stateful = rows.groupBy(*group_cols).applyInPandasWithState(
         step,
