@@ -9,6 +9,7 @@ rows are equal. A run stopped and restarted from its checkpoint must give the sa
 
 from __future__ import annotations
 
+import itertools
 import math
 import random
 from pathlib import Path
@@ -21,8 +22,14 @@ import pyspark_rowtime as pr
 from pyspark_rowtime.bounds.errors import OptionError
 
 T0 = 1_700_000_000 * US
-AGGS = {"n": "count(*)", "n_v": "count(v)", "total": "sum(i)", "mean": "avg(v)",
-        "low": "min(v)", "high": "max(k)"}  # fmt: skip
+AGGS = {
+    "n": "count(*)",
+    "n_v": "count(v)",
+    "total": "sum(i)",
+    "mean": "avg(v)",
+    "low": "min(v)",
+    "high": "max(k)",
+}
 
 
 def rounds(seed: int, partitions: int = 2, n_rounds: int = 5) -> list[list[Any]]:
@@ -53,7 +60,7 @@ def relational(rows: list[dict[str, Any]], key: str | None) -> list[tuple[Any, .
         live = [r for r in mine if r["rowtime"] < r["rowtime_end"]]
         points = sorted({p for r in live for p in (r["rowtime"], r["rowtime_end"])})
         stretches: list[list[Any]] = []
-        for a, b in zip(points, points[1:], strict=False):
+        for a, b in itertools.pairwise(points):
             valid = frozenset(r["i"] for r in live if r["rowtime"] <= a < r["rowtime_end"])
             if not valid:
                 continue
@@ -64,18 +71,37 @@ def relational(rows: list[dict[str, Any]], key: str | None) -> list[tuple[Any, .
         for a, b, valid in stretches:
             rs = [r for r in live if r["i"] in valid]
             vs = [r["v"] for r in rs if r["v"] is not None]
-            out.append((k, a, b, len(rs), len(vs), sum(r["i"] for r in rs),
-                        sum(vs) / len(vs) if vs else None, min(vs) if vs else None,
-                        max(r["k"] for r in rs)))  # fmt: skip
+            out.append(
+                (
+                    k,
+                    a,
+                    b,
+                    len(rs),
+                    len(vs),
+                    sum(r["i"] for r in rs),
+                    sum(vs) / len(vs) if vs else None,
+                    min(vs) if vs else None,
+                    max(r["k"] for r in rs),
+                )
+            )
     return sorted(out, key=repr)
 
 
 def got_rows(run: Run, key: str | None) -> list[tuple[Any, ...]]:
     return sorted(
-        ((r[key] if key else None), r["rowtime"], r["rowtime_end"], r["n"], r["n_v"],
-         r["total"], r["mean"], r["low"], r["high"])
+        (
+            (r[key] if key else None),
+            r["rowtime"],
+            r["rowtime_end"],
+            r["n"],
+            r["n_v"],
+            r["total"],
+            r["mean"],
+            r["low"],
+            r["high"],
+        )
         for r in run.records
-    )  # fmt: skip
+    )
 
 
 def same(got: list[tuple[Any, ...]], want: list[tuple[Any, ...]]) -> None:
@@ -85,8 +111,7 @@ def same(got: list[tuple[Any, ...]], want: list[tuple[Any, ...]]) -> None:
             assert (x == y) or (isinstance(x, float) and math.isclose(x, y)), (g, w)
 
 
-@pytest.mark.parametrize(("option", "key"), [("interval.duration", "k"),
-                                             ("interval.count", None)])  # fmt: skip
+@pytest.mark.parametrize(("option", "key"), [("interval.duration", "k"), ("interval.count", None)])
 def test_interval_aggregate_is_the_relational_answer_and_restarts_reproduce_it(
     spark: Any, workdir: Path, option: str, key: str | None
 ) -> None:

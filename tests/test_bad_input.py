@@ -120,6 +120,9 @@ READER_BAD: list[tuple[dict[str, str], str]] = [
     ({"interval.count": "2.5"}, "interval.count"),
     ({"interval.count": "3", "order": "adjust"}, "interval.count"),  # refused under adjust
     ({"interval.count": "3", "interval.duration": "10"}, "interval.duration"),  # one or other
+    ({"interval.slide": "1"}, "interval.slide"),  # needs interval.duration
+    ({"interval.duration": "1", "interval.slide": "2"}, "interval.slide"),  # a gap
+    ({"interval.duration": "1", "interval.slide": "0"}, "interval.slide"),
 ]
 
 

@@ -10,6 +10,7 @@ endings (only bounds after the last row).
 
 from __future__ import annotations
 
+import itertools
 import math
 from typing import Any
 
@@ -22,8 +23,8 @@ from hypothesis import strategies as st
 from pyspark_rowtime.bounds.errors import OptionError
 from pyspark_rowtime.bounds.intervals import INFINITY_US, range_reduce, stretches
 from pyspark_rowtime.windows.validity import (
-    IntervalAgg,
     _END_MS,
+    IntervalAgg,
     _load,
     _save,
     interval_step,
@@ -47,7 +48,7 @@ def relational(rows: list[Row]) -> list[tuple[int, int, list[Any]]]:
     """Every maximal stretch of constant, non-empty row set, with SQL's aggregates over it."""
     points = sorted({p for s, e, _, _ in rows if s < e for p in (s, e)})
     out: list[tuple[int, int, frozenset[int], list[Any]]] = []
-    for a, b in zip(points, points[1:], strict=False):
+    for a, b in itertools.pairwise(points):
         valid = frozenset(i for i, (s, e, _, _) in enumerate(rows) if s <= a < e)
         if not valid:
             continue
@@ -162,8 +163,11 @@ def test_stretches_cut_only_where_the_set_changes() -> None:
     # nothing; a row starting at 20 exactly after [10,20) ends gives a third.
     rows = [(0, 10, 1, None), (10, 20, 1, None), (5, 5, 7, None), (20, 30, 1, None)]
     got, _ = run([rows, [], []], [30, INFINITY_US, INFINITY_US])
-    assert [(a, b, v[0], v[2]) for a, b, v in got] == [(0, 10, 1, 1), (10, 20, 1, 1),
-                                                        (20, 30, 1, 1)]  # fmt: skip
+    assert [(a, b, v[0], v[2]) for a, b, v in got] == [
+        (0, 10, 1, 1),
+        (10, 20, 1, 1),
+        (20, 30, 1, 1),
+    ]
 
 
 def test_a_stretch_is_emitted_once_the_watermark_passes_its_end_and_not_before() -> None:

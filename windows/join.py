@@ -189,9 +189,7 @@ def _load(blob: bytes) -> tuple[Side, Side]:
     def side(fields: tuple[Any, ...]) -> Side:
         starts, ends, rows = fields[:3]
         met = np.asarray(fields[3], dtype=bool) if len(fields) > 3 else None
-        return Side(
-            np.asarray(starts, dtype=np.int64), np.asarray(ends, dtype=np.int64), rows, met
-        )
+        return Side(np.asarray(starts, dtype=np.int64), np.asarray(ends, dtype=np.int64), rows, met)
 
     return side(sides[0]), side(sides[1])
 

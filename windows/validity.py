@@ -57,6 +57,7 @@ import pandas as pd
 
 from ..bounds.errors import OptionError
 from ..bounds.intervals import INFINITY_US, range_reduce, stretches
+from .define import WindowDef, assign_ends, window_of
 from .step import load_values
 
 if TYPE_CHECKING:
@@ -141,16 +142,19 @@ class IntervalStep:
     @property
     def stretches(self) -> list[tuple[int, int, list[Any]]]:
         """The stretches as ``(start_us, end_us, [value or None per aggregate])``."""
-        cols = [[v if ok else None for v, ok in zip(a.tolist(), m.tolist(), strict=True)]
-                for a, m in self.values]  # fmt: skip
+        cols = [
+            [v if ok else None for v, ok in zip(a.tolist(), m.tolist(), strict=True)]
+            for a, m in self.values
+        ]
         return [
             (s, e, [c[i] for c in cols])
             for i, (s, e) in enumerate(zip(self.starts.tolist(), self.ends.tolist(), strict=True))
         ]
 
 
-def _values(agg: IntervalAgg, frame: pd.DataFrame, lo: np.ndarray, hi: np.ndarray, m: int,
-            count: np.ndarray) -> tuple[np.ndarray, np.ndarray]:  # fmt: skip
+def _values(
+    agg: IntervalAgg, frame: pd.DataFrame, lo: np.ndarray, hi: np.ndarray, m: int, count: np.ndarray
+) -> tuple[np.ndarray, np.ndarray]:
     """One aggregate's value in each of ``m`` stretches, and where it is not null."""
     if agg.kind == "count" and agg.column is None:
         return count, np.ones(m, dtype=bool)
@@ -184,10 +188,17 @@ def interval_step(
     from_us: int | None,
     new: pd.DataFrame | None,
     watermark_ms: int,
+    *,
+    window: WindowDef | None = None,
 ) -> IntervalStep:
     """One key, one micro-batch: take the new rows (columns ``__t``/``__e``: validity in us,
     and the aggregates' inputs), emit the stretches that ended at or before the watermark and
-    say what to keep (see the module)."""
+    say what to keep (see the module).
+
+    With a ``window`` (:mod:`.define`), the rows also have ``__g``, ``__on`` and ``__open``
+    (new rows: None) and their ends are set here first (:func:`.define.assign_ends`); a row
+    whose end is not known yet counts as valid until infinity, which changes no stretch up to
+    the watermark (the row that will end it starts above it)."""
     discarded = 0
     parts = [f for f in (old, new) if f is not None and len(f)]
     if new is not None and len(new) and from_us is not None:
@@ -199,6 +210,8 @@ def interval_step(
     if not parts:
         return IntervalStep(none, none, nothing, None, None, None, discarded)
     frame = pd.concat(parts, ignore_index=True) if len(parts) > 1 else parts[0]
+    if window is not None:
+        frame = assign_ends(window, frame)
     t = frame["__t"].to_numpy(dtype=np.int64)
     e = frame["__e"].to_numpy(dtype=np.int64)
     w_us = INFINITY_US if watermark_ms >= _END_MS else watermark_ms * 1000
@@ -209,8 +222,9 @@ def interval_step(
         count = range_reduce("add", lo, hi, np.ones(len(t), dtype=np.int64), m)
         some = np.flatnonzero(count > 0)  # instants with no valid row give no output
         starts, ends = points[:-1][some], points[1:][some]
-        values = [(v[some], ok[some]) for v, ok in (_values(a, frame, lo, hi, m, count)
-                                                     for a in aggs)]  # fmt: skip
+        values = [
+            (v[some], ok[some]) for v, ok in (_values(a, frame, lo, hi, m, count) for a in aggs)
+        ]
     reached = int(points[-1]) if len(points) else from_us
     keep = e > t
     if reached is not None:
@@ -237,6 +251,8 @@ def _load(blob: bytes) -> tuple[pd.DataFrame, int | None]:
     rows = pd.DataFrame(plain["columns"])
     for c in ("__t", "__e"):
         rows[c] = rows[c].astype(np.int64)
+    if "__open" in rows.columns:  # a window's rows (rows_window, while_window)
+        rows["__open"] = rows["__open"].astype(bool)
     return rows, plain["from"]
 
 
@@ -293,6 +309,7 @@ def interval_aggregate(
 
     if not isinstance(df, SparkDataFrame):
         raise OptionError(f"interval_aggregate: df={df!r} is not a Spark DataFrame")
+    window = window_of(df)
     missing = [c for c in _RESERVED if c not in df.columns]
     if missing:
         raise OptionError(
@@ -301,13 +318,20 @@ def interval_aggregate(
             "or interval.count (which add rowtime_end), bound records included"
         )
     keys = [partition_by] if isinstance(partition_by, str) else list(partition_by)
-    payload = [c for c in df.columns if c not in _RESERVED]
+    payload = [c for c in df.columns if c not in (*_RESERVED, "__win_g", "__win_on")]
     for k in keys:
         if not isinstance(k, str) or k not in payload:
             raise OptionError(
                 f"interval_aggregate: partition_by={partition_by!r}: {k!r} is not a payload "
                 f"column of df; give names among {payload}"
             )
+    if window is not None and not set(keys) <= set(window.partition_by):
+        raise OptionError(
+            f"interval_aggregate: partition_by={keys} groups rows that the {window.kind} "
+            f"window (partition_by={list(window.partition_by)}) puts in one group: a window's "
+            "group must lie within one aggregate group; aggregate by the window's columns (or "
+            "fewer), or window by these too"
+        )
     parsed = parse_aggs(aggs)
     clash = [name for name, _, _ in parsed if name in keys]
     if clash:
@@ -328,7 +352,7 @@ def interval_aggregate(
             continue
         try:
             dtype = empty.select(F.expr(expr).alias("x")).schema["x"].dataType
-        except Exception as e:  # noqa: BLE001 - Spark's analysis error, named below
+        except Exception as e:
             raise OptionError(
                 f"interval_aggregate: aggs[{name!r}]: {expr!r} is not an expression Spark "
                 f"accepts over the columns {df.columns} ({str(e).splitlines()[0]})"
@@ -339,8 +363,9 @@ def interval_aggregate(
                 f"interval_aggregate: aggs[{name!r}]: {kind} needs numbers, but {expr!r} is "
                 f"{dtype.simpleString()}; cast it to long or double"
             )
-        if kind in ("min", "max") and not isinstance(dtype, (*numeric, StringType, TimestampType,
-                                                              BooleanType)):  # fmt: skip
+        if kind in ("min", "max") and not isinstance(
+            dtype, (*numeric, StringType, TimestampType, BooleanType)
+        ):
             raise OptionError(
                 f"interval_aggregate: aggs[{name!r}]: {kind} takes numbers, strings, booleans "
                 f"or timestamps, but {expr!r} is {dtype.simpleString()}; cast it"
@@ -369,8 +394,17 @@ def interval_aggregate(
     rows = watermark_rowtime(df).select(
         *([F.col(k) for k in keys] or [F.lit(0).alias("__key")]),
         F.unix_micros("rowtime").alias("__t"),
-        F.unix_micros("rowtime_end").alias("__e"),
+        (F.lit(INFINITY_US) if window else F.unix_micros("rowtime_end")).alias("__e"),
         *inputs,
+        *(
+            [
+                F.lit(None).cast("boolean").alias("__open"),
+                F.col("__win_g").alias("__g"),
+                F.col("__win_on").alias("__on", metadata={}),
+            ]
+            if window
+            else []
+        ),
         # Spark wants a watermarked input column for an event-time timeout, and drops rows
         # whose marked column is at or below the watermark: this one never is.
         F.lit(_NEVER_LATE).cast("long").alias("__never_late", metadata={_WATERMARK_KEY: 1}),
@@ -387,11 +421,19 @@ def interval_aggregate(
         ]
     )
     state_schema = StructType([StructField("rows", BinaryType())])
-    step_cols = ["__t", "__e", *[c for p in plans for c in (p.column, p.present) if c]]
-    stamp = {p.name for p, (_, _, expr) in zip(plans, parsed, strict=True)
-             if p.kind in ("min", "max") and expr is not None
-             and isinstance(empty.select(F.expr(expr).alias("x")).schema["x"].dataType,
-                            TimestampType)}  # fmt: skip
+    step_cols = [
+        "__t",
+        "__e",
+        *[c for p in plans for c in (p.column, p.present) if c],
+        *(["__open", "__g", "__on"] if window else []),
+    ]
+    stamp = {
+        p.name
+        for p, (_, _, expr) in zip(plans, parsed, strict=True)
+        if p.kind in ("min", "max")
+        and expr is not None
+        and isinstance(empty.select(F.expr(expr).alias("x")).schema["x"].dataType, TimestampType)
+    }
 
     def step(key: tuple, frames: Iterator[pd.DataFrame], state: Any) -> Iterator[pd.DataFrame]:
         old, from_us = _load(state.get[0]) if state.exists else (None, None)
@@ -399,7 +441,11 @@ def interval_aggregate(
         new = None
         if parts:
             new = pd.concat(parts, ignore_index=True) if len(parts) > 1 else parts[0]
-        result = interval_step(plans, old, from_us, new, state.getCurrentWatermarkMs())
+        if new is not None and window is not None:
+            new = new.assign(__open=pd.Series([None] * len(new), dtype="object"))
+        result = interval_step(
+            plans, old, from_us, new, state.getCurrentWatermarkMs(), window=window
+        )
         if result.rows is None:
             if state.exists:
                 state.remove()
@@ -423,7 +469,9 @@ def interval_aggregate(
                 elif values.dtype.kind == "f":
                     out[p.name] = np.where(ok, values, np.nan)  # NaN goes to Spark as null
                 elif values.dtype.kind == "O":
-                    out[p.name] = np.where(ok, values, None)
+                    objects = values.copy()
+                    objects[~ok] = None
+                    out[p.name] = objects
                 else:
                     out[p.name] = values
             out["rowtime"] = pd.to_datetime(result.starts, unit="us", utc=True)
