@@ -459,9 +459,9 @@ def interval_aggregate(
             out: dict[str, Any] = {name: [value] * n for name, value in keys_out.items()}
             for p, (values, ok) in zip(plans, result.values, strict=True):
                 if p.name in stamp:
-                    us = pd.array(values.astype(np.int64), dtype="Int64")
-                    us[~ok] = pd.NA
-                    out[p.name] = pd.to_datetime(us, unit="us", utc=True)
+                    stamps = pd.Series(values.astype(np.int64), dtype="Int64")
+                    stamps[~ok] = pd.NA
+                    out[p.name] = pd.to_datetime(stamps, unit="us", utc=True)
                 elif p.kind == "sum" and p.integral:
                     column = pd.array(values, dtype="Int64")
                     column[~ok] = pd.NA
@@ -474,8 +474,11 @@ def interval_aggregate(
                     out[p.name] = objects
                 else:
                     out[p.name] = values
-            out["rowtime"] = pd.to_datetime(result.starts, unit="us", utc=True)
-            out["rowtime_end"] = pd.to_datetime(result.ends, unit="us", utc=True)
+            # Through a nullable Int64 Series: a plain int64 array goes through nanoseconds,
+            # which cannot hold infinity (Spark's largest timestamp, in year 9999).
+            for name, us_values in (("rowtime", result.starts), ("rowtime_end", result.ends)):
+                series = pd.Series(us_values, dtype="Int64")
+                out[name] = pd.to_datetime(series, unit="us", utc=True)
             out["__kept"] = pd.array([None] * n, dtype="Int64")
             out["__discarded"] = pd.array([None] * n, dtype="Int64")
             yield pd.DataFrame(out)
