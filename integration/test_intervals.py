@@ -356,7 +356,7 @@ def test_grouped_windows_aggregate_to_the_relational_answer_with_a_restart(
     the relational answer at every instant over the brute-force ends; a restart reproduces it."""
     from test_interval_aggregate import AGGS, got_rows, relational, same
 
-    plan = window_rounds(51 if kind == "rows" else 52)
+    plan = window_rounds(51 if kind == "rows" else 61)
     results = []
     for stop_after in (-1, 2):
         location = workdir / f"w{kind}{stop_after}"

@@ -374,8 +374,8 @@ def overlap_join(
         out["__r"] = [r[1] for r in result.results] + [None]
         starts = pd.Series([r[2] for r in result.results] + [None], dtype="Int64")
         ends = pd.Series([r[3] for r in result.results] + [None], dtype="Int64")
-        out["rowtime"] = pd.to_datetime(starts, unit="us", utc=True)
-        out["rowtime_end"] = pd.to_datetime(ends, unit="us", utc=True)
+        out["rowtime"] = pd.to_datetime(starts, unit="us", utc=True, cache=False)
+        out["rowtime_end"] = pd.to_datetime(ends, unit="us", utc=True, cache=False)
         out["__kept"] = pd.Series([None] * n + [result.kept], dtype="Int64")
         yield pd.DataFrame(out)
 

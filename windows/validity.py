@@ -461,7 +461,7 @@ def interval_aggregate(
                 if p.name in stamp:
                     stamps = pd.Series(values.astype(np.int64), dtype="Int64")
                     stamps[~ok] = pd.NA
-                    out[p.name] = pd.to_datetime(stamps, unit="us", utc=True)
+                    out[p.name] = pd.to_datetime(stamps, unit="us", utc=True, cache=False)
                 elif p.kind == "sum" and p.integral:
                     column = pd.array(values, dtype="Int64")
                     column[~ok] = pd.NA
@@ -478,7 +478,7 @@ def interval_aggregate(
             # which cannot hold infinity (Spark's largest timestamp, in year 9999).
             for name, us_values in (("rowtime", result.starts), ("rowtime_end", result.ends)):
                 series = pd.Series(us_values, dtype="Int64")
-                out[name] = pd.to_datetime(series, unit="us", utc=True)
+                out[name] = pd.to_datetime(series, unit="us", utc=True, cache=False)
             out["__kept"] = pd.array([None] * n, dtype="Int64")
             out["__discarded"] = pd.array([None] * n, dtype="Int64")
             yield pd.DataFrame(out)
@@ -486,7 +486,9 @@ def interval_aggregate(
         metric: dict[str, Any] = {name: [value] for name, value in keys_out.items()}
         for p in plans:
             metric[p.name] = [None]
-        metric["rowtime"] = pd.to_datetime(pd.array([None], dtype="Int64"), unit="us", utc=True)
+        metric["rowtime"] = pd.to_datetime(
+            pd.array([None], dtype="Int64"), unit="us", utc=True, cache=False
+        )
         metric["rowtime_end"] = metric["rowtime"]
         metric["__kept"] = [0 if result.rows is None else len(result.rows)]
         metric["__discarded"] = [result.discarded]
