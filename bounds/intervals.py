@@ -32,6 +32,9 @@ __all__ = [
     "intersection",
     "intersection_arrays",
     "overlaps",
+    "range_reduce",
+    "sliding_window_ends",
+    "stretches",
     "time_window_end",
 ]
 
@@ -206,3 +209,131 @@ def intersection_arrays(
     start = np.maximum(np.asarray(a_start_us, np.int64), np.asarray(b_start_us, np.int64))
     end = np.minimum(np.asarray(a_end_us, np.int64), np.asarray(b_end_us, np.int64))
     return start, end, start < end
+
+
+def stretches(
+    starts_us: npt.ArrayLike,
+    ends_us: npt.ArrayLike,
+    from_us: int | None,
+    upto_us: int,
+) -> tuple[Int64Array, Int64Array, Int64Array]:
+    """The maximal stretches of constant validity of some rows, and which rows cover which.
+
+    Rows are half-open intervals ``[start, end)`` (empty ones, ``end <= start``, are valid at no
+    instant and change nothing). The *change points* are the starts and ends of the non-empty
+    rows: at each, the set of valid rows changes (a row enters or leaves), and between two
+    consecutive ones it does not. Only points in ``[from_us, upto_us]`` count: ``from_us`` (if
+    not None) is itself a point, where an earlier stretch was cut, and rows that started before
+    it are treated as starting at it; points above ``upto_us`` are not known to be final.
+
+    Returns ``(points, lo, hi)``: the sorted distinct points; stretch ``i`` is ``[points[i],
+    points[i + 1])`` for ``i < len(points) - 1``; row ``r`` is valid in exactly the stretches
+    ``lo[r] <= i < hi[r]`` (``lo[r] >= hi[r]``: in none of them).
+    """
+    start = np.asarray(starts_us, dtype=np.int64)
+    end = np.asarray(ends_us, dtype=np.int64)
+    live = start < end
+    if from_us is not None:
+        start = np.maximum(start, from_us)
+        live &= end > from_us
+    candidates = [start[live], end[live]]
+    if from_us is not None:
+        candidates.append(np.array([from_us], dtype=np.int64))
+    points = np.sort(np.concatenate(candidates))  # sorted, then distinct: np.unique hashes,
+    if points.size:  # and is several times slower on a million points
+        points = points[np.append(True, points[1:] != points[:-1])]
+    points = points[points <= upto_us]
+    m = max(len(points) - 1, 0)
+    lo = np.minimum(np.searchsorted(points, start, side="left"), m).astype(np.int64)
+    hi = np.minimum(np.searchsorted(points, end, side="left"), m).astype(np.int64)
+    hi[~live] = 0
+    return points, lo, hi
+
+
+_REDUCERS = {"add": np.add, "min": np.minimum, "max": np.maximum}
+
+
+def range_reduce(
+    kind: str, lo: npt.ArrayLike, hi: npt.ArrayLike, values: npt.ArrayLike, m: int
+) -> np.ndarray:
+    """For each of ``m`` slots, the ``kind`` (``add``, ``min`` or ``max``) of the ``values`` of
+    the rows whose range ``[lo, hi)`` covers it; slots no row covers get the identity (0, the
+    dtype's highest or lowest value).
+
+    A segment tree applied offline: each range updates at most ``2 log2(m)`` disjoint nodes, and
+    one pass down the tree gives every slot its value, so the work is ``O((rows + m) log m)``
+    whatever the overlap, and a float sum adds each row once to a node (no running sum that
+    adds then subtracts, which would lose precision). Integers add exactly in any order: their
+    sums take a difference array and one running sum, ``O(rows + m)``.
+    """
+    ufunc = _REDUCERS[kind]
+    v = np.asarray(values)
+    if v.dtype.kind == "f":
+        v = v.astype(np.float64, copy=False)
+        info_hi, info_lo = np.inf, -np.inf
+    else:
+        v = v.astype(np.int64, copy=False)
+        info_hi, info_lo = np.iinfo(np.int64).max, np.iinfo(np.int64).min
+    identity = {"add": 0, "min": info_hi, "max": info_lo}[kind]
+    if kind == "add" and v.dtype.kind != "f":
+        # Integers add exactly in any order: a difference array and one running sum.
+        first = np.asarray(lo, dtype=np.int64)
+        stop = np.asarray(hi, dtype=np.int64)
+        keep = first < stop
+        diff = np.zeros(m + 1, dtype=np.int64)
+        np.add.at(diff, first[keep], v[keep])
+        np.subtract.at(diff, stop[keep], v[keep])
+        return np.cumsum(diff[:m])
+    size = 1
+    while size < max(m, 1):
+        size *= 2
+    tree = np.full(2 * size, identity, dtype=v.dtype)
+    left = np.asarray(lo, dtype=np.int64).copy()
+    right = np.asarray(hi, dtype=np.int64).copy()
+    keep = left < right
+    left, right, v = left[keep] + size, right[keep] + size, v[keep]
+    while left.size:
+        odd = (left & 1) == 1
+        ufunc.at(tree, left[odd], v[odd])
+        left[odd] += 1
+        odd = (right & 1) == 1
+        right[odd] -= 1
+        ufunc.at(tree, right[odd], v[odd])
+        left >>= 1
+        right >>= 1
+        go = left < right
+        left, right, v = left[go], right[go], v[go]
+    width = 1
+    while width < size:
+        parent = np.arange(width, 2 * width)
+        tree[2 * parent] = ufunc(tree[2 * parent], tree[parent])
+        tree[2 * parent + 1] = ufunc(tree[2 * parent + 1], tree[parent])
+        width *= 2
+    return tree[size : size + m]
+
+
+def sliding_window_ends(starts_us: npt.ArrayLike, size_us: int, slide_us: int = 1) -> Int64Array:
+    """The ends a time window of ``size_us`` moving in steps of ``slide_us`` gives rows.
+
+    Odysseus' sliding time window with an advance (its ``calcSlidingDeltaWindowEnd``):
+    ``floor(start / slide) * slide + size``: a row is valid from its start until ``size`` after
+    the start of the slide step it falls in, so the window's content changes only at the
+    steps' starts as rows leave (rows still enter as they come). A slide of 1 us is the plain
+    time window (``start + size``); a slide equal to the size gives tumbling windows (each row
+    valid until the end of its window). Capped at :data:`INFINITY_US`.
+
+    Raises:
+        OptionError: a size or slide that is not a positive int, or a slide above the size
+            (rows in the gaps would be valid at no instant).
+    """
+    for name, value in (("size_us", size_us), ("slide_us", slide_us)):
+        if isinstance(value, bool) or not isinstance(value, Integral) or value <= 0:
+            raise OptionError(f"{name}={value!r} must be a positive int of microseconds")
+    if slide_us > size_us:
+        raise OptionError(
+            f"slide_us={slide_us} is above size_us={size_us}: rows between two windows would "
+            "be valid at no instant; give a slide at most the size"
+        )
+    starts = np.asarray(starts_us, dtype=np.int64)
+    base = starts // int(slide_us) * int(slide_us)
+    return np.minimum(base, INFINITY_US - int(size_us)) + int(size_us)

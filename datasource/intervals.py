@@ -5,6 +5,8 @@ The reader sets it with one of two options (:mod:`.options`):
 
 * ``interval.duration`` (time based): ``rowtime_end = rowtime + duration``, capped at the end of
   stream (:data:`~pyspark_rowtime.bounds.intervals.INFINITY_US`). Computed per emitted row.
+  With ``interval.slide`` the window moves in steps (Odysseus' advance, its
+  ``calcSlidingDeltaWindowEnd``): ``rowtime_end = floor(rowtime / slide) * slide + duration``.
 * ``interval.count = N`` (element based): ``rowtime_end`` is the rowtime of the N-th later row of
   the same partition, in the partition's emission order (the rows the policy keeps; discarded
   rows are not rows of the stream). Ties give ``rowtime_end == rowtime``: an empty interval,
@@ -38,7 +40,7 @@ import pyarrow as pa
 
 from ..bounds.bounds import END_OF_STREAM_US, NO_TIME
 from ..bounds.errors import RowtimeError, SchemaError
-from ..bounds.intervals import INFINITY_US
+from ..bounds.intervals import INFINITY_US, sliding_window_ends
 from ..bounds.policies import PartitionState
 from ..streams.columns import SPARK_IS_BOUND, SPARK_ROWTIME
 from ..streams.storage import StreamStorage, open_storage
@@ -162,6 +164,8 @@ class Successors:
 
     def ends(self, first: int, count: int) -> np.ndarray:
         """``rowtime_end`` of emitted rows ``first .. first + count - 1``."""
+        if count == 0:  # a batch of bound records only: no successor to look for
+            return np.empty(0, dtype=np.int64)
         n = int(self.cfg.interval_count or 0)
         need = first + count + n
         while len(self.rowtimes) < need and not self.ended:
@@ -191,9 +195,9 @@ def read_task_with_intervals(
         if successors is not None:
             end[data] = successors.ends(emitted, len(data))
         else:
-            # start + duration, capped at the end of stream (the largest timestamp)
-            d = int(cfg.interval_duration_us or 0)
-            end[data] = np.minimum(start[data], INFINITY_US - d) + d
+            end[data] = sliding_window_ends(
+                start[data], int(cfg.interval_duration_us or 0), cfg.interval_slide_us or 1
+            )
         emitted += len(data)
         column = pa.array(end, type=pa.int64(), mask=bound).view(TS_TYPE)
         arrays = batch.columns

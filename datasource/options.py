@@ -58,6 +58,10 @@ READER_OPTIONS: dict[str, str] = {
         "a whole number N >= 1 (order reject or drop): adds rowtime_end = the rowtime of the"
         " N-th later row of the same partition (the end of stream if none); a row waits for it"
     ),
+    "interval.slide": (
+        "with interval.duration, a positive duration up to it: the window moves in steps of it,"
+        " rowtime_end = floor(rowtime / slide) * slide + duration (Odysseus' advance)"
+    ),
 }
 
 #: Option names as users spell them in errors and docs.
@@ -136,6 +140,9 @@ class ReaderConfig:
     #: idle.timeout: a partition silent this long (in arrival time) stops holding the stream
     #: clock (SPEC 12); None: partitions always hold it.
     idle_timeout_us: int | None = None
+    #: interval.slide: with interval.duration, ``rowtime_end = floor(rowtime / slide) * slide +
+    #: duration`` (microseconds; None: a slide of 1 us, ``rowtime + duration``).
+    interval_slide_us: int | None = None
 
     @property
     def has_rowtime_end(self) -> bool:
@@ -206,6 +213,7 @@ def parse_reader_options(
                 "order across partitions: the two cannot be combined; use interval.duration, or "
                 "no idle.timeout"
             )
+    slide_us = _slide(given, duration_us)
     return ReaderConfig(
         location=given["path"].strip(),
         policy=policy,
@@ -224,7 +232,27 @@ def parse_reader_options(
         )
         == "true",
         idle_timeout_us=idle_us,
+        interval_slide_us=slide_us,
     )
+
+
+def _slide(given: Mapping[str, str], duration_us: int | None) -> int | None:
+    """interval.slide in microseconds: only with interval.duration, and at most it."""
+    if "interval.slide" not in given:
+        return None
+    slide = parse_duration_us(given["interval.slide"].strip(), what="option interval.slide")
+    if duration_us is None:
+        raise OptionError(
+            "option interval.slide moves a time window: set option interval.duration too (the "
+            "window's size), or remove interval.slide"
+        )
+    if slide > duration_us:
+        raise OptionError(
+            f"option interval.slide={given['interval.slide']!r} is longer than "
+            f"interval.duration: rows in the gap between two windows would be valid at no "
+            "instant; give a slide at most the duration (equal: tumbling windows)"
+        )
+    return slide
 
 
 def _interval(

@@ -118,6 +118,30 @@ def call_overlap_join(spark: Any, workdir: Path) -> None:
     assert len(_run_to_end(out, workdir, "oj")) == 3
 
 
+def call_interval_aggregate(spark: Any, workdir: Path) -> None:
+    df = reader(spark, _quiet_stream(workdir), **{"interval.count": "1"})
+    out = pr.interval_aggregate(df, {"n": "count(*)", "top": "max(v)"})
+    assert {"n", "top", "rowtime", "rowtime_end"} <= set(out.columns)
+    # rows i valid over [i, i + 1) s, the last until the end of stream: one stretch each
+    got = sorted((r["rowtime"], r["n"], r["top"]) for r in _run_to_end(out, workdir, "ia"))
+    assert [(n, top) for _, n, top in got] == [(1, 0), (1, 1), (1, 2)]
+
+
+def call_windows(spark: Any, workdir: Path) -> None:
+    """The grouped element window and the predicate window, each into interval_aggregate."""
+    df = reader(spark, _quiet_stream(workdir))
+    rows = pr.interval_aggregate(pr.rows_window(df, 2, partition_by="k"), {"n": "count(*)"})
+    got = sorted((r["rowtime"], r["n"]) for r in _run_to_end(rows, workdir, "rw"))
+    # row i is valid until row i + 2 starts: {0} over [0, 1) s, {0, 1} over [1, 2), then {1, 2}
+    # (another set of rows: another stretch, though its count is the same)
+    assert [n for _, n in got] == [1, 2, 2]
+    df = reader(spark, _quiet_stream(workdir, "w"))
+    hot = pr.interval_aggregate(pr.while_window(df, "v >= 1", partition_by="k"), {"n": "count(*)"})
+    got = sorted((r["rowtime"], r["n"]) for r in _run_to_end(hot, workdir, "ww2"))
+    # rows 1 and 2 hold the condition and nothing closes them: 1 from 1 s, 2 from 2 s on
+    assert [n for _, n in got] == [1, 2]
+
+
 def call_streams_api(spark: Any, workdir: Path) -> None:
     """The adapter API needs no Spark: create, open, write, read, clocks."""
     location = str(workdir / "api")
@@ -147,6 +171,9 @@ CALLS: dict[str, Callable[[Any, Path], None]] = {
     "use_catalog": call_use_catalog,
     "time_interval_aggregate": call_time_interval_aggregate,
     "overlap_join": call_overlap_join,
+    "interval_aggregate": call_interval_aggregate,
+    "rows_window": call_windows,
+    "while_window": call_windows,
     "create_stream": call_streams_api,
     "open_writer": call_streams_api,
     "open_stream": call_streams_api,

@@ -236,6 +236,44 @@ def test_overlap_join_against_brute_force_with_a_restart(spark: Any, workdir: Pa
     assert results[0] == results[1]
 
 
+def test_left_overlap_join_against_brute_force_with_a_restart(spark: Any, workdir: Path) -> None:
+    """SPEC 10's left join: every overlapping pair once; every left row that overlaps no right
+    row once with nulls and its own interval, in a batch whose watermark reached its end (both
+    clocks passed it), never before; a restart from the checkpoint gives the same rows."""
+    rounds = [make_rounds(41, 2, n_rounds=6), make_rounds(42, 1, n_rounds=6, keys=4)]
+    results = []
+    for stop_after in (-1, 3):
+        a, b = workdir / f"l{stop_after}_a", workdir / f"l{stop_after}_b"
+        pr.create_stream(str(a), "p int, i long, k string", partitions=2)
+        pr.create_stream(str(b), "p int, i long, k string", partitions=1)
+        left = reader(spark, a, **{"interval.duration": "1 second"})
+        right = reader(spark, b, **{"interval.count": "1"})
+        df = pr.overlap_join(left, right, "k", how="left")
+        run = run_rounds(df, [a, b], rounds, workdir / f"chk_l{stop_after}", stop_after)
+        lrows = plain(spark.read.format("rowtime").option("interval.duration", "1").load(str(a)))
+        rrows = plain(spark.read.format("rowtime").option("interval.count", "1").load(str(b)))
+        lrows = [r for r in lrows if not r["is_bound"]]
+        pairs = brute_force_join(lrows, [r for r in rrows if not r["is_bound"]])
+        met = {i for _, i, _, _, _ in pairs}
+        alone = [
+            (r["k"], r["i"], None, r["rowtime"], r["rowtime_end"])
+            for r in lrows
+            if r["i"] not in met and r["rowtime"] < r["rowtime_end"]
+        ]
+        assert pairs and alone, "the scenario has both kinds of rows"
+        got = sorted(joined(run.records), key=repr)
+        assert got == sorted(pairs + alone, key=repr)
+        watermark = {p["batchId"]: iso_us(p["eventTime"]["watermark"]) for p in run.progress}
+        end_ms = INFINITY_US // 1000 - 1
+        for batch_id, rows in run.batches:
+            for r in rows:
+                if r["right_i"] is None:  # never before both clocks passed the row's end
+                    w = watermark[batch_id]
+                    assert w // 1000 >= end_ms or w >= r["rowtime_end"], (batch_id, r)
+        results.append(got)
+    assert results[0] == results[1]
+
+
 def test_overlap_join_state_stays_bounded_by_both_clocks(spark: Any, workdir: Path) -> None:
     """One key, 12 rounds of 10 rows per side, each valid 2 s: the state keeps the few intervals
     that can still overlap, not the 240 rows."""
@@ -269,7 +307,7 @@ def test_overlap_join_refuses_bad_arguments_before_starting(spark: Any, workdir:
     right = reader(spark, b, **{"interval.count": "1"})
     plain_right = reader(spark, b)
     cases = [
-        ({"how": "left"}, "how='left'"),
+        ({"how": "right"}, "how='right'"),
         ({"on": "nope"}, "on='nope'"),
         ({"on": []}, "on=\\[\\]"),
         ({"right": plain_right}, "right lacks the column"),
@@ -285,3 +323,88 @@ def test_overlap_join_refuses_bad_arguments_before_starting(spark: Any, workdir:
     finally:
         spark.conf.unset("spark.sql.streaming.multipleWatermarkPolicy")
     assert not spark.streams.active
+
+
+# -- windows whose ends depend on later rows of a group (rows_window, while_window) ------------
+
+
+def window_rounds(seed: int) -> list[tuple[list[tuple[dict[str, Any], int]], int, bool]]:
+    """One partition, rowtimes strictly increasing (ties are the pure tests' business), two
+    groups, values above and below 10 and null; bounds only at the end, then the end."""
+    rnd = random.Random(seed)
+    t, serial, out = T0, 0, []
+    for r in range(7):
+        rows = []
+        for _ in range(rnd.randint(0, 5) if r < 5 else 0):
+            t += rnd.choice([300_000, US, 2 * US])
+            serial += 1
+            v = rnd.choice([5.0, 15.0, 20.0, None])
+            rows.append(({"i": serial, "k": f"k{rnd.randrange(2)}", "v": v}, t))
+        t += rnd.choice([0, US])
+        out.append((rows, t, r == 6))
+    return out
+
+
+def window_ends(rows: list[dict[str, Any]], kind: str, n: int) -> list[dict[str, Any]]:
+    out = []
+    for k in sorted({r["k"] for r in rows}):
+        mine = sorted((r for r in rows if r["k"] == k), key=lambda r: r["rowtime"])
+        for j, r in enumerate(mine):
+            if kind == "rows":
+                end = mine[j + n]["rowtime"] if j + n < len(mine) else INFINITY_US
+            elif r["v"] is None or r["v"] <= 10:
+                end = r["rowtime"]
+            else:
+                closing = next((x for x in mine[j + 1 :] if x["v"] is None or x["v"] <= 10), None)
+                end = INFINITY_US if closing is None else closing["rowtime"]
+            out.append({**r, "rowtime_end": end})
+    return out
+
+
+@pytest.mark.parametrize("kind", ["rows", "while"])
+def test_grouped_windows_aggregate_to_the_relational_answer_with_a_restart(
+    spark: Any, workdir: Path, kind: str
+) -> None:
+    """rows_window(2) and while_window("v > 10") per k, aggregated per k by interval_aggregate:
+    the relational answer at every instant over the brute-force ends; a restart reproduces it."""
+    from test_interval_aggregate import AGGS, got_rows, relational, same
+
+    plan = window_rounds(51 if kind == "rows" else 61)
+    results = []
+    for stop_after in (-1, 2):
+        location = workdir / f"w{kind}{stop_after}"
+        pr.create_stream(str(location), "i long, k string, v double", partitions=1)
+        source = reader(spark, location)
+        if kind == "rows":
+            windowed = pr.rows_window(source, 2, partition_by="k")
+        else:
+            windowed = pr.while_window(source, "v > 10", partition_by="k")
+        df = pr.interval_aggregate(windowed, AGGS, partition_by="k")
+        run = Run()
+        query = start(df, workdir / f"chk_w{kind}{stop_after}", run)
+        for r, (rows, bound, end) in enumerate(plan):
+            write_rows(location, 0, rows, bound_us=bound, end=end)
+            drain(query, run)
+            if r == stop_after:
+                query.stop()
+                query = start(df, workdir / f"chk_w{kind}{stop_after}", run)
+        query.stop()
+        every = [
+            r for r in plain(spark.read.format("rowtime").load(str(location))) if not r["is_bound"]
+        ]
+        want = relational(window_ends(every, kind, 2), "k")
+        assert len(want) > 5, "the scenario has stretches"
+        got = got_rows(run, "k")
+        same(got, want)
+        results.append(got)
+    assert results[0] == results[1]
+
+
+def test_a_window_group_must_lie_within_one_aggregate_group(spark: Any, workdir: Path) -> None:
+    location = workdir / "wbad"
+    pr.create_stream(str(location), "i long, k string, v double", partitions=1)
+    windowed = pr.rows_window(reader(spark, location), 3)  # one group: the whole stream
+    with pytest.raises(OptionError, match="must lie within one aggregate group"):
+        pr.interval_aggregate(windowed, {"n": "count(*)"}, partition_by="k")
+    with pytest.raises(OptionError, match="already has rowtime_end"):
+        pr.rows_window(reader(spark, location, **{"interval.duration": "1"}), 3)

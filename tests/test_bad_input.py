@@ -126,6 +126,9 @@ READER_BAD: list[tuple[dict[str, str], str]] = [
     ({"interval.count": "3", "interval.duration": "10"}, "interval.duration"),  # one or other
     ({"failOnDataLoss": "no"}, "failOnDataLoss"),
     ({"failOnDataLoss": "1"}, "failOnDataLoss"),
+    ({"interval.slide": "1"}, "interval.slide"),  # needs interval.duration
+    ({"interval.duration": "1", "interval.slide": "2"}, "interval.slide"),  # a gap
+    ({"interval.duration": "1", "interval.slide": "0"}, "interval.slide"),
 ]
 
 

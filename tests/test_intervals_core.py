@@ -200,3 +200,17 @@ def test_element_window_end_is_the_start_n_rows_later(raw: list[int], n: int) ->
     for i, end in enumerate(ends.tolist()):
         assert end == (int(starts[i + n]) if i + n < len(starts) else INFINITY_US)
         assert end >= starts[i]
+
+
+def test_sliding_window_ends_follow_odysseus_advance() -> None:
+    from pyspark_rowtime.bounds.intervals import sliding_window_ends
+
+    starts = np.array([0, 999, 1000, 2500, -1], dtype=np.int64)
+    # size 3000, slide 1000: floor(start / 1000) * 1000 + 3000 (floor, also before 1970)
+    assert sliding_window_ends(starts, 3000, 1000).tolist() == [3000, 3000, 4000, 5000, 2000]
+    # slide 1: the plain time window; slide = size: tumbling windows
+    assert sliding_window_ends(starts, 3000).tolist() == (starts + 3000).tolist()
+    assert sliding_window_ends(starts, 1000, 1000).tolist() == [1000, 1000, 2000, 3000, 0]
+    assert sliding_window_ends(np.array([INFINITY_US - 5]), 3000, 1000)[0] == INFINITY_US
+    with pytest.raises(OptionError, match="slide_us=2000 is above size_us=1000"):
+        sliding_window_ends(starts, 1000, 2000)

@@ -312,3 +312,53 @@ def test_a_batch_read_of_everything_written_ends_each_partition(tmp_path: Path) 
         for r in batch.to_pylist()
     ]
     assert [us(r["rowtime_end"]) for r in out] == [T0 + 2 * S, T0 + 3 * S, INFINITY_US, INFINITY_US]
+
+
+def test_a_step_of_bounds_only_reads_no_successor(tmp_path: Path) -> None:
+    """A partition whose first records are bounds (no row yet) under interval.count: the step
+    emits the bound and looks for no successor (it used to fail as if the log had shrunk)."""
+    path = tmp_path / "s"
+    create_stream(str(path), "p int, i long", partitions=2)
+
+    def bounds_only(p: Path) -> None:
+        for q in range(2):
+            with open_writer(str(p), partition=q) as w:
+                w.set_rowtime_bound(at(T0 + S))
+                w.flush()
+
+    def rows(p: Path) -> None:
+        for q in range(2):
+            with open_writer(str(p), partition=q) as w:
+                w.insert({"p": q, "i": 1}, rowtime=at(T0 + 2 * S))
+                w.insert({"p": q, "i": 2}, rowtime=at(T0 + 3 * S))
+                w.end_stream()
+
+    out = drive(path, {"interval.count": "1"}, [bounds_only, rows])
+    got = sorted((r["p"], r["i"], us(r["rowtime_end"]) - T0) for r in out if not r["is_bound"])
+    forever = INFINITY_US - T0
+    assert got == [(0, 1, 3 * S), (0, 2, forever), (1, 1, 3 * S), (1, 2, forever)]
+
+
+def test_interval_slide_moves_the_time_window_in_steps(tmp_path: Path) -> None:
+    path = tmp_path / "s"
+    create_stream(str(path), "p int, i long", partitions=2)
+    options = {"interval.duration": "3 seconds", "interval.slide": "2 seconds"}
+    out = drive(path, options, random_rounds(9, 2, False))
+    rows = [r for r in out if not r["is_bound"]]
+    assert rows
+    for r in rows:
+        t = us(r["rowtime"])
+        assert us(r["rowtime_end"]) == t // (2 * S) * (2 * S) + 3 * S
+
+
+@pytest.mark.parametrize(
+    ("options", "message"),
+    [
+        ({"interval.slide": "1 second"}, "set option interval.duration too"),
+        ({"interval.duration": "1", "interval.slide": "2"}, "longer than interval.duration"),
+        ({"interval.duration": "1", "interval.slide": "0"}, "interval.slide"),
+    ],
+)
+def test_interval_slide_refuses_what_it_cannot_mean(options: dict[str, str], message: str) -> None:
+    with pytest.raises(OptionError, match=message):
+        parse_reader_options({"path": "/x", **options})

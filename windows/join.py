@@ -30,8 +30,14 @@ How it is built, and why:
   ``max_intervals_per_key``: the most intervals one key keeps after the batch (among the keys
   the batch touched), and ``results``: the rows emitted.
 
-Only ``how="inner"``: an outer row would be known unmatched only once both clocks pass its
-end, below the clock a downstream rowtime sink already has.
+``how="left"`` (SPEC 10, left overlap join): a left row that overlaps no right row comes out
+once, with nulls for the right side and its own whole interval, when it leaves the state: in
+the first batch whose watermark reaches its end (both streams' clocks passed it, so every right
+row to come starts after it, and half-open intervals that merely touch do not meet), never
+before. A left row that met at least one right row gives no null-padded row. Which left rows
+met a right row is kept beside the intervals (an optional fourth field of the stored side: the
+state of an inner join, and of 0.1.0, reads as before). Such a row's ``rowtime`` is below the
+clock of the batch that emits it: write a left join to a table or files, not to a rowtime sink.
 """
 
 from __future__ import annotations
@@ -55,6 +61,8 @@ __all__ = ["JoinStep", "Side", "join_step", "overlap_join", "overlap_pairs"]
 _WATERMARK_KEY = "spark.watermarkDelayMs"
 _NEVER_LATE = 2**63 - 1
 _SYSTEM = ("rowtime", "rowtime_end", "is_bound")
+#: Spark's names of the joins offered, and whether the join is a left outer one.
+_HOW = {"inner": False, "left": True, "leftouter": True, "left_outer": True}
 #: Spark's watermark (ms) once both inputs reached the end of stream (its clock minus 1 ms).
 _END_MS = INFINITY_US // 1000 - 1
 
@@ -76,25 +84,34 @@ def overlap_pairs(
 
 @dataclass
 class Side:
-    """One side's intervals for one key: starts and ends (us, half open) and the rows."""
+    """One side's intervals for one key: starts and ends (us, half open), the rows, and
+    whether each row has met a row of the other side (kept for the left side of a left join;
+    None: no row has)."""
 
     start: np.ndarray = field(default_factory=lambda: np.empty(0, dtype=np.int64))
     end: np.ndarray = field(default_factory=lambda: np.empty(0, dtype=np.int64))
     rows: list[Any] = field(default_factory=list)
+    matched: np.ndarray | None = None
 
     def __len__(self) -> int:
         return len(self.rows)
+
+    def met(self) -> np.ndarray:
+        if self.matched is None:
+            return np.zeros(len(self.rows), dtype=bool)
+        return np.asarray(self.matched, dtype=bool)
 
     def plus(self, other: Side) -> Side:
         return Side(
             np.concatenate([self.start, other.start]),
             np.concatenate([self.end, other.end]),
             self.rows + other.rows,
+            np.concatenate([self.met(), other.met()]),
         )
 
     def keep(self, mask: np.ndarray) -> Side:
         idx = np.flatnonzero(mask)
-        return Side(self.start[idx], self.end[idx], [self.rows[i] for i in idx])
+        return Side(self.start[idx], self.end[idx], [self.rows[i] for i in idx], self.met()[idx])
 
 
 @dataclass
@@ -111,24 +128,39 @@ class JoinStep:
         return 0 if self.state is None else len(self.state[0]) + len(self.state[1])
 
 
-def join_step(old: tuple[Side, Side], new: tuple[Side, Side], watermark_ms: int) -> JoinStep:
+def join_step(
+    old: tuple[Side, Side], new: tuple[Side, Side], watermark_ms: int, *, left_outer: bool = False
+) -> JoinStep:
     """Join the new intervals of a key with the kept ones and with each other, then drop what
     ended at or before the watermark ``W`` (``end <= W``: no later row can overlap it, see the
-    module) and empty intervals (they overlap nothing)."""
+    module) and empty intervals (they overlap nothing).
+
+    With ``left_outer``, a left row that met no right row comes out, with ``None`` for the right
+    row and its own whole interval, when it is dropped: once ``W`` reaches its end, when both
+    streams' clocks have passed it and every right row to come starts after it. A row whose
+    interval is empty is valid at no instant and comes out in no form."""
     left, right = old[0].plus(new[0]), old[1].plus(new[1])
     i, j = overlap_pairs(left.start, left.end, right.start, right.end)
     fresh = (i >= len(old[0])) | (j >= len(old[1]))  # old x old pairs were emitted already
     i, j = i[fresh], j[fresh]
     start = np.maximum(left.start[i], right.start[j])
     end = np.minimum(left.end[i], right.end[j])
-    order = np.argsort(start, kind="stable")
-    results = [
-        (left.rows[int(a)], right.rows[int(b)], int(s), int(e))
-        for a, b, s, e in zip(i[order], j[order], start[order], end[order], strict=True)
-    ]
+    met = left.met()
+    met[i] = True
+    left.matched = met
     w_us = watermark_ms * 1000
     if watermark_ms >= _END_MS:  # both streams ended: nothing is to come, not even forever
         w_us = INFINITY_US
+    rows_l = [left.rows[int(a)] for a in i]
+    rows_r: list[Any] = [right.rows[int(b)] for b in j]
+    if left_outer:
+        alone = np.flatnonzero((left.end <= w_us) & (left.start < left.end) & ~met)
+        rows_l += [left.rows[int(a)] for a in alone]
+        rows_r += [None] * len(alone)
+        start = np.concatenate([start, left.start[alone]])
+        end = np.concatenate([end, left.end[alone]])
+    order = np.argsort(start, kind="stable")
+    results = [(rows_l[int(k)], rows_r[int(k)], int(start[k]), int(end[k])) for k in order]
     left = left.keep((left.end > w_us) & (left.start < left.end))
     right = right.keep((right.end > w_us) & (right.start < right.end))
     if not len(left) and not len(right):
@@ -141,19 +173,25 @@ def join_step(old: tuple[Side, Side], new: tuple[Side, Side], watermark_ms: int)
     return JoinStep(results, (left, right), max(watermark_ms, due))
 
 
-def _save(state: tuple[Side, Side]) -> bytes:
+def _save(state: tuple[Side, Side], left_outer: bool = False) -> bytes:
     # Plain lists, not numpy arrays: the state is read back admitting value types only.
-    plain = [(s.start.tolist(), s.end.tolist(), s.rows) for s in state]
+    plain: list[tuple[Any, ...]] = [(s.start.tolist(), s.end.tolist(), s.rows) for s in state]
+    if left_outer:  # which left rows met a right row: a fourth, optional field
+        plain[0] = (*plain[0], state[0].met().tolist())
     return pickle.dumps(plain, protocol=pickle.HIGHEST_PROTOCOL)
 
 
 def _load(blob: bytes) -> tuple[Side, Side]:
-    (ls, le, lr), (rs, re, rr) = load_operator_state(blob, "an overlap_join key")
+    # A side is (starts, ends, rows) and, for a left join's left side, the matched flags; the
+    # state of an inner join (and of 0.1.0) has three fields.
+    sides = load_operator_state(blob, "an overlap_join key")
 
-    def ints(values: list[int]) -> np.ndarray:
-        return np.asarray(values, dtype=np.int64)
+    def side(fields: tuple[Any, ...]) -> Side:
+        starts, ends, rows = fields[:3]
+        met = np.asarray(fields[3], dtype=bool) if len(fields) > 3 else None
+        return Side(np.asarray(starts, dtype=np.int64), np.asarray(ends, dtype=np.int64), rows, met)
 
-    return Side(ints(ls), ints(le), lr), Side(ints(rs), ints(re), rr)
+    return side(sides[0]), side(sides[1])
 
 
 def _names(left: list[str], right: list[str], keys: list[str]) -> tuple[list[str], list[str]]:
@@ -189,7 +227,7 @@ def overlap_join(
             :func:`pyspark_rowtime.with_watermark` to each).
         on: the key column name(s), present in both with the same type. Rows with a null key
             join nothing (as in SQL).
-        how: ``"inner"`` only.
+        how: ``"inner"`` or ``"left"`` (``"left_outer"``, ``"leftouter"``): see the module.
         metric_name: the name of the observed metric (see the module).
 
     Returns:
@@ -198,7 +236,9 @@ def overlap_join(
         ``right_<name>``), then ``rowtime`` and ``rowtime_end``: the half-open intersection
         ``[max(l.rowtime, r.rowtime), min(l.rowtime_end, r.rowtime_end))`` of the two rows'
         validities, never empty. Each overlapping pair is emitted once, in the batch where its
-        second row arrives.
+        second row arrives. With ``how="left"``, each left row that overlaps no right row is
+        emitted once more with nulls for ``right``'s columns and its own interval, in the first
+        batch whose watermark reaches its end.
 
     Raises:
         OptionError: a bad argument (named, with what to do). Nothing has started.
@@ -218,12 +258,13 @@ def overlap_join(
 
     from ..watermark import watermark_rowtime
 
-    if how != "inner":
+    if not isinstance(how, str) or how.lower() not in _HOW:
         raise OptionError(
-            f"overlap_join: how={how!r} is not supported: only how='inner' (an outer row is "
-            "known unmatched only once both clocks pass its end, below the clock a downstream "
-            "rowtime sink already has)"
+            f"overlap_join: how={how!r} is not supported: give 'inner' or 'left' (also "
+            "'left_outer', 'leftouter', as Spark spells it); a right or full outer join is "
+            "the left join with the sides swapped, or not offered"
         )
+    left_outer = _HOW[how.lower()]
     for name, df in (("left", left), ("right", right)):
         if not isinstance(df, SparkDataFrame):
             raise OptionError(f"overlap_join: {name}={df!r} is not a Spark DataFrame")
@@ -310,15 +351,18 @@ def overlap_join(
         old = _load(state.get[0]) if state.exists else (Side(), Side())
         parts = [f for f in frames if len(f)]
         new = (Side(), Side())
-        if parts and not any(v is None for v in key):  # a null key joins nothing
+        if parts:
             frame = pd.concat(parts, ignore_index=True)
-            new = (side_of(frame, 0), side_of(frame, 1))
-        result = join_step(old, new, state.getCurrentWatermarkMs())
+            if not any(v is None for v in key):
+                new = (side_of(frame, 0), side_of(frame, 1))
+            elif left_outer:  # a null key joins nothing: its left rows come out alone
+                new = (side_of(frame, 0), Side())
+        result = join_step(old, new, state.getCurrentWatermarkMs(), left_outer=left_outer)
         if result.state is None:
             if state.exists:
                 state.remove()
         else:
-            state.update((_save(result.state),))
+            state.update((_save(result.state, left_outer),))
             assert result.timeout_ms is not None
             state.setTimeoutTimestamp(result.timeout_ms)
         n = len(result.results)
@@ -330,8 +374,8 @@ def overlap_join(
         out["__r"] = [r[1] for r in result.results] + [None]
         starts = pd.Series([r[2] for r in result.results] + [None], dtype="Int64")
         ends = pd.Series([r[3] for r in result.results] + [None], dtype="Int64")
-        out["rowtime"] = pd.to_datetime(starts, unit="us", utc=True)
-        out["rowtime_end"] = pd.to_datetime(ends, unit="us", utc=True)
+        out["rowtime"] = pd.to_datetime(starts, unit="us", utc=True, cache=False)
+        out["rowtime_end"] = pd.to_datetime(ends, unit="us", utc=True, cache=False)
         out["__kept"] = pd.Series([None] * n + [result.kept], dtype="Int64")
         yield pd.DataFrame(out)
 

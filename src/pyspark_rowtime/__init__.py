@@ -54,6 +54,9 @@ _EXPORTS = {
     "ValidityInterval": "pyspark_rowtime.bounds.intervals:ValidityInterval",
     "time_interval_aggregate": "pyspark_rowtime.windows.aggregate:time_interval_aggregate",
     "overlap_join": "pyspark_rowtime.windows.join:overlap_join",
+    "interval_aggregate": "pyspark_rowtime.windows.validity:interval_aggregate",
+    "rows_window": "pyspark_rowtime.windows.define:rows_window",
+    "while_window": "pyspark_rowtime.windows.define:while_window",
 }
 
 __all__ = sorted(_EXPORTS)

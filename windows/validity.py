@@ -1,0 +1,512 @@
+"""``interval_aggregate``: the Odysseus aggregate over validity intervals (SPEC 10, seed 001).
+
+Seed 001: "The Aggregate (and Group) operator [...] has to assure that only events with
+overlapping time intervals are aggregated. The result of the aggregation is a new event with a
+time interval that is the intersection of all involved events." SPEC 10 makes it exact:
+snapshot reducibility, one output row per group and per maximal stretch ``[a, b)`` in which
+the set of valid rows does not change, nothing where no row is valid.
+
+How it is built, and why:
+
+* **The stretches are the pure core's** (:func:`pyspark_rowtime.bounds.intervals.stretches`):
+  the change points are the starts and ends of the non-empty intervals; the set of valid rows
+  changes at each of them, so consecutive points bound exactly the maximal stretches (two
+  adjacent stretches never have the same set). Each aggregate is one
+  :func:`~pyspark_rowtime.bounds.intervals.range_reduce` over the rows' ranges of stretches:
+  ``O((rows + stretches) log stretches)`` per key and micro-batch, whatever the overlap.
+* **When a stretch is final.** Spark's watermark ``W`` (ms) is the stream clock minus 1 ms (at
+  least; :func:`pyspark_rowtime.with_watermark`), and every row still to come starts at or after
+  the clock, above ``W``. A stretch ``[a, b)`` with ``b <= W`` can no longer change: it is
+  emitted in that batch, once. The last change point at or below ``W`` (``from``) is kept; rows
+  that end at or before it have given all their stretches and leave the state, so the state of
+  a key is the rows valid across ``W`` plus the rows not yet started below it: bounded by the
+  bounds, whatever the stream's length. A stretch that ends at infinity (rows valid until the
+  end of stream) is emitted when the stream ends (``W`` at Spark's largest timestamp), never
+  before.
+* **Spark's own stateful operator.** Rows of a key live in Spark's state store through
+  ``applyInPandasWithState`` with an event-time timeout (the next stretch end), as
+  ``overlap_join`` and ``time_interval_aggregate`` do, so a restart from the checkpoint goes on
+  with exactly the state and the output of an uninterrupted run; no Py4J (Spark Connect).
+* **Aggregates** are named SQL-like strings, ``{"total": "sum(v)"}``: ``count(*)``,
+  ``count(x)``, ``sum(x)``, ``avg(x)`` (or ``mean``), ``min(x)``, ``max(x)``, where ``x`` is any
+  Spark SQL expression over the columns. Spark computes ``x`` and whether it is null before the
+  step; nulls are skipped as Spark skips them (``sum`` of only nulls is null, ``count(x)``
+  counts the non-null). ``sum`` of integers stays exact (64-bit), of floating numbers is a
+  double; ``avg`` is a double; ``min``/``max`` keep the type (numbers, strings, timestamps).
+* **Late rows**: a row that starts before ``from`` (impossible from one aligned rowtime reader)
+  would change a stretch already emitted; it is counted in the observed metric, never silently
+  used or lost from view.
+* **The observed metric** ``metric_name``: ``max_rows_per_key`` (the most rows a key keeps after
+  the batch, among the keys it touched), ``stretches`` (rows emitted) and ``discarded_rows``.
+
+Results come once their stretch has ended: their ``rowtime`` is below the stream clock of the
+batch that writes them, so write them to a table or files, not to a rowtime sink (which refuses
+rows below its clock).
+"""
+
+from __future__ import annotations
+
+import pickle
+import re
+from collections.abc import Iterator, Mapping
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any
+
+import numpy as np
+import pandas as pd
+
+from ..bounds.errors import OptionError
+from ..bounds.intervals import INFINITY_US, range_reduce, stretches
+from .define import WindowDef, assign_ends, window_of
+from .step import load_values
+
+if TYPE_CHECKING:
+    from pyspark.sql import DataFrame
+
+__all__ = ["IntervalAgg", "IntervalStep", "interval_aggregate", "interval_step", "parse_aggs"]
+
+_WATERMARK_KEY = "spark.watermarkDelayMs"
+_NEVER_LATE = 2**63 - 1
+#: Spark's watermark (ms) once every input reached the end of stream.
+_END_MS = INFINITY_US // 1000 - 1
+_KINDS = {"count": "count", "sum": "sum", "avg": "avg", "mean": "avg", "min": "min", "max": "max"}
+_CALL = re.compile(r"^\s*([A-Za-z_]+)\s*\((.*)\)\s*$", re.S)
+_RESERVED = ("rowtime", "rowtime_end", "is_bound")
+
+
+@dataclass(frozen=True)
+class IntervalAgg:
+    """One aggregate: its output ``name``, ``kind`` (count, sum, avg, min, max), the input
+    column of the step's frame (None for ``count(*)``), whether that input is of an integral
+    type (exact sums) and the presence column (1 where the input is not null)."""
+
+    name: str
+    kind: str
+    column: str | None
+    present: str | None
+    integral: bool = False
+
+
+def parse_aggs(aggs: Mapping[str, str]) -> list[tuple[str, str, str | None]]:
+    """``{name: "fn(expr)"}`` as ``(name, kind, expr)`` (``expr`` None for ``count(*)``).
+
+    Raises:
+        OptionError: not a mapping, an empty one, a function not supported, a bad name.
+    """
+    if not isinstance(aggs, Mapping) or not aggs:
+        raise OptionError(
+            f"interval_aggregate: aggs={aggs!r} must be a non-empty dict of output name to "
+            "aggregate, e.g. {'n': 'count(*)', 'total': 'sum(v)', 'hottest': 'max(temp)'}"
+        )
+    out: list[tuple[str, str, str | None]] = []
+    for name, text in aggs.items():
+        if not isinstance(name, str) or not name or name in _RESERVED:
+            raise OptionError(
+                f"interval_aggregate: aggs key {name!r} must be a column name other than "
+                f"{list(_RESERVED)}"
+            )
+        call = _CALL.match(text) if isinstance(text, str) else None
+        kind = _KINDS.get(call.group(1).lower()) if call else None
+        if call is None or kind is None:
+            raise OptionError(
+                f"interval_aggregate: aggs[{name!r}]={text!r} is not one of count(*), "
+                "count(x), sum(x), avg(x), min(x), max(x) (x: a Spark SQL expression over the "
+                "columns): the aggregate over each stretch of constant validity is computed "
+                "from the rows valid in it, by these functions only"
+            )
+        arg = call.group(2).strip()
+        if not arg:
+            raise OptionError(f"interval_aggregate: aggs[{name!r}]={text!r} has no argument")
+        star = arg in ("*", "1")
+        if star and kind != "count":
+            raise OptionError(f"interval_aggregate: aggs[{name!r}]={text!r}: only count takes *")
+        out.append((name, kind, None if star else arg))
+    return out
+
+
+@dataclass(frozen=True)
+class IntervalStep:
+    """What one call for one key decided: the stretches emitted, in ascending start, as columns
+    (``starts``/``ends`` in us, and per aggregate its values and where they are not null); the
+    frame of rows to keep (None: nothing), the change point the emitted stretches reached
+    (``from``), the event-time timeout (ms), and the late rows discarded."""
+
+    starts: np.ndarray
+    ends: np.ndarray
+    values: list[tuple[np.ndarray, np.ndarray]]
+    rows: pd.DataFrame | None
+    from_us: int | None
+    timeout_ms: int | None
+    discarded: int
+
+    @property
+    def stretches(self) -> list[tuple[int, int, list[Any]]]:
+        """The stretches as ``(start_us, end_us, [value or None per aggregate])``."""
+        cols = [
+            [v if ok else None for v, ok in zip(a.tolist(), m.tolist(), strict=True)]
+            for a, m in self.values
+        ]
+        return [
+            (s, e, [c[i] for c in cols])
+            for i, (s, e) in enumerate(zip(self.starts.tolist(), self.ends.tolist(), strict=True))
+        ]
+
+
+def _values(
+    agg: IntervalAgg, frame: pd.DataFrame, lo: np.ndarray, hi: np.ndarray, m: int, count: np.ndarray
+) -> tuple[np.ndarray, np.ndarray]:
+    """One aggregate's value in each of ``m`` stretches, and where it is not null."""
+    if agg.kind == "count" and agg.column is None:
+        return count, np.ones(m, dtype=bool)
+    present = frame[agg.present].to_numpy(dtype=bool)
+    n = range_reduce("add", lo[present], hi[present], np.ones(int(present.sum()), np.int64), m)
+    if agg.kind == "count":
+        return n, np.ones(m, dtype=bool)
+    assert agg.column is not None
+    column = frame[agg.column]
+    if agg.kind in ("sum", "avg"):
+        v = column.to_numpy()[present]
+        v = v.astype(np.int64 if agg.integral else np.float64, copy=False)
+        total = range_reduce("add", lo[present], hi[present], v, m)
+        if agg.kind == "avg":
+            return total / np.maximum(n, 1), n > 0
+        return total, n > 0
+    # min / max by rank: any ordered type (numbers, strings, timestamps as microseconds).
+    codes, uniques = pd.factorize(column[present], sort=True)
+    ranks = np.asarray(codes, dtype=np.int64)
+    values = np.asarray(uniques, dtype=object)
+    if (ranks < 0).any():  # NaN (not null: Spark's NaN is a value, above every number)
+        ranks[ranks < 0] = len(values)
+        values = np.append(values, float("nan"))
+    best = range_reduce(agg.kind, lo[present], hi[present], ranks, m)
+    return values[np.where(n > 0, best, 0)] if len(values) else np.full(m, None), n > 0
+
+
+def interval_step(
+    aggs: list[IntervalAgg],
+    old: pd.DataFrame | None,
+    from_us: int | None,
+    new: pd.DataFrame | None,
+    watermark_ms: int,
+    *,
+    window: WindowDef | None = None,
+) -> IntervalStep:
+    """One key, one micro-batch: take the new rows (columns ``__t``/``__e``: validity in us,
+    and the aggregates' inputs), emit the stretches that ended at or before the watermark and
+    say what to keep (see the module).
+
+    With a ``window`` (:mod:`.define`), the rows also have ``__g``, ``__on`` and ``__open``
+    (new rows: None) and their ends are set here first (:func:`.define.assign_ends`); a row
+    whose end is not known yet counts as valid until infinity, which changes no stretch up to
+    the watermark (the row that will end it starts above it)."""
+    discarded = 0
+    parts = [f for f in (old, new) if f is not None and len(f)]
+    if new is not None and len(new) and from_us is not None:
+        late = new["__t"].to_numpy(dtype=np.int64) < from_us
+        discarded = int(late.sum())
+        parts = [f for f in (old, new[~late]) if f is not None and len(f)]
+    none = np.empty(0, dtype=np.int64)
+    nothing = [(none, none.astype(bool)) for _ in aggs]
+    if not parts:
+        return IntervalStep(none, none, nothing, None, None, None, discarded)
+    frame = pd.concat(parts, ignore_index=True) if len(parts) > 1 else parts[0]
+    if window is not None:
+        frame = assign_ends(window, frame)
+    t = frame["__t"].to_numpy(dtype=np.int64)
+    e = frame["__e"].to_numpy(dtype=np.int64)
+    w_us = INFINITY_US if watermark_ms >= _END_MS else watermark_ms * 1000
+    points, lo, hi = stretches(t, e, from_us, w_us)
+    m = len(points) - 1
+    starts, ends, values = none, none, nothing
+    if m > 0:
+        count = range_reduce("add", lo, hi, np.ones(len(t), dtype=np.int64), m)
+        some = np.flatnonzero(count > 0)  # instants with no valid row give no output
+        starts, ends = points[:-1][some], points[1:][some]
+        values = [
+            (v[some], ok[some]) for v, ok in (_values(a, frame, lo, hi, m, count) for a in aggs)
+        ]
+    reached = int(points[-1]) if len(points) else from_us
+    keep = e > t
+    if reached is not None:
+        keep &= e > reached
+    if not keep.any():
+        return IntervalStep(starts, ends, values, None, None, None, discarded)
+    rows = frame[keep].reset_index(drop=True)
+    kt, ke = t[keep], e[keep]
+    after = kt if reached is None else np.where(kt > reached, kt, ke)
+    # Spark fires an event-time timeout T once the watermark is above T: the next stretch
+    # ending at ``b`` (us) is due once W * 1000 >= b, i.e. W > ceil(b / 1000) - 1.
+    due = min(-(-int(after.min()) // 1000) - 1, _END_MS - 1)
+    return IntervalStep(starts, ends, values, rows, reached, max(watermark_ms, due), discarded)
+
+
+def _save(rows: pd.DataFrame, from_us: int | None) -> bytes:
+    # Plain lists, not pandas or numpy objects: read back admitting value types only.
+    plain = {"from": from_us, "columns": {c: rows[c].tolist() for c in rows.columns}}
+    return pickle.dumps(plain, protocol=pickle.HIGHEST_PROTOCOL)
+
+
+def _load(blob: bytes) -> tuple[pd.DataFrame, int | None]:
+    plain = load_values(blob, "an interval_aggregate key")
+    rows = pd.DataFrame(plain["columns"])
+    for c in ("__t", "__e"):
+        rows[c] = rows[c].astype(np.int64)
+    if "__open" in rows.columns:  # a window's rows (rows_window, while_window)
+        rows["__open"] = rows["__open"].astype(bool)
+    return rows, plain["from"]
+
+
+def interval_aggregate(
+    df: DataFrame,
+    aggs: Mapping[str, str],
+    *,
+    partition_by: str | list[str] | tuple[str, ...] = (),
+    metric_name: str = "interval_aggregate",
+) -> DataFrame:
+    """Aggregate a stream of validity intervals at every instant (SPEC 10, seed 001).
+
+    Args:
+        df: a streaming DataFrame from ``spark.readStream.format("rowtime")`` read with option
+            ``interval.duration`` or ``interval.count`` (columns ``rowtime``, ``rowtime_end``,
+            ``is_bound``; bound records included: this applies
+            :func:`pyspark_rowtime.with_watermark`).
+        aggs: output name to aggregate, e.g. ``{"n": "count(*)", "total": "sum(v)",
+            "coldest": "min(temp)"}``: ``count``, ``sum``, ``avg``/``mean``, ``min``, ``max``
+            over any Spark SQL expression of ``df``'s columns.
+        partition_by: column name(s): each value has its own stretches (``GROUP BY``).
+            Without it the whole stream is one group.
+        metric_name: the observed metric's name (see the module).
+
+    Returns:
+        A streaming DataFrame (output mode ``append``): the ``partition_by`` columns, the
+        aggregates, then ``rowtime`` and ``rowtime_end`` (TIMESTAMP): one row per group and per
+        maximal stretch ``[rowtime, rowtime_end)`` in which the set of valid rows of the group
+        does not change and is not empty, with the aggregates over exactly those rows. Each
+        is emitted once, in the first batch whose watermark reaches its end.
+
+    Raises:
+        OptionError: a bad argument (named, with what to do). Nothing has started.
+    """
+    from pyspark.sql import DataFrame as SparkDataFrame
+    from pyspark.sql import functions as F
+    from pyspark.sql.streaming.state import GroupStateTimeout
+    from pyspark.sql.types import (
+        BinaryType,
+        BooleanType,
+        ByteType,
+        DoubleType,
+        FloatType,
+        IntegerType,
+        LongType,
+        ShortType,
+        StringType,
+        StructField,
+        StructType,
+        TimestampType,
+    )
+
+    from ..watermark import watermark_rowtime
+
+    if not isinstance(df, SparkDataFrame):
+        raise OptionError(f"interval_aggregate: df={df!r} is not a Spark DataFrame")
+    window = window_of(df)
+    missing = [c for c in _RESERVED if c not in df.columns]
+    if missing:
+        raise OptionError(
+            f"interval_aggregate: df lacks the column(s) {missing}: give a "
+            "spark.readStream.format('rowtime') DataFrame read with option interval.duration "
+            "or interval.count (which add rowtime_end), bound records included"
+        )
+    keys = [partition_by] if isinstance(partition_by, str) else list(partition_by)
+    payload = [c for c in df.columns if c not in (*_RESERVED, "__win_g", "__win_on")]
+    for k in keys:
+        if not isinstance(k, str) or k not in payload:
+            raise OptionError(
+                f"interval_aggregate: partition_by={partition_by!r}: {k!r} is not a payload "
+                f"column of df; give names among {payload}"
+            )
+    if window is not None and not set(keys) <= set(window.partition_by):
+        raise OptionError(
+            f"interval_aggregate: partition_by={keys} groups rows that the {window.kind} "
+            f"window (partition_by={list(window.partition_by)}) puts in one group: a window's "
+            "group must lie within one aggregate group; aggregate by the window's columns (or "
+            "fewer), or window by these too"
+        )
+    parsed = parse_aggs(aggs)
+    clash = [name for name, _, _ in parsed if name in keys]
+    if clash:
+        raise OptionError(
+            f"interval_aggregate: aggs name(s) {clash} are also partition_by columns; rename"
+        )
+    integral = (ByteType, ShortType, IntegerType, LongType)
+    numeric = (*integral, FloatType, DoubleType)
+    # The arguments' types, from Spark's analyzer over an empty batch frame (no JVM access).
+    empty = df.sparkSession.createDataFrame([], df.schema)
+    plans: list[IntervalAgg] = []
+    inputs = []
+    fields = []
+    for i, (name, kind, expr) in enumerate(parsed):
+        if expr is None:
+            plans.append(IntervalAgg(name, kind, None, None))
+            fields.append(StructField(name, LongType(), False))
+            continue
+        try:
+            dtype = empty.select(F.expr(expr).alias("x")).schema["x"].dataType
+        except Exception as e:
+            raise OptionError(
+                f"interval_aggregate: aggs[{name!r}]: {expr!r} is not an expression Spark "
+                f"accepts over the columns {df.columns} ({str(e).splitlines()[0]})"
+            ) from e
+        value = F.expr(expr)
+        if kind in ("sum", "avg") and not isinstance(dtype, numeric):
+            raise OptionError(
+                f"interval_aggregate: aggs[{name!r}]: {kind} needs numbers, but {expr!r} is "
+                f"{dtype.simpleString()}; cast it to long or double"
+            )
+        if kind in ("min", "max") and not isinstance(
+            dtype, (*numeric, StringType, TimestampType, BooleanType)
+        ):
+            raise OptionError(
+                f"interval_aggregate: aggs[{name!r}]: {kind} takes numbers, strings, booleans "
+                f"or timestamps, but {expr!r} is {dtype.simpleString()}; cast it"
+            )
+        if isinstance(dtype, TimestampType):
+            value = F.unix_micros(value)
+        col, present = f"__in{i}", f"__nn{i}"
+        if kind in ("count", "sum", "avg"):
+            # Nulls as 0 plus a flag: pandas would turn an integer column with nulls to floats.
+            inputs.append(F.coalesce(value, F.lit(0)).alias(col))
+        else:
+            inputs.append(value.alias(col))
+        inputs.append(F.expr(expr).isNotNull().alias(present))
+        plans.append(IntervalAgg(name, kind, col, present, isinstance(dtype, integral)))
+        if kind == "count":
+            out_type: Any = LongType()
+        elif kind == "sum":
+            out_type = LongType() if isinstance(dtype, integral) else DoubleType()
+        elif kind == "avg":
+            out_type = DoubleType()
+        else:
+            out_type = dtype
+        fields.append(StructField(name, out_type))
+
+    group_cols = keys or ["__key"]
+    rows = watermark_rowtime(df).select(
+        *([F.col(k) for k in keys] or [F.lit(0).alias("__key")]),
+        F.unix_micros("rowtime").alias("__t"),
+        (F.lit(INFINITY_US) if window else F.unix_micros("rowtime_end")).alias("__e"),
+        *inputs,
+        *(
+            [
+                F.lit(None).cast("boolean").alias("__open"),
+                F.col("__win_g").alias("__g"),
+                F.col("__win_on").alias("__on", metadata={}),
+            ]
+            if window
+            else []
+        ),
+        # Spark wants a watermarked input column for an event-time timeout, and drops rows
+        # whose marked column is at or below the watermark: this one never is.
+        F.lit(_NEVER_LATE).cast("long").alias("__never_late", metadata={_WATERMARK_KEY: 1}),
+    )
+    key_fields = [df.schema[k] for k in keys] or [StructField("__key", IntegerType(), False)]
+    out_schema = StructType(
+        [
+            *key_fields,
+            *fields,
+            StructField("rowtime", TimestampType()),
+            StructField("rowtime_end", TimestampType()),
+            StructField("__kept", LongType()),
+            StructField("__discarded", LongType()),
+        ]
+    )
+    state_schema = StructType([StructField("rows", BinaryType())])
+    step_cols = [
+        "__t",
+        "__e",
+        *[c for p in plans for c in (p.column, p.present) if c],
+        *(["__open", "__g", "__on"] if window else []),
+    ]
+    stamp = {
+        p.name
+        for p, (_, _, expr) in zip(plans, parsed, strict=True)
+        if p.kind in ("min", "max")
+        and expr is not None
+        and isinstance(empty.select(F.expr(expr).alias("x")).schema["x"].dataType, TimestampType)
+    }
+
+    def step(key: tuple, frames: Iterator[pd.DataFrame], state: Any) -> Iterator[pd.DataFrame]:
+        old, from_us = _load(state.get[0]) if state.exists else (None, None)
+        parts = [f[step_cols] for f in frames if len(f)]
+        new = None
+        if parts:
+            new = pd.concat(parts, ignore_index=True) if len(parts) > 1 else parts[0]
+        if new is not None and window is not None:
+            new = new.assign(__open=pd.Series([None] * len(new), dtype="object"))
+        result = interval_step(
+            plans, old, from_us, new, state.getCurrentWatermarkMs(), window=window
+        )
+        if result.rows is None:
+            if state.exists:
+                state.remove()
+        else:
+            state.update((_save(result.rows, result.from_us),))
+            assert result.timeout_ms is not None
+            state.setTimeoutTimestamp(result.timeout_ms)
+        n = len(result.starts)
+        keys_out = {f.name: value for f, value in zip(key_fields, key, strict=True)}
+        if n:
+            out: dict[str, Any] = {name: [value] * n for name, value in keys_out.items()}
+            for p, (values, ok) in zip(plans, result.values, strict=True):
+                if p.name in stamp:
+                    stamps = pd.Series(values.astype(np.int64), dtype="Int64")
+                    stamps[~ok] = pd.NA
+                    out[p.name] = pd.to_datetime(stamps, unit="us", utc=True, cache=False)
+                elif p.kind == "sum" and p.integral:
+                    column = pd.array(values, dtype="Int64")
+                    column[~ok] = pd.NA
+                    out[p.name] = column
+                elif values.dtype.kind == "f":
+                    out[p.name] = np.where(ok, values, np.nan)  # NaN goes to Spark as null
+                elif values.dtype.kind == "O":
+                    objects = values.copy()
+                    objects[~ok] = None
+                    out[p.name] = objects
+                else:
+                    out[p.name] = values
+            # Through a nullable Int64 Series: a plain int64 array goes through nanoseconds,
+            # which cannot hold infinity (Spark's largest timestamp, in year 9999).
+            for name, us_values in (("rowtime", result.starts), ("rowtime_end", result.ends)):
+                series = pd.Series(us_values, dtype="Int64")
+                out[name] = pd.to_datetime(series, unit="us", utc=True, cache=False)
+            out["__kept"] = pd.array([None] * n, dtype="Int64")
+            out["__discarded"] = pd.array([None] * n, dtype="Int64")
+            yield pd.DataFrame(out)
+        # One more row carries the metrics (dropped after the observation).
+        metric: dict[str, Any] = {name: [value] for name, value in keys_out.items()}
+        for p in plans:
+            metric[p.name] = [None]
+        metric["rowtime"] = pd.to_datetime(
+            pd.array([None], dtype="Int64"), unit="us", utc=True, cache=False
+        )
+        metric["rowtime_end"] = metric["rowtime"]
+        metric["__kept"] = [0 if result.rows is None else len(result.rows)]
+        metric["__discarded"] = [result.discarded]
+        yield pd.DataFrame(metric)
+
+    stateful = rows.groupBy(*group_cols).applyInPandasWithState(
+        step,
+        outputStructType=out_schema,
+        stateStructType=state_schema,
+        outputMode="append",
+        timeoutConf=GroupStateTimeout.EventTimeTimeout,
+    )
+    observed = stateful.observe(
+        metric_name,
+        F.coalesce(F.max("__kept"), F.lit(0)).alias("max_rows_per_key"),
+        F.count("rowtime").alias("stretches"),
+        F.coalesce(F.sum("__discarded"), F.lit(0)).alias("discarded_rows"),
+    )
+    return observed.where(F.col("__kept").isNull()).select(
+        *keys, *[p.name for p in plans], "rowtime", "rowtime_end"
+    )
