@@ -367,7 +367,7 @@ def test_grouped_windows_aggregate_to_the_relational_answer_with_a_restart(
 ) -> None:
     """rows_window(2) and while_window("v > 10") per k, aggregated per k by interval_aggregate:
     the relational answer at every instant over the brute-force ends; a restart reproduces it."""
-    from test_interval_aggregate import AGGS, got_rows, relational, same
+    from test_interval_aggregate_spark import AGGS, got_rows, relational, same
 
     plan = window_rounds(51 if kind == "rows" else 61)
     results = []
