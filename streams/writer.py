@@ -4,23 +4,28 @@ In the spirit of SQLstream's ``RowSink`` and ``setRowtimeBound``::
 
     with open_writer("/data/orders", partition=0) as w:
         w.insert({"ticker": "ORCL"}, rowtime="2006-09-11T12:00:00Z")
-        w.insert({"ticker": "MSFT"})                    # implicit rowtime: the arrival time
+        w.insert({"ticker": "MSFT"})                    # implicit rowtime: the time of insert
         w.set_rowtime_bound(datetime(2006, 9, 11, 12, 5, tzinfo=timezone.utc))
         w.flush()                                       # durable when this returns
 
 What is guaranteed:
 
-* Every record stores its arrival time (the injected ``clock``, microseconds, made
-  non-decreasing per partition, also across writers: a new writer starts from the last stored
-  arrival). Explicit rowtimes are stored as given; the reader applies the ordering policy.
+* Every record stores its arrival time: the time its buffer commits (the injected ``clock``
+  read at the flush, microseconds, made non-decreasing per partition, also across writers: a
+  new writer starts from the last stored arrival), so a record never shows an arrival older
+  than the moment it could be read, beyond the commit's own duration (SPEC 12; readers with
+  ``idle.timeout`` rely on it). An implicit rowtime is the time of insert, stored as the row's
+  rowtime (streams written before 0.2.0 store null there and mean the arrival). Explicit
+  rowtimes are stored as given; the reader applies the ordering policy.
 * ``insert``, ``insert_arrow`` and ``set_rowtime_bound`` either append everything they were given
   to the buffer or raise and append nothing: wrong keys or types, a bound below the partition
   clock, and (when the stream's default ``order`` is ``reject``) a row below the partition clock.
 * ``flush`` makes the buffer one committed segment: durable and visible to readers as a whole,
   never in part. Without a flush the buffer is flushed when it grows past ``flush_records``
   records or ``flush_bytes`` bytes of Arrow data, on ``close`` and by heartbeats.
-* A partition's clock is the highest bound or data rowtime (explicit, or arrival for implicit
-  rows). After ``end_stream()`` the clock is the end of stream and no row can follow.
+* A partition's clock is the highest bound or data rowtime (explicit, the time of insert for
+  implicit rows, or the arrival of an implicit row written before 0.2.0). After
+  ``end_stream()`` the clock is the end of stream and no row can follow.
 * One writer per partition: a second one gets :class:`WriterLockedError` while the first lives.
 
 Rowtimes are read with one :class:`pyspark_rowtime.bounds.time.TimeFormat` built from the
@@ -91,6 +96,11 @@ def constant_int64(n: int, value: int) -> pa.ChunkedArray:
     if rest:
         chunks.append(block.slice(0, rest))
     return pa.chunked_array(chunks, type=pa.int64())
+
+
+def _with_arrival(chunk: pa.Table, stamp: int) -> pa.Table:
+    """``chunk`` (in the record schema: arrival first) with every arrival ``stamp``."""
+    return chunk.set_column(0, chunk.schema.field(0), constant_int64(chunk.num_rows, stamp))
 
 
 _INT_RANGES = {
@@ -336,15 +346,16 @@ class Writer:
             if arrival < self._arrival:
                 arrival = self._arrival
             if rowtime is None:
-                rowtime_us = None
-                effective = arrival
+                # An implicit rowtime is the time of insert, stored as the row's rowtime: its
+                # arrival is stamped when the buffer commits (SPEC 12).
+                rowtime_us = effective = arrival
             else:
                 rowtime_us = self._rowtime_us(rowtime)
                 effective = rowtime_us
             clock = self._clock
             # After the end of stream nothing follows, not even a row at the end of time.
             if (effective < clock and self._reject) or clock == END_OF_STREAM_US:
-                self._late(effective, clock, rowtime_us is None)
+                self._late(effective, clock, rowtime is None)
             # Checked: from here on nothing raises before the row is buffered.
             self._arrival = arrival
             if effective > clock:
@@ -515,7 +526,7 @@ class Writer:
                 top = arrival
                 if check_late and (arrival < clock or clock == END_OF_STREAM_US):
                     self._late(arrival, clock, True, index=0)
-                rowtime_arr = pa.nulls(n, pa.int64())
+                rowtime_arr = constant_int64(n, arrival)  # the time of insert, kept as given
                 low = last = arrival
             stats = data_run_stats(
                 0,
@@ -528,7 +539,9 @@ class Writer:
             )
             system = [
                 constant_int64(n, arrival),
-                pa.chunked_array([rowtime_arr]),
+                rowtime_arr
+                if isinstance(rowtime_arr, pa.ChunkedArray)
+                else pa.chunked_array([rowtime_arr]),
                 pa.chunked_array([pa.array(np.zeros(n, dtype=np.bool_))]),
             ]
             chunk = pa.Table.from_arrays([*system, *columns], schema=self._file_schema)
@@ -691,12 +704,31 @@ class Writer:
         self._seal_rows()
         if not self._chunks:
             return self._end
+        # Every record of a commit arrives when it commits (SPEC 12: arrival is the commit's
+        # time, not the insert's), so that a reader never sees a record appear with an arrival
+        # older than records it already read from other partitions, beyond the commit's own
+        # duration: idleness (idle.timeout) decides from arrivals alone, and a reader planning
+        # later must find the same records before each arrival time as one planning now.
+        stamp = max(self._clock_now(), self._arrival)
+        chunks = [_with_arrival(chunk, stamp) for chunk in self._chunks]
         stats = SegmentStats.merge(self._chunk_stats)
+        rows = stats.rows > 0
         stats = SegmentStats(
-            **{**stats.__dict__, "first": self._end, "clock_us": self._clock}  # exact clock
+            **{
+                **stats.__dict__,
+                "first": self._end,
+                "clock_us": self._clock,  # exact clock
+                "last_arrival_us": stamp,
+                "last_row_arrival_us": stamp if rows else None,
+                "max_skew_us": (
+                    stamp - stats.min_rowtime_us
+                    if rows and stats.min_rowtime_us is not None
+                    else None
+                ),
+            }
         )
         try:
-            self._appender.append_run(stats, self._chunks)
+            self._appender.append_run(stats, chunks)
         except RowtimeError:
             # A backend's own error (a Redis server that did not answer) already says what
             # was done and what to do; the buffer is intact for a retry all the same.
@@ -712,6 +744,7 @@ class Writer:
                 "then call flush() again",
             ) from e
         self._end = stats.end
+        self._arrival = stamp
         self._chunks = []
         self._chunk_stats = []
         self._count_chunks(0)

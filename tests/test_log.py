@@ -231,7 +231,8 @@ def written(tmp_path):
     create_stream(loc, "a INT, b STRING", 2)
     clock = FakeClock()
     with open_writer(loc, 0, clock=clock) as w:
-        w.insert({"a": 1, "b": "x"})  # arrival T0, implicit
+        w.insert({"a": 1, "b": "x"})  # inserted at T0, implicit: its rowtime
+        # (the flush commits at T0 + 2: the arrival of the first two records)
         w.insert({"a": 2}, rowtime=dt.datetime(2024, 1, 1, tzinfo=dt.timezone.utc))
         w.flush()
         w.set_rowtime_bound(dt.datetime(2024, 1, 2, tzinfo=dt.timezone.utc))
@@ -245,9 +246,11 @@ def test_records_read_back_in_offset_order_with_system_columns(written):
     assert stream.end_offset(1) == 0
     t = stream.read(0, 0, 5)
     assert t.column_names == [LOG_ARRIVAL_US, LOG_ROWTIME_US, LOG_IS_BOUND, "a", "b"]
-    assert t.column(LOG_ARRIVAL_US).to_pylist() == [T0, T0 + 1, T0 + 2, T0 + 3, T0 + 3]
+    # arrival: each commit's time (T0 + 2, then T0 + 5 at close)
+    assert t.column(LOG_ARRIVAL_US).to_pylist() == [T0 + 2, T0 + 2, T0 + 5, T0 + 5, T0 + 5]
     jan1, jan2 = 1_704_067_200_000_000, 1_704_153_600_000_000
-    assert t.column(LOG_ROWTIME_US).to_pylist() == [None, jan1, jan2, None, None]
+    # implicit rowtimes are the times of insert (T0, then T0 + 4 for the Arrow batch)
+    assert t.column(LOG_ROWTIME_US).to_pylist() == [T0, jan1, jan2, T0 + 4, T0 + 4]
     assert t.column(LOG_IS_BOUND).to_pylist() == [False, False, True, False, False]
     assert t.column("a").to_pylist() == [1, 2, None, 5, 6]
     assert t.column("b").to_pylist() == ["x", None, None, "p", "q"]
@@ -292,7 +295,7 @@ def test_read_stream_returns_every_record_with_friendly_columns(written):
     assert t.column("offset").to_pylist() == [0, 1, 2, 3, 4]
     assert t.column("partition").to_pylist() == [0] * 5
     rows = t.to_pylist()
-    assert rows[0]["rowtime"] is None
+    assert rows[0]["rowtime"] == rows[0]["arrival"] - dt.timedelta(microseconds=2)
     assert rows[1]["rowtime"] == dt.datetime(2024, 1, 1, tzinfo=dt.timezone.utc)
     assert rows[2]["is_bound"] and rows[2]["a"] is None
 
@@ -362,7 +365,7 @@ def test_segments_are_arrow_ipc_files_named_by_first_offset_and_count(written):
     stats = SegmentStats.from_metadata(reader.schema.metadata, names[1])
     assert (stats.first, stats.count, stats.rows, stats.bounds) == (2, 3, 2, 1)
     assert stats.last_bound_us == 1_704_153_600_000_000
-    assert stats.last_arrival_us == T0 + 3
+    assert stats.last_arrival_us == T0 + 5
 
 
 def test_temporary_files_are_ignored_by_readers_and_removed_by_the_next_writer(written):

@@ -1,8 +1,10 @@
 """Property: any sequence of inserts, bounds, flushes and reopenings reads back as written.
 
-A small model keeps what every call should have appended (arrival made non-decreasing from a
-clock that may step backwards, the explicit rowtime or null, the bound, the payload); the log
-must read back exactly that, in order, with non-decreasing arrival and the model's clock.
+A small model keeps what every call should have appended (the rowtime: explicit, or the time of
+insert made non-decreasing from a clock that may step backwards; the bound; the payload) and,
+for every record, the arrival of the commit that made it visible (the clock's time at the
+flush, never below an earlier arrival); the log must read back exactly that, in order, with
+non-decreasing arrival and the model's clock.
 """
 
 from __future__ import annotations
@@ -46,6 +48,14 @@ class Model:
     arrival: int = NO_CLOCK
     clock: int = NO_CLOCK
     committed: int = 0
+
+    stamps: list[int] = field(default_factory=list)
+
+    def commit(self, end: int) -> None:
+        """Records up to ``end`` are committed: those new arrive at the commit's time, the
+        clock's at the flush (the latest time of insert: the scripted clock does not move
+        between an insert and the flush it causes)."""
+        self.stamps += [self.arrival] * (end - len(self.stamps))
 
     def arrive(self, now: int) -> int:
         self.arrival = max(self.arrival, now)
@@ -93,7 +103,9 @@ def test_any_sequence_of_writes_reads_back_identically_with_non_decreasing_arriv
                 arrival = model.arrive(clock.now + clock_step)
                 rowtime = None if rowtime_step is None else arrival + rowtime_step
                 w.insert({"a": a, "b": b}, rowtime=None if rowtime is None else at(rowtime))
-                model.records.append((arrival, rowtime, False, a, b))
+                model.records.append(
+                    (arrival, arrival if rowtime is None else rowtime, False, a, b)
+                )
                 model.clock = max(model.clock, arrival if rowtime is None else rowtime)
             elif kind == "arrow":
                 _, rows, clock_step = op
@@ -104,7 +116,7 @@ def test_any_sequence_of_writes_reads_back_identically_with_non_decreasing_arriv
                         {"a": pa.array([r[0] for r in rows], pa.int32()), "b": [r[1] for r in rows]}
                     )
                 )
-                model.records += [(arrival, None, False, a, b) for a, b in rows]
+                model.records += [(arrival, arrival, False, a, b) for a, b in rows]
                 model.clock = max(model.clock, arrival)
             elif kind == "bound":
                 _, ahead, strict, clock_step = op
@@ -122,7 +134,9 @@ def test_any_sequence_of_writes_reads_back_identically_with_non_decreasing_arriv
                 w.close()
                 w = open_writer(loc, clock=clock, flush_records=flush_records)
             assert w.end_offset + w.pending == len(model.records)
+            model.commit(w.end_offset)
         w.close()
+        model.commit(len(model.records))
 
         stream = open_stream(loc)
         n = stream.end_offset(0)
@@ -138,7 +152,7 @@ def test_any_sequence_of_writes_reads_back_identically_with_non_decreasing_arriv
                 strict=True,
             )
         )
-        assert got == model.records
+        assert got == [(model.stamps[i], *r[1:]) for i, r in enumerate(model.records)]
         arrivals = [r[0] for r in got]
         assert arrivals == sorted(arrivals)
         assert stream.clock_us(0) == (None if model.clock == NO_CLOCK else model.clock)

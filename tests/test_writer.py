@@ -131,7 +131,9 @@ def test_a_new_writer_continues_arrival_from_the_last_stored_one(loc):
         w.insert({"a": 1})
     with open_writer(loc, clock=FakeClock(T0)) as w:  # this process's clock is behind
         w.insert({"a": 2})
-    assert system(loc, LOG_ARRIVAL_US) == [T0 + 100, T0 + 100]
+    # the first commit arrives at T0 + 101 (its flush reads the clock once more); the second
+    # writer's clock is behind, so its row and commit take the partition's last arrival
+    assert system(loc, LOG_ARRIVAL_US) == [T0 + 101, T0 + 101]
 
 
 # -- rowtimes ------------------------------------------------------------------------------------
@@ -154,11 +156,15 @@ def test_explicit_rowtimes_are_stored_in_microseconds_as_given(loc, rowtime):
     assert system(loc, LOG_ROWTIME_US) == [JAN1_US]
 
 
-def test_implicit_rowtime_is_stored_as_null_and_the_arrival_is_the_rowtime(loc):
-    with open_writer(loc, clock=FakeClock()) as w:
-        w.insert({"a": 1})
-    assert system(loc, LOG_ROWTIME_US) == [None]
-    assert open_stream(loc).clock_us(0) == T0
+def test_implicit_rowtime_is_the_time_of_insert_and_arrival_the_time_of_commit(loc):
+    clock = FakeClock(step=10)
+    with open_writer(loc, clock=clock) as w:
+        w.insert({"a": 1})  # T0
+        w.insert({"a": 2})  # T0 + 10
+    # committed at close (T0 + 20): the rowtimes stay the times of insert
+    assert system(loc, LOG_ROWTIME_US) == [T0, T0 + 10]
+    assert system(loc, LOG_ARRIVAL_US) == [T0 + 20, T0 + 20]
+    assert open_stream(loc).clock_us(0) == T0 + 10
 
 
 def test_nanosecond_rowtimes_are_truncated_toward_the_past(loc):
@@ -386,8 +392,10 @@ def test_insert_arrow_matches_columns_by_name_casts_losslessly_and_fills_missing
     recs = records(loc)
     assert [r["a"] for r in recs] == [0, 1, 2, 1, 2]
     assert [r["b"] for r in recs] == [None, "x", "y", "x", "y"]
-    assert all(r["ts"] is None and r["rowtime"] is None for r in recs)
-    assert system(loc, LOG_ARRIVAL_US) == [T0, T0 + 1, T0 + 1, T0 + 2, T0 + 2]
+    assert all(r["ts"] is None for r in recs)
+    # implicit rowtimes: the time of each insert; arrival: the one commit's, at close
+    assert system(loc, LOG_ROWTIME_US) == [T0, T0 + 1, T0 + 1, T0 + 2, T0 + 2]
+    assert system(loc, LOG_ARRIVAL_US) == [T0 + 3] * 5
 
 
 def test_insert_arrow_takes_rowtimes_from_a_column_which_may_be_extra(loc):

@@ -221,7 +221,7 @@ def test_under_order_adjust_a_file_with_rows_below_the_clock_is_committed(tmp_pa
 # -- refused, and nothing committed -----------------------------------------------------------
 
 # The partition the refusal tests start from: two rows committed by the writer.
-BASE_END, BASE_CLOCK, BASE_ARRIVAL = 2, T0 + 200, T0 + 1
+BASE_END, BASE_CLOCK, BASE_ARRIVAL = 2, T0 + 200, T0 + 2  # arrival: the flush's time
 
 
 @pytest.fixture
