@@ -54,6 +54,13 @@ READER_OPTIONS: dict[str, str] = {
         " until its next record; its rows then below the stream clock are late (default: the"
         " stream's idle_timeout, else never)"
     ),
+    "idle.commitgrace": (
+        "a positive duration (default 1 second), with idle.timeout: how long a writer's commit"
+        " may take after the arrival time it stamps, plus the clock difference between writer"
+        " hosts and the driver; a micro-batch plans only records that arrived at least that"
+        " long ago,"
+        " so every record of an earlier arrival is already visible"
+    ),
     "interval.count": (
         "a whole number N >= 1 (order reject or drop): adds rowtime_end = the rowtime of the"
         " N-th later row of the same partition (the end of stream if none); a row waits for it"
@@ -140,6 +147,9 @@ class ReaderConfig:
     #: idle.timeout: a partition silent this long (in arrival time) stops holding the stream
     #: clock (SPEC 12); None: partitions always hold it.
     idle_timeout_us: int | None = None
+    #: idle.commitGrace: with idle.timeout, plan only records that arrived at least this long
+    #: before the planner looked (microseconds).
+    idle_commit_grace_us: int = 1_000_000
     #: interval.slide: with interval.duration, ``rowtime_end = floor(rowtime / slide) * slide +
     #: duration`` (microseconds; None: a slide of 1 us, ``rowtime + duration``).
     interval_slide_us: int | None = None
@@ -213,6 +223,16 @@ def parse_reader_options(
                 "order across partitions: the two cannot be combined; use interval.duration, or "
                 "no idle.timeout"
             )
+    grace_us = 1_000_000
+    if "idle.commitgrace" in given:
+        if idle_us is None:
+            raise OptionError(
+                "option idle.commitGrace only applies with idle.timeout (an option, or the "
+                "stream's idle_timeout); set idle.timeout too, or drop idle.commitGrace"
+            )
+        grace_us = parse_duration_us(
+            str(given["idle.commitgrace"]).strip(), what="option idle.commitGrace"
+        )
     slide_us = _slide(given, duration_us)
     return ReaderConfig(
         location=given["path"].strip(),
@@ -232,6 +252,7 @@ def parse_reader_options(
         )
         == "true",
         idle_timeout_us=idle_us,
+        idle_commit_grace_us=grace_us,
         interval_slide_us=slide_us,
     )
 

@@ -16,6 +16,7 @@ bound record.
 from __future__ import annotations
 
 import dataclasses
+import time
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 from typing import Any
@@ -56,6 +57,7 @@ from ..streams.columns import (
     SPARK_ROWTIME,
 )
 from ..streams.storage import StreamStorage, open_storage
+from ..streams.writer import wall_clock_us
 from .options import ReaderConfig
 
 TS_TYPE = pa.timestamp("us", tz="UTC")
@@ -399,10 +401,69 @@ class Planner:
         step.times = ts
         return step
 
+    def _last_arrival(self, p: int, end: int) -> int:
+        table = self.stream.read(p, end - 1, end, columns=[LOG_ARRIVAL_US])
+        return int(table.column(0)[0].as_py())
+
+    def _arrived_by(self, p: int, start: int, end: int, cut: int) -> int:
+        """The end of partition ``p``'s records in ``[start, end)`` that arrived at or before
+        ``cut`` (arrivals never go down in a partition): a search from the end backwards,
+        reading the arrival column only, in growing steps (the records after the cut are the
+        last moments' few)."""
+        hi, step = end, 64
+        while hi > start:
+            lo = max(start, hi - step)
+            table = self.stream.read(p, lo, hi, columns=[LOG_ARRIVAL_US])
+            arr = as_numpy(table.column(0))
+            if len(arr) and arr[0] <= cut:
+                return lo + int(np.searchsorted(arr, cut, side="right"))
+            hi, step = lo, step * 4
+        return start
+
+    def settled(self, starts: Sequence[int]) -> list[int]:
+        """Each partition's end over the records that arrived at least ``idle.commitGrace``
+        before now, listed now (SPEC 12, idle.timeout).
+
+        A writer stamps a commit's arrival as it begins it, so a commit still under way may
+        hold records that arrived before records other partitions already show. Idleness is
+        decided in arrival order across partitions, so a step must hold every record up to
+        an arrival time: the records of the last ``grace`` wait for a later step, when every
+        commit that began before them has ended. If that leaves nothing new while there are
+        new records, this waits (at most ``grace``) for the newest to settle. The wall clock
+        only chooses how far to plan: what is decided comes from the stored arrivals alone.
+        After the wait the cut is at least the newest arrival seen before it."""
+        grace = self.cfg.idle_commit_grace_us
+        waited = False
+        newest: int | None = None
+        while True:
+            now = wall_clock_us()
+            ends = self.available()
+            # after the wait, every commit stamped up to the newest arrival seen before it has
+            # ended, whatever the writers' clocks say against this one (arrivals "in the future"
+            # of a writer whose clock runs ahead still come through, a grace later)
+            cut = now - grace if newest is None else max(now - grace, newest)
+            out = []
+            for p, (s, e) in enumerate(zip(starts, ends, strict=True)):
+                if e <= s or self._last_arrival(p, e) <= cut:
+                    out.append(e)
+                else:
+                    out.append(self._arrived_by(p, s, e, cut))
+            fresh = [e for s, e in zip(starts, ends, strict=True) if e > s]
+            if waited or out != list(starts) or not fresh:
+                return out
+            newest = max(self._last_arrival(p, e) for p, (s, e) in
+                         enumerate(zip(starts, ends, strict=True)) if e > s)  # fmt: skip
+            time.sleep(min(max(newest + grace - wall_clock_us(), 0), grace) / 1e6)
+            waited = True
+
     def _plan_idle(
         self, pos: StreamPosition, available: Sequence[int], max_rows: int | None
     ) -> StreamPosition | None:
-        ends = self._arrival_prefix(pos, choose_ends(pos, available, max_rows), available)
+        # ``available`` is the caller's limit (an availableNow target): records past it, and
+        # any that arrived after the first of them, wait (_arrival_prefix)
+        settled = self.settled([st.next for st in pos.partitions])
+        limit = [min(a, e) for a, e in zip(available, settled, strict=True)]
+        ends = self._arrival_prefix(pos, choose_ends(pos, limit, max_rows), settled)
         if ends == [p.next for p in pos.partitions]:
             return None
         policy = self.cfg.policy

@@ -118,6 +118,8 @@ READER_BAD: list[tuple[dict[str, str], str]] = [
     ({"idle.timeout": "-5 seconds"}, "idle.timeout"),
     ({"idle.timeout": "soon"}, "idle.timeout"),
     ({"idle.timeout": "5s", "interval.count": "2"}, "idle.timeout"),
+    ({"idle.commitGrace": "2s"}, "idle.commitGrace"),  # without idle.timeout
+    ({"idle.timeout": "5s", "idle.commitGrace": "0"}, "idle.commitGrace"),
     ({"interval.duration": "-5 seconds"}, "interval.duration"),
     ({"interval.duration": "a while"}, "interval.duration"),
     ({"interval.count": "0"}, "interval.count"),

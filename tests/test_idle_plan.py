@@ -341,3 +341,91 @@ def test_a_new_stream_keeps_its_creation_time_and_an_old_one_reads_without_it(
     assert before <= doc["created_us"] <= time.time_ns() // 1000
     del doc["created_us"]  # as 0.1.0 wrote it
     assert meta_from_json(json.dumps(doc), str(tmp_path / "s")).created_us is None
+
+
+# -- commits under way while a step is planned (idle.commitGrace) ------------------------------
+
+
+class CommittingStream(MemoryStream):
+    """A stream whose records become visible some time after they arrived: a writer stamps a
+    commit's arrival as it begins it, and the commit ends up to ``grace`` later (commits of a
+    partition end in order). ``clock`` is the wall clock the planner reads."""
+
+    def __init__(
+        self, records: list[list[Record]], created: int | None, delays: list[list[int]], clock: Any
+    ) -> None:
+        super().__init__(records, created)
+        self.clock = clock
+        self.visible = []
+        for recs, ds in zip(records, delays, strict=True):
+            at, top = [], None
+            for r, d in zip(recs, ds, strict=True):
+                top = r.arrival + d if top is None else max(top, r.arrival + d)
+                at.append(top)
+            self.visible.append(at)
+
+    def end_offset(self, partition: int) -> int:
+        return sum(1 for v in self.visible[partition] if v <= self.clock.now)
+
+
+class _WallClock:
+    def __init__(self) -> None:
+        self.now = 0
+
+    def sleep(self, seconds: float) -> None:
+        self.now += max(1, round(seconds * 1e6))
+
+
+@given(
+    case=silent_streams(),
+    policy=POLICIES,
+    grace=st.integers(1, 6),
+    data=st.data(),
+)
+def test_a_step_planned_while_commits_are_under_way_decides_as_the_finished_log(
+    case: Any, policy: Policy, grace: int, data: Any
+) -> None:
+    """Records that arrived before records of other partitions may still be committing when a
+    micro-batch is planned. Steps planned at any moment, while commits that take up to
+    ``idle.commitGrace`` land, emit and discard exactly what the finished log decides (the
+    reference): the planner waits for the arrivals of the last ``grace`` to settle."""
+    records, timeout, created = case
+    delays = [[data.draw(st.integers(0, grace)) for _ in recs] for recs in records]
+    clock = _WallClock()
+    stream = CommittingStream(records, created, delays, clock)
+    cfg = dataclasses.replace(_config(policy, timeout), idle_commit_grace_us=grace)
+    try:
+        ref = _reference(records, policy, timeout, created)
+    except LateRowError:
+        ref = None
+    last_visible = max((v[-1] for v in stream.visible if v), default=0)
+    got: dict[int, list[tuple[int, int]]] = {p: [] for p in range(len(records))}
+    with (
+        serving(stream),
+        mock.patch.object(reader_module, "wall_clock_us", lambda: clock.now),
+        mock.patch.object(reader_module.time, "sleep", clock.sleep),
+    ):
+        planner = Planner(cfg)
+        pos = planner.start_position()
+        try:
+            while True:
+                new = planner.plan(pos, planner.available(), None)
+                if new is None:
+                    if clock.now > last_visible + grace:
+                        break
+                    clock.now += data.draw(st.integers(1, 8))
+                    continue
+                start, end = pos.to_dict(), new.to_dict()
+                tasks = partition_tasks(start, end, planner.runs_for(start, end),
+                                        planner.late_for(start, end))  # fmt: skip
+                for p, rows in _rows(cfg, tasks).items():
+                    got[p] += rows
+                pos = StreamPosition.from_dict(end)
+                clock.now += data.draw(st.integers(0, 8))
+        except LateRowError:
+            assert ref is None, "the planner failed where the finished log keeps going"
+            return
+    assert ref is not None, "the planner kept going where the finished log fails"
+    assert got == ref.emitted()
+    assert pos.clock_us == ref.clock
+    assert sum(p.discarded for p in pos.partitions) == len(ref.discarded)
