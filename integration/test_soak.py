@@ -90,13 +90,6 @@ def test_the_soak_fails_on_a_micro_batch_that_breaks_spec_7(spark, workdir):
 # -- a month in minutes ------------------------------------------------------------------------
 
 
-@pytest.mark.xfail(
-    reason="seen on main at 524603c (2026-11-24): the streaming query and the batch quarantine "
-    "decide idleness differently for a stream's first rows (every partition is idle from the "
-    "stream's creation; arrivals are stamped at insert, not commit, README known limits), so "
-    "some rows are in neither or in both; the month's other checks passed",
-    strict=False,
-)
 def test_a_short_month_keeps_every_row_and_flat_disk(tmp_path):
     """``soak.py month 60 4``: four simulated days in a minute (retention one day, a writer
     killed for good, one restarted after a silence); the script's checks, and its figures."""

@@ -758,6 +758,8 @@ def data_loss(location: str, partition: int, offset: int, first_kept: int) -> Da
     return DataLossError(
         f"stream {location!r} partition {partition}: records from offset {offset} are needed, "
         f"and the first kept offset is {first_kept} (records before it were removed by the "
-        "stream's retention or `rowtime trim`). Set option failOnDataLoss=false to skip to it "
-        "(the skipped records are counted), or start the query with a new checkpointLocation"
+        "stream's retention or `rowtime trim`). A streaming query: set option "
+        "failOnDataLoss=false to skip to it (the skipped records are counted), or start the "
+        "query with a new checkpointLocation. A batch read that a trim overtook while it ran: "
+        "run it again (it starts from the first kept record, exact for what is kept)"
     )
