@@ -30,7 +30,7 @@ from benchutil import best_of
 
 from pyspark_rowtime.api import create_stream, open_writer
 from pyspark_rowtime.streams.columns import LOG_ARRIVAL_US, LOG_IS_BOUND, LOG_ROWTIME_US
-from pyspark_rowtime.streams.log import open_stream
+from pyspark_rowtime.streams.local.log import open_stream
 from pyspark_rowtime.streams.segments import SEGMENT_RE
 
 SCHEMA = "id BIGINT, price DOUBLE, qty INT, name STRING"

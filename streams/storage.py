@@ -73,6 +73,7 @@ __all__ = [
     "StreamStorage",
     "backend_for",
     "create_storage",
+    "local_path",
     "open_storage",
     "owner_conflict",
     "register_backend",
@@ -440,13 +441,37 @@ def _scheme(location: str | os.PathLike[str]) -> str:
     return urllib.parse.urlparse(location).scheme.lower()
 
 
-_USERINFO_RE = re.compile(r"([A-Za-z][\w+.-]*://[^/@\s:]*:)[^\s/@]*@")
+#: A password may hold ``/`` and ``@``: it ends at the last ``@`` before the host.
+_USERINFO_RE = re.compile(r"([A-Za-z][\w+.-]*://[^/@\s:]*:)[^\s]*@(?=[^@\s/]*(?:[/?\s]|$))")
 
 
 def redact_url(text: str) -> str:
     """``text`` with the password of any ``scheme://user:password@`` URL shown as ``***``
     (for errors about locations of any scheme, known or not)."""
     return _USERINFO_RE.sub(r"\1***@", text)
+
+
+def local_path(location: str | os.PathLike[str]) -> str:
+    """An absolute local path for a path or ``file://`` URL (the embedded log's locations, a
+    checkpoint): no backend is asked."""
+    if isinstance(location, os.PathLike):
+        location = os.fspath(location)
+    if not isinstance(location, str) or not location:
+        raise OptionError(f"a stream location must be a path or a file:// URL, got {location!r}")
+    if "://" in location:
+        url = urllib.parse.urlparse(location)
+        if url.scheme != "file":
+            raise OptionError(
+                f"stream location {redact_url(location)!r}: only local paths and file:// URLs are "
+                f"supported by the embedded log (not {url.scheme}://)"
+            )
+        if url.netloc not in ("", "localhost"):
+            raise OptionError(
+                f"stream location {location!r}: a file:// URL names a local path "
+                "(file:///abs/path); remote hosts are not supported"
+            )
+        location = urllib.parse.unquote(url.path)
+    return os.path.abspath(os.path.expanduser(location))
 
 
 def backend_for(location: str | os.PathLike[str]) -> Backend:
@@ -497,9 +522,9 @@ def create_storage(
 
 def _register_builtin() -> None:
     if "" not in _BACKENDS:
-        from .log import EMBEDDED_LOG  # the log imports this module: register on first use
+        from .local import BACKEND, SCHEMES  # the log imports this module: register on first use
 
-        register_backend(("", "file"), EMBEDDED_LOG)
+        register_backend(SCHEMES, BACKEND)
     if "redis" not in _BACKENDS:
         # Importing the module needs no Redis client: it is imported when a location is used.
         from .redis_log import REDIS_BACKEND
