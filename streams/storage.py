@@ -417,7 +417,7 @@ class Backend(Protocol):
         self, resolved: str, schema: str | pa.Schema, partitions: int, defaults: dict[str, Any]
     ) -> StreamStorage:
         """Create the stream (or open the identical one that exists), see
-        :func:`.log.create_stream` for the rules."""
+        :func:`.local.log.create_stream` for the rules."""
         ...
 
 
@@ -522,11 +522,12 @@ def create_storage(
 
 def _register_builtin() -> None:
     if "" not in _BACKENDS:
-        from .local import BACKEND, SCHEMES  # the log imports this module: register on first use
+        from .local import BACKEND as LOCAL
+        from .local import SCHEMES as LOCAL_SCHEMES
 
-        register_backend(SCHEMES, BACKEND)
+        register_backend(LOCAL_SCHEMES, LOCAL)
     if "redis" not in _BACKENDS:
         # Importing the module needs no Redis client: it is imported when a location is used.
-        from .redis_log import REDIS_BACKEND
+        from .redis import BACKEND, SCHEMES
 
-        register_backend(("redis", "rediss"), REDIS_BACKEND)
+        register_backend(SCHEMES, BACKEND)

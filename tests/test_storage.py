@@ -60,6 +60,6 @@ def test_the_embedded_log_implements_the_storage_interface(tmp_path):
 
 
 def test_a_scheme_no_backend_serves_is_refused_naming_it():
-    # redis:// is served by the Redis backend (streams.redis_log): take a scheme nobody serves.
+    # redis:// is served by the Redis backend (streams.redis): take a scheme nobody serves.
     with pytest.raises(OptionError, match=r"\(not kafka://\)"):
         backend_for("kafka://localhost:9092/orders")
