@@ -126,3 +126,11 @@ def test_a_registered_backend_serves_its_scheme_before_any_entry_point(monkeypat
     monkeypatch.setattr(storage, "_BACKENDS", {})
     register_backend(["mem"], local.BACKEND)
     assert backend_for("MEM://x") is local.BACKEND
+
+
+def test_the_readme_of_0_1_0s_import_of_register_external_still_works():
+    # 0.1.0's README told users to import register_external from streams.redis_log.
+    from pyspark_rowtime.streams.redis import register_external
+    from pyspark_rowtime.streams.redis_log import register_external as old
+
+    assert old is register_external
