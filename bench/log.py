@@ -30,7 +30,7 @@ from benchutil import best_of
 
 from pyspark_rowtime.api import create_stream, open_writer
 from pyspark_rowtime.streams.columns import LOG_ARRIVAL_US, LOG_IS_BOUND, LOG_ROWTIME_US
-from pyspark_rowtime.streams.log import open_stream
+from pyspark_rowtime.streams.local.log import open_stream
 from pyspark_rowtime.streams.segments import SEGMENT_RE
 
 SCHEMA = "id BIGINT, price DOUBLE, qty INT, name STRING"
@@ -195,11 +195,12 @@ def bench_redis(folder: str, table: pa.Table, repeat: int, url: str | None) -> N
 
 
 def _bench_redis(folder: str, table: pa.Table, repeat: int, base: str) -> None:
-    from pyspark_rowtime.streams.redis_location import parse_location
-    from pyspark_rowtime.streams.redis_log import _connection, open_redis_stream
+    from pyspark_rowtime.streams.redis import open_redis_stream
+    from pyspark_rowtime.streams.redis.connection import connection
+    from pyspark_rowtime.streams.redis.location import parse_location
 
     n = table.num_rows
-    client = _connection(parse_location(base + "x")).client
+    client = connection(parse_location(base + "x")).client
 
     def fresh(name: str) -> str:
         for key in client.scan_iter(f"{{rowtime:{name}}}:*"):

@@ -14,8 +14,8 @@ into any rowtime stream (an embedded log or a redis:// stream).
     state = "state/orders-redis"                         # required when stream is redis://
 
 An entry is read exactly as a Redis stream registered with
-:func:`..streams.redis_log.register_external` reads it (the same conversion: each column from
-its field's text, ``rowtime_field`` in the stream's ``rowtime_unit``/``rowtime_format``/
+:func:`pyspark_rowtime.streams.redis.register_external` reads it (the same conversion: each
+column from its field's text, ``rowtime_field`` in the stream's ``rowtime_unit``/``rowtime_format``/
 ``rowtime_timezone``, else the entry ID's time): the connector only moves those rows into
 another stream, with bounds. An entry holding just the field ``rowtime_bound`` is a bound from
 the source (strategy ``source``). An entry that is not a row of the stream is bad input: counted
@@ -35,8 +35,8 @@ from typing import Any
 from ..bounds.errors import OptionError, RowtimeError
 from ..bounds.time import TimeFormat
 from ..streams.columns import LOG_ARRIVAL_US, LOG_ROWTIME_US
-from ..streams.meta import StreamMeta, validate_defaults
-from ..streams.redis_location import parse_location, redact
+from ..streams.meta import validate_defaults
+from ..streams.storage import backend_for, redact_url
 from .feed import Feed
 from .sources import BOUND_FIELD
 
@@ -48,8 +48,6 @@ class RedisSource:
     """Reads entries ``XADD``-ed to one key, in ID order, from the entry after the position."""
 
     def __init__(self, feed: Feed, settings: Mapping[str, Any], fail: Any) -> None:
-        from ..streams.redis_log import ExternalSpec, RedisStream
-
         self.feed = feed
         source = settings.get("source")
         if not isinstance(source, str) or "://" not in source:
@@ -63,11 +61,23 @@ class RedisSource:
             if not isinstance(env, str) or not env.isidentifier():
                 raise fail("password_env", "must be the name of an environment variable")
             source = f"{source}{'&' if '?' in source else '?'}password_env={env}"
+        # The key is reached through the storage seam: the backend serving the URL's scheme
+        # reads entries others append, if it can (Redis: its entry_source).
+        not_redis = (
+            f"{redact_url(source)!r} is not a Redis location; use "
+            "redis://[user:password@]host:port/db/name (or rediss:// for TLS)"
+        )
         try:
-            self.loc = parse_location(source)
+            backend = backend_for(source)
+        except OptionError:
+            raise fail("source", not_redis) from None
+        entry_source = getattr(backend, "entry_source", None)
+        if entry_source is None:
+            raise fail("source", not_redis)
+        try:
+            resolved = backend.resolve(source)
         except OptionError as e:
             raise fail("source", str(e)) from None
-        self.key = self.loc.name
         fields = settings.get("fields", {})
         schema = feed.storage.meta.payload_schema
         if not isinstance(fields, Mapping) or not all(isinstance(v, str) for v in fields.values()):
@@ -107,38 +117,23 @@ class RedisSource:
             raise fail("batch_rows", "must be a whole number >= 1")
         self.batch = batch
         # The conversion of entries to rows is the one of streams registered from others
-        # (register_external): a view over this one key, in memory only (nothing is registered
-        # on the source server).
-        meta = StreamMeta(str(self.loc), schema, 1, defaults)
-        self.view = RedisStream(
-            self.loc, meta, ExternalSpec((self.key,), dict(fields), rowtime_field)
-        )
-        self.client = self.loc.connect()
-        self.unavailable: str | None = None
+        # (register_external), over this one key, in memory only (nothing is registered on the
+        # source server).
+        self.entries = entry_source(resolved, schema, dict(fields), rowtime_field, defaults)
+
+    @property
+    def unavailable(self) -> str | None:
+        """Why the last read found nothing, when the server did not answer (else None)."""
+        unavailable: str | None = self.entries.unavailable
+        return unavailable
 
     def _where(self, entry_id: str) -> str:
-        return f"entry {entry_id} of Redis stream {self.key!r} ({self.loc})"
+        where: str = self.entries.where(entry_id)
+        return where
 
     def _read(self, after: str) -> list[Any]:
-        import redis
-
-        try:
-            if after == "new":
-                last = self.client.xrevrange(self.key, "+", "-", count=1)
-                return [("new", last[0][0].decode() if last else "0-0")]
-            entries = self.client.xrange(self.key, f"({after}", "+", count=self.batch)
-        except (redis.ConnectionError, redis.TimeoutError) as e:
-            # The location's retries are spent: say so once, and try again at the next poll
-            # (the position has not moved, so nothing is lost).
-            self.unavailable = f"Redis at {self.loc} did not answer ({type(e).__name__}); retrying"
-            return []
-        except redis.ResponseError as e:
-            raise OptionError(
-                f"Redis at {self.loc} refused reading {self.key!r}: {redact(str(e))}; the key "
-                "must be a Redis stream (XADD) that the location's user may read"
-            ) from None
-        self.unavailable = None
-        return list(entries)
+        entries: list[Any] = self.entries.read(after, self.batch)
+        return entries
 
     def step(self) -> bool:
         """Read up to ``batch_rows`` entries; True if there were any."""
@@ -176,7 +171,7 @@ class RedisSource:
         if not entries:
             return
         feed = self.feed
-        table, bad = self.view._convert(0, entries)
+        table, bad = self.entries.convert(entries)
         bad_ids = {b.entry_id for b in bad}
         by_id = {raw.decode(): fields for raw, fields in entries}
         for b in bad:

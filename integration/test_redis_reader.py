@@ -17,7 +17,7 @@ from test_reader import BASE_US, US, Run, at, batch_reader, drain, plain, reader
 
 import pyspark_rowtime as pr
 from pyspark_rowtime.bounds.bounds import END_OF_STREAM_US
-from pyspark_rowtime.streams.redis_log import register_external
+from pyspark_rowtime.streams.redis import register_external
 
 SECRET = "Spark-Plan-Secret-9"
 

@@ -24,7 +24,7 @@ from pyspark_rowtime import time_interval_aggregate
 from pyspark_rowtime.api import create_stream, open_writer, read_stream
 from pyspark_rowtime.bounds.errors import OptionError
 from pyspark_rowtime.bounds.panes import TimeIntervalSpec, TimeIntervalWindow
-from pyspark_rowtime.streams.log import open_stream
+from pyspark_rowtime.streams.local.log import open_stream
 from pyspark_rowtime.windows.aggregate import make_spec
 
 S = 1_000_000

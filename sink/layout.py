@@ -16,8 +16,8 @@ fsync'd: a reader sees the old file or the new one, never half of one, and after
 (SIGKILL or power loss) what was acknowledged is still there.
 
 A backend that keeps streams away from this machine keeps a stream target's state itself
-(:func:`open_sink_state` asks :func:`streams.storage.sink_store`; Redis:
-``streams.redis_sink``), with the same operations (:class:`streams.storage.SinkStore`).
+(:func:`open_sink_state` asks :func:`streams.storage.sink_store`; Redis keeps it in keys of
+the stream's namespace), with the same operations (:class:`streams.storage.SinkStore`).
 
 Only the latest batches can be replayed by Spark (a restart re-runs the last batch whose commit
 Spark had not logged), so the manifest keeps the last :data:`MANIFEST_KEEP` entries.

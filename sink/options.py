@@ -18,9 +18,8 @@ import pyarrow as pa
 
 from ..bounds.errors import OptionError, SchemaError
 from ..streams.columns import SPARK_COLUMNS, SPARK_IS_BOUND, SPARK_ROWTIME
-from ..streams.log import resolve_location
 from ..streams.options import OptionTable
-from ..streams.storage import redact_url, resolve, sink_store
+from ..streams.storage import local_path, redact_url, resolve, sink_store
 
 GRANULARITY_US = {
     "minute": 60_000_000,
@@ -217,7 +216,7 @@ def parse_sink_options(
     checkpoint = given.get("checkpointlocation", "").strip() or None
     if checkpoint is not None:
         try:
-            checkpoint = resolve_location(checkpoint)
+            checkpoint = local_path(checkpoint)
         except OptionError:
             raise OptionError(
                 f"option checkpointLocation={redact_url(checkpoint)!r}: the sink reads the "

@@ -1,12 +1,12 @@
 """A rowtime-stream target: a query's output appended to a stream, exactly once, with bounds.
 
-The target is a stream (a folder of the embedded log, or another backend's location: on Redis
-the sink's state lives with the stream, ``streams.redis_sink``) with the query's payload
-columns (its columns minus ``rowtime`` and ``is_bound``). Data rows are appended with their
-``rowtime`` as explicit rowtime, each partition in rowtime order; the batch's clock (bound
-records or watermark, :mod:`sink.clock`) becomes a bound record after them in every partition
-it moves, so a query reading the target sees the same progress (SQLstream pumps pass bounds on
-the same way).
+The target is a stream (a folder of the embedded log, or another backend's location, whose
+backend may keep the sink's state with the stream: :func:`streams.storage.sink_store`) with
+the query's payload columns (its columns minus ``rowtime`` and ``is_bound``). Data rows are
+appended with their ``rowtime`` as explicit rowtime, each partition in rowtime order; the
+batch's clock (bound records or watermark, :mod:`sink.clock`) becomes a bound record after them
+in every partition it moves, so a query reading the target sees the same progress (SQLstream
+pumps pass bounds on the same way).
 
 **Partitions.** A new target gets option ``partitions``, or by default one partition per write
 task of its first batch with ``clock=bounds`` (a pass-through query keeps its source's

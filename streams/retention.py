@@ -1,7 +1,7 @@
 """Retention: which records of a stream may be removed, and the state readers start from then.
 
 SPEC 12 is the rule; this module decides it for every backend, and the backends
-(:mod:`.log`, :mod:`.redis_log`) only list their stored units and commit a trim.
+(the packages :mod:`.local`, :mod:`.redis`) only list their stored units and commit a trim.
 
 **What retention is.** A stream may carry a *retention*: a duration of rowtime (and optionally
 a size in bytes per partition, embedded log only). Retention removes whole stored *units* (a

@@ -2,10 +2,17 @@
 
 Everything above ``streams/`` (the reader's planner and executors in ``datasource/``, the sink in
 ``sink/``, the CLI and the adapter API in the face package) reaches records only through the two
-interfaces below. The embedded log (:mod:`.log`) is the first implementation; a second backend
-(say Redis Streams) implements :class:`StreamStorage` and :class:`PartitionAppender`, wraps them
-in a :class:`Backend`, and calls :func:`register_backend` for its URL scheme. Nothing in
-``datasource/`` or ``sink/`` changes.
+interfaces below, and never names a backend. A backend is a package (the embedded log
+:mod:`.local`, Redis :mod:`.redis`): it implements :class:`StreamStorage` and
+:class:`PartitionAppender`, wraps them in a :class:`Backend`, and names that object in an entry
+point of the group :data:`ENTRY_POINT_GROUP` for each URL scheme it serves (``file`` also serves
+plain paths). :func:`backend_for` loads a backend the first time a location of its scheme is
+used, so a user of one backend never imports another's package or client library. The package
+also exposes ``BACKEND`` and ``SCHEMES``, which find it where the distribution's metadata is
+missing. What only some backends can do is a capability the caller looks for with ``getattr``
+(``sink_store`` and ``entry_source`` on a :class:`Backend`; ``retention``, ``set_retention``,
+``trim_partition``, ``stored_bytes``, ``verify`` on a stream). Nothing in ``datasource/``,
+``sink/``, ``connectors/`` or the face changes for a new backend.
 
 Units and ends, for every backend:
 
@@ -73,6 +80,7 @@ __all__ = [
     "StreamStorage",
     "backend_for",
     "create_storage",
+    "local_path",
     "open_storage",
     "owner_conflict",
     "register_backend",
@@ -416,18 +424,87 @@ class Backend(Protocol):
         self, resolved: str, schema: str | pa.Schema, partitions: int, defaults: dict[str, Any]
     ) -> StreamStorage:
         """Create the stream (or open the identical one that exists), see
-        :func:`.log.create_stream` for the rules."""
+        :func:`.local.log.create_stream` for the rules."""
         ...
 
+
+#: The entry-point group storage backends are found in. An entry point's name is a URL scheme
+#: (lower case; ``file`` also serves plain paths), its value the :class:`Backend` object, as in
+#: pyproject.toml::
+#:
+#:     [project.entry-points."pyspark_rowtime.backends"]
+#:     redis = "pyspark_rowtime.streams.redis:BACKEND"
+ENTRY_POINT_GROUP = "pyspark_rowtime.backends"
+#: The scheme whose backend serves plain paths (a location without ``://``).
+PATH_SCHEME = "file"
 
 _BACKENDS: dict[str, Backend] = {}
 
 
 def register_backend(schemes: Iterable[str], backend: Backend) -> None:
     """Serve locations whose URL scheme is one of ``schemes`` (lower case; ``""`` is a plain
-    path) with ``backend``. A later registration of a scheme replaces the earlier one."""
+    path) with ``backend``. A later registration of a scheme replaces the earlier one, and a
+    registration wins over the entry points (tests, or a backend outside any distribution)."""
     for scheme in schemes:
         _BACKENDS[scheme.lower()] = backend
+
+
+def _entry_points() -> dict[str, Any]:
+    """The group's entry points by scheme (from the installed distributions' metadata)."""
+    from importlib.metadata import entry_points
+
+    return {ep.name.lower(): ep for ep in entry_points(group=ENTRY_POINT_GROUP)}
+
+
+def _load(scheme: str) -> Backend | None:
+    """The backend of ``scheme``: registered, else its entry point loaded now (only the one
+    asked for: a location of one backend imports no other backend's package), else one of the
+    packages in ``streams/`` that says it serves the scheme."""
+    backend = _BACKENDS.get(scheme)
+    if backend is not None:
+        return backend
+    ep = _entry_points().get(scheme or PATH_SCHEME)
+    if ep is not None:
+        try:
+            loaded: Backend = ep.load()
+        except ImportError as e:
+            raise OptionError(
+                f"the storage backend of {scheme or PATH_SCHEME}:// locations ({ep.value}) "
+                f"cannot be imported ({e}): install what it needs (an extra of its package)"
+            ) from None
+        return _BACKENDS.setdefault(scheme, loaded)
+    _register_packaged()
+    return _BACKENDS.get(scheme)
+
+
+def _register_packaged() -> None:
+    """Without the metadata (the package shipped to executors as a zip by ``--py-files``, or a
+    stale install), the backend packages this one carries are still found: every package in
+    ``streams/`` with a ``BACKEND`` and the ``SCHEMES`` it serves (``""``: plain paths).
+    Registration keeps what is registered already (entry points first)."""
+    import importlib
+    import pkgutil
+
+    streams = importlib.import_module(__name__.rpartition(".")[0])
+    for info in pkgutil.iter_modules(streams.__path__):
+        if not info.ispkg:
+            continue
+        try:
+            module = importlib.import_module(f"{streams.__name__}.{info.name}")
+        except ImportError:
+            continue  # a backend whose dependencies are not installed serves nothing here
+        backend = getattr(module, "BACKEND", None)
+        schemes = getattr(module, "SCHEMES", None)
+        if backend is None or not schemes:
+            continue
+        for scheme in schemes:
+            _BACKENDS.setdefault(scheme.lower(), backend)
+
+
+def _known_schemes() -> list[str]:
+    """Every URL scheme some backend serves (the packaged ones loaded to learn theirs)."""
+    _register_packaged()
+    return sorted((set(_BACKENDS) | set(_entry_points())) - {""})
 
 
 def _scheme(location: str | os.PathLike[str]) -> str:
@@ -440,7 +517,8 @@ def _scheme(location: str | os.PathLike[str]) -> str:
     return urllib.parse.urlparse(location).scheme.lower()
 
 
-_USERINFO_RE = re.compile(r"([A-Za-z][\w+.-]*://[^/@\s:]*:)[^\s/@]*@")
+#: A password may hold ``/`` and ``@``: it ends at the last ``@`` before the host.
+_USERINFO_RE = re.compile(r"([A-Za-z][\w+.-]*://[^/@\s:]*:)[^\s]*@(?=[^@\s/]*(?:[/?\s]|$))")
 
 
 def redact_url(text: str) -> str:
@@ -449,13 +527,36 @@ def redact_url(text: str) -> str:
     return _USERINFO_RE.sub(r"\1***@", text)
 
 
+def local_path(location: str | os.PathLike[str]) -> str:
+    """An absolute local path for a path or ``file://`` URL (the embedded log's locations, a
+    checkpoint): no backend is asked."""
+    if isinstance(location, os.PathLike):
+        location = os.fspath(location)
+    if not isinstance(location, str) or not location:
+        raise OptionError(f"a stream location must be a path or a file:// URL, got {location!r}")
+    if "://" in location:
+        url = urllib.parse.urlparse(location)
+        if url.scheme != "file":
+            raise OptionError(
+                f"stream location {redact_url(location)!r}: only local paths and file:// URLs are "
+                f"supported by the embedded log (not {url.scheme}://)"
+            )
+        if url.netloc not in ("", "localhost"):
+            raise OptionError(
+                f"stream location {location!r}: a file:// URL names a local path "
+                "(file:///abs/path); remote hosts are not supported"
+            )
+        location = urllib.parse.unquote(url.path)
+    return os.path.abspath(os.path.expanduser(location))
+
+
 def backend_for(location: str | os.PathLike[str]) -> Backend:
-    """The backend serving ``location``, by its URL scheme (a plain path is a local file)."""
-    _register_builtin()
+    """The backend serving ``location``, by its URL scheme (a plain path: the ``file`` one),
+    found through :data:`ENTRY_POINT_GROUP` the first time a location of its scheme is used."""
     scheme = _scheme(location)
-    backend = _BACKENDS.get(scheme)
+    backend = _load(scheme)
     if backend is None:
-        known = ", ".join(f"{s}:// URLs" for s in sorted(_BACKENDS) if s)
+        known = ", ".join(f"{s}:// URLs" for s in _known_schemes())
         raise OptionError(
             f"stream location {redact_url(str(location))!r}: only local paths and {known} are "
             "supported "
@@ -493,15 +594,3 @@ def create_storage(
     """Create the stream at ``location`` (or open the identical one) with its backend."""
     backend = backend_for(location)
     return backend.create(backend.resolve(os.fspath(location)), schema, partitions, defaults)
-
-
-def _register_builtin() -> None:
-    if "" not in _BACKENDS:
-        from .log import EMBEDDED_LOG  # the log imports this module: register on first use
-
-        register_backend(("", "file"), EMBEDDED_LOG)
-    if "redis" not in _BACKENDS:
-        # Importing the module needs no Redis client: it is imported when a location is used.
-        from .redis_log import REDIS_BACKEND
-
-        register_backend(("redis", "rediss"), REDIS_BACKEND)

@@ -39,7 +39,7 @@ from pyspark_rowtime.datasource.options import READER_OPTIONS, parse_reader_opti
 from pyspark_rowtime.sink.options import SINK_OPTIONS, check_columns, parse_sink_options
 from pyspark_rowtime.streams.catalog import CatalogError, load_catalog
 from pyspark_rowtime.streams.ddl import parse_ddl, to_ddl
-from pyspark_rowtime.streams.log import open_stream
+from pyspark_rowtime.streams.local.log import open_stream
 
 T0 = dt.datetime(2024, 1, 1, tzinfo=dt.timezone.utc)
 T0_US = 1_704_067_200_000_000

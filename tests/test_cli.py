@@ -16,7 +16,7 @@ import pytest
 from pyspark_rowtime.api import create_stream, open_writer, read_stream
 from pyspark_rowtime.bounds.bounds import END_OF_STREAM_US
 from pyspark_rowtime.cli import main
-from pyspark_rowtime.streams.log import open_stream
+from pyspark_rowtime.streams.local.log import open_stream
 
 JAN1 = dt.datetime(2024, 1, 1, tzinfo=dt.timezone.utc)
 JAN1_US = 1_704_067_200_000_000

@@ -26,7 +26,7 @@ import pyarrow as pa
 from pyspark_rowtime.api import create_stream, open_writer
 from pyspark_rowtime.bounds.time import from_rowtime_us
 from pyspark_rowtime.streams.columns import LOG_ARRIVAL_US, LOG_IS_BOUND
-from pyspark_rowtime.streams.log import open_stream
+from pyspark_rowtime.streams.local.log import open_stream
 from pyspark_rowtime.streams.segments import SEGMENT_RE
 
 KILLS = 20

@@ -26,7 +26,7 @@ from pyspark_rowtime.bounds.errors import (
 )
 from pyspark_rowtime.bounds.time import from_rowtime_us
 from pyspark_rowtime.streams.columns import LOG_ARRIVAL_US, LOG_IS_BOUND, LOG_ROWTIME_US
-from pyspark_rowtime.streams.log import (
+from pyspark_rowtime.streams.local.log import (
     COMPACT_FANIN,
     SegmentStats,
     open_stream,
@@ -199,7 +199,7 @@ def test_other_url_schemes_are_refused_clearly(tmp_path):
 
 
 def test_the_embedded_log_names_the_scheme_it_refuses():
-    from pyspark_rowtime.streams.log import resolve_location
+    from pyspark_rowtime.streams.local.log import resolve_location
 
     with pytest.raises(OptionError, match="only local paths and file:// URLs") as info:
         resolve_location("hdfs://nn/s")
@@ -443,7 +443,7 @@ def test_leftovers_of_an_interrupted_merge_are_ignored_then_cleaned(tmp_path):
     # Simulate a merge that committed [0, 3) but died before removing the parts.
     stream = open_stream(tmp_path / "s")
     merged = pa.concat_tables(stream.read(0, 0, 3) for _ in [0])
-    from pyspark_rowtime.streams.log import write_segment
+    from pyspark_rowtime.streams.local.log import write_segment
 
     stats = SegmentStats.merge([stream.stats(s) for s in stream.segments(0)])
     write_segment(str(part), stats, stream.file_schema, [merged])
@@ -470,7 +470,7 @@ def test_leftovers_of_an_interrupted_merge_are_ignored_then_cleaned(tmp_path):
     ],
 )
 def test_merges_take_sixteen_segments_of_a_size_class_from_the_tail(counts, start):
-    from pyspark_rowtime.streams.log import Segment, _merge_start
+    from pyspark_rowtime.streams.local.log import Segment, _merge_start
 
     chain, first = [], 0
     for count in counts:

@@ -21,7 +21,7 @@ from pyspark_rowtime.api import create_stream, open_writer
 from pyspark_rowtime.bounds.bounds import END_OF_STREAM_US
 from pyspark_rowtime.bounds.time import from_rowtime_us
 from pyspark_rowtime.streams.columns import LOG_ARRIVAL_US, LOG_IS_BOUND, LOG_ROWTIME_US
-from pyspark_rowtime.streams.log import open_stream
+from pyspark_rowtime.streams.local.log import open_stream
 
 T0 = 1_700_000_000_000_000
 NO_CLOCK = -(2**63)

@@ -38,7 +38,7 @@ from pyspark_rowtime.datasource.reader import (
     partition_tasks,
     written_tasks,
 )
-from pyspark_rowtime.streams.log import open_stream
+from pyspark_rowtime.streams.local.log import open_stream
 
 S = 1_000_000
 T0 = 1_700_000_000 * S

@@ -131,7 +131,7 @@ def test_end_of_stream_is_the_maximum(url: str) -> None:
 def test_a_writer_whose_server_goes_away_fails_clearly_and_loses_nothing_it_acknowledged(
     tmp_path_factory: pytest.TempPathFactory,
 ) -> None:
-    from pyspark_rowtime.streams.redis_location import RedisUnavailableError
+    from pyspark_rowtime.streams.redis.location import RedisUnavailableError
 
     with redis_server(
         tmp_path_factory.mktemp("redis-away"), password=SECRET, appendonly=True

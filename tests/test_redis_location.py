@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 
 from pyspark_rowtime.bounds.errors import OptionError, RowtimeError
-from pyspark_rowtime.streams.redis_location import (
+from pyspark_rowtime.streams.redis.location import (
     RedisUnavailableError,
     is_redis_location,
     parse_location,

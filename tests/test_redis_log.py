@@ -27,17 +27,17 @@ from pyspark_rowtime.bounds.errors import (
     StreamNotFoundError,
     WriterLockedError,
 )
-from pyspark_rowtime.streams import redis_log
 from pyspark_rowtime.streams.columns import LOG_ARRIVAL_US as ARRIVAL
 from pyspark_rowtime.streams.columns import LOG_IS_BOUND as IS_BOUND
 from pyspark_rowtime.streams.columns import LOG_ROWTIME_US as ROWTIME
-from pyspark_rowtime.streams.redis_location import RedisUnavailableError
-from pyspark_rowtime.streams.redis_log import (
-    RedisStream,
+from pyspark_rowtime.streams.redis import appender as redis_appender
+from pyspark_rowtime.streams.redis import (
     create_redis_stream,
     open_redis_stream,
     register_external,
 )
+from pyspark_rowtime.streams.redis.location import RedisUnavailableError
+from pyspark_rowtime.streams.redis.stream import RedisStream
 from pyspark_rowtime.streams.segments import SegmentStats
 
 T0 = 1_700_000_000_000_000  # us
@@ -106,7 +106,7 @@ def test_open_missing_names_location_and_how_to_create(server: RedisServer) -> N
 
 
 def test_runs_read_back_by_offset_across_entries(url: str, monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setattr(redis_log, "ENTRY_MAX_ROWS", 7)  # many entries per run
+    monkeypatch.setattr(redis_appender, "ENTRY_MAX_ROWS", 7)  # many entries per run
     s = create_redis_stream(url, "id BIGINT, name STRING")
     a = s.lock_partition(0, "p0")
     try:

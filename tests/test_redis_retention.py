@@ -15,7 +15,7 @@ from test_retention import POLICIES, READS, batch, restricted, write_random
 
 import pyspark_rowtime as pr
 from pyspark_rowtime.bounds.errors import OptionError
-from pyspark_rowtime.streams.redis_log import (
+from pyspark_rowtime.streams.redis import (
     create_redis_stream,
     open_redis_stream,
     register_external,

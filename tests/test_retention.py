@@ -33,7 +33,7 @@ from pyspark_rowtime.datasource.intervals import read_task_with_intervals, with_
 from pyspark_rowtime.datasource.options import parse_reader_options
 from pyspark_rowtime.datasource.reader import output_arrow_schema, read_task
 from pyspark_rowtime.streams import retention as retention_module
-from pyspark_rowtime.streams.log import create_stream, open_stream
+from pyspark_rowtime.streams.local.log import create_stream, open_stream
 from pyspark_rowtime.streams.retention import (
     RETENTION_FILE,
     TRIM_FILE,

@@ -28,7 +28,7 @@ from pyspark_rowtime.api import create_stream, open_writer
 from pyspark_rowtime.bounds.errors import CorruptLogError, OptionError
 from pyspark_rowtime.sink.manifest import ParquetEntry, StreamEntry
 from pyspark_rowtime.sink.options import parse_sink_options
-from pyspark_rowtime.streams.log import open_stream
+from pyspark_rowtime.streams.local.log import open_stream
 from pyspark_rowtime.windows.step import load_state
 
 ROOT = Path(__file__).resolve().parent.parent

@@ -47,8 +47,8 @@ from pyspark_rowtime.sink.parquet_target import (
 )
 from pyspark_rowtime.sink.stream_target import StreamTarget
 from pyspark_rowtime.sink.task import TaskInfo
-from pyspark_rowtime.streams.redis_log import RedisAppender
-from pyspark_rowtime.streams.redis_sink import RedisSinkState
+from pyspark_rowtime.streams.redis.appender import RedisAppender
+from pyspark_rowtime.streams.redis.sink import RedisSinkState
 from pyspark_rowtime.streams.storage import LocationKind, open_storage, what_is_at
 
 _names = iter(range(10**6))

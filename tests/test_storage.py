@@ -3,17 +3,24 @@ backend like any other would be (registered for plain paths and file:// URLs).""
 
 from __future__ import annotations
 
+import importlib
+import subprocess
+import sys
+from importlib.metadata import entry_points
+
 import pytest
 
 from pyspark_rowtime.api import create_stream, get_rowtime_bound
 from pyspark_rowtime.bounds.errors import OptionError, StreamNotFoundError
 from pyspark_rowtime.sink.layout import SinkState
+from pyspark_rowtime.streams import storage
 from pyspark_rowtime.streams.storage import (
     LocationKind,
     PartitionAppender,
     StreamStorage,
     backend_for,
     open_storage,
+    register_backend,
     what_is_at,
 )
 
@@ -60,6 +67,70 @@ def test_the_embedded_log_implements_the_storage_interface(tmp_path):
 
 
 def test_a_scheme_no_backend_serves_is_refused_naming_it():
-    # redis:// is served by the Redis backend (streams.redis_log): take a scheme nobody serves.
+    # redis:// is served by the Redis backend (streams.redis): take a scheme nobody serves.
     with pytest.raises(OptionError, match=r"\(not kafka://\)"):
         backend_for("kafka://localhost:9092/orders")
+
+
+BUILTIN_PACKAGES = ("pyspark_rowtime.streams.local", "pyspark_rowtime.streams.redis")
+
+
+def test_the_installed_entry_points_name_each_backend_for_the_schemes_it_serves():
+    # What pyproject.toml declares and what each package says it serves agree: a backend is
+    # found by its entry point where the metadata is installed, by its package where it is not.
+    points = {ep.name: ep for ep in entry_points(group=storage.ENTRY_POINT_GROUP)}
+    for name in BUILTIN_PACKAGES:
+        package = importlib.import_module(name)
+        for scheme in package.SCHEMES:
+            ep = points[scheme or storage.PATH_SCHEME]
+            assert ep.load() is package.BACKEND, (name, scheme)
+
+
+def test_a_location_loads_its_own_backend_and_no_other(tmp_path):
+    # A fresh interpreter: the package, then a local path, imports neither the Redis backend
+    # nor the Redis client; a redis:// location imports the backend, still not the client
+    # (that happens at the first connection).
+    code = f"""
+import sys
+import pyspark_rowtime
+from pyspark_rowtime.streams.storage import backend_for, what_is_at
+loaded = lambda: sorted(m for m in sys.modules if m == "redis" or ".streams.redis" in m)
+assert loaded() == [], loaded()
+assert what_is_at({str(tmp_path)!r}).kind.value == "nothing"
+assert loaded() == [], loaded()
+backend_for("redis://127.0.0.1:1/0/s")
+assert "pyspark_rowtime.streams.redis" in loaded() and "redis" not in loaded(), loaded()
+"""
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True)
+    assert done.returncode == 0, done.stderr
+
+
+def test_without_the_metadata_the_packaged_backends_serve_their_schemes(monkeypatch, tmp_path):
+    # The package shipped as a zip (--py-files) has no entry points: every location still
+    # finds its backend, through the packages in streams/ that expose BACKEND and SCHEMES.
+    monkeypatch.setattr(storage, "_entry_points", dict)
+    monkeypatch.setattr(storage, "_BACKENDS", {})
+    local = importlib.import_module(BUILTIN_PACKAGES[0])
+    redis = importlib.import_module(BUILTIN_PACKAGES[1])
+    assert backend_for(tmp_path) is local.BACKEND
+    assert backend_for(f"file://{tmp_path}") is local.BACKEND
+    assert backend_for("rediss://h:6379/0/s") is redis.BACKEND
+    create_stream(tmp_path / "s", "a INT")
+    assert what_is_at(tmp_path / "s").kind is LocationKind.STREAM
+    with pytest.raises(OptionError, match=r"file:// URLs, redis:// URLs, rediss:// URLs .*kafka"):
+        backend_for("kafka://localhost:9092/orders")
+
+
+def test_a_registered_backend_serves_its_scheme_before_any_entry_point(monkeypatch, tmp_path):
+    local = importlib.import_module(BUILTIN_PACKAGES[0])
+    monkeypatch.setattr(storage, "_BACKENDS", {})
+    register_backend(["mem"], local.BACKEND)
+    assert backend_for("MEM://x") is local.BACKEND
+
+
+def test_the_readme_of_0_1_0s_import_of_register_external_still_works():
+    # 0.1.0's README told users to import register_external from streams.redis_log.
+    from pyspark_rowtime.streams.redis import register_external
+    from pyspark_rowtime.streams.redis_log import register_external as old
+
+    assert old is register_external

@@ -23,7 +23,7 @@ from sink_helpers import HOUR, T0, make, records, run
 from pyspark_rowtime.api import create_stream, open_writer
 from pyspark_rowtime.bounds.errors import CorruptLogError
 from pyspark_rowtime.cli import main
-from pyspark_rowtime.streams.log import open_stream
+from pyspark_rowtime.streams.local.log import open_stream
 
 MS0 = 1_700_000_000_000
 

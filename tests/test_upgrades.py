@@ -21,9 +21,9 @@ import pyspark_rowtime as pr
 from pyspark_rowtime.bounds.errors import CorruptLogError, OffsetError, RowtimeError
 from pyspark_rowtime.bounds.plan import StreamPosition
 from pyspark_rowtime.sink.layout import SinkState
-from pyspark_rowtime.streams.log import open_stream
+from pyspark_rowtime.streams.local.log import open_stream
 from pyspark_rowtime.streams.meta import meta_from_json
-from pyspark_rowtime.streams.redis_sink import RedisSinkState
+from pyspark_rowtime.streams.redis.sink import RedisSinkState
 from pyspark_rowtime.streams.segments import SegmentStats
 from pyspark_rowtime.windows import join as join_module
 from pyspark_rowtime.windows.step import load_state

@@ -24,9 +24,9 @@ from pyspark_rowtime.bounds.errors import (
     WriterLockedError,
 )
 from pyspark_rowtime.bounds.time import from_rowtime_us
-from pyspark_rowtime.streams import log as log_module
 from pyspark_rowtime.streams.columns import LOG_ARRIVAL_US, LOG_IS_BOUND, LOG_ROWTIME_US
-from pyspark_rowtime.streams.log import open_stream
+from pyspark_rowtime.streams.local import log as log_module
+from pyspark_rowtime.streams.local.log import open_stream
 
 UTC = dt.timezone.utc
 JAN1 = dt.datetime(2024, 1, 1, tzinfo=UTC)

@@ -14,7 +14,7 @@ import pytest
 from pyspark_rowtime.api import create_stream, open_writer
 from pyspark_rowtime.bounds.errors import WriterLockedError
 from pyspark_rowtime.streams.columns import LOG_ARRIVAL_US, LOG_IS_BOUND
-from pyspark_rowtime.streams.log import open_stream
+from pyspark_rowtime.streams.local.log import open_stream
 
 BATCH = 7
 

@@ -99,17 +99,10 @@ def _seconds(t_us: int | None) -> float | None:
 
 
 def _bytes(stream: StreamStorage, partition: int) -> int | None:
-    """Bytes of the partition's files (embedded log; None for other backends)."""
-    from .streams.log import partition_dirname
-
-    folder = os.path.join(stream.location, partition_dirname(partition))
-    if not os.path.isdir(folder):
-        return None
-    total = 0
-    for entry in os.scandir(folder):
-        if entry.is_file(follow_symlinks=False):
-            total += entry.stat(follow_symlinks=False).st_size
-    return total
+    """Bytes the partition takes where its backend says (the embedded log: its files), else
+    None (a capability of the stream: ``stored_bytes``)."""
+    get = getattr(stream, "stored_bytes", None)
+    return None if get is None else get(partition)
 
 
 def _is_sink_target(resolved: str) -> bool:

@@ -30,8 +30,8 @@ import urllib.parse
 from dataclasses import dataclass, field
 from typing import Any
 
-from ..bounds.errors import OptionError, RowtimeError
-from ..bounds.time import parse_duration_us
+from ...bounds.errors import OptionError, RowtimeError
+from ...bounds.time import parse_duration_us
 
 __all__ = [
     "SCHEMES",

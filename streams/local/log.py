@@ -47,7 +47,6 @@ import json
 import os
 import threading
 import time
-import urllib.parse
 import uuid
 from collections import OrderedDict
 from collections.abc import Callable, Iterator, Sequence
@@ -56,16 +55,16 @@ from typing import Any
 
 import pyarrow as pa
 
-from ..bounds.bounds import merge_clock
-from ..bounds.errors import (
+from ...bounds.bounds import merge_clock
+from ...bounds.errors import (
     CorruptLogError,
     OptionError,
     SchemaError,
     StreamNotFoundError,
 )
-from .ddl import to_ddl
-from .lock import LOCK_FILE, PartitionLock
-from .meta import (
+from ..ddl import to_ddl
+from ..lock import LOCK_FILE, PartitionLock
+from ..meta import (
     META_FILE,
     StreamMeta,
     fsync_dir,
@@ -76,7 +75,7 @@ from .meta import (
     validate_defaults,
     write_meta_once,
 )
-from .retention import (
+from ..retention import (
     RETENTION_FILE,
     TRIM_FILE,
     Retention,
@@ -85,7 +84,7 @@ from .retention import (
     Unit,
     data_loss,
 )
-from .segments import (
+from ..segments import (
     SEGMENT_RE,
     SegmentStats,
     check_segment_files,
@@ -95,24 +94,22 @@ from .segments import (
     verify_segment_file,
     write_segment_file,
 )
-from .storage import (
-    SINK_DIR,
-    SINK_KIND_PARQUET,
-    SINK_KIND_STREAM,
-    SINK_TARGET_FILE,
-    LocationKind,
+from ..storage import (
     PartitionAppender,
     PartitionTail,
     check_read,
+    local_path,
 )
 
 __all__ = [
-    "EMBEDDED_LOG",
     "Stream",
     "create_stream",
     "open_stream",
     "resolve_location",
 ]
+
+#: A path or ``file://`` URL as an absolute local path (kept under its old name).
+resolve_location = local_path
 
 TMP_PREFIX = ".tmp."
 
@@ -125,30 +122,6 @@ _LIST_RETRIES = 9
 
 def partition_dirname(partition: int) -> str:
     return f"partition-{partition:04d}"
-
-
-def resolve_location(location: str | os.PathLike[str]) -> str:
-    """An absolute local path for a path or ``file://`` URL."""
-    if isinstance(location, os.PathLike):
-        location = os.fspath(location)
-    if not isinstance(location, str) or not location:
-        raise OptionError(f"a stream location must be a path or a file:// URL, got {location!r}")
-    if "://" in location:
-        url = urllib.parse.urlparse(location)
-        if url.scheme != "file":
-            from .redis_location import redact  # a URL may carry a password: never show it
-
-            raise OptionError(
-                f"stream location {redact(location)!r}: only local paths and file:// URLs are "
-                f"supported by the embedded log (not {url.scheme}://)"
-            )
-        if url.netloc not in ("", "localhost"):
-            raise OptionError(
-                f"stream location {location!r}: a file:// URL names a local path "
-                "(file:///abs/path); remote hosts are not supported"
-            )
-        location = urllib.parse.unquote(url.path)
-    return os.path.abspath(os.path.expanduser(location))
 
 
 @dataclass(frozen=True)
@@ -356,6 +329,17 @@ class Stream:
 
     def partition_stats(self, partition: int) -> list[SegmentStats]:
         return [self.stats(s) for s in self._stable(partition, lambda c: c)]
+
+    def stored_bytes(self, partition: int) -> int | None:
+        """Bytes of the partition's files (None without its folder): what it takes on disk."""
+        folder = self.partition_dir(partition)
+        if not os.path.isdir(folder):
+            return None
+        total = 0
+        for entry in os.scandir(folder):
+            if entry.is_file(follow_symlinks=False):
+                total += entry.stat(follow_symlinks=False).st_size
+        return total
 
     def verify(self, partition: int) -> tuple[int, int]:
         """Check every record batch of a partition against its checksum (reads every byte of
@@ -864,51 +848,3 @@ def _check_same(existing: StreamMeta, wanted: StreamMeta, given_defaults: bool) 
             f"a stream already exists at {where} with defaults {existing.defaults}, not "
             f"{wanted.defaults}; the defaults are fixed when a stream is created"
         )
-
-
-# -- the backend -----------------------------------------------------------------------------
-
-
-def _sink_target_kind(path: str) -> str | None:
-    """``kind`` in the sink's target file at ``path``, or None without one."""
-    file = os.path.join(path, SINK_DIR, SINK_TARGET_FILE)
-    try:
-        with open(file, encoding="utf-8") as f:
-            text = f.read()
-    except (FileNotFoundError, NotADirectoryError):
-        return None
-    try:
-        doc = json.loads(text)
-    except ValueError as e:
-        raise CorruptLogError(f"sink file {file} cannot be read ({e}): it was damaged") from e
-    kind = doc.get("kind") if isinstance(doc, dict) else None
-    return kind if isinstance(kind, str) else None
-
-
-class _EmbeddedLogBackend:
-    """The embedded log as a :class:`~.storage.Backend`: local paths and ``file://`` URLs."""
-
-    def resolve(self, location: str) -> str:
-        return resolve_location(location)
-
-    def kind_at(self, resolved: str) -> LocationKind:
-        if os.path.isfile(os.path.join(resolved, META_FILE)):
-            return LocationKind.STREAM
-        kind = _sink_target_kind(resolved)
-        if kind == SINK_KIND_PARQUET:
-            return LocationKind.PARQUET_TARGET
-        if kind == SINK_KIND_STREAM and read_meta(resolved) is None:
-            return LocationKind.PENDING_STREAM_TARGET
-        return LocationKind.NOTHING
-
-    def open(self, resolved: str, given: str) -> Stream:
-        return _open(resolved, given)
-
-    def create(
-        self, resolved: str, schema: str | pa.Schema, partitions: int, defaults: dict[str, Any]
-    ) -> Stream:
-        return create_stream(resolved, schema, partitions, **defaults)
-
-
-#: The embedded log's backend, registered for plain paths and ``file://`` by :mod:`.storage`.
-EMBEDDED_LOG = _EmbeddedLogBackend()

@@ -15,10 +15,10 @@ stream's slot)::
 The two-phase commit of ``sink.stream_target`` is unchanged: executors stage each run with one
 ``HSET`` (and ``ZADD``) in a ``MULTI`` block; the driver writes the batch's intent with ``HSET``
 before it appends anything, and carries it out through the partition writers (lease locks,
-idempotent atomic appends, :mod:`.redis_log`); a replay after a driver restart or a task retry
+idempotent atomic appends, :mod:`.appender`); a replay after a driver restart or a task retry
 finds the intent and finishes it from the staged runs, which are deleted only once the batch is
 wholly applied. Every step is one atomic command or transaction, durable as far as the server's
-persistence is (``appendonly yes``, see :mod:`.redis_log`); Redis keeps the order of writes, so
+persistence is (``appendonly yes``, see :mod:`.appender`); Redis keeps the order of writes, so
 the server never has an intent without the staged runs it names.
 
 Where it differs from a folder: the driver's commit of a linked run reads the run back from
@@ -40,12 +40,12 @@ from typing import Any
 
 import pyarrow as pa
 
-from ..bounds.errors import CorruptLogError
-from ..bounds.versions import newer_format
-from .redis_location import parse_location
-from .redis_log import _connection
-from .segments import SegmentStats
-from .storage import latest_entry, owner_conflict
+from ...bounds.errors import CorruptLogError
+from ...bounds.versions import newer_format
+from ..segments import SegmentStats
+from ..storage import latest_entry, owner_conflict
+from .connection import connection
+from .location import parse_location
 
 __all__ = ["RedisSinkState"]
 
@@ -78,7 +78,7 @@ class RedisSinkState:
         return self.loc.key("sink", *parts)
 
     def _call(self, what: str, fn: Callable[[Any], Any]) -> Any:
-        conn = _connection(self.loc)
+        conn = connection(self.loc)
         return conn.call(f"{what} of the sink target {self.target}", partial(fn, conn.client))
 
     # -- what the target is, who writes it --
@@ -208,7 +208,7 @@ class RedisSinkState:
             f"reading staged run {handle}", lambda c: c.hget(*self._split(handle))
         )
         if blob is None:
-            from ..bounds.errors import CorruptLogError
+            from ...bounds.errors import CorruptLogError
 
             raise CorruptLogError(f"staged run {handle} of {self.target} is gone")
         return blob
