@@ -505,3 +505,8 @@ def _register_builtin() -> None:
         from .redis_log import REDIS_BACKEND
 
         register_backend(("redis", "rediss"), REDIS_BACKEND)
+    if "s3" not in _BACKENDS:
+        # Importing it needs no obstore: the client is made when a location is used.
+        from .objstore.log import OBJECT_STORE_BACKEND
+
+        register_backend(("s3", "s3a", "az", "azure", "abfs", "abfss"), OBJECT_STORE_BACKEND)
