@@ -321,3 +321,14 @@ def test_refused_credentials_are_a_clear_error_without_the_secret(
         monkeypatch.undo()
         location.forget_stores()
     assert open_storage(url).end_offset(0) == 0
+
+
+def test_an_abfs_location_names_the_same_objects_as_az(az_server: ObjectServer) -> None:
+    url = az_server.url("abfs")
+    prefix = url.split("/", 3)[3]
+    abfs = f"abfs://{az_server.bucket}@devstoreaccount1.dfs.core.windows.net/{prefix}"
+    pr.create_stream(abfs, "k INT")
+    with pr.open_writer(abfs, 0) as w:
+        w.insert({"k": 7}, rowtime=MS)
+    assert open_storage(url).read(0, 0, 1).column("k").to_pylist() == [7]
+    assert what_is_at(abfs).resolved == abfs
