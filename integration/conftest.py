@@ -106,6 +106,18 @@ def workdir(tmp_path: Path) -> Iterator[Path]:
 
 sys.path.insert(0, str(Path(__file__).parent.parent / "tests"))
 
+# Object storage (tests/objstore_servers.py): moto's S3 server and Azurite start when a test asks
+# for them, on ports chosen now, and the standard variables pointing at them are set now: the
+# JVM, and the Python workers it starts, keep the environment they started with.
+from objstore_servers import (  # noqa: E402
+    az_server,  # noqa: F401
+    object_server,  # noqa: F401
+    reserve_ports,
+    s3_server,  # noqa: F401
+)
+
+reserve_ports()
+
 
 @pytest.fixture(scope="session")
 def redis_for_tests(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Any]:
@@ -120,11 +132,14 @@ _stream_names = iter(range(1, 10**9))
 
 # Under Spark Connect the embedded log only: the backend does not depend on the mode, and the
 # classic pass runs both.
-@pytest.fixture(params=["log"] if CONNECT else ["log", "redis"])
+@pytest.fixture(params=["log"] if CONNECT else ["log", "redis", "s3"])
 def stream_at(request: pytest.FixtureRequest, tmp_path: Path) -> Callable[[str], str]:
     """``stream_at(name)``: a fresh stream location of the test's backend (a folder under the
-    test's tmp_path, or ``redis://127.0.0.1:<port>/0/<unique name>``)."""
+    test's tmp_path, ``redis://127.0.0.1:<port>/0/<unique name>``, or ``s3://`` on moto's
+    server)."""
     if request.param == "log":
         return lambda name: str(tmp_path / name)
+    if request.param == "s3":
+        return request.getfixturevalue("s3_server").url  # type: ignore[no-any-return]
     server = request.getfixturevalue("redis_for_tests")
     return lambda name: server.url(f"{name}-{next(_stream_names)}")

@@ -2,16 +2,17 @@
 on another executor and nothing is lost or written twice.
 
 One child process (``local-cluster[2,1,1024]``: two executors, each its own JVM with its own
-Python workers) runs four streaming queries one after the other over the same prepared source:
+Python workers) runs five streaming queries one after the other over the same prepared source:
 the reader into ``foreachBatch``, and the sink into a stream target in a folder, a stream target
-on Redis and a Parquet target. Each query passes its rows through a step (``mapInArrow``) in the
-same stage as the reader's scan and the sink's write tasks. The first task attempt that meets the
-case's chosen row (a fixed partition, in the middle of a middle micro-batch) passes the rows
-before it on, then SIGKILLs its own executor's JVM (the ancestor of the Python worker that runs
-the step) and waits until it is gone. Which attempt kills is decided once, by a marker file
-created with ``O_EXCL``, not by timing. Spark then retries the task (``spark.task.maxFailures``,
-4 outside local mode) on the other executor or on the one the standalone master starts in place
-of the dead one, and the query goes on.
+on Redis, a stream target on S3 (moto's server, tests/objstore_servers.py) and a Parquet target.
+Each query passes its rows through a step (``mapInArrow``) in the same stage as the reader's
+scan and the sink's write tasks. The first task attempt that meets the case's chosen row (a
+fixed partition, in the middle of a middle micro-batch) passes the rows before it on, then
+SIGKILLs its own executor's JVM (the ancestor of the Python worker that runs the step) and waits
+until it is gone. Which attempt kills is decided once, by a marker file created with
+``O_EXCL``, not by timing. Spark then retries the task (``spark.task.maxFailures``, 4 outside
+local mode) on the other executor or on the one the standalone master starts in place of the
+dead one, and the query goes on.
 
 Proof that an executor really was lost and the task retried: the marker names the killed JVM
 (its command line is an executor's, ``CoarseGrainedExecutorBackend``); a later attempt of the
@@ -45,7 +46,13 @@ OPTIONS = {"maxRowsPerBatch": 100}  # about 50 records a partition: 7 micro-batc
 #: The case -> the row (partition, index) whose first task attempt kills its executor: each in
 #: the middle of its partition's share of a middle micro-batch (the tests check that rows of
 #: the task passed the step before it, and that the batch is neither the first nor the last).
-KILL_AT = {"reader": (0, 125), "folder": (1, 175), "redis": (0, 220), "parquet": (1, 80)}
+KILL_AT = {
+    "reader": (0, 125),
+    "folder": (1, 175),
+    "redis": (0, 220),
+    "s3": (1, 230),
+    "parquet": (1, 80),
+}
 
 
 def row_id(partition: int, i: int) -> int:
@@ -72,8 +79,8 @@ def make_source(location: Path) -> list[tuple[int, int, str]]:
     return sorted(expected)
 
 
-#: The child: ``work``, ``src``, ``redis_out`` and ``kill_at`` are set before it; it prints
-#: ``RESULT <json>``.
+#: The child: ``work``, ``src``, ``redis_out``, ``s3_out`` and ``kill_at`` are set before it; it
+#: prints ``RESULT <json>``.
 CHILD = """
 import json, os, time
 from pyspark.sql import functions as F
@@ -204,7 +211,7 @@ q.awaitTermination()
 result["seconds"]["reader"] = round(time.monotonic() - started, 1)
 
 for case, out, target in [("folder", work + "/out", "stream"), ("redis", redis_out, "stream"),
-                          ("parquet", work + "/pq", "parquet")]:
+                          ("s3", s3_out, "stream"), ("parquet", work + "/pq", "parquet")]:
     clocks.location = out
     w = source(case).writeStream.format("rowtime").option("target", target)
     if target == "parquet":
@@ -245,14 +252,18 @@ spark.stop()
 
 
 @pytest.fixture(scope="module")
-def lost(tmp_path_factory: pytest.TempPathFactory, redis_for_tests: Any) -> dict[str, Any]:
+def lost(
+    tmp_path_factory: pytest.TempPathFactory, redis_for_tests: Any, s3_server: Any
+) -> dict[str, Any]:
     """Runs the child once for all cases (local-cluster takes 10-20 s to start)."""
     work = tmp_path_factory.mktemp("executor-lost")
     expected = make_source(work / "src")
     redis_out = redis_for_tests.url("executor-lost-out")
+    s3_out = s3_server.url("executor-lost-out")  # the child inherits the variables reaching it
     kill_at = {case: row_id(*at) for case, at in KILL_AT.items()}
     setup = (
         f"work, src, redis_out = {str(work)!r}, {str(work / 'src')!r}, {redis_out!r}\n"
+        f"s3_out = {s3_out!r}\n"
         f"rows_per_batch = {OPTIONS['maxRowsPerBatch']}\nkill_at = {kill_at!r}\n"
     )
     stdout = run_in_cluster(setup + textwrap.dedent(CHILD))
@@ -267,6 +278,7 @@ def lost(tmp_path_factory: pytest.TempPathFactory, redis_for_tests: Any) -> dict
         "work": work,
         "expected": expected,
         "redis_out": redis_out,
+        "s3_out": s3_out,
         "result": result,
         "marks": marks,
     }
@@ -349,12 +361,12 @@ def stream_rows(location: str) -> list[tuple[int, int, str]]:
     )
 
 
-@pytest.mark.parametrize("case", ["folder", "redis"])
+@pytest.mark.parametrize("case", ["folder", "redis", "s3"])
 def test_a_stream_target_holds_each_row_once_after_an_executor_is_lost(
     lost: dict[str, Any], case: str
 ) -> None:
     assert_lost_and_retried(lost, case)
-    location = str(lost["work"] / "out") if case == "folder" else lost["redis_out"]
+    location = str(lost["work"] / "out") if case == "folder" else lost[f"{case}_out"]
     assert stream_rows(location) == lost["expected"]
     assert rowtime_bound_us(location) == END_OF_STREAM_US
     clocks_never_went_back(lost, case)

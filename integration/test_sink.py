@@ -101,14 +101,17 @@ def test_unknown_sink_options_fail_at_start_naming_them(spark, workdir):
 
 # -- pass-through: the clock follows the source's bounds, batch by batch ------------------------
 
-#: Targets: a stream in a folder, Parquet files, a stream on Redis (the same test for each).
-TARGETS = ["stream", "parquet", "redis"]
+#: Targets: a stream in a folder, Parquet files, a stream on Redis, a stream on S3 (moto's
+#: server): the same test for each.
+TARGETS = ["stream", "parquet", "redis", "s3"]
 
 
 def target_at(request, workdir: Path, target: str) -> tuple[Path | str, str]:  # type: ignore[no-untyped-def]
     """Where the test's target goes and its option ``target``."""
     if target == "redis":
         return request.getfixturevalue("redis_for_tests").url(f"out-{workdir.name}"), "stream"
+    if target == "s3":
+        return request.getfixturevalue("s3_server").url(f"out-{workdir.name}"), "stream"
     return workdir / "out", target
 
 

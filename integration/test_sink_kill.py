@@ -8,7 +8,9 @@ fixed seed: a fraction of a second after a write task starts staging, or after o
 committed batches. It samples both targets' clocks while the child runs and between restarts,
 and finally lets a run finish. The targets must then hold exactly
 the expected rows, each once, and their clocks must never have gone back. The stream target
-is a folder or a stream on Redis (``stream_at``): the same kills for both.
+is a folder, a stream on Redis or one on S3 (``stream_at``): the same kills for each. (A
+killed driver's lease on an object store partition ends after ROWTIME_LEASE_S, 10 s here: the
+restarted driver's commit waits for it.)
 """
 
 from __future__ import annotations
@@ -174,7 +176,7 @@ def test_sigkill_the_driver_many_times_and_the_targets_hold_each_row_once(workdi
             stderr=subprocess.STDOUT,
             text=True,
             start_new_session=True,  # its own process group: the driver, its JVM, ...
-            env={**os.environ, "PYSPARK_PYTHON": sys.executable},
+            env={**os.environ, "PYSPARK_PYTHON": sys.executable, "ROWTIME_LEASE_S": "10"},
         )
         kill = landed < KILLS
         # Half the kills come a random moment after a write task starts staging (inside the

@@ -236,8 +236,8 @@ def parse_sink_options(
         # Parquet files go to a folder, and its state (intents, staged files) beside them.
         raise OptionError(
             f"option path={redact_url(path)!r}: target=parquet writes files to a local folder "
-            "(a path or file:// URL); a stream location of another backend (redis://) takes "
-            "target=stream only"
+            "(a path or file:// URL); a stream location of another backend (redis://, s3://, "
+            "az://) takes target=stream only"
         )
     return SinkConfig(
         location=location,

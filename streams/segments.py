@@ -304,13 +304,25 @@ def write_segment_file(
     """Write records in the segment format (``schema``, ``stats`` in the footer) to ``path``
     and fsync it (unless ``sync=False``: then the caller calls :func:`fsync_file` before the
     file is linked). The file is not part of any partition until the log links it."""
+    with pa.OSFile(path, "wb") as sink:
+        write_segment_to(sink, stats, schema, chunks)
+    if sync:
+        fsync_file(path)
+
+
+def write_segment_to(
+    sink: pa.NativeFile,
+    stats: SegmentStats,
+    schema: pa.Schema,
+    chunks: Iterable[pa.Table | pa.RecordBatch],
+) -> None:
+    """Write records in the segment format to an open ``sink`` (a file, or a buffer that a
+    backend uploads: :mod:`.objstore`)."""
     file_schema = schema.with_metadata(stats.to_metadata())
-    with pa.OSFile(path, "wb") as sink, pa.ipc.new_file(sink, file_schema) as writer:
+    with pa.ipc.new_file(sink, file_schema) as writer:
         for chunk in chunks:
             for batch in [chunk] if isinstance(chunk, pa.RecordBatch) else chunk.to_batches():
                 writer.write_batch(batch, custom_metadata={CHECKSUM_KEY: batch_checksum(batch)})
-    if sync:
-        fsync_file(path)
 
 
 def verify_segment_file(path: str) -> tuple[int, int]:

@@ -14,3 +14,6 @@ settings.register_profile("quick", max_examples=200, deadline=None)
 settings.load_profile(
     os.environ.get("HYPOTHESIS_PROFILE", "thorough" if os.environ.get("CI") else "quick")
 )
+
+# Object storage servers (moto's S3, Azurite) for the tests that take them.
+from objstore_servers import az_server, object_server, s3_server  # noqa: E402, F401

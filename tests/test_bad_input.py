@@ -199,7 +199,7 @@ SINK_BAD: list[tuple[dict[str, str], str]] = [
     ({"retention.size": "ten gigs"}, "retention.size"),
     ({"retention.size": "-5"}, "retention.size"),
     ({"path": ""}, "path"),
-    ({"path": "s3://bucket/out"}, "path"),
+    ({"path": "gs://bucket/out"}, "path"),
     ({"checkpointLocation": "hdfs://nn/ck"}, "checkpointLocation"),
 ]
 
@@ -293,7 +293,7 @@ def test_a_bad_create_stream_at_a_new_place_leaves_no_folder(tmp_path):
     assert not loc.exists()
 
 
-@pytest.mark.parametrize("location", [None, "", 5, "s3://bucket/s", "file://otherhost/s"])
+@pytest.mark.parametrize("location", [None, "", 5, "gs://bucket/s", "file://otherhost/s"])
 def test_a_location_that_is_not_a_local_path_is_refused(location):
     with pytest.raises(OptionError, match="location"):
         create_stream(location, SCHEMA)

@@ -192,9 +192,9 @@ def test_a_folder_holding_other_files_is_not_turned_into_a_stream(tmp_path):
 
 
 def test_other_url_schemes_are_refused_clearly(tmp_path):
-    with pytest.raises(OptionError, match="only local paths and file:// URLs") as info:
-        create_stream("s3://bucket/s", "a INT")
-    assert "(not s3://)" in str(info.value)
+    with pytest.raises(OptionError, match=r"only local paths and .*file:// URLs") as info:
+        create_stream("gs://bucket/s", "a INT")
+    assert "(not gs://)" in str(info.value)
     assert "{" not in str(info.value)
 
 

@@ -7,8 +7,9 @@ clock file and log segment), or, for a stream target on Redis, at the n-th write
 state or atomic append, so every point between two durable steps is reached; a *restart*
 then replays the batch as Spark does (same batch id, same rows, new task attempts).
 
-Stream targets run on both backends (``at``: a folder, or a stream on a real Redis server,
-``tests/redis_server.py``), the same test for each.
+Stream targets run on every backend (``at``: a folder, a stream on a real Redis server,
+``tests/redis_server.py``, or on moto's S3 server, ``tests/objstore_servers.py``), the same
+test for each.
 """
 
 from __future__ import annotations
@@ -49,6 +50,8 @@ from pyspark_rowtime.sink.stream_target import StreamTarget
 from pyspark_rowtime.sink.task import TaskInfo
 from pyspark_rowtime.streams.redis.appender import RedisAppender
 from pyspark_rowtime.streams.redis.sink import RedisSinkState
+from pyspark_rowtime.streams.objstore.log import ObjectAppender
+from pyspark_rowtime.streams.objstore.sink import ObjectSinkState
 from pyspark_rowtime.streams.storage import LocationKind, open_storage, what_is_at
 
 _names = iter(range(10**6))
@@ -60,12 +63,14 @@ def redis(tmp_path_factory: pytest.TempPathFactory) -> Iterator[RedisServer]:
         yield server
 
 
-@pytest.fixture(params=["log", "redis"])
+@pytest.fixture(params=["log", "redis", "s3"])
 def at(request: pytest.FixtureRequest) -> str | None:
     """Where a stream target goes: None for a folder under the test's tmp_path, else a fresh
-    stream location on the test Redis server."""
+    stream location on the test Redis server or on moto's S3 server (objstore_servers.py)."""
     if request.param == "log":
         return None
+    if request.param == "s3":
+        return str(request.getfixturevalue("s3_server").url("target"))
     server = request.getfixturevalue("redis")
     return str(server.url(f"target-{next(_names)}"))
 
@@ -107,10 +112,13 @@ class Crash(BaseException):
     """A simulated SIGKILL: nothing after it runs (BaseException: no handler swallows it)."""
 
 
-#: The durable steps of a stream target on Redis: the sink state's writes and the appends.
+#: The durable steps of a stream target on Redis or object storage: the sink state's writes
+#: and the appends (commits).
 _REDIS_STEPS = {
     RedisSinkState: ("replace_entry", "put_entry_once", "prune", "drop_staging"),
     RedisAppender: ("_append",),
+    ObjectSinkState: ("replace_entry", "put_entry_once", "prune", "drop_staging"),
+    ObjectAppender: ("_commit_runs",),
 }
 
 
@@ -145,17 +153,19 @@ def crash_at(n: int | None) -> Iterator[list[int]]:
         yield calls
 
 
-#: Kinds of target: a stream in a folder, Parquet files, a stream on Redis.
-TARGETS = ["stream", "parquet", "redis"]
+#: Kinds of target: a stream in a folder, Parquet files, a stream on Redis, a stream on S3.
+TARGETS = ["stream", "parquet", "redis", "s3"]
 
 
 @pytest.fixture(scope="module")
-def make_kind(redis: RedisServer):  # type: ignore[no-untyped-def]
+def make_kind(redis: RedisServer, s3_server):  # type: ignore[no-untyped-def]
     """``make_kind(root, kind, **options)``: :func:`make` for a kind of :data:`TARGETS`."""
 
     def build(root: Path, kind: str, **options: str) -> StreamTarget | ParquetTarget:
         if kind == "redis":
             return make(root, "stream", location=redis.url(f"target-{next(_names)}"), **options)
+        if kind == "s3":
+            return make(root, "stream", location=s3_server.url("target"), **options)
         return make(root, kind, **options)
 
     return build

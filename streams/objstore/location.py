@@ -1,0 +1,189 @@
+"""Object storage locations: parsing ``s3://``, ``az://``, ``azure://`` and ``abfs[s]://`` URLs,
+the one client per bucket, and obstore's errors turned into the project's.
+
+A location is ``s3://bucket/prefix`` (S3, or any S3-compatible server), ``az://container/prefix``
+or ``azure://container/prefix`` (Azure Blob), or ``abfs[s]://container@account.dfs.core.windows
+.net/prefix`` (Azure's Hadoop form, as Spark users write it). The prefix is the stream's "folder":
+every object of the stream lies below ``prefix/``.
+
+Credentials and endpoints come from each cloud's standard environment variables, read by
+obstore (Rust's ``object_store``): ``AWS_ACCESS_KEY_ID``, ``AWS_SECRET_ACCESS_KEY``,
+``AWS_SESSION_TOKEN``, ``AWS_REGION``, ``AWS_ENDPOINT_URL``, ``AWS_ALLOW_HTTP``, the instance's
+or the container's role; ``AZURE_STORAGE_ACCOUNT_NAME``, ``AZURE_STORAGE_ACCOUNT_KEY``,
+``AZURE_STORAGE_SAS_TOKEN``, ``AZURE_STORAGE_ENDPOINT``, ``AZURE_CLIENT_ID`` and friends. A
+location never carries a secret (one with ``user:password@`` is refused), so a location can be
+shown in every error, plan and ``describe``; obstore's messages name paths, never credentials.
+"""
+
+from __future__ import annotations
+
+import threading
+import urllib.parse
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any, TypeVar
+
+from ...bounds.errors import OptionError, RowtimeError
+from ..storage import redact_url
+
+__all__ = [
+    "SCHEMES",
+    "ObjectLocation",
+    "ObjectStoreUnavailableError",
+    "call",
+    "parse_location",
+    "store_for",
+]
+
+#: The URL schemes this backend serves.
+SCHEMES = ("s3", "s3a", "az", "azure", "abfs", "abfss")
+_AZURE = ("az", "azure", "abfs", "abfss")
+
+T = TypeVar("T")
+
+
+class ObjectStoreUnavailableError(RowtimeError, ConnectionError):
+    """The object store did not answer (after obstore's retries), or refused the credentials."""
+
+
+@dataclass(frozen=True)
+class ObjectLocation:
+    """A parsed location: the cloud (``s3`` or ``az``), the bucket or container, the account
+    (``abfs`` URLs name it; else the environment does), the key prefix (no slashes around)."""
+
+    cloud: str
+    bucket: str
+    prefix: str
+    account: str | None = None
+    given_scheme: str = ""
+
+    def __str__(self) -> str:
+        if self.given_scheme in ("abfs", "abfss") and self.account:
+            host = f"{self.bucket}@{self.account}.dfs.core.windows.net"
+            return f"{self.given_scheme}://{host}/{self.prefix}"
+        scheme = self.given_scheme or self.cloud
+        return f"{scheme}://{self.bucket}/{self.prefix}"
+
+    def key(self, *parts: str) -> str:
+        """The object key of ``parts`` below the location's prefix."""
+        return "/".join((self.prefix, *parts))
+
+
+def parse_location(location: str) -> ObjectLocation:
+    """``location`` parsed; :class:`OptionError` saying what is wrong and what a location
+    looks like when it is not one."""
+    shown = redact_url(location)
+    url = urllib.parse.urlparse(location)
+    scheme = url.scheme.lower()
+    if scheme not in SCHEMES:
+        raise OptionError(f"{shown!r} is not an object storage location (s3://, az://, abfs://)")
+    if url.password is not None or (url.username is not None and scheme not in ("abfs", "abfss")):
+        raise OptionError(
+            f"object storage location {shown!r} carries credentials: give them through the "
+            "cloud's environment variables (AWS_ACCESS_KEY_ID/AWS_SECRET_ACCESS_KEY, "
+            "AZURE_STORAGE_ACCOUNT_KEY, ...) or the machine's role, never in the location"
+        )
+    if url.query or url.fragment or url.params:
+        raise OptionError(
+            f"object storage location {shown!r} has a query or fragment: a location is "
+            "scheme://bucket/prefix; endpoints and credentials come from environment variables"
+        )
+    account = None
+    bucket = url.hostname or ""
+    if scheme in ("abfs", "abfss"):
+        if url.username:  # container@account.dfs.core.windows.net
+            bucket = url.username
+            account = (url.hostname or "").split(".", 1)[0] or None
+    elif url.netloc != url.netloc.lower() and scheme in ("s3", "s3a"):
+        bucket = url.netloc  # bucket names are lower case; keep what was given for the error
+    prefix = urllib.parse.unquote(url.path).strip("/")
+    if not bucket or not prefix:
+        raise OptionError(
+            f"object storage location {shown!r} needs a bucket (or container) and a prefix: "
+            "s3://bucket/path/to/stream or az://container/path/to/stream; a stream keeps all "
+            "its objects below the prefix"
+        )
+    if any(part in ("", ".", "..") for part in prefix.split("/")):
+        raise OptionError(
+            f"object storage location {shown!r}: the prefix may not hold empty, '.' or '..' parts"
+        )
+    cloud = "az" if scheme in _AZURE else "s3"
+    given = "s3" if scheme == "s3a" else scheme
+    return ObjectLocation(cloud, bucket, prefix, account, given)
+
+
+_STORES: dict[tuple[str, str, str | None], Any] = {}
+_STORES_LOCK = threading.Lock()
+
+
+def store_for(loc: ObjectLocation) -> Any:
+    """obstore's client for the location's bucket (one per bucket and process; configured from
+    the environment when first made)."""
+    key = (loc.cloud, loc.bucket, loc.account)
+    with _STORES_LOCK:
+        store = _STORES.get(key)
+        if store is None:
+            store = _STORES[key] = _make_store(loc)
+        return store
+
+
+def forget_stores() -> None:
+    """Drop the cached clients (tests that change the environment call this)."""
+    with _STORES_LOCK:
+        _STORES.clear()
+
+
+def _make_store(loc: ObjectLocation) -> Any:
+    try:
+        from obstore.store import AzureStore, S3Store
+    except ImportError:
+        raise OptionError(
+            f"{loc} is an object storage location, and obstore is not installed: "
+            "pip install 'pyspark-rowtime[cloud]'"
+        ) from None
+    try:
+        if loc.cloud == "s3":
+            return S3Store(loc.bucket)
+        if loc.account:
+            return AzureStore(loc.bucket, account_name=loc.account)
+        return AzureStore(loc.bucket)
+    except Exception as e:  # obstore's configuration errors name keys, never their values
+        raise OptionError(f"cannot configure a client for {loc}: {_short(e)}") from None
+
+
+def _short(e: BaseException) -> str:
+    """The first line of an obstore error (its debug dump follows), secrets redacted."""
+    return redact_url(str(e).split("\n", 1)[0])[:500]
+
+
+def call(loc: ObjectLocation, what: str, fn: Callable[[], T]) -> T:
+    """``fn()``, with obstore's errors other than the expected ones (not found, already exists,
+    precondition failed: the caller handles those) turned into the project's, naming
+    ``what`` was being done at ``loc``."""
+    from obstore.exceptions import (
+        AlreadyExistsError,
+        PermissionDeniedError,
+        PreconditionError,
+        UnauthenticatedError,
+    )
+
+    try:
+        return fn()
+    except (FileNotFoundError, AlreadyExistsError, PreconditionError):  # obstore: not found is
+        # Python's FileNotFoundError
+        raise
+    except (PermissionDeniedError, UnauthenticatedError) as e:
+        raise OptionError(
+            f"the object store refused {what} at {loc}: {_short(e)}; check the credentials in "
+            "the environment (AWS_* or AZURE_STORAGE_* variables, or the machine's role) and "
+            "their rights on the bucket"
+        ) from None
+    except RowtimeError:
+        raise
+    except Exception as e:
+        if type(e).__module__.startswith("obstore") or isinstance(e, (OSError, TimeoutError)):
+            raise ObjectStoreUnavailableError(
+                f"the object store did not complete {what} at {loc} ({_short(e)}). Nothing of "
+                "that step is assumed done; retry when the store answers"
+            ) from None
+        raise

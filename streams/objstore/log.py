@@ -1,0 +1,847 @@
+"""Rowtime streams on object storage (S3, Azure Blob): a log of numbered commit objects.
+
+Objects of the stream at ``s3://bucket/prefix`` (or ``az://container/prefix``)::
+
+    prefix/_stream.json                                 metadata (streams.meta), created once
+    prefix/_retention.json                              retention changed by ops
+    prefix/partition-0000/_lease.json                   the one writer's lease (.lease)
+    prefix/partition-0000/_trim.json                    the trim: first kept offset, state there,
+                                                        and the first commit still needed
+    prefix/partition-0000/_commits/00000000000000000007.json   commit 7
+    prefix/partition-0000/segments/<first>-<count>.e<epoch>.<id>.arrow   a run of records
+
+The protocol is Delta Lake's: a change becomes visible by *creating* the next numbered commit
+object with a conditional put (``If-None-Match: *``); of two writers creating one number exactly
+one succeeds. Records are first uploaded as segment objects (the embedded log's segment format,
+:mod:`..segments`, under unique names no reader looks for), then named by a commit
+``{"epoch", "owner", "id", "first", "segments": [{"key", "size", "stats"}]}``. The partition's
+committed records are those of the longest run of consecutive commits from the first one the
+trim keeps: an object store has no rename, no append and no lock, and this needs none.
+
+* **Atomic**: one commit names all segments of an append (``append_segment_files`` commits any
+  number of runs at once). A writer killed before its commit leaves segment objects that no
+  commit names: nothing a reader takes (the next writer of the partition removes them).
+* **Durable**: a commit is acknowledged once the store has it (S3 and Azure Blob are durable
+  when a PUT returns).
+* **One writer per partition**: the lease (:mod:`.lease`) refuses a second live writer. After a
+  holder's lease expires, a new writer takes over with the next epoch and *first commits its
+  epoch* (a commit with no segment). The old writer's next commit needs the number it knows,
+  now taken, and fails when it reads that commit back: the old writer is fenced, and nothing
+  it writes after the takeover is ever visible. (Readers also ignore a commit whose epoch is
+  below one seen earlier in the sequence.)
+* **"Already exists" is confirmed**: obstore reports S3's retryable 409 ConditionalRequest
+  Conflict as "already exists", so a failed create is read back: a commit carrying this
+  writer's commit id is its own.
+* **Retention** removes whole segments from the head: ``_trim.json`` is replaced by
+  compare-and-swap (one trim wins), then the segments before the first kept offset and the
+  commits before the first one still needed are deleted.
+
+Where it differs from the embedded log: small appends are not merged (each append is one
+segment object and one commit object, so a reader's first look lists every commit after the
+trim: keep flushes large, or set a retention); a writer that died holds the partition until its
+lease ends (default 30 s, ``$ROWTIME_LEASE_S``), not until its process is gone; reads fetch
+whole segment objects (cached, as they never change).
+"""
+
+from __future__ import annotations
+
+import json
+import threading
+import time
+import uuid
+from collections import OrderedDict
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+import pyarrow as pa
+
+from ...bounds.bounds import merge_clock
+from ...bounds.errors import (
+    CorruptLogError,
+    OptionError,
+    SchemaError,
+    StreamNotFoundError,
+    WriterLockedError,
+)
+from ..ddl import to_ddl
+from ..meta import (
+    META_FILE,
+    StreamMeta,
+    meta_from_json,
+    meta_to_json,
+    payload_schema,
+    validate_defaults,
+)
+from ..retention import RETENTION_FILE, TRIM_FILE, Retention, TrimResult, TrimState, Unit, data_loss
+from ..segments import SegmentStats, check_segment_files, segment_schema, write_segment_to
+from ..storage import (
+    SINK_KIND_PARQUET,
+    SINK_KIND_STREAM,
+    LocationKind,
+    PartitionTail,
+    check_read,
+)
+from .lease import Lease, lease_seconds
+from .location import ObjectLocation, call, parse_location, store_for
+
+__all__ = [
+    "OBJECT_STORE_BACKEND",
+    "ObjectAppender",
+    "ObjectStream",
+    "create_object_stream",
+    "open_object_stream",
+]
+
+COMMITS = "_commits"
+SEGMENTS = "segments"
+LEASE_FILE = "_lease.json"
+_FORMAT = 1
+
+
+def partition_dirname(partition: int) -> str:
+    return f"partition-{partition:04d}"
+
+
+def commit_name(seq: int) -> str:
+    return f"{seq:020d}.json"
+
+
+def _stats_doc(stats: SegmentStats) -> dict[str, int]:
+    return {k: v for k, v in stats.__dict__.items() if v is not None}
+
+
+@dataclass(frozen=True)
+class _Piece:
+    """One committed segment: records ``[first, first + count)`` in object ``key``."""
+
+    seq: int
+    key: str
+    size: int
+    stats: SegmentStats
+
+    @property
+    def first(self) -> int:
+        return self.stats.first
+
+    @property
+    def end(self) -> int:
+        return self.stats.end
+
+
+@dataclass
+class _Chain:
+    """What a reader knows of a partition: the committed segments from the trim's first
+    needed commit, the next commit number, the end offset and the highest epoch seen."""
+
+    trim: TrimState
+    from_seq: int
+    next_seq: int
+    end: int | None = None  # None until the first commit is read
+    epoch: int = 0
+    pieces: list[_Piece] = field(default_factory=list)
+
+
+def _now_us() -> int:
+    return time.time_ns() // 1000
+
+
+class ObjectStream:
+    """A stream on object storage opened for reading (and, through :meth:`lock_partition`,
+    appending). Safe to share between threads; picklable (the client is made on first use)."""
+
+    def __init__(self, loc: ObjectLocation, meta: StreamMeta, *, cache_segments: int = 64):
+        self.loc = loc
+        self.location = str(loc)
+        self.meta = meta
+        self._file_schema = segment_schema(meta.payload_schema)
+        self._cache_segments = cache_segments
+        self._init_caches()
+
+    def _init_caches(self) -> None:
+        self._chains: dict[int, _Chain] = {}
+        self._tables: OrderedDict[str, pa.Table] = OrderedDict()
+        self._mutex = threading.Lock()
+
+    def __getstate__(self) -> dict[str, Any]:
+        return {"loc": self.loc, "meta": self.meta, "cache": self._cache_segments}
+
+    def __setstate__(self, state: dict[str, Any]) -> None:
+        self.loc = state["loc"]
+        self.location = str(self.loc)
+        self.meta = state["meta"]
+        self._file_schema = segment_schema(self.meta.payload_schema)
+        self._cache_segments = state["cache"]
+        self._init_caches()
+
+    def __repr__(self) -> str:
+        return f"ObjectStream({self.location!r}, partitions={self.meta.partitions})"
+
+    @property
+    def store(self) -> Any:
+        return store_for(self.loc)
+
+    @property
+    def file_schema(self) -> pa.Schema:
+        return self._file_schema
+
+    def _check_partition(self, partition: int) -> None:
+        n = self.meta.partitions
+        if isinstance(partition, bool) or not isinstance(partition, int) or not 0 <= partition < n:
+            raise OptionError(
+                f"partition {partition!r} does not exist in stream {self.location}: it has {n} "
+                f"partition{'s' if n != 1 else ''}, numbered 0 to {n - 1}"
+            )
+
+    def _key(self, partition: int, *parts: str) -> str:
+        return self.loc.key(partition_dirname(partition), *parts)
+
+    # -- reading the commit sequence --
+
+    def _get_json(self, key: str, what: str) -> tuple[Any, str] | None:
+        import obstore
+
+        try:
+            result = call(self.loc, what, lambda: obstore.get(self.store, key))
+        except FileNotFoundError:  # obstore's not found
+            return None
+        raw = bytes(result.bytes())
+        try:
+            return json.loads(raw), str(result.meta["e_tag"])
+        except ValueError as e:
+            raise CorruptLogError(f"object {key} of {self.location} cannot be read: {e}") from e
+
+    def _read_trim(self, partition: int) -> tuple[TrimState, int, str | None]:
+        """The trim state, the first commit still needed, and the object's etag."""
+        got = self._get_json(
+            self._key(partition, TRIM_FILE), f"reading the trim of partition {partition}"
+        )
+        if got is None:
+            return TrimState(), 0, None
+        doc, etag = got
+        where = f"partition {partition} of {self.location}"
+        return TrimState.from_json(json.dumps(doc["state"]), where), int(doc["from_seq"]), etag
+
+    def _list_commits(self, partition: int, after_seq: int) -> list[int]:
+        """Numbers of the commit objects after ``after_seq`` (all with -1), ascending."""
+        import obstore
+
+        prefix = self._key(partition, COMMITS) + "/"
+        offset = prefix + commit_name(after_seq) if after_seq >= 0 else None
+
+        def listing() -> list[int]:
+            out = []
+            stream = (
+                obstore.list(self.store, prefix, offset=offset)
+                if offset
+                else obstore.list(self.store, prefix)
+            )
+            for chunk in stream:
+                for meta in chunk:
+                    name = meta["path"].rsplit("/", 1)[-1]
+                    # filtered here too: Azurite's answer to a listing after a key (a marker)
+                    # was seen to start from the beginning
+                    if (
+                        name.endswith(".json")
+                        and name[:-5].isdigit()
+                        and int(name[:-5]) > after_seq
+                    ):
+                        out.append(int(name[:-5]))
+            return sorted(out)
+
+        return call(self.loc, f"listing the commits of partition {partition}", listing)
+
+    def _read_commit(self, partition: int, seq: int) -> dict[str, Any] | None:
+        got = self._get_json(
+            self._key(partition, COMMITS, commit_name(seq)),
+            f"reading commit {seq} of partition {partition}",
+        )
+        return None if got is None else got[0]
+
+    def _refresh(self, partition: int) -> _Chain:
+        """The partition's chain with every commit made since the last look applied."""
+        self._check_partition(partition)
+        for _ in range(8):
+            with self._mutex:
+                chain = self._chains.get(partition)
+            if chain is None:
+                trim, from_seq, _ = self._read_trim(partition)
+                chain = _Chain(trim, from_seq, from_seq)
+            seqs = self._list_commits(partition, chain.next_seq - 1)
+            if seqs and seqs[0] > chain.next_seq:
+                # A trim removed the commits we were about to read (we looked before it, or
+                # our cache is older than it): start again from its state.
+                if self._read_trim(partition)[1] > chain.next_seq:
+                    with self._mutex:
+                        self._chains.pop(partition, None)
+                    continue
+            new = _Chain(
+                chain.trim, chain.from_seq, chain.next_seq, chain.end, chain.epoch,
+                list(chain.pieces),
+            )  # fmt: skip
+            for seq in seqs:
+                if seq != new.next_seq:
+                    break  # the visible end: the longest run of consecutive commits
+                doc = self._read_commit(partition, seq)
+                if doc is None:
+                    break  # trimmed meanwhile (below) or never there
+                self._apply(partition, new, seq, doc)
+            with self._mutex:
+                current = self._chains.get(partition)
+                if current is None or current.next_seq <= new.next_seq:
+                    self._chains[partition] = new
+                    return new
+                return current
+        raise CorruptLogError(
+            f"the commits of partition {partition} of {self.location} keep changing under a "
+            "trim while read"
+        )
+
+    def _apply(self, partition: int, chain: _Chain, seq: int, doc: dict[str, Any]) -> None:
+        where = f"commit {seq} of partition {partition} of {self.location}"
+        version = doc.get("v", 1)
+        if not isinstance(version, int) or version > _FORMAT:
+            from ...bounds.versions import newer_format
+
+            raise newer_format(where, version, _FORMAT, CorruptLogError)
+        chain.next_seq = seq + 1
+        epoch = int(doc.get("epoch", 0))
+        if epoch < chain.epoch:
+            return  # a fenced writer's: never visible
+        chain.epoch = epoch
+        first = int(doc["first"])
+        if chain.end is None:
+            chain.end = first
+        if first != chain.end:
+            raise CorruptLogError(
+                f"{where} starts at offset {first}, and the partition ends at {chain.end}: "
+                "the commit objects were changed by hand?"
+            )
+        for seg in doc.get("segments", []):
+            stats = SegmentStats(**seg["stats"])
+            if stats.first != chain.end:
+                raise CorruptLogError(
+                    f"{where} names {seg['key']} at {stats.first}, not {chain.end}"
+                )
+            chain.end = stats.end
+            if stats.end > chain.trim.start:
+                chain.pieces.append(_Piece(seq, seg["key"], int(seg.get("size", 0)), stats))
+
+    # -- tails and clocks --
+
+    def tail(self, partition: int) -> PartitionTail:
+        chain = self._refresh(partition)
+        if not chain.pieces:
+            return PartitionTail(chain.end or 0)
+        last = chain.pieces[-1].stats
+        return PartitionTail(last.end, last.clock_us, last.last_arrival_us)
+
+    def end_offset(self, partition: int) -> int:
+        return self.tail(partition).end
+
+    def clock_us(self, partition: int) -> int | None:
+        return self.tail(partition).clock_us
+
+    def stream_clock_us(self) -> int | None:
+        return merge_clock(self.clock_us(p) for p in range(self.meta.partitions))
+
+    def partition_stats(self, partition: int) -> list[SegmentStats]:
+        return [p.stats for p in self._refresh(partition).pieces]
+
+    # -- retention (streams.retention) --
+
+    def start_offset(self, partition: int) -> int:
+        return self.trim_state(partition).start
+
+    def trim_state(self, partition: int) -> TrimState:
+        self._check_partition(partition)
+        return self._read_trim(partition)[0]
+
+    def retention(self) -> Retention:
+        got = self._get_json(self.loc.key(RETENTION_FILE), "reading the retention")
+        if got is None:
+            return Retention.of_defaults(self.meta.defaults)
+        return Retention.from_doc(got[0], self.loc.key(RETENTION_FILE))
+
+    def set_retention(self, retention: Retention) -> None:
+        import obstore
+
+        text = json.dumps(retention.to_doc()).encode()
+        call(
+            self.loc,
+            "setting the retention",
+            lambda: obstore.put(self.store, self.loc.key(RETENTION_FILE), text),
+        )
+
+    def trim_partition(
+        self, partition: int, decide: Callable[[list[Unit], TrimState], TrimState | None]
+    ) -> TrimResult | None:
+        """Remove the head segments ``decide`` lets go: ``_trim.json`` is replaced by
+        compare-and-swap (of two trims one wins; the other returns None), then the removed
+        segments and the commits before the first one still needed are deleted."""
+        import obstore
+        from obstore.exceptions import AlreadyExistsError, PreconditionError
+
+        self._check_partition(partition)
+        prev, prev_from, etag = self._read_trim(partition)
+        chain = self._refresh(partition)
+        units = [
+            Unit(
+                p.first,
+                p.stats.count,
+                p.stats.rows,
+                p.size,
+                p.stats.max_rowtime_us,
+                p.stats.last_bound_us,
+                p.stats.clock_us,
+                last_arrival_us=p.stats.last_arrival_us,
+            )
+            for p in chain.pieces
+            if p.end > prev.start
+        ]
+        new = decide(units, prev)
+        if new is None or new.start <= prev.start:
+            return None
+        kept = [p for p in chain.pieces if p.end > new.start]
+        if not kept or kept[0].first != new.start:
+            return None  # not a segment boundary of what we listed: the next check decides
+        from_seq = kept[0].seq
+        doc = {"v": 1, "state": new.to_doc(), "from_seq": from_seq}
+        mode: Any = "create" if etag is None else {"e_tag": etag}
+        try:
+            call(
+                self.loc,
+                f"trimming partition {partition}",
+                lambda: obstore.put(
+                    self.store, self._key(partition, TRIM_FILE), json.dumps(doc).encode(), mode=mode
+                ),
+            )
+        except (AlreadyExistsError, PreconditionError):
+            return None  # another trim came first: the next check decides again
+        gone = [p.key for p in chain.pieces if p.end <= new.start]
+        gone += [self._key(partition, COMMITS, commit_name(s)) for s in range(prev_from, from_seq)]
+        self._delete(gone)
+        with self._mutex:
+            self._chains.pop(partition, None)
+            for key in gone:
+                self._tables.pop(key, None)
+        return TrimResult(partition, prev, new)
+
+    def _delete(self, keys: Sequence[str]) -> None:
+        import obstore
+
+        if keys:
+            call(self.loc, "removing objects", lambda: obstore.delete(self.store, list(keys)))
+
+    # -- reading --
+
+    def _table(self, partition: int, piece: _Piece) -> pa.Table:
+        import obstore
+
+        with self._mutex:
+            table = self._tables.get(piece.key)
+            if table is not None:
+                self._tables.move_to_end(piece.key)
+                return table
+        try:
+            raw = call(
+                self.loc,
+                f"reading partition {partition}",
+                lambda: obstore.get(self.store, piece.key).bytes(),
+            )
+        except FileNotFoundError:  # obstore's not found
+            kept = self.start_offset(partition)
+            if piece.first < kept:
+                raise data_loss(self.location, partition, piece.first, kept) from None
+            raise CorruptLogError(
+                f"segment {piece.key} of {self.location} (records [{piece.first}, {piece.end})) "
+                "is missing: the partition cannot be read from there on"
+            ) from None
+        try:
+            table = pa.ipc.open_file(pa.py_buffer(bytes(raw))).read_all()
+            stats = SegmentStats.from_metadata(table.schema.metadata, piece.key)
+        except pa.ArrowInvalid as e:
+            raise CorruptLogError(f"segment {piece.key} of {self.location} is damaged: {e}") from e
+        if table.num_rows != piece.stats.count or (stats.first, stats.count) != (
+            piece.first,
+            piece.stats.count,
+        ):
+            raise CorruptLogError(
+                f"segment {piece.key} of {self.location} holds {table.num_rows} records from "
+                f"{stats.first}; its commit says [{piece.first}, {piece.end})"
+            )
+        table = table.replace_schema_metadata(None)
+        with self._mutex:
+            self._tables[piece.key] = table
+            while len(self._tables) > self._cache_segments:
+                self._tables.popitem(last=False)
+        return table
+
+    def read(
+        self, partition: int, start: int, end: int, columns: Sequence[str] | None = None
+    ) -> pa.Table:
+        """Records ``[start, end)`` of ``partition`` in offset order (the embedded log's
+        rules: system columns first, ``end`` at most :meth:`end_offset`)."""
+        self._check_partition(partition)
+        names = check_read(self._file_schema, columns, start, end, self.location)
+        if start == end:
+            return pa.schema([self._file_schema.field(n) for n in names]).empty_table()
+        with self._mutex:
+            chain = self._chains.get(partition)
+        if chain is None or (chain.end or 0) < end:
+            chain = self._refresh(partition)
+        if (chain.end or 0) < end:
+            raise OptionError(
+                f"cannot read [{start}, {end}) of partition {partition} of {self.location}: only "
+                f"{chain.end or 0} records are committed"
+            )
+        pieces = chain.pieces
+        if not pieces or start < pieces[0].first:
+            kept = pieces[0].first if pieces else chain.trim.start
+            raise data_loss(self.location, partition, start, kept)
+        out = []
+        for piece in pieces:
+            if piece.end <= start or piece.first >= end:
+                continue
+            t = self._table(partition, piece).select(names)
+            lo, hi = max(start, piece.first) - piece.first, min(end, piece.end) - piece.first
+            out.append(t if (lo, hi) == (0, piece.stats.count) else t.slice(lo, hi - lo))
+        return out[0] if len(out) == 1 else pa.concat_tables(out)
+
+    # -- appending --
+
+    def lock_partition(
+        self, partition: int, where: str, *, lease_s: float | None = None
+    ) -> ObjectAppender:
+        """The partition's one appender (its lease taken, its epoch committed); raises
+        :class:`WriterLockedError` while another writer's lease lives."""
+        self._check_partition(partition)
+        return ObjectAppender(self, partition, where, lease_seconds(lease_s))
+
+
+class ObjectAppender:
+    """The one appender of a partition: holds its lease and commits runs as numbered commit
+    objects. Use :meth:`ObjectStream.lock_partition`."""
+
+    def __init__(self, stream: ObjectStream, partition: int, where: str, lease_s: float):
+        self.stream = stream
+        self.partition = partition
+        self.where = where
+        self.lease = Lease(
+            stream.store, stream.loc, stream._key(partition, LEASE_FILE), where, lease_s
+        )
+        self.epoch = self.lease.acquire()
+        self._broken: str | None = None
+        try:
+            self._take_over()
+        except BaseException:
+            self.lease.release()
+            raise
+
+    def _take_over(self) -> None:
+        """Commit this writer's epoch as the next commit: from now on a writer of an earlier
+        epoch cannot commit (the number it needs is taken). Then remove segments that earlier
+        writers uploaded and never committed."""
+        for _ in range(16):
+            chain = self.stream._refresh(self.partition)
+            self._next_seq = chain.next_seq
+            end = chain.trim.start if chain.end is None else chain.end
+            if self._create_commit({"first": end, "segments": []}, fenced_ok=True):
+                break
+        else:
+            raise WriterLockedError(f"{self.where}: cannot commit this writer's epoch; try again")
+        tail = self.stream.tail(self.partition)
+        self._tail = tail
+        try:
+            self._remove_orphans()
+        except Exception:
+            pass  # housekeeping: the next writer tries again
+
+    def _remove_orphans(self) -> None:
+        import obstore
+
+        stream = self.stream
+        prefix = stream._key(self.partition, SEGMENTS) + "/"
+        chain = stream._refresh(self.partition)
+        named = {p.key for p in chain.pieces}
+        orphans = []
+        for chunk in obstore.list(stream.store, prefix):
+            for meta in chunk:
+                key = meta["path"]
+                name = key.rsplit("/", 1)[-1]
+                try:
+                    epoch = int(name.split(".e", 1)[1].split(".", 1)[0])
+                except (ValueError, IndexError):
+                    continue
+                # An earlier epoch's segment that no kept commit names was never committed (or
+                # is a trim's leftover): no commit can name it any more, since a commit of an
+                # earlier epoch after ours is ignored.
+                if epoch < self.epoch and key not in named:
+                    orphans.append(key)
+        stream._delete(orphans)
+
+    def _create_commit(self, body: dict[str, Any], *, fenced_ok: bool = False) -> bool:
+        """Create commit ``_next_seq``; True if this writer made it. Another writer's commit
+        there means this one was fenced (raise), or, while taking over (``fenced_ok``), that
+        a writer of an earlier epoch committed before our epoch did (False: look again)."""
+        import obstore
+        from obstore.exceptions import AlreadyExistsError, PreconditionError
+
+        stream = self.stream
+        commit_id = uuid.uuid4().hex
+        doc = {
+            "v": _FORMAT,
+            "epoch": self.epoch,
+            "owner": self.lease.token,
+            "id": commit_id,
+            "time_us": _now_us(),
+            **body,
+        }
+        seq = self._next_seq
+        key = stream._key(self.partition, COMMITS, commit_name(seq))
+        try:
+            call(
+                stream.loc,
+                f"committing to {self.where}",
+                lambda: obstore.put(stream.store, key, json.dumps(doc).encode(), mode="create"),
+            )
+        except (AlreadyExistsError, PreconditionError):
+            theirs = stream._read_commit(self.partition, seq)  # confirm: maybe ours (S3's 409)
+            if theirs is None or theirs.get("id") != commit_id:
+                if fenced_ok and theirs is not None and int(theirs.get("epoch", 0)) < self.epoch:
+                    return False
+                self._broken = (
+                    f"{self.where}: this writer (epoch {self.epoch}) was fenced: another writer "
+                    f"took the partition over (commit {seq} is epoch "
+                    f"{None if theirs is None else theirs.get('epoch')}'s), after this writer's "
+                    "lease expired (was the process paused, or the store away, longer than "
+                    "the lease?). Nothing of this append is visible; open a new writer"
+                )
+                raise WriterLockedError(self._broken) from None
+        except BaseException:
+            # Unknown outcome (the store did not answer): whether commit `seq` is ours cannot be
+            # told from here, so this appender stops; a new writer takes over cleanly.
+            self._broken = (
+                f"{self.where}: an earlier commit's outcome is unknown (the store did not "
+                "answer); open a new writer, which finds out what was committed"
+            )
+            raise
+        self._next_seq = seq + 1
+        return True
+
+    def tail(self) -> PartitionTail:
+        return self._tail
+
+    def _check(self) -> None:
+        if self._broken is not None:
+            raise WriterLockedError(self._broken)
+        if self.lease.lost:
+            self._broken = (
+                f"{self.where}: this writer's lease on the partition was taken by another "
+                "writer (its own expired: was the process paused, or the store away, longer "
+                "than the lease?); nothing more is written: open a new writer"
+            )
+            raise WriterLockedError(self._broken)
+
+    def _upload(self, stats: SegmentStats, data: Any) -> dict[str, Any]:
+        import obstore
+
+        stream = self.stream
+        name = f"{stats.first:020d}-{stats.count:010d}.e{self.epoch}.{uuid.uuid4().hex[:12]}.arrow"
+        key = stream._key(self.partition, SEGMENTS, name)
+        call(
+            stream.loc,
+            f"uploading records [{stats.first}, {stats.end}) of {self.where}",
+            lambda: obstore.put(stream.store, key, data),
+        )
+        return {"key": key, "size": len(data), "stats": _stats_doc(stats)}
+
+    def _commit_runs(self, segments: list[dict[str, Any]], last: SegmentStats) -> None:
+        self._check()
+        self._create_commit({"first": self._tail.end, "segments": segments})
+        self._tail = PartitionTail(last.end, last.clock_us, last.last_arrival_us)
+
+    def append_run(self, stats: SegmentStats, chunks: Sequence[pa.Table | pa.RecordBatch]) -> None:
+        """Upload the run as one segment object, then commit it (one conditional create)."""
+        self._check()
+        if stats.first != self._tail.end:
+            raise CorruptLogError(
+                f"{self.where}: a run from offset {stats.first}, and the partition ends at "
+                f"{self._tail.end}"
+            )
+        sink = pa.BufferOutputStream()
+        write_segment_to(sink, stats, self.stream.file_schema, chunks)
+        seg = self._upload(stats, sink.getvalue().to_pybytes())
+        self._commit_runs([seg], stats)
+
+    def append_segment_files(self, paths: Sequence[str], *, reject: bool, verify: bool) -> None:
+        """Check the files, upload each as a segment object, and commit them all at once."""
+        self._check()
+        checked = check_segment_files(
+            paths,
+            self.stream.file_schema,
+            self._tail,
+            where=self.where,
+            reject=reject,
+            verify=verify,
+        )
+        if not checked:
+            return
+        segments = []
+        for path, stats in checked:
+            with open(path, "rb") as f:
+                segments.append(self._upload(stats, f.read()))
+        self._commit_runs(segments, checked[-1][1])
+
+    def release(self) -> None:
+        self.lease.release()
+
+
+# -- creating and opening --------------------------------------------------------------------
+
+
+def _not_found(loc: ObjectLocation, given: str) -> StreamNotFoundError:
+    return StreamNotFoundError(
+        f"no rowtime stream at {given!r} (no object {loc.key(META_FILE)} in bucket "
+        f"{loc.bucket}). Create one with pyspark_rowtime.create_stream({str(loc)!r}, schema) "
+        f"or `rowtime create {loc} --schema 'a INT, b STRING'`"
+    )
+
+
+def _read_meta(loc: ObjectLocation) -> StreamMeta | None:
+    import obstore
+
+    try:
+        raw = call(
+            loc,
+            "reading the stream's metadata",
+            lambda: obstore.get(store_for(loc), loc.key(META_FILE)).bytes(),
+        )
+    except FileNotFoundError:  # obstore's not found
+        return None
+    return meta_from_json(bytes(raw).decode(), str(loc))
+
+
+def open_object_stream(location: str | ObjectLocation, given: str | None = None) -> ObjectStream:
+    loc = location if isinstance(location, ObjectLocation) else parse_location(location)
+    meta = _read_meta(loc)
+    if meta is None:
+        raise _not_found(loc, given or str(loc))
+    return ObjectStream(loc, meta)
+
+
+def create_object_stream(
+    location: str | ObjectLocation,
+    schema: str | pa.Schema,
+    partitions: int = 1,
+    **defaults: Any,
+) -> ObjectStream:
+    """Create a stream on object storage (or open the identical one); the rules of
+    :func:`streams.log.create_stream`. Of two creators, the first to create ``_stream.json``
+    (create-if-absent) wins; the other checks it asked for the same stream."""
+    import obstore
+    from obstore.exceptions import AlreadyExistsError, PreconditionError
+
+    loc = location if isinstance(location, ObjectLocation) else parse_location(location)
+    payload = payload_schema(schema)
+    if isinstance(partitions, bool) or not isinstance(partitions, int) or partitions < 1:
+        raise OptionError(f"partitions={partitions!r} must be a whole number >= 1")
+    checked = validate_defaults(defaults, payload)
+    meta = StreamMeta(
+        str(loc), payload, partitions, checked, stream_id=uuid.uuid4().hex, created_us=_now_us()
+    )
+    existing = _read_meta(loc)
+    if existing is None:
+        strangers = _strangers(loc)
+        if strangers:
+            raise OptionError(
+                f"cannot create a stream at {loc}: objects already lie below its prefix "
+                f"({', '.join(strangers[:5])}); choose an empty or new prefix"
+            )
+        text = meta_to_json(meta).encode()
+        try:
+            call(
+                loc,
+                "creating the stream",
+                lambda: obstore.put(store_for(loc), loc.key(META_FILE), text, mode="create"),
+            )
+            return ObjectStream(loc, meta)
+        except (AlreadyExistsError, PreconditionError):
+            existing = _read_meta(loc)  # another process created it just now (or our 409)
+            assert existing is not None
+            if existing.stream_id == meta.stream_id:
+                return ObjectStream(loc, existing)
+    _check_same(existing, meta, given_defaults=bool(defaults))
+    return ObjectStream(loc, existing)
+
+
+def _strangers(loc: ObjectLocation) -> list[str]:
+    import obstore
+
+    listing = call(
+        loc,
+        "looking below the prefix",
+        lambda: obstore.list_with_delimiter(store_for(loc), loc.prefix + "/"),
+    )
+    names = [p.rstrip("/").rsplit("/", 1)[-1] for p in listing["common_prefixes"]]
+    names += [o["path"].rsplit("/", 1)[-1] for o in listing["objects"]]
+    return sorted(n for n in names if not n.startswith(("partition-", "_", ".")))
+
+
+def _check_same(existing: StreamMeta, wanted: StreamMeta, given_defaults: bool) -> None:
+    where = existing.location
+    if not existing.payload_schema.equals(wanted.payload_schema, check_metadata=True):
+        raise SchemaError(
+            f"a stream already exists at {where} with another schema: it has "
+            f"({to_ddl(existing.payload_schema)}), not ({to_ddl(wanted.payload_schema)}); use "
+            "the existing schema or another location"
+        )
+    if existing.partitions != wanted.partitions:
+        raise OptionError(
+            f"a stream already exists at {where} with {existing.partitions} partitions, not "
+            f"{wanted.partitions}; use partitions={existing.partitions} or another location"
+        )
+    if given_defaults and existing.defaults != wanted.defaults:
+        raise OptionError(
+            f"a stream already exists at {where} with defaults {existing.defaults}, not "
+            f"{wanted.defaults}; the defaults are fixed when a stream is created"
+        )
+
+
+class _ObjectStoreBackend:
+    """The :class:`~..storage.Backend` of ``s3://``, ``az://``, ``azure://`` and ``abfs[s]://``
+    locations. The resolved form is the canonical URL (it never holds a secret)."""
+
+    def resolve(self, location: str) -> str:
+        return str(parse_location(location))
+
+    def kind_at(self, resolved: str) -> LocationKind:
+        loc = parse_location(resolved)
+        if _read_meta(loc) is not None:
+            return LocationKind.STREAM
+        from .sink import read_target
+
+        doc = read_target(loc)
+        kind = doc.get("kind") if isinstance(doc, dict) else None
+        if kind == SINK_KIND_STREAM:
+            return LocationKind.PENDING_STREAM_TARGET
+        if kind == SINK_KIND_PARQUET:
+            return LocationKind.PARQUET_TARGET
+        return LocationKind.NOTHING
+
+    def sink_store(self, resolved: str) -> Any:
+        """The sink's state of a stream target here, kept below the location (.sink)."""
+        from .sink import ObjectSinkState
+
+        return ObjectSinkState(resolved)
+
+    def open(self, resolved: str, given: str) -> ObjectStream:
+        return open_object_stream(resolved, given)
+
+    def create(
+        self, resolved: str, schema: str | pa.Schema, partitions: int, defaults: dict[str, Any]
+    ) -> ObjectStream:
+        return create_object_stream(resolved, schema, partitions, **defaults)
+
+
+OBJECT_STORE_BACKEND = _ObjectStoreBackend()

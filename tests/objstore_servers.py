@@ -1,0 +1,303 @@
+"""Object storage servers for tests: moto's S3 server and Azurite (Azure Blob), on loopback ports.
+
+Both start in about a second (measured facts: ``/work/shared/notes/object-storage-test-servers.md``
+in the project's working notes):
+
+* **moto** runs in this process (``moto.server.ThreadedMotoServer``). Its conditional put looks
+  the key up and then writes, with no lock between, so two racing creates of one key can both
+  win: :func:`moto_server` serialises moto's object writes behind one lock, so that the race
+  tests test the backend and not moto. Real S3 (and Azurite) decide a conditional put
+  atomically.
+* **Azurite** is Microsoft's emulator from the npm registry: installed into
+  ``~/.cache/pyspark-rowtime/azurite-npm`` (``ROWTIME_AZURITE_DIR`` overrides) when missing,
+  started with ``--disableTelemetry`` (without it Azurite sends telemetry off the machine).
+
+Clients are pointed at them through the standard variables (``AWS_ENDPOINT_URL``,
+``AZURE_STORAGE_ENDPOINT``, ...), as users point the backend at their clouds; :meth:`env` gives
+them. Tests skip, saying why, only when node/npm are absent (Azurite) or moto is not installed.
+Every server listens on 127.0.0.1 only.
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+import socket
+import subprocess
+import threading
+import time
+import uuid
+from collections.abc import Iterator
+from contextlib import contextmanager
+from pathlib import Path
+
+#: Azurite's published development account and key (the same in every emulator).
+AZURITE_ACCOUNT = "devstoreaccount1"
+AZURITE_KEY = (
+    "Eby8vdM02xNOcqFlqUwJPLlmEtlCDXJ1OUzFT50uSRZ6IFsuFq2UVErCz4I6tq/K1SZFPTOtr/KBHBeksoGMGw=="
+)
+_START_TIMEOUT_S = 60.0
+
+
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+def _wait_port(port: int, proc: subprocess.Popen[bytes] | None = None) -> None:
+    deadline = time.monotonic() + _START_TIMEOUT_S
+    while time.monotonic() < deadline:
+        if proc is not None and proc.poll() is not None:
+            raise RuntimeError(f"the server exited with {proc.returncode} before it listened")
+        try:
+            with socket.create_connection(("127.0.0.1", port), timeout=0.5):
+                return
+        except OSError:
+            time.sleep(0.05)
+    raise RuntimeError(f"nothing listens on 127.0.0.1:{port} after {_START_TIMEOUT_S:g} s")
+
+
+class ObjectServer:
+    """A running server: its scheme (``s3`` or ``az``), its bucket or container, and the
+    environment variables that point clients at it."""
+
+    def __init__(self, scheme: str, bucket: str, env: dict[str, str]) -> None:
+        self.scheme = scheme
+        self.bucket = bucket
+        self.env = env
+
+    def url(self, name: str) -> str:
+        """A fresh location under the server's bucket (``name`` plus a unique suffix)."""
+        return f"{self.scheme}://{self.bucket}/{name}-{uuid.uuid4().hex[:10]}"
+
+    @contextmanager
+    def environ(self) -> Iterator[None]:
+        """Set :attr:`env` in ``os.environ`` (and the backend's store cache) for a while."""
+        old = {k: os.environ.get(k) for k in self.env}
+        os.environ.update(self.env)
+        try:
+            yield
+        finally:
+            for k, v in old.items():
+                if v is None:
+                    os.environ.pop(k, None)
+                else:
+                    os.environ[k] = v
+
+
+def why_no_moto() -> str | None:
+    try:
+        import moto.server  # noqa: F401
+    except ImportError:
+        return "moto is not installed (pip install 'moto[server]'; it is in the dev extra)"
+    return None
+
+
+_moto_lock = threading.RLock()  # put_object runs inside _key_response_put
+_moto_patched = False
+
+
+def _quiet_moto() -> None:
+    import logging
+
+    logging.getLogger("werkzeug").setLevel(logging.ERROR)
+
+
+def _serialise_moto_writes() -> None:
+    """moto's conditional put is a look-up then a write: run its key writes one at a time so
+    that create-if-absent and compare-and-swap are atomic, as on S3."""
+    global _moto_patched
+    if _moto_patched:
+        return
+    from moto.s3.responses import S3Response
+
+    for name in ("put_object", "_key_response_put", "_key_response_post"):
+        original = getattr(S3Response, name, None)
+        if original is None:
+            continue
+
+        def locked(self, *args, __original=original, **kwargs):
+            with _moto_lock:
+                return __original(self, *args, **kwargs)
+
+        setattr(S3Response, name, locked)
+    _moto_patched = True
+
+
+#: Ports the session's servers take when set (integration/conftest.py sets them, and the
+#: variables pointing at them, before Spark starts: Spark's Python workers inherit the JVM's
+#: environment as it was when the JVM started).
+S3_PORT_ENV = "ROWTIME_TEST_S3_PORT"
+AZURITE_PORT_ENV = "ROWTIME_TEST_AZURITE_PORT"
+
+
+def s3_env(port: int) -> dict[str, str]:
+    return {
+        "AWS_ENDPOINT_URL": f"http://127.0.0.1:{port}",
+        "AWS_ALLOW_HTTP": "true",
+        "AWS_ACCESS_KEY_ID": "testing",
+        "AWS_SECRET_ACCESS_KEY": "testing-secret",
+        "AWS_REGION": "us-east-1",
+        "AWS_DEFAULT_REGION": "us-east-1",
+    }
+
+
+def azurite_env(port: int) -> dict[str, str]:
+    return {
+        "AZURE_STORAGE_ACCOUNT_NAME": AZURITE_ACCOUNT,
+        "AZURE_STORAGE_ACCOUNT_KEY": AZURITE_KEY,
+        "AZURE_STORAGE_ENDPOINT": f"http://127.0.0.1:{port}/{AZURITE_ACCOUNT}",
+        "AZURE_ALLOW_HTTP": "true",
+    }
+
+
+def reserve_ports() -> None:
+    """Choose the session's server ports now and point the standard variables at them in
+    ``os.environ`` (the servers start later, when a test asks for them)."""
+    s3, az = _free_port(), _free_port()
+    os.environ[S3_PORT_ENV], os.environ[AZURITE_PORT_ENV] = str(s3), str(az)
+    os.environ.update(s3_env(s3))
+    os.environ.update(azurite_env(az))
+
+
+def _port(env: str) -> int:
+    raw = os.environ.get(env)
+    return int(raw) if raw else _free_port()
+
+
+@contextmanager
+def moto_server(port: int | None = None) -> Iterator[ObjectServer]:
+    """moto's S3 server on a loopback port (a free one by default), with one bucket."""
+    from moto.server import ThreadedMotoServer
+
+    _serialise_moto_writes()
+    _quiet_moto()
+    port = port or _free_port()
+    server = ThreadedMotoServer(ip_address="127.0.0.1", port=port, verbose=False)
+    server.start()
+    _wait_port(port)
+    env = s3_env(port)
+    bucket = "rowtime-tests"
+    import boto3
+
+    boto3.client(
+        "s3",
+        endpoint_url=env["AWS_ENDPOINT_URL"],
+        aws_access_key_id="testing",
+        aws_secret_access_key="testing-secret",
+        region_name="us-east-1",
+    ).create_bucket(Bucket=bucket)
+    try:
+        yield ObjectServer("s3", bucket, env)
+    finally:
+        server.stop()
+
+
+def azurite_dir() -> Path:
+    default = Path.home() / ".cache" / "pyspark-rowtime" / "azurite-npm"
+    return Path(os.environ.get("ROWTIME_AZURITE_DIR", default))
+
+
+def why_no_azurite() -> str | None:
+    if (azurite_dir() / "node_modules" / ".bin" / "azurite-blob").exists():
+        return None if shutil.which("node") else "node is not installed (Azurite runs on node)"
+    if not shutil.which("npm") or not shutil.which("node"):
+        return (
+            "Azurite (the Azure Blob emulator) cannot be installed: node and npm are not "
+            "installed (apt-get install nodejs npm)"
+        )
+    return None
+
+
+def install_azurite() -> Path:
+    """Azurite's ``azurite-blob`` command, installed from npm when missing. (npm silently
+    installs nothing into a folder named ``azurite``: the folder is ``azurite-npm``.)"""
+    folder = azurite_dir()
+    exe = folder / "node_modules" / ".bin" / "azurite-blob"
+    if not exe.exists():
+        folder.mkdir(parents=True, exist_ok=True)
+        subprocess.run(
+            ["npm", "install", "--no-audit", "--no-fund", "--prefix", str(folder), "azurite"],
+            check=True,
+            stdout=subprocess.DEVNULL,
+            timeout=600,
+        )
+    return exe
+
+
+@contextmanager
+def azurite_server(workdir: Path, port: int | None = None) -> Iterator[ObjectServer]:
+    """Azurite's blob service on a loopback port (a free one by default), with one container."""
+    exe = install_azurite()
+    port = port or _free_port()
+    proc = subprocess.Popen(
+        [
+            str(exe),
+            "--blobHost",
+            "127.0.0.1",
+            "--blobPort",
+            str(port),
+            "--location",
+            str(workdir),
+            "--disableTelemetry",
+            "--skipApiVersionCheck",
+            "--silent",
+        ],
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+    )
+    try:
+        _wait_port(port, proc)
+        env = azurite_env(port)
+        endpoint = env["AZURE_STORAGE_ENDPOINT"]
+        container = "rowtime-tests"
+        from azure.storage.blob import BlobServiceClient
+
+        conn = (
+            f"DefaultEndpointsProtocol=http;AccountName={AZURITE_ACCOUNT};"
+            f"AccountKey={AZURITE_KEY};BlobEndpoint={endpoint};"
+        )
+        BlobServiceClient.from_connection_string(conn).create_container(container)
+        yield ObjectServer("az", container, env)
+    finally:
+        proc.terminate()
+        try:
+            proc.wait(10)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+            proc.wait()
+
+
+# -- pytest fixtures (tests/conftest.py and integration/conftest.py import these) --------------
+
+import pytest  # noqa: E402
+
+
+@pytest.fixture(scope="session")
+def s3_server() -> Iterator[ObjectServer]:
+    """moto's S3 server for the session, its variables set in ``os.environ`` (so Spark's
+    Python workers, started from this process, see them too)."""
+    why = why_no_moto()
+    if why:
+        pytest.skip(why)
+    with moto_server(_port(S3_PORT_ENV)) as server, server.environ():
+        yield server
+
+
+@pytest.fixture(scope="session")
+def az_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[ObjectServer]:
+    """Azurite for the session, its variables set in ``os.environ``."""
+    why = why_no_azurite()
+    if why:
+        pytest.skip(why)
+    workdir = tmp_path_factory.mktemp("azurite")
+    with azurite_server(workdir, _port(AZURITE_PORT_ENV)) as server, server.environ():
+        yield server
+
+
+@pytest.fixture(params=["s3", "az"])
+def object_server(request: pytest.FixtureRequest) -> ObjectServer:
+    """Each object store in turn (moto's S3, Azurite)."""
+    server: ObjectServer = request.getfixturevalue(f"{request.param}_server")
+    return server
