@@ -345,13 +345,16 @@ def window_rounds(seed: int) -> list[tuple[list[tuple[dict[str, Any], int]], int
     return out
 
 
-def window_ends(rows: list[dict[str, Any]], kind: str, n: int) -> list[dict[str, Any]]:
+def window_ends(
+    rows: list[dict[str, Any]], kind: str, n: int, slide: int = 1
+) -> list[dict[str, Any]]:
     out = []
     for k in sorted({r["k"] for r in rows}):
         mine = sorted((r for r in rows if r["k"] == k), key=lambda r: r["rowtime"])
         for j, r in enumerate(mine):
-            if kind == "rows":
-                end = mine[j + n]["rowtime"] if j + n < len(mine) else INFINITY_US
+            if kind == "rows":  # row j of its group ends where row floor(j / slide) * slide + n
+                at = j // slide * slide + n
+                end = mine[at]["rowtime"] if at < len(mine) else INFINITY_US
             elif r["v"] is None or r["v"] <= 10:
                 end = r["rowtime"]
             else:
@@ -361,15 +364,16 @@ def window_ends(rows: list[dict[str, Any]], kind: str, n: int) -> list[dict[str,
     return out
 
 
-@pytest.mark.parametrize("kind", ["rows", "while"])
+@pytest.mark.parametrize("kind", ["rows", "sliding", "while"])
 def test_grouped_windows_aggregate_to_the_relational_answer_with_a_restart(
     spark: Any, workdir: Path, kind: str
 ) -> None:
-    """rows_window(2) and while_window("v > 10") per k, aggregated per k by interval_aggregate:
-    the relational answer at every instant over the brute-force ends; a restart reproduces it."""
+    """rows_window(2), rows_window(3, slide=2) and while_window("v > 10") per k, aggregated
+    per k by interval_aggregate: the relational answer at every instant over the brute-force
+    ends; a restart reproduces it."""
     from test_interval_aggregate_spark import AGGS, got_rows, relational, same
 
-    plan = window_rounds(51 if kind == "rows" else 61)
+    plan = window_rounds({"rows": 51, "sliding": 71, "while": 61}[kind])
     results = []
     for stop_after in (-1, 2):
         location = workdir / f"w{kind}{stop_after}"
@@ -377,6 +381,8 @@ def test_grouped_windows_aggregate_to_the_relational_answer_with_a_restart(
         source = reader(spark, location)
         if kind == "rows":
             windowed = pr.rows_window(source, 2, partition_by="k")
+        elif kind == "sliding":
+            windowed = pr.rows_window(source, 3, slide=2, partition_by="k")
         else:
             windowed = pr.while_window(source, "v > 10", partition_by="k")
         df = pr.interval_aggregate(windowed, AGGS, partition_by="k")
@@ -392,7 +398,10 @@ def test_grouped_windows_aggregate_to_the_relational_answer_with_a_restart(
         every = [
             r for r in plain(spark.read.format("rowtime").load(str(location))) if not r["is_bound"]
         ]
-        want = relational(window_ends(every, kind, 2), "k")
+        if kind == "sliding":
+            want = relational(window_ends(every, "rows", 3, slide=2), "k")
+        else:
+            want = relational(window_ends(every, kind, 2), "k")
         assert len(want) > 5, "the scenario has stretches"
         got = got_rows(run, "k")
         same(got, want)
@@ -406,5 +415,7 @@ def test_a_window_group_must_lie_within_one_aggregate_group(spark: Any, workdir:
     windowed = pr.rows_window(reader(spark, location), 3)  # one group: the whole stream
     with pytest.raises(OptionError, match="must lie within one aggregate group"):
         pr.interval_aggregate(windowed, {"n": "count(*)"}, partition_by="k")
+    with pytest.raises(OptionError, match="slide=4 must be a whole number from 1 to n=3"):
+        pr.rows_window(reader(spark, location), 3, slide=4)
     with pytest.raises(OptionError, match="already has rowtime_end"):
         pr.rows_window(reader(spark, location, **{"interval.duration": "1"}), 3)
