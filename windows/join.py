@@ -49,7 +49,10 @@ watermark and may overlap anything of the other side that ends after its start: 
 side keeps those intervals (and a left join holds back their null-padded rows) until it is
 settled, so results are the relational join over the settled ends. Results then come once
 both rows' ends are known, maybe below the clock: write such a join to a table or files. Ties
-in a group's rowtimes go by the rows' values (as text), which a replay repeats.
+in a group's rowtimes go by the rows' values (as text), which a replay repeats. So a window
+group that goes quiet with a row open holds, for its key, the other side's intervals that end
+after that row's start, until its next row or the end of stream (``max_intervals_per_key``
+counts them, and the waiting rows).
 """
 
 from __future__ import annotations
