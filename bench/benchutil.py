@@ -1,4 +1,5 @@
-"""What the benchmarks share: best-of timing and the Spark session they measure in.
+"""What the benchmarks share: best-of timing, the Spark session they measure in, the rowtime
+streams they read, draining a query, and interleaved rounds of ours beside Spark's.
 
 ``./dev bench NAME`` puts this folder on PYTHONPATH."""
 
@@ -6,9 +7,20 @@ from __future__ import annotations
 
 import json
 import os
+import shutil
+import statistics
 import time
-from collections.abc import Callable
+import uuid
+from collections.abc import Callable, Mapping
 from typing import Any
+
+#: The streams the window benchmarks write: 2 partitions, ~10,000 rows per second of event
+#: time each, from this instant.
+PARTITIONS = 2
+CHUNK = 1_000_000
+START_US = 1_700_000_000_000_000
+STEP_US = 100
+WORDS = ("ORCL", "MSFT", "IBM", "SAP", "AAPL", "GOOG", "AMZN", "META")
 
 
 def write_json(folder: str, name: str, doc: object) -> str:
@@ -61,3 +73,120 @@ def spark_session(
     )
     spark.sparkContext.setLogLevel("ERROR")
     return spark
+
+
+def write_stream(path: str, rows: int, *, seed: int = 0, keys: int | None = None) -> None:
+    """A rowtime stream of ``rows`` rows in :data:`PARTITIONS` partitions, ended: id BIGINT
+    (distinct), v DOUBLE (uniform in [0, 1)), s STRING (one of :data:`WORDS`) and, with
+    ``keys``, k BIGINT (uniform in [0, keys)); partition ``p``'s row ``i`` at ``START_US + i *
+    STEP_US``, random values from seed ``seed * 10 + p``."""
+    import numpy as np
+    import pyarrow as pa
+
+    import pyspark_rowtime as pr
+
+    words = np.array(WORDS)
+    schema = "id BIGINT, v DOUBLE, s STRING" + (", k BIGINT" if keys else "")
+    pr.create_stream(path, schema, partitions=PARTITIONS)
+    per_partition = rows // PARTITIONS
+    for p in range(PARTITIONS):
+        rng = np.random.default_rng(seed * 10 + p)
+        with pr.open_writer(path, p) as w:
+            for first in range(0, per_partition, CHUNK):
+                n = min(CHUNK, per_partition - first)
+                t = START_US + np.arange(first, first + n, dtype=np.int64) * STEP_US
+                s = words[rng.integers(0, len(words), n)]
+                columns = {
+                    "id": np.arange(first, first + n, dtype=np.int64) * PARTITIONS + p,
+                    "v": rng.random(n),
+                    "s": pa.array(s.tolist(), pa.string()),
+                }
+                if keys:
+                    columns["k"] = rng.integers(0, keys, n)
+                columns["rowtime"] = pa.array(t, pa.int64()).view(pa.timestamp("us", tz="UTC"))
+                w.insert_arrow(pa.table(columns), rowtime_column="rowtime")
+            w.end_stream()
+
+
+def drain(df: Any, root: str) -> tuple[float, int]:
+    """Seconds to drain a streaming ``df`` into noop with ``availableNow`` (a checkpoint under
+    ``root``, removed after), and the rows it wrote."""
+    checkpoint = os.path.join(root, "checkpoints", uuid.uuid4().hex)
+    t0 = time.perf_counter()
+    q = (
+        df.writeStream.format("noop")
+        .outputMode("append")
+        .trigger(availableNow=True)
+        .option("checkpointLocation", checkpoint)
+        .start()
+    )
+    q.awaitTermination()
+    seconds = time.perf_counter() - t0
+    out = sum(p["sink"].get("numOutputRows", 0) or 0 for p in q.recentProgress)
+    shutil.rmtree(checkpoint, ignore_errors=True)
+    return seconds, out
+
+
+#: A query of a comparison: runs it once, returns (seconds, rows out; -1: not counted).
+Query = Callable[[], tuple[float, int]]
+
+
+def interleaved(
+    cases: Mapping[str, Mapping[str, Query]],
+    rounds: int,
+    rows_in: Mapping[str, int],
+    *,
+    base: str = "spark",
+    ours: str = "rowtime",
+) -> dict[str, float]:
+    """Run each case's queries ``rounds`` times after one warm-up round, interleaved: every
+    round runs every case, and within a case the queries in alternating order (the first of a
+    round is the last of the next), so a change in the machine's load meets both. Prints each
+    round with the load average, then per query the median input rows/s over the measured
+    rounds with their spread (min-max) and the rows out, and per case the ratio ``ours`` /
+    ``base`` (per round, then its median, with its spread). Returns the median ratio per
+    case. ``rows_in``: the input rows of one run of each case."""
+    if rounds < 1:
+        raise ValueError(f"rounds={rounds}: at least one measured round")
+    rates: dict[tuple[str, str], list[float]] = {(c, n): [] for c in cases for n in cases[c]}
+    ratios: dict[str, list[float]] = {c: [] for c in cases}
+    outputs: dict[tuple[str, str], int] = {}
+    for r in range(rounds + 1):  # round 0 warms up
+        parts = []
+        for case, queries in cases.items():
+            order = list(queries) if r % 2 else list(reversed(queries))
+            this: dict[str, float] = {}
+            for name in order:
+                seconds, out = queries[name]()
+                this[name] = rows_in[case] / seconds
+                outputs[(case, name)] = out
+            if r:
+                for name in queries:
+                    rates[(case, name)].append(this[name])
+                ratios[case].append(this[ours] / this[base])
+            parts.append(
+                f"{case}: "
+                + ", ".join(f"{name} {this[name] / 1e6:.3f}" for name in queries)
+                + f" M rows/s, ratio {this[ours] / this[base]:.2f}"
+            )
+        # The machine may be shared: the load beside every round tells how far to trust it.
+        load = " ".join(f"{x:.2f}" for x in os.getloadavg())
+        warm = " (warm-up)" if not r else ""
+        print(f"round {r}{warm}: " + "; ".join(parts) + f"; load average {load}", flush=True)
+    width = max(len(c) for c in cases) + 2
+    print(f"{'case':<{width}}{'query':<9}{'median M rows/s':>17}{'spread':>16}{'rows out':>12}")
+    for (case, name), xs in rates.items():
+        out = outputs[(case, name)]
+        print(
+            f"{case:<{width}}{name:<9}{statistics.median(xs) / 1e6:17.3f}"
+            f"{f'{min(xs) / 1e6:.3f}-{max(xs) / 1e6:.3f}':>16}"
+            f"{(f'{out:,}' if out >= 0 else 'batch'):>12}"
+        )
+    medians = {}
+    for case, xs in ratios.items():
+        medians[case] = statistics.median(xs)
+        print(
+            f"ratio {ours}/{base}, {case}: median {medians[case]:.2f} "
+            f"(spread {min(xs):.2f}-{max(xs):.2f}, {len(xs)} rounds)"
+        )
+    return medians

@@ -3,8 +3,9 @@
 Two rowtime streams, ``a`` and ``b`` (2 partitions each; id BIGINT, v DOUBLE, s STRING of 8
 values, k BIGINT of 5,000 values; ~20,000 rows per second of event time per stream), read
 through ``format("rowtime")`` with ``interval.duration`` in one Spark session. Each round runs
-the four queries below, in alternating order, after one warm-up round; the figures are the
-median over rounds of the input rows per second, and the ratio is ours / Spark's per round,
+the four queries below, each pair in alternating order, after one warm-up round
+(``benchutil.interleaved``, as ``./dev bench windows``); the figures are the median over rounds
+of the input rows per second with their spread, and the ratio is ours / Spark's per round,
 then its median.
 
 * **Aggregate over intervals** (``a`` alone, valid 100 ms, per ``s``: count, sum, avg):
@@ -37,66 +38,17 @@ from __future__ import annotations
 import argparse
 import os
 import shutil
-import statistics
 import tempfile
 import time
-import uuid
 from typing import Any
 
-import numpy as np
-import pyarrow as pa
-from benchutil import spark_session
+from benchutil import PARTITIONS, drain, interleaved, spark_session, write_stream
 from pyspark.sql import Window
 from pyspark.sql import functions as F
 
 import pyspark_rowtime as pr
 
-PARTITIONS = 2
-CHUNK = 1_000_000
-START_US = 1_700_000_000_000_000
-STEP_US = 100  # per partition: ~10,000 rows per second of event time
-WORDS = np.array(["ORCL", "MSFT", "IBM", "SAP", "AAPL", "GOOG", "AMZN", "META"])
 KEYS = 5_000
-
-
-def write_data(path: str, rows: int, seed: int) -> None:
-    pr.create_stream(path, "id BIGINT, v DOUBLE, s STRING, k BIGINT", partitions=PARTITIONS)
-    per_partition = rows // PARTITIONS
-    for p in range(PARTITIONS):
-        rng = np.random.default_rng(seed * 10 + p)
-        with pr.open_writer(path, p) as w:
-            for first in range(0, per_partition, CHUNK):
-                n = min(CHUNK, per_partition - first)
-                t = START_US + np.arange(first, first + n, dtype=np.int64) * STEP_US
-                table = pa.table(
-                    {
-                        "id": np.arange(first, first + n, dtype=np.int64) * PARTITIONS + p,
-                        "v": rng.random(n),
-                        "s": pa.array(WORDS[rng.integers(0, len(WORDS), n)].tolist(), pa.string()),
-                        "k": rng.integers(0, KEYS, n),
-                        "rowtime": pa.array(t, pa.int64()).view(pa.timestamp("us", tz="UTC")),
-                    }
-                )
-                w.insert_arrow(table, rowtime_column="rowtime")
-            w.end_stream()
-
-
-def drain(df: Any, root: str) -> tuple[float, int]:
-    """Seconds to drain a streaming ``df`` into noop with availableNow, and the rows out."""
-    checkpoint = os.path.join(root, "checkpoints", uuid.uuid4().hex)
-    t0 = time.perf_counter()
-    q = (
-        df.writeStream.format("noop")
-        .outputMode("append")
-        .trigger(availableNow=True)
-        .option("checkpointLocation", checkpoint)
-        .start()
-    )
-    q.awaitTermination()
-    seconds = time.perf_counter() - t0
-    out = sum(p["sink"].get("numOutputRows", 0) or 0 for p in q.recentProgress)
-    shutil.rmtree(checkpoint, ignore_errors=True)
-    return seconds, out
 
 
 def run_batch(df: Any) -> tuple[float, int]:
@@ -118,8 +70,8 @@ def main() -> None:
     try:
         a, b = os.path.join(base, "a"), os.path.join(base, "b")
         t0 = time.perf_counter()
-        write_data(a, args.rows, 1)
-        write_data(b, args.rows, 2)
+        write_stream(a, args.rows, seed=1, keys=KEYS)
+        write_stream(b, args.rows, seed=2, keys=KEYS)
         print(
             f"rows: {args.rows:,} per stream in {PARTITIONS} partitions, maxRowsPerBatch "
             f"{args.batch:,}; Spark {spark.version}, local[2] (wrote in "
@@ -221,49 +173,7 @@ def main() -> None:
             "aggregate": {"spark": agg_spark, "rowtime": agg_ours},
             "left join": {"spark": join_spark, "rowtime": join_ours},
         }
-        rates: dict[tuple[str, str], list[float]] = {(c, n): [] for c in cases for n in cases[c]}
-        ratios: dict[str, list[float]] = {c: [] for c in cases}
-        outputs: dict[tuple[str, str], int] = {}
-        for r in range(args.rounds + 1):  # round 0 warms up
-            parts = []
-            for case, queries in cases.items():
-                order = list(queries) if r % 2 else list(reversed(queries))
-                this: dict[str, float] = {}
-                for name in order:
-                    seconds, out = queries[name]()
-                    rows = args.rows * (2 if case == "left join" else 1)
-                    this[name] = rows / seconds
-                    outputs[(case, name)] = out
-                if r:
-                    for name in queries:
-                        rates[(case, name)].append(this[name])
-                    ratios[case].append(this["rowtime"] / this["spark"])
-                parts.append(
-                    f"{case}: spark {this['spark'] / 1e6:.3f}, rowtime "
-                    f"{this['rowtime'] / 1e6:.3f} M rows/s, ratio "
-                    f"{this['rowtime'] / this['spark']:.2f}"
-                )
-            # The machine may be shared: the load beside every round tells how far to trust it.
-            load = " ".join(f"{x:.2f}" for x in os.getloadavg())
-            print(
-                f"round {r}{' (warm-up)' if not r else ''}: "
-                + "; ".join(parts)
-                + f"; load average {load}",
-                flush=True,
-            )
-        print(f"{'case':<11}{'query':<9}{'median M rows/s':>17}{'spread':>16}{'rows out':>12}")
-        for (case, name), xs in rates.items():
-            out = outputs[(case, name)]
-            print(
-                f"{case:<11}{name:<9}{statistics.median(xs) / 1e6:17.3f}"
-                f"{f'{min(xs) / 1e6:.3f}-{max(xs) / 1e6:.3f}':>16}"
-                f"{(f'{out:,}' if out >= 0 else 'batch'):>12}"
-            )
-        for case, xs in ratios.items():
-            print(
-                f"ratio rowtime/spark, {case}: median {statistics.median(xs):.2f} "
-                f"(spread {min(xs):.2f}-{max(xs):.2f})"
-            )
+        interleaved(cases, args.rounds, {"aggregate": args.rows, "left join": 2 * args.rows})
     finally:
         spark.stop()
         if args.dir is None:

@@ -9,10 +9,11 @@ drained with ``trigger(availableNow=True)``:
 * ``spark``: ``with_watermark(df).groupBy("s", window("rowtime", "10 seconds")).agg(...)``;
 * ``rowtime``: ``time_interval_aggregate(df, ..., interval_duration=10, partition_by="s")``.
 
-Each round runs both, in alternating order, after one warm-up round; the figures are the
-median over rounds and the spread (min-max) of rows/s. The ratio is rowtime / spark, per round,
-then its median; target >= 0.5. Both pay for the reader (a Python data source), so the ratio
-is the price of the window alone on top of what the query already pays.
+Each round runs both, in alternating order, after one warm-up round
+(``benchutil.interleaved``); the figures are the median over rounds and the spread (min-max)
+of rows/s. The ratio is rowtime / spark, per round, then its median; target >= 0.5. Both pay
+for the reader (a Python data source), so the ratio is the price of the window alone on top
+of what the query already pays.
 
 Run: ``./dev bench windows [--rows N] [--rounds R] [--batch ROWS]``.
 """
@@ -22,47 +23,16 @@ from __future__ import annotations
 import argparse
 import os
 import shutil
-import statistics
 import tempfile
 import time
-import uuid
 from typing import Any
 
-import numpy as np
-import pyarrow as pa
-from benchutil import spark_session
+from benchutil import PARTITIONS, drain, interleaved, spark_session, write_stream
 from pyspark.sql import functions as F
 
 import pyspark_rowtime as pr
 
-PARTITIONS = 2
-CHUNK = 1_000_000
-START_US = 1_700_000_000_000_000
-STEP_US = 100  # per partition: ~10,000 rows per second of event time
-WORDS = np.array(["ORCL", "MSFT", "IBM", "SAP", "AAPL", "GOOG", "AMZN", "META"])
 TARGET = 0.5
-
-
-def write_data(path: str, rows: int) -> None:
-    pr.create_stream(path, "id BIGINT, v DOUBLE, s STRING", partitions=PARTITIONS)
-    per_partition = rows // PARTITIONS
-    for p in range(PARTITIONS):
-        rng = np.random.default_rng(p)
-        with pr.open_writer(path, p) as w:
-            for first in range(0, per_partition, CHUNK):
-                n = min(CHUNK, per_partition - first)
-                t = START_US + np.arange(first, first + n, dtype=np.int64) * STEP_US
-                words = WORDS[rng.integers(0, len(WORDS), n)]
-                table = pa.table(
-                    {
-                        "id": np.arange(first, first + n, dtype=np.int64) * PARTITIONS + p,
-                        "v": rng.random(n),
-                        "s": pa.array(words.tolist(), pa.string()),
-                        "rowtime": pa.array(t, pa.int64()).view(pa.timestamp("us", tz="UTC")),
-                    }
-                )
-                w.insert_arrow(table, rowtime_column="rowtime")
-            w.end_stream()
 
 
 def aggs() -> list[Any]:
@@ -72,24 +42,6 @@ def aggs() -> list[Any]:
         F.max("v").alias("top"),
         F.max_by("id", "v").alias("top_id"),
     ]
-
-
-def drain(df: Any, root: str) -> tuple[float, int]:
-    """Seconds to drain ``df`` into noop with availableNow, and the rows it wrote."""
-    checkpoint = os.path.join(root, "checkpoints", uuid.uuid4().hex)
-    t0 = time.perf_counter()
-    q = (
-        df.writeStream.format("noop")
-        .outputMode("append")
-        .trigger(availableNow=True)
-        .option("checkpointLocation", checkpoint)
-        .start()
-    )
-    q.awaitTermination()
-    seconds = time.perf_counter() - t0
-    out = sum(p["sink"].get("numOutputRows", 0) or 0 for p in q.recentProgress)
-    shutil.rmtree(checkpoint, ignore_errors=True)
-    return seconds, out
 
 
 def main() -> None:
@@ -104,7 +56,7 @@ def main() -> None:
     try:
         stream = os.path.join(base, "stream")
         t0 = time.perf_counter()
-        write_data(stream, args.rows)
+        write_stream(stream, args.rows)
         print(
             f"rows: {args.rows:,} in {PARTITIONS} partitions, maxRowsPerBatch {args.batch:,}; "
             f"Spark {spark.version}, local[2] (wrote in {time.perf_counter() - t0:.0f} s)"
@@ -129,42 +81,14 @@ def main() -> None:
                 source(), aggs(), interval_duration=10, partition_by="s"
             )
 
-        cases = {"spark": native, "rowtime": ours}
-        rates: dict[str, list[float]] = {name: [] for name in cases}
-        ratios: list[float] = []
-        outputs: dict[str, int] = {}
-        for r in range(args.rounds + 1):  # round 0 warms up
-            order = list(cases) if r % 2 else list(reversed(cases))
-            this: dict[str, float] = {}
-            for name in order:
-                seconds, out = drain(cases[name](), base)
-                this[name] = args.rows / seconds
-                outputs[name] = out
-            # The machine may be shared: the load beside every round tells how far to trust it.
-            load = " ".join(f"{x:.2f}" for x in os.getloadavg())
-            print(
-                f"round {r}{' (warm-up)' if not r else ''}: "
-                + ", ".join(f"{name} {this[name] / 1e6:.3f} M rows/s" for name in cases)
-                + f", ratio {this['rowtime'] / this['spark']:.2f}; load average {load}",
-                flush=True,
-            )
-            if r:
-                for name in cases:
-                    rates[name].append(this[name])
-                ratios.append(this["rowtime"] / this["spark"])
-        print(f"{'query':<10}{'median M rows/s':>17}{'spread':>16}{'windows out':>13}")
-        for name in cases:
-            xs = rates[name]
-            print(
-                f"{name:<10}{statistics.median(xs) / 1e6:17.3f}"
-                f"{f'{min(xs) / 1e6:.3f}-{max(xs) / 1e6:.3f}':>16}{outputs[name]:>13,}"
-            )
-        ratio = statistics.median(ratios)
-        verdict = "ok" if ratio >= TARGET else "MISS"
-        print(
-            f"ratio rowtime/spark: median {ratio:.2f} (spread {min(ratios):.2f}-"
-            f"{max(ratios):.2f}), target >= {TARGET} {verdict}"
-        )
+        cases = {
+            "windows": {
+                "spark": lambda: drain(native(), base),
+                "rowtime": lambda: drain(ours(), base),
+            }
+        }
+        ratio = interleaved(cases, args.rounds, {"windows": args.rows})["windows"]
+        print(f"target >= {TARGET}: {'ok' if ratio >= TARGET else 'MISS'}")
     finally:
         spark.stop()
         if args.dir is None:

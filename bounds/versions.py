@@ -3,8 +3,10 @@
 Everything this project stores says which version of its format wrote it: a stream's metadata
 (``format_version``), each segment's footer (``rowtime.format_version``), a reader's offset
 (``v``), a sink target's description (``format_version``) and each stream target's manifest
-entry (``format``), and the state of ``time_interval_aggregate`` and ``overlap_join`` in Spark's
-state store (a bare list is version 1; a later version wraps its state as ``{"v": n, ...}``).
+entry (``format``), and the state of ``time_interval_aggregate``, ``overlap_join`` and
+``interval_aggregate`` in Spark's state store (a bare list is version 1; ``{"v": n, "state":
+...}`` wraps the others: ``interval_aggregate``, whose state is a dict, always, reading its
+first, bare dict as well).
 A release reads every version an earlier release of the same major version wrote; a version
 above what it reads is refused by :func:`newer_format`'s error, which names the version found,
 the highest this code reads and the installed pyspark-rowtime, so that whoever sees it knows

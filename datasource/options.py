@@ -261,6 +261,14 @@ def _slide(given: Mapping[str, str], duration_us: int | None) -> int | None:
     """interval.slide in microseconds: only with interval.duration, and at most it."""
     if "interval.slide" not in given:
         return None
+    if "interval.count" in given:
+        raise OptionError(
+            f"option interval.slide={given['interval.slide']!r} moves a time window, not "
+            "interval.count's element window (a row's place among its partition's rows is not "
+            "known to a reader that starts after a trim): for an element window that moves, "
+            "read without interval.* options and use pyspark_rowtime.rows_window(df, n, "
+            "slide=rows, partition_by=...)"
+        )
     slide = parse_duration_us(given["interval.slide"].strip(), what="option interval.slide")
     if duration_us is None:
         raise OptionError(

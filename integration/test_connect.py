@@ -128,7 +128,8 @@ def call_interval_aggregate(spark: Any, workdir: Path) -> None:
 
 
 def call_windows(spark: Any, workdir: Path) -> None:
-    """The grouped element window and the predicate window, each into interval_aggregate."""
+    """The grouped element window (also sliding) and the predicate window, each into
+    interval_aggregate, and a window into overlap_join."""
     df = reader(spark, _quiet_stream(workdir))
     rows = pr.interval_aggregate(pr.rows_window(df, 2, partition_by="k"), {"n": "count(*)"})
     got = sorted((r["rowtime"], r["n"]) for r in _run_to_end(rows, workdir, "rw"))
@@ -140,6 +141,17 @@ def call_windows(spark: Any, workdir: Path) -> None:
     got = sorted((r["rowtime"], r["n"]) for r in _run_to_end(hot, workdir, "ww2"))
     # rows 1 and 2 hold the condition and nothing closes them: 1 from 1 s, 2 from 2 s on
     assert [n for _, n in got] == [1, 2]
+    df = reader(spark, _quiet_stream(workdir, "slid"))
+    slid = pr.interval_aggregate(
+        pr.rows_window(df, 2, slide=2, partition_by="k"), {"n": "count(*)"}
+    )
+    got = sorted((r["rowtime"], r["n"]) for r in _run_to_end(slid, workdir, "rs"))
+    # rows 0 and 1 (one block) valid until row 2 starts; row 2 until the end of stream
+    assert [n for _, n in got] == [1, 2, 1]
+    left = pr.rows_window(reader(spark, _quiet_stream(workdir, "wl")), 1, partition_by="k")
+    right = reader(spark, _quiet_stream(workdir, "wr"), **{"interval.count": "1"})
+    # a window into the join: rows i of both sides valid over [i, i + 1) s, each meets its twin
+    assert len(_run_to_end(pr.overlap_join(left, right, "k"), workdir, "wj")) == 3
 
 
 def call_streams_api(spark: Any, workdir: Path) -> None:

@@ -203,6 +203,31 @@ def joined(rows: list[dict[str, Any]]) -> list[tuple]:
     return sorted((r["k"], r["left_i"], r["right_i"], r["rowtime"], r["rowtime_end"]) for r in rows)
 
 
+def check_left_join(run: Run, lrows: list[dict[str, Any]], rrows: list[dict[str, Any]]) -> list:
+    """The left join ``run`` wrote is the brute force's over ``lrows`` and ``rrows`` (settled
+    rows, ``rowtime_end`` set): every pair once, every left row that met none once with nulls,
+    each such row in a batch whose watermark reached its end (both clocks passed it), never
+    before. Returns what the run wrote, sorted."""
+    pairs = brute_force_join(lrows, rrows)
+    met = {i for _, i, _, _, _ in pairs}
+    alone = [
+        (r["k"], r["i"], None, r["rowtime"], r["rowtime_end"])
+        for r in lrows
+        if r["i"] not in met and r["rowtime"] < r["rowtime_end"]
+    ]
+    assert pairs and alone, "the scenario has both kinds of rows"
+    got = sorted(joined(run.records), key=repr)
+    assert got == sorted(pairs + alone, key=repr)
+    watermark = {p["batchId"]: iso_us(p["eventTime"]["watermark"]) for p in run.progress}
+    end_ms = INFINITY_US // 1000 - 1
+    for batch_id, rows in run.batches:
+        for r in rows:
+            if r["right_i"] is None:  # never before both clocks passed the row's end
+                w = watermark[batch_id]
+                assert w // 1000 >= end_ms or w >= r["rowtime_end"], (batch_id, r)
+    return got
+
+
 def join_streams(spark: Any, workdir: Path, name: str) -> tuple[Path, Path, Any]:
     a, b = workdir / f"{name}_a", workdir / f"{name}_b"
     pr.create_stream(str(a), "p int, i long, k string", partitions=2)
@@ -253,24 +278,7 @@ def test_left_overlap_join_against_brute_force_with_a_restart(spark: Any, workdi
         lrows = plain(spark.read.format("rowtime").option("interval.duration", "1").load(str(a)))
         rrows = plain(spark.read.format("rowtime").option("interval.count", "1").load(str(b)))
         lrows = [r for r in lrows if not r["is_bound"]]
-        pairs = brute_force_join(lrows, [r for r in rrows if not r["is_bound"]])
-        met = {i for _, i, _, _, _ in pairs}
-        alone = [
-            (r["k"], r["i"], None, r["rowtime"], r["rowtime_end"])
-            for r in lrows
-            if r["i"] not in met and r["rowtime"] < r["rowtime_end"]
-        ]
-        assert pairs and alone, "the scenario has both kinds of rows"
-        got = sorted(joined(run.records), key=repr)
-        assert got == sorted(pairs + alone, key=repr)
-        watermark = {p["batchId"]: iso_us(p["eventTime"]["watermark"]) for p in run.progress}
-        end_ms = INFINITY_US // 1000 - 1
-        for batch_id, rows in run.batches:
-            for r in rows:
-                if r["right_i"] is None:  # never before both clocks passed the row's end
-                    w = watermark[batch_id]
-                    assert w // 1000 >= end_ms or w >= r["rowtime_end"], (batch_id, r)
-        results.append(got)
+        results.append(check_left_join(run, lrows, [r for r in rrows if not r["is_bound"]]))
     assert results[0] == results[1]
 
 
@@ -345,13 +353,16 @@ def window_rounds(seed: int) -> list[tuple[list[tuple[dict[str, Any], int]], int
     return out
 
 
-def window_ends(rows: list[dict[str, Any]], kind: str, n: int) -> list[dict[str, Any]]:
+def window_ends(
+    rows: list[dict[str, Any]], kind: str, n: int, slide: int = 1
+) -> list[dict[str, Any]]:
     out = []
     for k in sorted({r["k"] for r in rows}):
         mine = sorted((r for r in rows if r["k"] == k), key=lambda r: r["rowtime"])
         for j, r in enumerate(mine):
-            if kind == "rows":
-                end = mine[j + n]["rowtime"] if j + n < len(mine) else INFINITY_US
+            if kind == "rows":  # row j of its group ends where row floor(j / slide) * slide + n
+                at = j // slide * slide + n
+                end = mine[at]["rowtime"] if at < len(mine) else INFINITY_US
             elif r["v"] is None or r["v"] <= 10:
                 end = r["rowtime"]
             else:
@@ -361,15 +372,16 @@ def window_ends(rows: list[dict[str, Any]], kind: str, n: int) -> list[dict[str,
     return out
 
 
-@pytest.mark.parametrize("kind", ["rows", "while"])
+@pytest.mark.parametrize("kind", ["rows", "sliding", "while"])
 def test_grouped_windows_aggregate_to_the_relational_answer_with_a_restart(
     spark: Any, workdir: Path, kind: str
 ) -> None:
-    """rows_window(2) and while_window("v > 10") per k, aggregated per k by interval_aggregate:
-    the relational answer at every instant over the brute-force ends; a restart reproduces it."""
+    """rows_window(2), rows_window(3, slide=2) and while_window("v > 10") per k, aggregated
+    per k by interval_aggregate: the relational answer at every instant over the brute-force
+    ends; a restart reproduces it."""
     from test_interval_aggregate_spark import AGGS, got_rows, relational, same
 
-    plan = window_rounds(51 if kind == "rows" else 61)
+    plan = window_rounds({"rows": 51, "sliding": 71, "while": 61}[kind])
     results = []
     for stop_after in (-1, 2):
         location = workdir / f"w{kind}{stop_after}"
@@ -377,6 +389,8 @@ def test_grouped_windows_aggregate_to_the_relational_answer_with_a_restart(
         source = reader(spark, location)
         if kind == "rows":
             windowed = pr.rows_window(source, 2, partition_by="k")
+        elif kind == "sliding":
+            windowed = pr.rows_window(source, 3, slide=2, partition_by="k")
         else:
             windowed = pr.while_window(source, "v > 10", partition_by="k")
         df = pr.interval_aggregate(windowed, AGGS, partition_by="k")
@@ -392,7 +406,10 @@ def test_grouped_windows_aggregate_to_the_relational_answer_with_a_restart(
         every = [
             r for r in plain(spark.read.format("rowtime").load(str(location))) if not r["is_bound"]
         ]
-        want = relational(window_ends(every, kind, 2), "k")
+        if kind == "sliding":
+            want = relational(window_ends(every, "rows", 3, slide=2), "k")
+        else:
+            want = relational(window_ends(every, kind, 2), "k")
         assert len(want) > 5, "the scenario has stretches"
         got = got_rows(run, "k")
         same(got, want)
@@ -406,5 +423,54 @@ def test_a_window_group_must_lie_within_one_aggregate_group(spark: Any, workdir:
     windowed = pr.rows_window(reader(spark, location), 3)  # one group: the whole stream
     with pytest.raises(OptionError, match="must lie within one aggregate group"):
         pr.interval_aggregate(windowed, {"n": "count(*)"}, partition_by="k")
+    with pytest.raises(OptionError, match="slide=4 must be a whole number from 1 to n=3"):
+        pr.rows_window(reader(spark, location), 3, slide=4)
     with pytest.raises(OptionError, match="already has rowtime_end"):
         pr.rows_window(reader(spark, location, **{"interval.duration": "1"}), 3)
+
+
+@pytest.mark.parametrize("kind", ["rows", "while"])
+def test_windows_into_the_left_overlap_join_against_brute_force_with_a_restart(
+    spark: Any, workdir: Path, kind: str
+) -> None:
+    """rows_window(2, slide=2) or while_window("v > 10") per k on the left, the reader's
+    interval.duration on the right, joined on k with how="left": every overlapping pair once
+    over the brute-force window ends, every left row that meets none once with nulls (never
+    before both clocks passed its end); a restart from the checkpoint gives the same rows."""
+    plan = window_rounds(82 if kind == "rows" else 93)  # seeds with rows of both kinds
+    right_rounds = make_rounds(82, 1, n_rounds=len(plan), keys=2)
+    rounds = [[[(0, rows, bound, end)] for rows, bound, end in plan], right_rounds]
+    results = []
+    for stop_after in (-1, 3):
+        a, b = workdir / f"wj{kind}{stop_after}_a", workdir / f"wj{kind}{stop_after}_b"
+        pr.create_stream(str(a), "i long, k string, v double", partitions=1)
+        pr.create_stream(str(b), "p int, i long, k string", partitions=1)
+        source = reader(spark, a)
+        if kind == "rows":
+            left = pr.rows_window(source, 2, slide=2, partition_by="k")
+        else:
+            left = pr.while_window(source, "v > 10", partition_by="k")
+        right = reader(spark, b, **{"interval.duration": "1.5 seconds"})
+        df = pr.overlap_join(left, right, "k", how="left")
+        assert df.columns == ["k", "left_i", "v", "p", "right_i", "rowtime", "rowtime_end"]
+        run = run_rounds(df, [a, b], rounds, workdir / f"chk_wj{kind}{stop_after}", stop_after)
+        every = [r for r in plain(spark.read.format("rowtime").load(str(a))) if not r["is_bound"]]
+        if kind == "rows":
+            lrows = window_ends(every, "rows", 2, slide=2)
+        else:
+            lrows = window_ends(every, "while", 0)
+        rrows = plain(spark.read.format("rowtime").option("interval.duration", "1.5").load(str(b)))
+        results.append(check_left_join(run, lrows, [r for r in rrows if not r["is_bound"]]))
+    assert results[0] == results[1]
+
+
+def test_a_window_group_must_lie_within_one_join_key(spark: Any, workdir: Path) -> None:
+    a, b = workdir / "wjbad_a", workdir / "wjbad_b"
+    pr.create_stream(str(a), "i long, k string, v double", partitions=1)
+    pr.create_stream(str(b), "p int, i long, k string", partitions=1)
+    right = reader(spark, b, **{"interval.duration": "1"})
+    whole = pr.rows_window(reader(spark, a), 3)  # one group: the whole stream, every key
+    with pytest.raises(OptionError, match=r"Window by the join keys too \(partition_by=\['k'\]\)"):
+        pr.overlap_join(whole, right, "k")
+    with pytest.raises(OptionError, match="right is a while window"):
+        pr.overlap_join(right, pr.while_window(reader(spark, a), "v > 1"), "k")

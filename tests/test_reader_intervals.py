@@ -355,6 +355,7 @@ def test_interval_slide_moves_the_time_window_in_steps(tmp_path: Path) -> None:
     ("options", "message"),
     [
         ({"interval.slide": "1 second"}, "set option interval.duration too"),
+        ({"interval.count": "3", "interval.slide": "2"}, r"rows_window\(df, n, slide=rows"),
         ({"interval.duration": "1", "interval.slide": "2"}, "longer than interval.duration"),
         ({"interval.duration": "1", "interval.slide": "0"}, "interval.slide"),
     ],

@@ -48,10 +48,10 @@ from pyspark_rowtime.sink.parquet_target import (
 )
 from pyspark_rowtime.sink.stream_target import StreamTarget
 from pyspark_rowtime.sink.task import TaskInfo
-from pyspark_rowtime.streams.redis.appender import RedisAppender
-from pyspark_rowtime.streams.redis.sink import RedisSinkState
 from pyspark_rowtime.streams.objstore.log import ObjectAppender
 from pyspark_rowtime.streams.objstore.sink import ObjectSinkState
+from pyspark_rowtime.streams.redis.appender import RedisAppender
+from pyspark_rowtime.streams.redis.sink import RedisSinkState
 from pyspark_rowtime.streams.storage import LocationKind, open_storage, what_is_at
 
 _names = iter(range(10**6))

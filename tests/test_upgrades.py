@@ -176,6 +176,25 @@ def test_join_state_of_0_1_0_reads_and_a_newer_one_is_refused() -> None:
     assert "overlap_join" in str(info.value)
 
 
+def test_interval_aggregate_state_gets_the_envelope_and_reads_the_bare_one() -> None:
+    from pyspark_rowtime.windows import validity
+    from pyspark_rowtime.windows.step import load_operator_state
+
+    columns = {"__t": [T0], "__e": [T0 + 10], "__in0": [3]}
+    # The first interval_aggregate stored its bare dict, without a version.
+    rows, from_us = validity._load(pickle.dumps({"from": T0 - 5, "columns": columns}))
+    assert rows["__t"].tolist() == [T0] and rows["__e"].tolist() == [T0 + 10] and from_us == T0 - 5
+    blob = validity._save(rows, from_us)
+    assert pickle.loads(blob)["v"] == 1  # now in the envelope the other operators' loader reads
+    assert load_operator_state(blob, "x") == {"from": T0 - 5, "columns": columns}
+    again, again_from = validity._load(blob)
+    assert again.equals(rows) and again_from == from_us
+    with pytest.raises(CorruptLogError) as info:
+        validity._load(pickle.dumps({"v": 2, "state": {"anything": "new"}}))
+    refused(info.value, 2, 1)
+    assert "interval_aggregate" in str(info.value)
+
+
 def test_a_trim_state_of_a_newer_format_is_refused() -> None:
     from pyspark_rowtime.streams.retention import TrimState
 

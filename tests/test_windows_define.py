@@ -28,8 +28,9 @@ def brute_force_ends(window: WindowDef, rows: list[Row]) -> dict[int, int]:
     for g in {r[1] for r in rows}:
         mine = [r for r in rows if r[1] == g]  # arrival order: rowtime, ties as they came
         for j, (t, _, on, serial) in enumerate(mine):
-            if window.kind == "rows":
-                ends[serial] = mine[j + window.n][0] if j + window.n < len(mine) else INFINITY_US
+            if window.kind == "rows":  # row j ends where row floor(j / slide) * slide + n starts
+                at = j // window.slide * window.slide + window.n
+                ends[serial] = mine[at][0] if at < len(mine) else INFINITY_US
             elif not on:
                 ends[serial] = t
             else:
@@ -59,6 +60,9 @@ def grouped(draw: st.DrawFn) -> tuple[WindowDef, list[list[Row]]]:
             [
                 WindowDef("rows", 1, ("g",)),
                 WindowDef("rows", 3, ("g",)),
+                WindowDef("rows", 3, ("g",), slide=2),
+                WindowDef("rows", 3, ("g",), slide=3),
+                WindowDef("rows", 2, ("g",), slide=2),
                 WindowDef("while", 0, ("g",)),
             ]
         )
@@ -125,6 +129,23 @@ def test_a_while_window_closes_on_the_first_row_that_breaks_the_condition() -> N
     }
 
 
+def drive(window: WindowDef, batches: list[list[Row]], clocks: list[int]) -> list[Any]:
+    """The stretches ``interval_step`` emits batch after batch, as Spark drives it: the state
+    through its stored form, each call with the watermark of the batch before."""
+    blob: bytes | None = None
+    watermark = -(2**62)
+    got: list[Any] = []
+    for rows, clock in zip(batches, clocks, strict=True):
+        old, from_us = _load(blob) if blob is not None else (None, None)
+        result = interval_step(
+            AGGS, old, from_us, frame(rows) if rows else None, watermark, window=window
+        )
+        got += result.stretches
+        blob = None if result.rows is None else _save(result.rows, result.from_us)
+        watermark = _END_MS if clock >= INFINITY_US else clock // 1000 - 1
+    return got
+
+
 def test_the_aggregate_over_a_grouped_window_is_the_relational_answer() -> None:
     """rows_window(1) per group, aggregated over everything: at each instant, one row per
     group (the latest), as the brute force over the settled ends says."""
@@ -136,21 +157,28 @@ def test_the_aggregate_over_a_grouped_window_is_the_relational_answer() -> None:
         [],
         [],
     ]
-    clocks = [2000, 4000, 6000, INFINITY_US, INFINITY_US]
-    blob: bytes | None = None
-    watermark = -(2**62)
-    got: list[Any] = []
-    for rows, clock in zip(batches, clocks, strict=True):
-        old, from_us = _load(blob) if blob is not None else (None, None)
-        result = interval_step(
-            AGGS, old, from_us, frame(rows) if rows else None, watermark, window=w
-        )
-        got += result.stretches
-        blob = None if result.rows is None else _save(result.rows, result.from_us)
-        watermark = _END_MS if clock >= INFINITY_US else clock // 1000 - 1
+    got = drive(w, batches, [2000, 4000, 6000, INFINITY_US, INFINITY_US])
     assert [(a, b, v) for a, b, v in got] == [
         (0, 1000, [1, 1]),
         (1000, 3000, [2, 3]),
         (3000, 5000, [2, 5]),
         (5000, INFINITY_US, [2, 7]),
+    ]
+
+
+def test_a_sliding_rows_window_moves_in_blocks_across_batches() -> None:
+    """rows_window(2, slide=2): tumbling blocks of two rows per group, each valid until the
+    first row of the next block, a block split across batches and the state."""
+    w = WindowDef("rows", 2, ("g",), slide=2)
+    batches = [[(0, "a", True, 1), (1000, "a", True, 2), (2000, "a", True, 3)], [], [], []]
+    batches[1] = [(3000, "a", True, 4), (4000, "a", True, 5)]
+    # Each call sees the watermark of the batch before (as Spark gives it).
+    got = drive(w, batches, [2500, 4500, INFINITY_US, INFINITY_US])
+    # rows 1, 2 valid [t, 2000); rows 3, 4 [t, 4000); row 5 until the end of stream
+    assert [(a, b, v) for a, b, v in got] == [
+        (0, 1000, [1, 1]),
+        (1000, 2000, [2, 3]),
+        (2000, 3000, [1, 3]),
+        (3000, 4000, [2, 7]),
+        (4000, INFINITY_US, [1, 5]),
     ]

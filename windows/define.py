@@ -11,7 +11,12 @@ reader emits it. Here are the two whose end depends on later rows of a *group*, 
 from any partition, much later:
 
 * :func:`rows_window` (element based, grouped): a row is valid until the ``n``-th later row of
-  its group starts, or until the end of stream;
+  its group starts, or until the end of stream; with ``slide`` (the seed's "movement", the
+  element form of ``interval.slide``) the window moves ``slide`` rows at a time: the rows of
+  a group go in blocks of ``slide`` (the group's 1st to ``slide``-th row, and so on), and every
+  row of a block is valid until the row ``n`` rows after the block's first starts (row ``i``,
+  counted from 0 in its group, ends at row ``floor(i / slide) * slide + n``, as the time
+  window's ``floor(rowtime / slide) * slide + duration``); ``slide = n``: tumbling;
 * :func:`while_window` (predicate based, grouped): a row for which the condition holds is
   valid until the first later row of its group for which it does not (that row closes the
   window and is itself valid at no instant), or until the end of stream; rows for which it does
@@ -62,14 +67,19 @@ class WindowDef:
     kind: str
     n: int
     partition_by: tuple[str, ...]
+    #: rows windows: the window moves this many rows at a time (1: at every row).
+    slide: int = 1
 
     def to_json(self) -> str:
-        return json.dumps({"kind": self.kind, "n": self.n, "partition_by": self.partition_by})
+        d: dict[str, Any] = {"kind": self.kind, "n": self.n, "partition_by": self.partition_by}
+        if self.slide != 1:
+            d["slide"] = self.slide
+        return json.dumps(d)
 
     @classmethod
     def from_json(cls, text: str) -> WindowDef:
         d = json.loads(text)
-        return cls(str(d["kind"]), int(d["n"]), tuple(d["partition_by"]))
+        return cls(str(d["kind"]), int(d["n"]), tuple(d["partition_by"]), int(d.get("slide", 1)))
 
 
 def assign_ends(window: WindowDef, frame: pd.DataFrame) -> pd.DataFrame:
@@ -79,6 +89,12 @@ def assign_ends(window: WindowDef, frame: pd.DataFrame) -> pd.DataFrame:
     ``__e``, ``__open`` (True while the end is not known; ``__e`` is then infinity), ``__g``
     (the group) and ``__on`` (the condition). New rows come with ``__open`` None. Returns the
     frame with new rows settled: the ends their arrival makes known set, the rest open.
+
+    A rows window with a ``slide`` needs no more than the open rows: row ``i`` of a group
+    waits for row ``floor(i / slide) * slide + n``, the same for every row of its block, so the
+    open rows of a group are its last ones from the first row of a block on (and its last row
+    is always open, as ``n >= slide``): the ``j``-th open row waits for the open row at
+    ``floor(j / slide) * slide + n``.
     """
     frame = frame.reset_index(drop=True)
     is_new = frame["__open"].isna().to_numpy()
@@ -103,10 +119,12 @@ def assign_ends(window: WindowDef, frame: pd.DataFrame) -> pd.DataFrame:
             groups.setdefault(g, []).append(i)
     for members in groups.values():
         if window.kind == "rows":
-            # The open rows of a group are its last rows; member j ends where j + n starts.
+            # The open rows of a group are its last rows, from a block's first on (see above):
+            # member j ends where member floor(j / slide) * slide + n starts.
             for j, i in enumerate(members):
-                if j + window.n < len(members):
-                    e[i] = t[members[j + window.n]]
+                at = j // window.slide * window.slide + window.n
+                if at < len(members):
+                    e[i] = t[members[at]]
                     open_[i] = False
                 else:
                     e[i] = INFINITY_US
@@ -187,15 +205,24 @@ def _keys(partition_by: str | Sequence[str]) -> tuple[str, ...]:
     return (partition_by,) if isinstance(partition_by, str) else tuple(partition_by)
 
 
-def rows_window(df: DataFrame, n: int, *, partition_by: str | Sequence[str] = ()) -> DataFrame:
+def rows_window(
+    df: DataFrame, n: int, *, slide: int = 1, partition_by: str | Sequence[str] = ()
+) -> DataFrame:
     """The last ``n`` rows of each group (element based window, grouped; seed 001's "the last
     100 events"): a row is valid from its rowtime until the ``n``-th later row of its group
     starts, or until the end of stream.
+
+    With ``slide`` (seed 001's "movement"; the element form of option ``interval.slide``) the
+    window moves ``slide`` rows at a time: a group's rows go in blocks of ``slide``, and every
+    row of a block is valid until the row ``n`` rows after the block's first row starts (row
+    ``i`` of its group, from 0, until row ``floor(i / slide) * slide + n``). ``slide = n``:
+    tumbling windows of ``n`` rows.
 
     Args:
         df: a ``format("rowtime")`` stream without ``interval.*`` options, bound records
             included.
         n: a whole number >= 1.
+        slide: a whole number from 1 (the default: the window moves at every row) to ``n``.
         partition_by: the group's column(s); without it, the whole stream is one group.
 
     Returns:
@@ -206,7 +233,13 @@ def rows_window(df: DataFrame, n: int, *, partition_by: str | Sequence[str] = ()
 
     if isinstance(n, bool) or not isinstance(n, int) or n < 1:
         raise OptionError(f"rows_window: n={n!r} must be a whole number >= 1")
-    return _define(df, WindowDef("rows", n, _keys(partition_by)), F.lit(True))
+    if isinstance(slide, bool) or not isinstance(slide, int) or not 1 <= slide <= n:
+        raise OptionError(
+            f"rows_window: slide={slide!r} must be a whole number from 1 to n={n}: the window "
+            "moves that many rows at a time; a larger slide would leave rows between two "
+            "windows valid at no instant"
+        )
+    return _define(df, WindowDef("rows", n, _keys(partition_by), slide), F.lit(True))
 
 
 def while_window(

@@ -38,6 +38,21 @@ before. A left row that met at least one right row gives no null-padded row. Whi
 met a right row is kept beside the intervals (an optional fourth field of the stored side: the
 state of an inner join, and of 0.1.0, reads as before). Such a row's ``rowtime`` is below the
 clock of the batch that emits it: write a left join to a table or files, not to a rowtime sink.
+
+**Windows whose ends depend on later rows** (:func:`pyspark_rowtime.rows_window`,
+:func:`pyspark_rowtime.while_window`) on either side: their rows come with no end yet. A row
+waits in the key's state (:class:`Pending`) until its end is known (:func:`settle`: the row
+that ends it arrived, or the end of stream), and only then joins, as a new row of its side.
+Each window group must lie within one join key (the window's ``partition_by`` holds every
+join key), so the rows that end a row come to the same key. A waiting row starts below the
+watermark and may overlap anything of the other side that ends after its start: the other
+side keeps those intervals (and a left join holds back their null-padded rows) until it is
+settled, so results are the relational join over the settled ends. Results then come once
+both rows' ends are known, maybe below the clock: write such a join to a table or files. Ties
+in a group's rowtimes go by the rows' values (as text), which a replay repeats. So a window
+group that goes quiet with a row open holds, for its key, the other side's intervals that end
+after that row's start, until its next row or the end of stream (``max_intervals_per_key``
+counts them, and the waiting rows).
 """
 
 from __future__ import annotations
@@ -51,16 +66,28 @@ import numpy as np
 
 from ..bounds.errors import OptionError
 from ..bounds.intervals import INFINITY_US
+from .define import WindowDef, assign_ends, window_of
 from .step import load_operator_state
 
 if TYPE_CHECKING:
     from pyspark.sql import DataFrame
 
-__all__ = ["JoinStep", "Side", "join_step", "overlap_join", "overlap_pairs"]
+__all__ = [
+    "JoinStep",
+    "Pending",
+    "Side",
+    "join_step",
+    "overlap_join",
+    "overlap_pairs",
+    "settle",
+    "window_join_step",
+]
 
 _WATERMARK_KEY = "spark.watermarkDelayMs"
 _NEVER_LATE = 2**63 - 1
 _SYSTEM = ("rowtime", "rowtime_end", "is_bound")
+#: The columns rows_window and while_window add besides rowtime_end (never payload).
+_WINDOW = ("__win_g", "__win_on")
 #: Spark's names of the joins offered, and whether the join is a left outer one.
 _HOW = {"inner": False, "left": True, "leftouter": True, "left_outer": True}
 #: Spark's watermark (ms) once both inputs reached the end of stream (its clock minus 1 ms).
@@ -129,7 +156,12 @@ class JoinStep:
 
 
 def join_step(
-    old: tuple[Side, Side], new: tuple[Side, Side], watermark_ms: int, *, left_outer: bool = False
+    old: tuple[Side, Side],
+    new: tuple[Side, Side],
+    watermark_ms: int,
+    *,
+    left_outer: bool = False,
+    holds: tuple[int, int] = (INFINITY_US, INFINITY_US),
 ) -> JoinStep:
     """Join the new intervals of a key with the kept ones and with each other, then drop what
     ended at or before the watermark ``W`` (``end <= W``: no later row can overlap it, see the
@@ -138,7 +170,11 @@ def join_step(
     With ``left_outer``, a left row that met no right row comes out, with ``None`` for the right
     row and its own whole interval, when it is dropped: once ``W`` reaches its end, when both
     streams' clocks have passed it and every right row to come starts after it. A row whose
-    interval is empty is valid at no instant and comes out in no form."""
+    interval is empty is valid at no instant and comes out in no form.
+
+    ``holds`` (us): per side, the earliest start of its rows still waiting for their end
+    (:class:`Pending`; infinity: none). The other side keeps every interval that ends after it
+    (such a row may still meet them), whatever the watermark."""
     left, right = old[0].plus(new[0]), old[1].plus(new[1])
     i, j = overlap_pairs(left.start, left.end, right.start, right.end)
     fresh = (i >= len(old[0])) | (j >= len(old[1]))  # old x old pairs were emitted already
@@ -153,37 +189,144 @@ def join_step(
         w_us = INFINITY_US
     rows_l = [left.rows[int(a)] for a in i]
     rows_r: list[Any] = [right.rows[int(b)] for b in j]
+    # What the other side's waiting rows may still meet stays, whatever the watermark.
+    below_l, below_r = min(w_us, holds[1]), min(w_us, holds[0])
     if left_outer:
-        alone = np.flatnonzero((left.end <= w_us) & (left.start < left.end) & ~met)
+        alone = np.flatnonzero((left.end <= below_l) & (left.start < left.end) & ~met)
         rows_l += [left.rows[int(a)] for a in alone]
         rows_r += [None] * len(alone)
         start = np.concatenate([start, left.start[alone]])
         end = np.concatenate([end, left.end[alone]])
     order = np.argsort(start, kind="stable")
     results = [(rows_l[int(k)], rows_r[int(k)], int(start[k]), int(end[k])) for k in order]
-    left = left.keep((left.end > w_us) & (left.start < left.end))
-    right = right.keep((right.end > w_us) & (right.start < right.end))
+    left = left.keep((left.end > below_l) & (left.start < left.end))
+    right = right.keep((right.end > below_r) & (right.start < right.end))
+    waiting = min(holds) < INFINITY_US
     if not len(left) and not len(right):
-        return JoinStep(results, None, None)
+        return JoinStep(results, None, max(watermark_ms, _END_MS - 1) if waiting else None)
     # Spark fires an event-time timeout T once the watermark is above T; an interval may go
     # once W * 1000 >= end, i.e. W > ceil(end / 1000) - 1.
-    # Intervals valid until the end of stream go once both streams end (W = _END_MS).
-    first_end = int(min(np.min(s.end) for s in (left, right) if len(s)))
-    due = min(-(-first_end // 1000) - 1, _END_MS - 1)
+    # Intervals valid until the end of stream go once both streams end (W = _END_MS); so do
+    # waiting rows without the row that ends them. An interval that a waiting row of the other
+    # side may meet goes no earlier than that row is settled, at a call for the key's rows.
+    ends = [s.end[s.end <= h] for s, h in ((left, holds[1]), (right, holds[0]))]
+    due = _END_MS - 1
+    if any(len(e) for e in ends):
+        first_end = int(min(np.min(e) for e in ends if len(e)))
+        due = min(-(-first_end // 1000) - 1, due)
     return JoinStep(results, (left, right), max(watermark_ms, due))
 
 
-def _save(state: tuple[Side, Side], left_outer: bool = False) -> bytes:
+@dataclass
+class Pending:
+    """One side's rows of a window (:mod:`.define`) whose end is not known yet, in the order
+    the window takes them: starts (us), window groups, whether the condition held, rows."""
+
+    start: list[int] = field(default_factory=list)
+    group: list[Any] = field(default_factory=list)
+    on: list[bool] = field(default_factory=list)
+    rows: list[Any] = field(default_factory=list)
+
+    def __len__(self) -> int:
+        return len(self.rows)
+
+    def hold(self) -> int:
+        """The earliest start of the waiting rows (infinity: none wait)."""
+        return min(self.start) if self.start else INFINITY_US
+
+
+def settle(window: WindowDef, old: Pending, new: Pending, ended: bool) -> tuple[Side, Pending]:
+    """Set the ends of ``old``'s and ``new``'s rows that are now known (``ended``: the streams
+    ended, every end is known, infinity for a row nothing ended): returns those rows as a
+    :class:`Side` of new intervals, and the rows still waiting."""
+    import pandas as pd
+
+    if not len(old) and not len(new):
+        return Side(), Pending()
+    rows = old.rows + new.rows
+    frame = pd.DataFrame(
+        {
+            "__t": np.asarray(old.start + new.start, dtype=np.int64),
+            "__e": np.full(len(rows), INFINITY_US, dtype=np.int64),
+            "__open": pd.Series([True] * len(old) + [None] * len(new), dtype="object"),
+            "__g": old.group + new.group,
+            "__on": np.asarray(old.on + new.on, dtype=bool),
+            # Ties in a group's rowtimes: by the row's values, then as they came.
+            "__v": [repr(r) for r in rows],
+            "__x": np.arange(len(rows), dtype=np.int64),
+        }
+    )
+    out = assign_ends(window, frame)
+    waits = out["__open"].to_numpy(dtype=bool) & (not ended)
+    x = out["__x"].to_numpy(dtype=np.int64)
+    done, still = out[~waits], out[waits]
+    side = Side(
+        done["__t"].to_numpy(dtype=np.int64),
+        done["__e"].to_numpy(dtype=np.int64),
+        [rows[int(i)] for i in x[~waits]],
+    )
+    return side, Pending(
+        still["__t"].tolist(),
+        still["__g"].tolist(),
+        still["__on"].tolist(),
+        [rows[int(i)] for i in x[waits]],
+    )
+
+
+def window_join_step(
+    old: tuple[Side, Side, Pending, Pending],
+    new: tuple[Side | Pending, Side | Pending],
+    watermark_ms: int,
+    *,
+    windows: tuple[WindowDef | None, WindowDef | None] = (None, None),
+    left_outer: bool = False,
+) -> tuple[JoinStep, tuple[Pending, Pending]]:
+    """:func:`join_step` for sides that may be windows whose ends depend on later rows: such a
+    side's new rows come as :class:`Pending`; those whose end is now known join (see the
+    module). Returns the step and the rows still waiting (the step's state, when not None,
+    is what to keep beside them; a step with rows waiting always has a timeout)."""
+    ended = watermark_ms >= _END_MS
+    sides: list[Side] = []
+    waiting: list[Pending] = []
+    before = (old[2], old[3])
+    for i, window in enumerate(windows):
+        fresh = new[i]
+        if window is None:
+            assert isinstance(fresh, Side)
+            sides.append(fresh)
+            waiting.append(Pending())
+            continue
+        assert isinstance(fresh, Pending)
+        done, still = settle(window, before[i], fresh, ended)
+        sides.append(done)
+        waiting.append(still)
+    holds = (waiting[0].hold(), waiting[1].hold())
+    step = join_step(
+        (old[0], old[1]), (sides[0], sides[1]), watermark_ms, left_outer=left_outer, holds=holds
+    )
+    return step, (waiting[0], waiting[1])
+
+
+def _save(
+    state: tuple[Side, Side] | None,
+    left_outer: bool = False,
+    pending: tuple[Pending, Pending] | None = None,
+) -> bytes:
     # Plain lists, not numpy arrays: the state is read back admitting value types only.
-    plain: list[tuple[Any, ...]] = [(s.start.tolist(), s.end.tolist(), s.rows) for s in state]
+    state = state or (Side(), Side())
+    plain: list[Any] = [(s.start.tolist(), s.end.tolist(), s.rows) for s in state]
     if left_outer:  # which left rows met a right row: a fourth, optional field
         plain[0] = (*plain[0], state[0].met().tolist())
+    if pending is not None and (len(pending[0]) or len(pending[1])):
+        # Rows of a window still waiting for their end: a third, optional element.
+        plain.append([(p.start, p.group, p.on, p.rows) for p in pending])
     return pickle.dumps(plain, protocol=pickle.HIGHEST_PROTOCOL)
 
 
-def _load(blob: bytes) -> tuple[Side, Side]:
+def _load_state(blob: bytes) -> tuple[Side, Side, Pending, Pending]:
     # A side is (starts, ends, rows) and, for a left join's left side, the matched flags; the
-    # state of an inner join (and of 0.1.0) has three fields.
+    # state of an inner join (and of 0.1.0) has three fields. A third element, when there,
+    # holds each side's rows waiting for their end.
     sides = load_operator_state(blob, "an overlap_join key")
 
     def side(fields: tuple[Any, ...]) -> Side:
@@ -191,7 +334,13 @@ def _load(blob: bytes) -> tuple[Side, Side]:
         met = np.asarray(fields[3], dtype=bool) if len(fields) > 3 else None
         return Side(np.asarray(starts, dtype=np.int64), np.asarray(ends, dtype=np.int64), rows, met)
 
-    return side(sides[0]), side(sides[1])
+    waiting = [Pending(*map(list, p)) for p in sides[2]] if len(sides) > 2 else [Pending()] * 2
+    return side(sides[0]), side(sides[1]), waiting[0], waiting[1]
+
+
+def _load(blob: bytes) -> tuple[Side, Side]:
+    left, right, _, _ = _load_state(blob)
+    return left, right
 
 
 def _names(left: list[str], right: list[str], keys: list[str]) -> tuple[list[str], list[str]]:
@@ -224,7 +373,10 @@ def overlap_join(
         left, right: streaming DataFrames from ``spark.readStream.format("rowtime")`` with
             option ``interval.duration`` or ``interval.count`` (columns ``rowtime``,
             ``rowtime_end``, ``is_bound``; bound records included: this applies
-            :func:`pyspark_rowtime.with_watermark` to each).
+            :func:`pyspark_rowtime.with_watermark` to each), or such a stream (without
+            ``interval.*`` options) through :func:`pyspark_rowtime.rows_window` or
+            :func:`pyspark_rowtime.while_window` whose ``partition_by`` holds every key of
+            ``on`` (see the module).
         on: the key column name(s), present in both with the same type. Rows with a null key
             join nothing (as in SQL).
         how: ``"inner"`` or ``"left"`` (``"left_outer"``, ``"leftouter"``): see the module.
@@ -238,7 +390,8 @@ def overlap_join(
         validities, never empty. Each overlapping pair is emitted once, in the batch where its
         second row arrives. With ``how="left"``, each left row that overlaps no right row is
         emitted once more with nulls for ``right``'s columns and its own interval, in the first
-        batch whose watermark reaches its end.
+        batch whose watermark reaches its end. With a window side, a pair comes in the batch
+        where the later of the two rows' ends becomes known.
 
     Raises:
         OptionError: a bad argument (named, with what to do). Nothing has started.
@@ -287,12 +440,23 @@ def overlap_join(
     keys = [on] if isinstance(on, str) else list(on)
     if not keys or len(set(keys)) != len(keys):
         raise OptionError(f"overlap_join: on={on!r} must name one or more distinct key columns")
+    windows = (window_of(left), window_of(right))
+    for name, window in zip(("left", "right"), windows, strict=True):
+        if window is not None and not set(keys) <= set(window.partition_by):
+            raise OptionError(
+                f"overlap_join: {name} is a {window.kind} window with partition_by="
+                f"{list(window.partition_by)}, whose groups span several keys of on={keys}: "
+                "a row's end comes from later rows of its window group, which the join meets "
+                "only within one key. Window by the join keys too (partition_by="
+                f"{sorted(set(window.partition_by) | set(keys))}), or join on the window's "
+                "columns"
+            )
     for k in keys:
         for name, df in (("left", left), ("right", right)):
-            if not isinstance(k, str) or k not in df.columns or k in _SYSTEM:
+            if not isinstance(k, str) or k not in df.columns or k in (*_SYSTEM, *_WINDOW):
                 raise OptionError(
                     f"overlap_join: on={on!r}: {k!r} is not a payload column of {name}; give "
-                    f"names among {[c for c in df.columns if c not in _SYSTEM]}"
+                    f"names among {[c for c in df.columns if c not in (*_SYSTEM, *_WINDOW)]}"
                 )
         if left.schema[k].dataType != right.schema[k].dataType:
             raise OptionError(
@@ -300,8 +464,8 @@ def overlap_join(
                 f" in left but {right.schema[k].dataType.simpleString()} in right; cast one "
                 "side's column before the join"
             )
-    lcols = [c for c in left.columns if c not in _SYSTEM and c not in keys]
-    rcols = [c for c in right.columns if c not in _SYSTEM and c not in keys]
+    lcols = [c for c in left.columns if c not in (*_SYSTEM, *_WINDOW, *keys)]
+    rcols = [c for c in right.columns if c not in (*_SYSTEM, *_WINDOW, *keys)]
     out_l, out_r = _names(lcols, rcols, keys)
     # A side with only key columns still needs a struct (Spark has no empty one) whose
     # presence tells its rows apart: one placeholder field, never shown.
@@ -313,13 +477,19 @@ def overlap_join(
         cols = lcols if side == 0 else rcols
         own = F.struct(*[F.col(c) for c in cols]) if cols else F.struct(F.lit(True).alias("__row"))
         other = F.lit(None).cast(rtype if side == 0 else ltype)
+        windowed = windows[side] is not None
         return watermark_rowtime(df).select(
             *[F.col(k) for k in keys],
             F.lit(side).alias("__side"),
             F.unix_micros("rowtime").alias("__t"),
-            F.unix_micros("rowtime_end").alias("__e"),
+            # A window's row has no end yet (settle sets it): infinity until then.
+            (F.lit(INFINITY_US) if windowed else F.unix_micros("rowtime_end")).alias("__e"),
             (own if side == 0 else other).alias("__l"),
             (other if side == 0 else own).alias("__r"),
+            (F.col("__win_g") if windowed else F.lit(None).cast("string")).alias("__g"),
+            (F.col("__win_on") if windowed else F.lit(None).cast("boolean")).alias(
+                "__on", metadata={}
+            ),
             # Spark wants a watermarked input column for an event-time timeout, and drops rows
             # whose marked column is at or below the watermark: this one never is.
             F.lit(_NEVER_LATE).cast("long").alias("__never_late", metadata={_WATERMARK_KEY: 1}),
@@ -338,9 +508,15 @@ def overlap_join(
     )
     state_schema = StructType([StructField("sides", BinaryType())])
 
-    def side_of(frame: pd.DataFrame, side: int) -> Side:
+    def nothing(side: int) -> Side | Pending:
+        return Side() if windows[side] is None else Pending()
+
+    def side_of(frame: pd.DataFrame, side: int) -> Side | Pending:
         part = frame[frame["__side"] == side]
         column = "__l" if side == 0 else "__r"
+        if windows[side] is not None:
+            starts, groups = part["__t"].tolist(), part["__g"].tolist()
+            return Pending(starts, groups, part["__on"].tolist(), list(part[column]))
         return Side(
             part["__t"].to_numpy(dtype=np.int64),
             part["__e"].to_numpy(dtype=np.int64),
@@ -348,21 +524,23 @@ def overlap_join(
         )
 
     def step(key: tuple, frames: Iterator[pd.DataFrame], state: Any) -> Iterator[pd.DataFrame]:
-        old = _load(state.get[0]) if state.exists else (Side(), Side())
+        old = _load_state(state.get[0]) if state.exists else (Side(), Side(), Pending(), Pending())
         parts = [f for f in frames if len(f)]
-        new = (Side(), Side())
+        new = (nothing(0), nothing(1))
         if parts:
             frame = pd.concat(parts, ignore_index=True)
             if not any(v is None for v in key):
                 new = (side_of(frame, 0), side_of(frame, 1))
             elif left_outer:  # a null key joins nothing: its left rows come out alone
-                new = (side_of(frame, 0), Side())
-        result = join_step(old, new, state.getCurrentWatermarkMs(), left_outer=left_outer)
-        if result.state is None:
+                new = (side_of(frame, 0), nothing(1))
+        result, waiting = window_join_step(
+            old, new, state.getCurrentWatermarkMs(), windows=windows, left_outer=left_outer
+        )
+        if result.state is None and not len(waiting[0]) and not len(waiting[1]):
             if state.exists:
                 state.remove()
         else:
-            state.update((_save(result.state, left_outer),))
+            state.update((_save(result.state, left_outer, waiting),))
             assert result.timeout_ms is not None
             state.setTimeoutTimestamp(result.timeout_ms)
         n = len(result.results)
@@ -376,7 +554,8 @@ def overlap_join(
         ends = pd.Series([r[3] for r in result.results] + [None], dtype="Int64")
         out["rowtime"] = pd.to_datetime(starts, unit="us", utc=True, cache=False)
         out["rowtime_end"] = pd.to_datetime(ends, unit="us", utc=True, cache=False)
-        out["__kept"] = pd.Series([None] * n + [result.kept], dtype="Int64")
+        kept = result.kept + len(waiting[0]) + len(waiting[1])
+        out["__kept"] = pd.Series([None] * n + [kept], dtype="Int64")
         yield pd.DataFrame(out)
 
     stateful = rows.groupBy(*keys).applyInPandasWithState(

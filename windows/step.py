@@ -147,9 +147,22 @@ STATE_VERSION = 1
 
 
 def load_operator_state(blob: bytes, what: str) -> Any:
-    """The state of ``what`` (a key of ``time_interval_aggregate`` or ``overlap_join``) as
-    :func:`load_values` reads it, unwrapped; a newer version's state is refused."""
-    value = load_values(blob, what)
+    """The state of ``what`` (a key of ``time_interval_aggregate``, ``overlap_join`` or
+    ``interval_aggregate``) as :func:`load_values` reads it, unwrapped; a newer version's state
+    is refused."""
+    return unwrap_operator_state(load_values(blob, what), what)
+
+
+def wrap_operator_state(state: Any) -> dict[str, Any]:
+    """``state`` in the versioned envelope ``{"v": STATE_VERSION, "state": state}``, which
+    :func:`load_operator_state` reads (an operator whose bare state is itself a dict must
+    store it so, or a newer release could not tell its state from a newer envelope)."""
+    return {"v": STATE_VERSION, "state": state}
+
+
+def unwrap_operator_state(value: Any, what: str) -> Any:
+    """The state in ``value`` (a bare value, or the versioned envelope); refuses a newer
+    version's envelope by name."""
     if isinstance(value, dict):
         found = value.get("v")
         if not isinstance(found, int) or found > STATE_VERSION:

@@ -58,7 +58,7 @@ import pandas as pd
 from ..bounds.errors import OptionError
 from ..bounds.intervals import INFINITY_US, range_reduce, stretches
 from .define import WindowDef, assign_ends, window_of
-from .step import load_values
+from .step import load_values, unwrap_operator_state, wrap_operator_state
 
 if TYPE_CHECKING:
     from pyspark.sql import DataFrame
@@ -241,13 +241,19 @@ def interval_step(
 
 
 def _save(rows: pd.DataFrame, from_us: int | None) -> bytes:
-    # Plain lists, not pandas or numpy objects: read back admitting value types only.
+    # Plain lists, not pandas or numpy objects: read back admitting value types only. In the
+    # versioned envelope of the other operators' state (bounds.versions): the bare state is a
+    # dict, which a reader could not tell from an envelope of a newer version.
     plain = {"from": from_us, "columns": {c: rows[c].tolist() for c in rows.columns}}
-    return pickle.dumps(plain, protocol=pickle.HIGHEST_PROTOCOL)
+    return pickle.dumps(wrap_operator_state(plain), protocol=pickle.HIGHEST_PROTOCOL)
 
 
 def _load(blob: bytes) -> tuple[pd.DataFrame, int | None]:
-    plain = load_values(blob, "an interval_aggregate key")
+    what = "an interval_aggregate key"
+    plain = load_values(blob, what)
+    # The first interval_aggregate stored the bare dict (no "v"): read as it is.
+    if not (isinstance(plain, dict) and "v" not in plain and "columns" in plain):
+        plain = unwrap_operator_state(plain, what)
     rows = pd.DataFrame(plain["columns"])
     for c in ("__t", "__e"):
         rows[c] = rows[c].astype(np.int64)
