@@ -72,7 +72,11 @@ def test_a_scheme_no_backend_serves_is_refused_naming_it():
         backend_for("kafka://localhost:9092/orders")
 
 
-BUILTIN_PACKAGES = ("pyspark_rowtime.streams.local", "pyspark_rowtime.streams.redis")
+BUILTIN_PACKAGES = (
+    "pyspark_rowtime.streams.local",
+    "pyspark_rowtime.streams.redis",
+    "pyspark_rowtime.streams.objstore",
+)
 
 
 def test_the_installed_entry_points_name_each_backend_for_the_schemes_it_serves():
@@ -115,9 +119,12 @@ def test_without_the_metadata_the_packaged_backends_serve_their_schemes(monkeypa
     assert backend_for(tmp_path) is local.BACKEND
     assert backend_for(f"file://{tmp_path}") is local.BACKEND
     assert backend_for("rediss://h:6379/0/s") is redis.BACKEND
+    objstore = importlib.import_module(BUILTIN_PACKAGES[2])
+    assert backend_for("s3://bucket/s") is objstore.BACKEND
+    assert backend_for("abfss://c@a.dfs.core.windows.net/s") is objstore.BACKEND
     create_stream(tmp_path / "s", "a INT")
     assert what_is_at(tmp_path / "s").kind is LocationKind.STREAM
-    with pytest.raises(OptionError, match=r"file:// URLs, redis:// URLs, rediss:// URLs .*kafka"):
+    with pytest.raises(OptionError, match=r"file:// URLs, redis:// URLs, rediss:// URLs, s3:// URLs.*kafka"):
         backend_for("kafka://localhost:9092/orders")
 
 
