@@ -417,3 +417,26 @@ def write_meta_once(meta: StreamMeta) -> bool:
     if created:
         fsync_dir(meta.location)
     return created
+
+
+def check_same_stream(existing: StreamMeta, wanted: StreamMeta, given_defaults: bool) -> None:
+    """Creating a stream where one exists is a no-op only if it is the same stream: the same
+    schema, partitions and (when the call gave any) defaults; else the error says what
+    differs and what to do. Every backend's ``create`` asks this."""
+    where = existing.location
+    if not existing.payload_schema.equals(wanted.payload_schema, check_metadata=True):
+        raise SchemaError(
+            f"a stream already exists at {where} with another schema: it has "
+            f"({to_ddl(existing.payload_schema)}), not ({to_ddl(wanted.payload_schema)}); use "
+            "the existing schema or another location"
+        )
+    if existing.partitions != wanted.partitions:
+        raise OptionError(
+            f"a stream already exists at {where} with {existing.partitions} partitions, not "
+            f"{wanted.partitions}; use partitions={existing.partitions} or another location"
+        )
+    if given_defaults and existing.defaults != wanted.defaults:
+        raise OptionError(
+            f"a stream already exists at {where} with defaults {existing.defaults}, not "
+            f"{wanted.defaults}; the defaults are fixed when a stream is created"
+        )

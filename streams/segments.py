@@ -23,7 +23,10 @@ checks that decide whether files written elsewhere continue a partition
 
 from __future__ import annotations
 
+import os
 import re
+import shutil
+import tempfile
 from collections.abc import Iterable, Iterator, Sequence
 from dataclasses import dataclass
 from typing import Any
@@ -566,3 +569,20 @@ def check_segment_files(
         checked.append((path, stats))
         tail = PartitionTail(stats.end, stats.clock_us, stats.last_arrival_us)
     return checked
+
+
+def append_segment_blobs(appender: Any, blobs: Iterable[bytes], prefix: str) -> None:
+    """Commit segment files held as bytes (runs a sink's tasks staged in a store) through
+    ``appender.append_segment_files`` in one append: written to a private temporary folder
+    first, as the appender links or uploads files, then removed."""
+    folder = tempfile.mkdtemp(prefix=prefix)
+    try:
+        paths = []
+        for i, blob in enumerate(blobs):
+            path = os.path.join(folder, f"{i:06d}.arrow")
+            with open(path, "wb") as f:
+                f.write(blob)
+            paths.append(path)
+        appender.append_segment_files(paths, verify=False)
+    finally:
+        shutil.rmtree(folder, ignore_errors=True)

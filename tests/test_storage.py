@@ -124,7 +124,9 @@ def test_without_the_metadata_the_packaged_backends_serve_their_schemes(monkeypa
     assert backend_for("abfss://c@a.dfs.core.windows.net/s") is objstore.BACKEND
     create_stream(tmp_path / "s", "a INT")
     assert what_is_at(tmp_path / "s").kind is LocationKind.STREAM
-    with pytest.raises(OptionError, match=r"file:// URLs, redis:// URLs, rediss:// URLs, s3:// URLs.*kafka"):
+    with pytest.raises(
+        OptionError, match=r"file:// URLs, redis:// URLs, rediss:// URLs, s3:// URLs.*kafka"
+    ):
         backend_for("kafka://localhost:9092/orders")
 
 

@@ -59,14 +59,13 @@ from ...bounds.bounds import merge_clock
 from ...bounds.errors import (
     CorruptLogError,
     OptionError,
-    SchemaError,
     StreamNotFoundError,
 )
-from ..ddl import to_ddl
 from ..lock import LOCK_FILE, PartitionLock
 from ..meta import (
     META_FILE,
     StreamMeta,
+    check_same_stream,
     fsync_dir,
     narrow_mode,
     payload_schema,
@@ -826,25 +825,5 @@ def create_stream(
             return Stream(meta)
         existing = read_meta(path)  # another process created it just now
         assert existing is not None
-    _check_same(existing, meta, given_defaults=bool(defaults))
+    check_same_stream(existing, meta, given_defaults=bool(defaults))
     return Stream(existing)
-
-
-def _check_same(existing: StreamMeta, wanted: StreamMeta, given_defaults: bool) -> None:
-    where = existing.location
-    if not existing.payload_schema.equals(wanted.payload_schema, check_metadata=True):
-        raise SchemaError(
-            f"a stream already exists at {where} with another schema: it has "
-            f"({to_ddl(existing.payload_schema)}), not ({to_ddl(wanted.payload_schema)}); use "
-            "the existing schema or another location"
-        )
-    if existing.partitions != wanted.partitions:
-        raise OptionError(
-            f"a stream already exists at {where} with {existing.partitions} partitions, not "
-            f"{wanted.partitions}; use partitions={existing.partitions} or another location"
-        )
-    if given_defaults and existing.defaults != wanted.defaults:
-        raise OptionError(
-            f"a stream already exists at {where} with defaults {existing.defaults}, not "
-            f"{wanted.defaults}; the defaults are fixed when a stream is created"
-        )

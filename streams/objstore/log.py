@@ -60,14 +60,13 @@ from ...bounds.bounds import merge_clock
 from ...bounds.errors import (
     CorruptLogError,
     OptionError,
-    SchemaError,
     StreamNotFoundError,
     WriterLockedError,
 )
-from ..ddl import to_ddl
 from ..meta import (
     META_FILE,
     StreamMeta,
+    check_same_stream,
     meta_from_json,
     meta_to_json,
     payload_schema,
@@ -771,7 +770,7 @@ def create_object_stream(
             assert existing is not None
             if existing.stream_id == meta.stream_id:
                 return ObjectStream(loc, existing)
-    _check_same(existing, meta, given_defaults=bool(defaults))
+    check_same_stream(existing, meta, given_defaults=bool(defaults))
     return ObjectStream(loc, existing)
 
 
@@ -786,26 +785,6 @@ def _strangers(loc: ObjectLocation) -> list[str]:
     names = [p.rstrip("/").rsplit("/", 1)[-1] for p in listing["common_prefixes"]]
     names += [o["path"].rsplit("/", 1)[-1] for o in listing["objects"]]
     return sorted(n for n in names if not n.startswith(("partition-", "_", ".")))
-
-
-def _check_same(existing: StreamMeta, wanted: StreamMeta, given_defaults: bool) -> None:
-    where = existing.location
-    if not existing.payload_schema.equals(wanted.payload_schema, check_metadata=True):
-        raise SchemaError(
-            f"a stream already exists at {where} with another schema: it has "
-            f"({to_ddl(existing.payload_schema)}), not ({to_ddl(wanted.payload_schema)}); use "
-            "the existing schema or another location"
-        )
-    if existing.partitions != wanted.partitions:
-        raise OptionError(
-            f"a stream already exists at {where} with {existing.partitions} partitions, not "
-            f"{wanted.partitions}; use partitions={existing.partitions} or another location"
-        )
-    if given_defaults and existing.defaults != wanted.defaults:
-        raise OptionError(
-            f"a stream already exists at {where} with defaults {existing.defaults}, not "
-            f"{wanted.defaults}; the defaults are fixed when a stream is created"
-        )
 
 
 class _ObjectStoreBackend:

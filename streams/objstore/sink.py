@@ -20,8 +20,6 @@ from __future__ import annotations
 
 import json
 import os
-import shutil
-import tempfile
 from collections.abc import Callable, Iterable, Sequence
 from typing import Any
 
@@ -29,7 +27,7 @@ import pyarrow as pa
 
 from ...bounds.errors import CorruptLogError
 from ...bounds.versions import newer_format
-from ..segments import SegmentStats, write_segment_to
+from ..segments import SegmentStats, append_segment_blobs, write_segment_to
 from ..storage import SINK_DIR, SINK_TARGET_FILE, latest_entry, owner_conflict
 from .location import ObjectLocation, call, parse_location, store_for
 
@@ -265,19 +263,9 @@ class ObjectSinkState:
         return pa.ipc.open_file(pa.py_buffer(self._blob(handle))).read_all()
 
     def append_staged(self, appender: Any, handles: Sequence[str]) -> None:
-        """Fetch the runs into a private temporary folder and append them as segment files:
-        the partition's writer commits all of them in one commit."""
-        folder = tempfile.mkdtemp(prefix="rowtime-objstore-sink-")
-        try:
-            paths = []
-            for i, handle in enumerate(handles):
-                path = os.path.join(folder, f"{i:06d}.arrow")
-                with open(path, "wb") as f:
-                    f.write(self._blob(handle))
-                paths.append(path)
-            appender.append_segment_files(paths, verify=False)
-        finally:
-            shutil.rmtree(folder, ignore_errors=True)
+        """Fetch the runs and append them as segment files: the partition's writer commits
+        all of them in one commit."""
+        append_segment_blobs(appender, (self._blob(h) for h in handles), "rowtime-objstore-sink-")
 
     def discard_staged(self, handles: Sequence[str]) -> None:
         self._delete([self._staged_key(h) for h in handles])

@@ -31,9 +31,6 @@ attempt's until the next commit cleans it).
 from __future__ import annotations
 
 import json
-import os
-import shutil
-import tempfile
 from collections.abc import Callable, Iterable, Sequence
 from functools import partial
 from typing import Any
@@ -42,7 +39,7 @@ import pyarrow as pa
 
 from ...bounds.errors import CorruptLogError
 from ...bounds.versions import newer_format
-from ..segments import SegmentStats
+from ..segments import SegmentStats, append_segment_blobs
 from ..storage import latest_entry, owner_conflict
 from .connection import connection
 from .location import parse_location
@@ -217,19 +214,9 @@ class RedisSinkState:
         return pa.ipc.open_file(pa.py_buffer(self._blob(handle))).read_all()
 
     def append_staged(self, appender: Any, handles: Sequence[str]) -> None:
-        """Fetch the runs into a private temporary folder and append them as segment files:
-        the Redis appender commits all of them in one atomic script."""
-        folder = tempfile.mkdtemp(prefix="rowtime-redis-sink-")
-        try:
-            paths = []
-            for i, handle in enumerate(handles):
-                path = os.path.join(folder, f"{i:06d}.arrow")
-                with open(path, "wb") as f:
-                    f.write(self._blob(handle))
-                paths.append(path)
-            appender.append_segment_files(paths, verify=False)
-        finally:
-            shutil.rmtree(folder, ignore_errors=True)
+        """Fetch the runs and append them as segment files: the Redis appender commits all
+        of them in one atomic script."""
+        append_segment_blobs(appender, (self._blob(h) for h in handles), "rowtime-redis-sink-")
 
     def discard_staged(self, handles: Sequence[str]) -> None:
         def discard(c: Any) -> None:
