@@ -27,9 +27,10 @@ import subprocess
 import threading
 import time
 import uuid
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from pathlib import Path
+from typing import Any
 
 #: Azurite's published development account and key (the same in every emulator).
 AZURITE_ACCOUNT = "devstoreaccount1"
@@ -273,6 +274,27 @@ def azurite_server(workdir: Path, port: int | None = None) -> Iterator[ObjectSer
 
 import pytest  # noqa: E402
 
+#: The servers running in this process, by kind. tests/conftest.py and integration/conftest.py
+#: each register the session fixtures below, so a run of both folders (``./dev test``) asks
+#: twice: the second gets the first's server, as a second server on the session's reserved
+#: port could not bind (moto's start would wait for it forever).
+_RUNNING: dict[str, ObjectServer] = {}
+
+
+@contextmanager
+def _shared(kind: str, start: Callable[[], Any]) -> Iterator[ObjectServer]:
+    running = _RUNNING.get(kind)
+    if running is not None:
+        with running.environ():
+            yield running
+        return
+    with start() as server, server.environ():
+        _RUNNING[kind] = server
+        try:
+            yield server
+        finally:
+            _RUNNING.pop(kind, None)
+
 
 @pytest.fixture(scope="session")
 def s3_server() -> Iterator[ObjectServer]:
@@ -281,7 +303,7 @@ def s3_server() -> Iterator[ObjectServer]:
     why = why_no_moto()
     if why:
         pytest.skip(why)
-    with moto_server(_port(S3_PORT_ENV)) as server, server.environ():
+    with _shared("s3", lambda: moto_server(_port(S3_PORT_ENV))) as server:
         yield server
 
 
@@ -291,8 +313,11 @@ def az_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[ObjectServer
     why = why_no_azurite()
     if why:
         pytest.skip(why)
-    workdir = tmp_path_factory.mktemp("azurite")
-    with azurite_server(workdir, _port(AZURITE_PORT_ENV)) as server, server.environ():
+
+    def start() -> Any:
+        return azurite_server(tmp_path_factory.mktemp("azurite"), _port(AZURITE_PORT_ENV))
+
+    with _shared("az", start) as server:
         yield server
 
 
