@@ -274,14 +274,20 @@ class Planner:
         return _Window(start, t, b, arrival)
 
     def plan(
-        self, pos: StreamPosition, available: Sequence[int], max_rows: int | None
+        self,
+        pos: StreamPosition,
+        available: Sequence[int],
+        max_rows: int | None,
+        whole: bool = False,
     ) -> StreamPosition | None:
-        """The next position, or None when there is nothing new to read.
+        """The next position, or None when there is nothing new to read. ``whole``: a batch
+        read, which takes every record written now (with idle.timeout it waits for the newest
+        to settle rather than leave them to a next step; see :meth:`settled`).
 
         The same position as :func:`pyspark_rowtime.bounds.plan.step` over the whole step, but
         computed piece by piece (:func:`classify_pieces`)."""
         if self.cfg.idle_timeout_us is not None:
-            return self._plan_idle(pos, available, max_rows)
+            return self._plan_idle(pos, available, max_rows, whole)
         ends = choose_ends(pos, available, max_rows)
         if self.cfg.interval_count is not None:
             ends = self._hold_back(pos, ends, available)
@@ -420,7 +426,7 @@ class Planner:
             hi, step = lo, step * 4
         return start
 
-    def settled(self, starts: Sequence[int]) -> list[int]:
+    def settled(self, starts: Sequence[int], whole: bool = False) -> list[int]:
         """Each partition's end over the records that arrived at least ``idle.commitGrace``
         before now, listed now (SPEC 12, idle.timeout).
 
@@ -429,39 +435,43 @@ class Planner:
         decided in arrival order across partitions, so a step must hold every record up to
         an arrival time: the records of the last ``grace`` wait for a later step, when every
         commit that began before them has ended. If that leaves nothing new while there are
-        new records, this waits (at most ``grace``) for the newest to settle. The wall clock
-        only chooses how far to plan: what is decided comes from the stored arrivals alone.
-        After the wait the cut is at least the newest arrival seen before it."""
+        new records, or ``whole`` (a batch read: everything written now), this waits once (at
+        most ``grace``) for the newest to settle, and then takes at least every record up to
+        the newest arrival seen before the wait (whatever the writers' clocks say against this
+        one: arrivals "in the future" of a writer whose clock runs ahead still come through).
+        The wall clock only chooses how far to plan: what is decided comes from the stored
+        arrivals alone."""
         grace = self.cfg.idle_commit_grace_us
-        waited = False
-        newest: int | None = None
+        floor: int | None = None  # after the wait: the newest arrival seen before it
         while True:
             now = wall_clock_us()
             ends = self.available()
-            # after the wait, every commit stamped up to the newest arrival seen before it has
-            # ended, whatever the writers' clocks say against this one (arrivals "in the future"
-            # of a writer whose clock runs ahead still come through, a grace later)
-            cut = now - grace if newest is None else max(now - grace, newest)
+            cut = now - grace if floor is None else max(now - grace, floor)
             out = []
             for p, (s, e) in enumerate(zip(starts, ends, strict=True)):
                 if e <= s or self._last_arrival(p, e) <= cut:
                     out.append(e)
                 else:
                     out.append(self._arrived_by(p, s, e, cut))
-            fresh = [e for s, e in zip(starts, ends, strict=True) if e > s]
-            if waited or out != list(starts) or not fresh:
+            new = [(p, e) for p, (s, e) in enumerate(zip(starts, ends, strict=True)) if e > s]
+            if floor is not None or not new:
                 return out
-            newest = max(self._last_arrival(p, e) for p, (s, e) in
-                         enumerate(zip(starts, ends, strict=True)) if e > s)  # fmt: skip
+            newest = max(self._last_arrival(p, e) for p, e in new)
+            if newest <= cut or (not whole and out != list(starts)):
+                return out
             time.sleep(min(max(newest + grace - wall_clock_us(), 0), grace) / 1e6)
-            waited = True
+            floor = newest
 
     def _plan_idle(
-        self, pos: StreamPosition, available: Sequence[int], max_rows: int | None
+        self,
+        pos: StreamPosition,
+        available: Sequence[int],
+        max_rows: int | None,
+        whole: bool = False,
     ) -> StreamPosition | None:
         # ``available`` is the caller's limit (an availableNow target): records past it, and
         # any that arrived after the first of them, wait (_arrival_prefix)
-        settled = self.settled([st.next for st in pos.partitions])
+        settled = self.settled([st.next for st in pos.partitions], whole)
         limit = [min(a, e) for a, e in zip(available, settled, strict=True)]
         ends = self._arrival_prefix(pos, choose_ends(pos, limit, max_rows), settled)
         if ends == [p.next for p in pos.partitions]:
@@ -876,10 +886,10 @@ def batch_tasks(cfg: ReaderConfig, planner: Planner | None = None) -> list[ReadT
     if cfg.ending == "latest":
         late = None
         if cfg.idle_timeout_us is not None:
-            end = planner.plan(start, available, None) or start
+            end = planner.plan(start, available, None, whole=True) or start
             late = planner.late_for(start.to_dict(), end.to_dict())
         return written_tasks(available, start.partitions, late)
-    end = planner.plan(start, available, None) or start
+    end = planner.plan(start, available, None, whole=True) or start
     s, e = start.to_dict(), end.to_dict()
     return partition_tasks(s, e, planner.runs_for(s, e), planner.late_for(s, e))
 

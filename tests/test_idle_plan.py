@@ -429,3 +429,40 @@ def test_a_step_planned_while_commits_are_under_way_decides_as_the_finished_log(
     assert got == ref.emitted()
     assert pos.clock_us == ref.clock
     assert sum(p.discarded for p in pos.partitions) == len(ref.discarded)
+
+
+@given(case=silent_streams(), policy=POLICIES, lag=st.integers(-20, 20))
+def test_a_batch_read_takes_every_record_written_whatever_the_arrivals_say_of_now(
+    case: Any, policy: Policy, lag: int
+) -> None:
+    """A batch read (and its quarantine) is everything written when it runs, even when the
+    newest records arrived within ``idle.commitGrace`` of now, or "after" now by the reader's
+    clock (a writer whose clock runs ahead): it waits for them to settle rather than leave them
+    out, and so is the reference (the streaming query leaves them to a later step instead)."""
+    records, timeout, created = case
+    newest = max((r.arrival for recs in records for r in recs), default=0)
+    clock = _WallClock()
+    clock.now = newest + lag  # the planner's clock: just after the newest arrival, or before it
+    stream = MemoryStream(records, created)
+    cfg = dataclasses.replace(_config(policy, timeout), idle_commit_grace_us=5)
+    try:
+        ref = _reference(records, policy, timeout, created)
+    except LateRowError:
+        ref = None
+    with (
+        serving(stream),
+        mock.patch.object(reader_module, "wall_clock_us", lambda: clock.now),
+        mock.patch.object(reader_module.time, "sleep", clock.sleep),
+    ):
+        if ref is None:
+            with pytest.raises(LateRowError):
+                batch_tasks(cfg)
+            return
+        planner = Planner(cfg)
+        tasks = batch_tasks(cfg, planner)
+        got = _rows(cfg, tasks)
+        quarantine = _quarantine(cfg, tasks)
+    want = ref.emitted()
+    for p in range(len(records)):
+        assert got.get(p, []) == want[p]
+    assert quarantine == sorted(ref.discarded)

@@ -204,7 +204,7 @@ def stream_metrics(location: str, g: dict[str, Any], c: dict[str, Any]) -> None:
     cfg = parse_reader_options({"path": location}, meta.defaults)
     planner = Planner(cfg)
     start = planner.start_position()
-    end = planner.plan(start, planner.available(), None) or start
+    end = planner.plan(start, planner.available(), None, whole=True) or start
     tails = [stream.tail(p) for p in range(meta.partitions)]
     start_offset = getattr(stream, "start_offset", None)  # retention (another branch)
     newest = max((t.last_arrival_us for t in tails if t.last_arrival_us is not None), default=None)
