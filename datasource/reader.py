@@ -56,6 +56,7 @@ from ..streams.columns import (
     SPARK_IS_BOUND,
     SPARK_ROWTIME,
 )
+from ..streams.retention import DataLossError
 from ..streams.storage import StreamStorage, open_storage
 from ..streams.writer import wall_clock_us
 from .options import ReaderConfig
@@ -881,17 +882,44 @@ def batch_tasks(cfg: ReaderConfig, planner: Planner | None = None) -> list[ReadT
     from .retention import earliest_position  # each partition from its first kept record
 
     planner = planner or Planner(cfg)
-    available = planner.available()
-    start = earliest_position(planner.stream, cfg)
-    if cfg.ending == "latest":
-        late = None
-        if cfg.idle_timeout_us is not None:
-            end = planner.plan(start, available, None, whole=True) or start
-            late = planner.late_for(start.to_dict(), end.to_dict())
-        return written_tasks(available, start.partitions, late)
-    end = planner.plan(start, available, None, whole=True) or start
+    if cfg.ending == "latest" and cfg.idle_timeout_us is None:
+        available = planner.available()
+        return written_tasks(available, earliest_position(planner.stream, cfg).partitions, None)
+    planner, available, start, end = whole_step(cfg, planner)
     s, e = start.to_dict(), end.to_dict()
-    return partition_tasks(s, e, planner.runs_for(s, e), planner.late_for(s, e))
+    late = planner.late_for(s, e)
+    if cfg.ending == "latest":
+        return written_tasks(available, start.partitions, late)
+    return partition_tasks(s, e, planner.runs_for(s, e), late)
+
+
+#: How often a batch read plans again when a trim overtakes its planning.
+_TRIM_RETRIES = 5
+
+
+def whole_step(
+    cfg: ReaderConfig, planner: Planner | None = None
+) -> tuple[Planner, list[int], StreamPosition, StreamPosition]:
+    """The history as one step, as a batch read (or ``rowtime metrics``) plans it: the
+    planner that planned it, the ends listed, and the step's start (every partition at its
+    first kept record) and end. A writer's trim that removes records while this plans from
+    them makes it plan again from the new first kept records (the executors may still meet a
+    later trim: that read fails naming it, to be run again)."""
+    from .retention import earliest_position
+
+    planner = planner or Planner(cfg)
+    for attempt in range(_TRIM_RETRIES):
+        try:
+            available = planner.available()
+            start = earliest_position(planner.stream, cfg)
+            end = planner.plan(start, available, None, whole=True) or start
+            planner.late_for(start.to_dict(), end.to_dict())  # reads what the tasks will need
+            return planner, available, start, end
+        except DataLossError:
+            if attempt == _TRIM_RETRIES - 1:
+                raise
+            planner = Planner(cfg)
+    raise AssertionError("unreachable")
 
 
 def progress_report(planner: Planner) -> dict[str, Any]:

@@ -25,7 +25,7 @@ from reference_idle import IdleReference, Record
 
 from pyspark_rowtime.bounds.errors import LateRowError
 from pyspark_rowtime.bounds.plan import StreamPosition
-from pyspark_rowtime.bounds.policies import Policy, RejectPolicy
+from pyspark_rowtime.bounds.policies import DropPolicy, Policy, RejectPolicy
 from pyspark_rowtime.datasource import reader as reader_module
 from pyspark_rowtime.datasource.options import ReaderConfig
 from pyspark_rowtime.datasource.reader import (
@@ -466,3 +466,28 @@ def test_a_batch_read_takes_every_record_written_whatever_the_arrivals_say_of_no
     for p in range(len(records)):
         assert got.get(p, []) == want[p]
     assert quarantine == sorted(ref.discarded)
+
+
+def test_a_batch_read_whose_planning_a_trim_overtakes_plans_again() -> None:
+    """A writer's trim that removes records while a batch read plans from them (the planner's
+    read raises DataLossError) makes the read plan again from the first kept records, rather
+    than fail: the driver-side half of a batch read racing retention."""
+    from pyspark_rowtime.streams.retention import data_loss
+
+    stream = _two_partitions_one_silent()
+    cfg = _config(DropPolicy(), 5)
+    with serving(stream):
+        want = _rows(cfg, batch_tasks(cfg))
+    reads = {"n": 0}
+    plain_read = stream.read
+
+    def overtaken(partition: int, start: int, end: int, columns: Any = None) -> pa.Table:
+        reads["n"] += 1
+        if reads["n"] == 1:
+            raise data_loss("memory", partition, start, start + 1)
+        return plain_read(partition, start, end, columns)
+
+    stream.read = overtaken  # type: ignore[method-assign]
+    with serving(stream):
+        got = _rows(cfg, batch_tasks(cfg))
+    assert reads["n"] > 1 and got == want and any(got.values())

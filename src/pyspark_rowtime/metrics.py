@@ -196,15 +196,13 @@ def stream_metrics(location: str, g: dict[str, Any], c: dict[str, Any]) -> None:
     """Add one stream's samples to the metric families ``g`` (gauges) and ``c`` (counters)."""
     from .bounds.plan import idle_partitions
     from .datasource.options import parse_reader_options
-    from .datasource.reader import Planner
+    from .datasource.reader import whole_step
     from .streams.storage import open_storage
 
     stream = open_storage(location)
     meta = stream.meta
     cfg = parse_reader_options({"path": location}, meta.defaults)
-    planner = Planner(cfg)
-    start = planner.start_position()
-    end = planner.plan(start, planner.available(), None, whole=True) or start
+    _, _, _, end = whole_step(cfg)  # planned again if a writer's trim overtakes it
     tails = [stream.tail(p) for p in range(meta.partitions)]
     start_offset = getattr(stream, "start_offset", None)  # retention (another branch)
     newest = max((t.last_arrival_us for t in tails if t.last_arrival_us is not None), default=None)
