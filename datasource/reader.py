@@ -408,26 +408,17 @@ class Planner:
         step.times = ts
         return step
 
-    def _last_arrival(self, p: int, end: int) -> int:
-        table = self.stream.read(p, end - 1, end, columns=[LOG_ARRIVAL_US])
-        return int(table.column(0)[0].as_py())
+    def _arrived_by(self, pos: StreamPosition, p: int, end: int, cut: int) -> int:
+        """The end of partition ``p``'s new records (from ``pos``, up to ``end``) that arrived
+        at or before ``cut`` (arrivals never go down in a partition). Read through the window
+        cache: the step reads the same records next."""
+        st = pos.partitions[p]
+        w = self.window(p, st.scan, end)
+        assert w.arrival is not None
+        new = w.arrival[st.next - w.first :]
+        return st.next + int(np.searchsorted(new, cut, side="right"))
 
-    def _arrived_by(self, p: int, start: int, end: int, cut: int) -> int:
-        """The end of partition ``p``'s records in ``[start, end)`` that arrived at or before
-        ``cut`` (arrivals never go down in a partition): a search from the end backwards,
-        reading the arrival column only, in growing steps (the records after the cut are the
-        last moments' few)."""
-        hi, step = end, 64
-        while hi > start:
-            lo = max(start, hi - step)
-            table = self.stream.read(p, lo, hi, columns=[LOG_ARRIVAL_US])
-            arr = as_numpy(table.column(0))
-            if len(arr) and arr[0] <= cut:
-                return lo + int(np.searchsorted(arr, cut, side="right"))
-            hi, step = lo, step * 4
-        return start
-
-    def settled(self, starts: Sequence[int], whole: bool = False) -> list[int]:
+    def settled(self, pos: StreamPosition, whole: bool = False) -> list[int]:
         """Each partition's end over the records that arrived at least ``idle.commitGrace``
         before now, listed now (SPEC 12, idle.timeout).
 
@@ -443,22 +434,26 @@ class Planner:
         The wall clock only chooses how far to plan: what is decided comes from the stored
         arrivals alone."""
         grace = self.cfg.idle_commit_grace_us
+        starts = [st.next for st in pos.partitions]
         floor: int | None = None  # after the wait: the newest arrival seen before it
         while True:
             now = wall_clock_us()
-            ends = self.available()
+            # each partition's end and last arrival in one call (no record is read for them)
+            tails = [self.stream.tail(p) for p in range(len(starts))]
             cut = now - grace if floor is None else max(now - grace, floor)
-            out = []
-            for p, (s, e) in enumerate(zip(starts, ends, strict=True)):
-                if e <= s or self._last_arrival(p, e) <= cut:
-                    out.append(e)
-                else:
-                    out.append(self._arrived_by(p, s, e, cut))
-            new = [(p, e) for p, (s, e) in enumerate(zip(starts, ends, strict=True)) if e > s]
-            if floor is not None or not new:
+            out, newest = [], None
+            for p, (s, t) in enumerate(zip(starts, tails, strict=True)):
+                if t.end <= s:
+                    out.append(t.end)
+                    continue
+                assert t.last_arrival_us is not None
+                newest = t.last_arrival_us if newest is None else max(newest, t.last_arrival_us)
+                out.append(
+                    t.end if t.last_arrival_us <= cut else self._arrived_by(pos, p, t.end, cut)
+                )
+            if floor is not None or newest is None:
                 return out
-            newest = max(self._last_arrival(p, e) for p, e in new)
-            if newest <= cut or (not whole and out != list(starts)):
+            if newest <= cut or (not whole and out != starts):
                 return out
             time.sleep(min(max(newest + grace - wall_clock_us(), 0), grace) / 1e6)
             floor = newest
@@ -472,7 +467,7 @@ class Planner:
     ) -> StreamPosition | None:
         # ``available`` is the caller's limit (an availableNow target): records past it, and
         # any that arrived after the first of them, wait (_arrival_prefix)
-        settled = self.settled([st.next for st in pos.partitions], whole)
+        settled = self.settled(pos, whole)
         limit = [min(a, e) for a, e in zip(available, settled, strict=True)]
         ends = self._arrival_prefix(pos, choose_ends(pos, limit, max_rows), settled)
         if ends == [p.next for p in pos.partitions]:
@@ -885,9 +880,8 @@ def batch_tasks(cfg: ReaderConfig, planner: Planner | None = None) -> list[ReadT
     if cfg.ending == "latest" and cfg.idle_timeout_us is None:
         available = planner.available()
         return written_tasks(available, earliest_position(planner.stream, cfg).partitions, None)
-    planner, available, start, end = whole_step(cfg, planner)
+    planner, available, start, end, late = whole_step(cfg, planner)
     s, e = start.to_dict(), end.to_dict()
-    late = planner.late_for(s, e)
     if cfg.ending == "latest":
         return written_tasks(available, start.partitions, late)
     return partition_tasks(s, e, planner.runs_for(s, e), late)
@@ -899,12 +893,19 @@ _TRIM_RETRIES = 5
 
 def whole_step(
     cfg: ReaderConfig, planner: Planner | None = None
-) -> tuple[Planner, list[int], StreamPosition, StreamPosition]:
+) -> tuple[
+    Planner,
+    list[int],
+    StreamPosition,
+    StreamPosition,
+    list[tuple[np.ndarray, np.ndarray]] | None,
+]:
     """The history as one step, as a batch read (or ``rowtime metrics``) plans it: the
-    planner that planned it, the ends listed, and the step's start (every partition at its
-    first kept record) and end. A writer's trim that removes records while this plans from
-    them makes it plan again from the new first kept records (the executors may still meet a
-    later trim: that read fails naming it, to be run again)."""
+    planner that planned it, the ends listed, the step's start (every partition at its first
+    kept record) and end, and its rows late after idleness (:meth:`Planner.late_for`). A
+    writer's trim that removes records while this plans from them makes it plan again from the
+    new first kept records (the executors may still meet a later trim: that read fails naming
+    it, to be run again)."""
     from .retention import earliest_position
 
     planner = planner or Planner(cfg)
@@ -913,8 +914,8 @@ def whole_step(
             available = planner.available()
             start = earliest_position(planner.stream, cfg)
             end = planner.plan(start, available, None, whole=True) or start
-            planner.late_for(start.to_dict(), end.to_dict())  # reads what the tasks will need
-            return planner, available, start, end
+            late = planner.late_for(start.to_dict(), end.to_dict())
+            return planner, available, start, end, late
         except DataLossError:
             if attempt == _TRIM_RETRIES - 1:
                 raise

@@ -36,6 +36,7 @@ from pyspark_rowtime.datasource.reader import (
     read_task,
 )
 from pyspark_rowtime.streams.columns import LOG_ARRIVAL_US, LOG_IS_BOUND, LOG_ROWTIME_US
+from pyspark_rowtime.streams.storage import PartitionTail
 
 PAYLOAD = pa.schema([pa.field("k", pa.int64())])
 
@@ -69,6 +70,11 @@ class MemoryStream:
 
     def end_offset(self, partition: int) -> int:
         return self.tables[partition].num_rows
+
+    def tail(self, partition: int) -> PartitionTail:
+        end = self.end_offset(partition)
+        arrivals = self.tables[partition].column(LOG_ARRIVAL_US)
+        return PartitionTail(end, None, arrivals[end - 1].as_py() if end else None)
 
     def read(self, partition: int, start: int, end: int, columns: Any = None) -> pa.Table:
         table = self.tables[partition].slice(start, end - start)

@@ -202,7 +202,7 @@ def stream_metrics(location: str, g: dict[str, Any], c: dict[str, Any]) -> None:
     stream = open_storage(location)
     meta = stream.meta
     cfg = parse_reader_options({"path": location}, meta.defaults)
-    _, _, _, end = whole_step(cfg)  # planned again if a writer's trim overtakes it
+    end = whole_step(cfg)[3]  # planned again if a writer's trim overtakes it
     tails = [stream.tail(p) for p in range(meta.partitions)]
     start_offset = getattr(stream, "start_offset", None)  # retention (another branch)
     newest = max((t.last_arrival_us for t in tails if t.last_arrival_us is not None), default=None)
