@@ -332,3 +332,39 @@ def test_an_abfs_location_names_the_same_objects_as_az(az_server: ObjectServer) 
         w.insert({"k": 7}, rowtime=MS)
     assert open_storage(url).read(0, 0, 1).column("k").to_pylist() == [7]
     assert what_is_at(abfs).resolved == abfs
+
+
+@pytest.mark.parametrize("kind", ["s3", "az"])
+def test_the_planners_read_of_time_columns_fetches_no_payload(
+    request: pytest.FixtureRequest, kind: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The driver's planner reads only the system columns; on object storage that read takes
+    the byte ranges of those columns (the IPC footer says where they are), not the payload, and
+    gives what the whole object gives."""
+    import obstore
+
+    server: ObjectServer = request.getfixturevalue(f"{kind}_server")
+    url = server.url("s")
+    pr.create_stream(url, "id BIGINT, blob STRING")
+    with pr.open_writer(url, 0) as w:
+        w.insert_arrow(pa.table({"id": list(range(5000)), "blob": ["x" * 400] * 5000}))
+    fetched = {"bytes": 0}
+    plain_range, plain_get = obstore.get_range, obstore.get
+
+    def counted_range(*args: Any, **kwargs: Any) -> Any:
+        data = plain_range(*args, **kwargs)
+        fetched["bytes"] += len(memoryview(data))
+        return data
+
+    def no_whole_get(store: Any, key: str, *args: Any, **kwargs: Any) -> Any:
+        if key.endswith(".arrow"):
+            raise AssertionError(f"the whole segment {key} was fetched")
+        return plain_get(store, key, *args, **kwargs)
+
+    system = ["__arrival_us", "__rowtime_us", "__is_bound"]
+    whole = open_storage(url).read(0, 0, 5000).select(system)
+    monkeypatch.setattr(obstore, "get_range", counted_range)
+    monkeypatch.setattr(obstore, "get", no_whole_get)
+    times = open_storage(url).read(0, 0, 5000, columns=system)
+    assert times.equals(whole)
+    assert 0 < fetched["bytes"] < 5000 * 400 / 10  # the times: ~17 bytes a record

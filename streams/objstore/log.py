@@ -45,6 +45,7 @@ whole segment objects (cached, as they never change).
 
 from __future__ import annotations
 
+import io
 import json
 import threading
 import time
@@ -63,6 +64,7 @@ from ...bounds.errors import (
     StreamNotFoundError,
     WriterLockedError,
 )
+from ..columns import LOG_SYSTEM_COLUMNS
 from ..meta import (
     META_FILE,
     StreamMeta,
@@ -143,6 +145,45 @@ class _Chain:
 
 def _now_us() -> int:
     return time.time_ns() // 1000
+
+
+class _RangeFile(io.RawIOBase):
+    """A segment object as a read-only, seekable file whose reads are range requests: what
+    Arrow's IPC reader needs to read some columns of a file without fetching the rest."""
+
+    def __init__(self, loc: ObjectLocation, store: Any, piece: _Piece, what: str) -> None:
+        self._loc, self._store, self._key, self._what = loc, store, piece.key, what
+        self._size, self._pos = piece.size, 0
+
+    def readable(self) -> bool:
+        return True
+
+    def seekable(self) -> bool:
+        return True
+
+    def tell(self) -> int:
+        return self._pos
+
+    def seek(self, offset: int, whence: int = io.SEEK_SET) -> int:
+        base = {io.SEEK_SET: 0, io.SEEK_CUR: self._pos, io.SEEK_END: self._size}[whence]
+        self._pos = base + offset
+        return self._pos
+
+    def readinto(self, buffer: Any) -> int:
+        import obstore
+
+        n = min(len(buffer), self._size - self._pos)
+        if n <= 0:
+            return 0
+        start = self._pos
+        data = call(
+            self._loc,
+            self._what,
+            lambda: obstore.get_range(self._store, self._key, start=start, length=n),
+        )
+        memoryview(buffer)[:n] = memoryview(data)[:n]
+        self._pos += n
+        return n
 
 
 class ObjectStream:
@@ -422,8 +463,9 @@ class ObjectStream:
         self._delete(gone)
         with self._mutex:
             self._chains.pop(partition, None)
-            for key in gone:
-                self._tables.pop(key, None)
+            gone_keys = set(gone)
+            for key in [k for k in self._tables if k.split("#", 1)[0] in gone_keys]:
+                del self._tables[key]
         return TrimResult(partition, prev, new)
 
     def _delete(self, keys: Sequence[str]) -> None:
@@ -434,20 +476,36 @@ class ObjectStream:
 
     # -- reading --
 
-    def _table(self, partition: int, piece: _Piece) -> pa.Table:
+    def _table(self, partition: int, piece: _Piece, names: Sequence[str]) -> pa.Table:
+        """The segment's records in columns ``names``. A read of system columns alone (the
+        planner's, on the driver) fetches only their byte ranges of the object (the IPC
+        file's footer says where they are), never the payload; other reads fetch the whole
+        object, kept in a small cache (committed segments never change)."""
         import obstore
 
+        projected = (
+            set(names) <= set(LOG_SYSTEM_COLUMNS)
+            and len(self._file_schema) > len(LOG_SYSTEM_COLUMNS)
+            and piece.size > 0
+        )
+        cache_key = f"{piece.key}#{','.join(names)}" if projected else piece.key
         with self._mutex:
-            table = self._tables.get(piece.key)
+            table = self._tables.get(cache_key)
             if table is not None:
-                self._tables.move_to_end(piece.key)
-                return table
+                self._tables.move_to_end(cache_key)
+                return table if projected else table.select(names)
+        what = f"reading partition {partition}"
         try:
-            raw = call(
-                self.loc,
-                f"reading partition {partition}",
-                lambda: obstore.get(self.store, piece.key).bytes(),
-            )
+            if projected:
+                fields = [self._file_schema.get_field_index(n) for n in names]
+                source = pa.PythonFile(_RangeFile(self.loc, self.store, piece, what), mode="r")
+                reader = pa.ipc.open_file(
+                    source, options=pa.ipc.IpcReadOptions(included_fields=fields)
+                )
+                table = reader.read_all()
+            else:
+                raw = call(self.loc, what, lambda: obstore.get(self.store, piece.key).bytes())
+                table = pa.ipc.open_file(pa.py_buffer(bytes(raw))).read_all()
         except FileNotFoundError:  # obstore's not found
             kept = self.start_offset(partition)
             if piece.first < kept:
@@ -456,11 +514,9 @@ class ObjectStream:
                 f"segment {piece.key} of {self.location} (records [{piece.first}, {piece.end})) "
                 "is missing: the partition cannot be read from there on"
             ) from None
-        try:
-            table = pa.ipc.open_file(pa.py_buffer(bytes(raw))).read_all()
-            stats = SegmentStats.from_metadata(table.schema.metadata, piece.key)
         except pa.ArrowInvalid as e:
             raise CorruptLogError(f"segment {piece.key} of {self.location} is damaged: {e}") from e
+        stats = SegmentStats.from_metadata(table.schema.metadata, piece.key)
         if table.num_rows != piece.stats.count or (stats.first, stats.count) != (
             piece.first,
             piece.stats.count,
@@ -471,10 +527,10 @@ class ObjectStream:
             )
         table = table.replace_schema_metadata(None)
         with self._mutex:
-            self._tables[piece.key] = table
+            self._tables[cache_key] = table
             while len(self._tables) > self._cache_segments:
                 self._tables.popitem(last=False)
-        return table
+        return table if projected else table.select(names)
 
     def read(
         self, partition: int, start: int, end: int, columns: Sequence[str] | None = None
@@ -502,7 +558,7 @@ class ObjectStream:
         for piece in pieces:
             if piece.end <= start or piece.first >= end:
                 continue
-            t = self._table(partition, piece).select(names)
+            t = self._table(partition, piece, names)
             lo, hi = max(start, piece.first) - piece.first, min(end, piece.end) - piece.first
             out.append(t if (lo, hi) == (0, piece.stats.count) else t.slice(lo, hi - lo))
         return out[0] if len(out) == 1 else pa.concat_tables(out)
