@@ -520,7 +520,7 @@ class Writer:
                     if late.any():
                         i = int(np.flatnonzero(late)[0])
                         self._late(int(rt[i]), int(before[i]), False, index=i)
-                rowtime_arr = pa.array(rt, type=pa.int64())
+                rowtime_arr = pa.chunked_array([pa.array(rt, type=pa.int64())])
                 low, last = int(rt.min()), int(rt[-1])
             else:
                 top = arrival
@@ -539,9 +539,7 @@ class Writer:
             )
             system = [
                 constant_int64(n, arrival),
-                rowtime_arr
-                if isinstance(rowtime_arr, pa.ChunkedArray)
-                else pa.chunked_array([rowtime_arr]),
+                rowtime_arr,
                 pa.chunked_array([pa.array(np.zeros(n, dtype=np.bool_))]),
             ]
             chunk = pa.Table.from_arrays([*system, *columns], schema=self._file_schema)
