@@ -162,22 +162,12 @@ class ObjectSinkState:
         """Create the entry of ``batch_id`` unless it exists: of two drivers committing one
         batch, exactly one creates it. A failed create is read back: ours only if it holds
         this very document (an identical one from another driver counts as theirs)."""
-        import obstore
-        from obstore.exceptions import AlreadyExistsError, PreconditionError
-
         key = self._entry_key(batch_id)
         marked = {**doc, "_put": os.urandom(8).hex()}
-        text = json.dumps(marked, sort_keys=True).encode()
-        try:
-            call(
-                self.loc,
-                f"committing batch {batch_id} of the sink target",
-                lambda: obstore.put(store_for(self.loc), key, text, mode="create"),
-            )
+        if self._create(key, marked, f"committing batch {batch_id}"):
             return True
-        except (AlreadyExistsError, PreconditionError):
-            there = _get(self.loc, key, f"reading batch {batch_id}'s entry")
-            return there is not None and there.get("_put") == marked["_put"]
+        there = _get(self.loc, key, f"reading batch {batch_id}'s entry")
+        return there is not None and there.get("_put") == marked["_put"]
 
     def replace_entry(self, batch_id: int, doc: dict[str, Any]) -> None:
         import obstore
