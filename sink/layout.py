@@ -29,18 +29,20 @@ import json
 import os
 import re
 import shutil
-import time
 import uuid
 from collections.abc import Callable, Iterable, Iterator, Sequence
 from contextlib import contextmanager
 from functools import partial
-from typing import Any, TypeVar
+from typing import Any
 
 import pyarrow as pa
 
-from ..bounds.errors import CorruptLogError, SinkBusyError, WriterLockedError
+from ..bounds.errors import CorruptLogError
 from ..bounds.versions import newer_format
-from ..streams.lock import PartitionLock
+from ..streams.lock import (  # wait_for_lock: used here, and by stream_target
+    PartitionLock,
+    wait_for_lock,
+)
 from ..streams.meta import fsync_dir, fsync_file, make_dirs, narrow_mode
 from ..streams.segments import SegmentStats, open_segment_file, write_segment_file
 from ..streams.storage import SINK_DIR as STORAGE_SINK_DIR
@@ -65,34 +67,6 @@ FORMAT_VERSION = 1
 
 #: Manifest entries kept; older ones can never be replayed by Spark.
 MANIFEST_KEEP = 100
-
-#: How long a commit waits for another process's commit on the same target to finish. After a
-#: driver is killed, the Python worker running its commit lives on for a moment (PySpark's
-#: daemon stops its workers only when it notices the JVM is gone), so the restarted driver's
-#: replay of that batch waits for it instead of racing it.
-COMMIT_WAIT_S = 300.0
-
-T = TypeVar("T")
-
-
-def wait_for_lock(acquire: Callable[[], T], timeout_s: float = COMMIT_WAIT_S) -> T:
-    """Call ``acquire`` until it stops raising :class:`WriterLockedError`; when ``timeout_s``
-    runs out first, raise :class:`SinkBusyError` (another commit still holds the target)."""
-    deadline = time.monotonic() + timeout_s
-    delay = 0.01
-    while True:
-        try:
-            return acquire()
-        except WriterLockedError as e:
-            if time.monotonic() >= deadline:
-                raise SinkBusyError(
-                    f"another commit to this sink target is still running after "
-                    f"{timeout_s:g} s ({e}); if its query was stopped, wait for its process to "
-                    "exit and restart this query"
-                ) from e
-            time.sleep(delay)
-            delay = min(delay * 2, 0.5)
-
 
 _ENTRY_RE = re.compile(r"(\d{20})\.json\Z")
 _TMP = ".tmp."

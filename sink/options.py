@@ -19,7 +19,7 @@ import pyarrow as pa
 from ..bounds.errors import OptionError, SchemaError
 from ..streams.columns import SPARK_COLUMNS, SPARK_IS_BOUND, SPARK_ROWTIME
 from ..streams.options import OptionTable
-from ..streams.storage import local_path, redact_url, resolve, sink_store
+from ..streams.storage import local_path, redact_url, resolve, sink_store, target_files
 
 GRANULARITY_US = {
     "minute": 60_000_000,
@@ -136,6 +136,26 @@ def check_columns(schema: pa.Schema) -> tuple[tuple[str, ...], bool]:
     return payload, has_is_bound
 
 
+def _checkpoint(checkpoint: str) -> str:
+    """The query's checkpoint as the sink reads it (its id, and the watermark of each batch):
+    a local path, or an object storage URL (``s3a://``, ``abfss://``: a cluster's checkpoints
+    on the same store as its streams)."""
+    try:
+        return local_path(checkpoint)
+    except OptionError:
+        pass
+    try:
+        if target_files(checkpoint) is not None:
+            return resolve(checkpoint)
+    except OptionError:
+        pass
+    raise OptionError(
+        f"option checkpointLocation={redact_url(checkpoint)!r}: the sink reads the checkpoint, "
+        "and only local paths, file:// URLs and object storage (s3://, s3a://, az://, abfs[s]://, "
+        "with pyspark-rowtime[cloud] installed) are supported"
+    )
+
+
 def parse_sink_options(
     options: Mapping[str, Any], schema: pa.Schema, overwrite: bool = False
 ) -> SinkConfig:
@@ -215,14 +235,7 @@ def parse_sink_options(
         )
     checkpoint = given.get("checkpointlocation", "").strip() or None
     if checkpoint is not None:
-        try:
-            checkpoint = local_path(checkpoint)
-        except OptionError:
-            raise OptionError(
-                f"option checkpointLocation={redact_url(checkpoint)!r}: the sink reads the "
-                "checkpoint, and "
-                "only local paths and file:// URLs are supported"
-            ) from None
+        checkpoint = _checkpoint(checkpoint)
     if clock == "watermark" and checkpoint is None:
         raise OptionError(
             "option checkpointLocation is required with clock=watermark: the sink reads the "
@@ -232,12 +245,13 @@ def parse_sink_options(
         location = resolve(path)
     except OptionError as e:
         raise OptionError(f"option path: {e}") from None
-    if target == "parquet" and sink_store(location) is not None:
-        # Parquet files go to a folder, and its state (intents, staged files) beside them.
+    if target == "parquet" and sink_store(location) is not None and target_files(location) is None:
+        # Parquet files go to a folder or an object store, their state (intents, staged files)
+        # beside them; a backend that keeps no files (Redis) holds streams only.
         raise OptionError(
-            f"option path={redact_url(path)!r}: target=parquet writes files to a local folder "
-            "(a path or file:// URL); a stream location of another backend (redis://, s3://, "
-            "az://) takes target=stream only"
+            f"option path={redact_url(path)!r}: target=parquet writes files, to a local folder "
+            "(a path or file:// URL) or to object storage (s3://, az://, abfss://); this "
+            "location's backend keeps streams only: use target=stream, or a path for the files"
         )
     return SinkConfig(
         location=location,

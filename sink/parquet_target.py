@@ -29,6 +29,13 @@ more. Partitions holding data get a ``_COMPLETE`` marker; for empty ones (no fol
 says the same. ``get_rowtime_bound(path)`` reads ``clock.json``, which is written only after
 everything it covers is in place.
 
+**Where the files are.** A local folder (:class:`LocalFiles`: rename, hard links, ``flock``,
+``fsync``), or a location of a backend that keeps files itself, object storage
+(:func:`streams.storage.target_files`): there a staged file is a multipart upload, visible only
+once complete; publishing is a server-side copy; ``_COMPLETE`` is created with
+``If-None-Match: *``; ``clock.json`` moves by compare-and-swap; and the commit lock is a lease
+(``_rowtime_sink/commit.lease``). The steps and their order are the same.
+
 This module imports no pyspark.
 """
 
@@ -37,8 +44,9 @@ from __future__ import annotations
 import os
 import shutil
 import uuid
-from collections.abc import Iterable, Sequence
-from typing import Any
+from collections.abc import Callable, Iterable, Sequence
+from contextlib import AbstractContextManager
+from typing import Any, Protocol
 
 import numpy as np
 import pyarrow as pa
@@ -48,19 +56,26 @@ from ..bounds.errors import CorruptLogError, OptionError, SchemaError
 from ..bounds.time import from_rowtime_us
 from ..streams.columns import SPARK_ROWTIME
 from ..streams.meta import fsync_dir, fsync_file, make_dirs, narrow_mode
-from ..streams.storage import SINK_KIND_PARQUET, LocationKind, what_is_at
+from ..streams.storage import (
+    SINK_KIND_PARQUET,
+    LocationKind,
+    SinkStore,
+    TargetFiles,
+    target_files,
+    what_is_at,
+)
 from .clock import advance
 from .layout import (
     CLOCK_FILE,
     OWNER_FILE,
     SINK_DIR,
     TARGET_FILE,
-    SinkState,
     batch_name,
+    open_sink_state,
     read_json,
     replace_json,
+    write_json_once,
 )
-from .layout import write_json_once as _write_once
 from .manifest import ParquetEntry, ParquetFile
 from .options import GRANULARITY_US, SinkConfig
 from .target import stage_task
@@ -99,14 +114,113 @@ def partition_name(key: int, granularity: str) -> str:
     return f"rowtime_{granularity}={value}"
 
 
+#: The clock document, relative to the target.
+CLOCK_NAME = f"{SINK_DIR}/{CLOCK_FILE}"
+
+
+class LocalFiles:
+    """A Parquet target's files in a local folder (:class:`streams.storage.TargetFiles`):
+    written, ``fsync``'d, renamed and linked into place, so that a crash or power loss keeps
+    what a commit acknowledged."""
+
+    def __init__(self, location: str) -> None:
+        self.location = location
+
+    def __repr__(self) -> str:
+        return f"LocalFiles({self.location!r})"
+
+    def path(self, name: str) -> str:
+        return os.path.join(self.location, name)
+
+    def open_output(self, name: str) -> pa.NativeFile:
+        path = self.path(name)
+        make_dirs(os.path.dirname(path))
+        return pa.OSFile(path, "wb")
+
+    def close_output(self, out: Any, name: str) -> None:
+        out.close()
+        path = self.path(name)
+        folder = os.path.dirname(path)
+        # Published by a rename, which keeps the mode: no wider than the folder it is in.
+        narrow_mode(path, folder)
+        fsync_file(path)
+        fsync_dir(folder)
+        fsync_dir(os.path.dirname(folder))
+
+    def publish(self, src: str, dst: str) -> bool:
+        src_path, dst_path = self.path(src), self.path(dst)
+        if os.path.exists(dst_path):
+            return True
+        folder = os.path.dirname(dst_path)
+        make_dirs(folder)
+        try:
+            os.rename(src_path, dst_path)
+        except FileNotFoundError:
+            return os.path.exists(dst_path)
+        fsync_dir(folder)
+        return True
+
+    def exists(self, name: str) -> bool:
+        return os.path.exists(self.path(name))
+
+    def create_json(self, name: str, doc: Any) -> bool:
+        path = self.path(name)
+        make_dirs(os.path.dirname(path))
+        return write_json_once(path, doc)
+
+    def read_json(self, name: str) -> Any | None:
+        return read_json(self.path(name))
+
+    def read_text(self, name: str) -> str | None:
+        try:
+            with open(self.path(name), encoding="utf-8") as f:
+                return f.read()
+        except (FileNotFoundError, NotADirectoryError):
+            return None
+
+    def advance_json(self, name: str, doc: Any, newer: Callable[[Any | None], bool]) -> None:
+        # Only the holder of the target's commit lock (a flock) writes here.
+        if newer(self.read_json(name)):
+            replace_json(self.path(name), doc)
+
+    def list(self, prefix: str) -> list[str]:
+        top = self.path(prefix) if prefix else self.location
+        out = []
+        for folder, _dirs, files in os.walk(top):
+            out += [os.path.relpath(os.path.join(folder, f), self.location) for f in files]
+        return sorted(out)
+
+    def remove(self, names: Sequence[str]) -> None:
+        for name in names:
+            try:
+                os.unlink(self.path(name))
+            except FileNotFoundError:
+                pass
+
+    def remove_folder(self, name: str) -> None:
+        shutil.rmtree(self.path(name), ignore_errors=True)
+
+
+def target_files_at(path: str) -> TargetFiles:
+    """The files of a Parquet target at ``path`` (resolved): its backend's (object storage), or
+    a local folder."""
+    return target_files(path) or LocalFiles(path)
+
+
+class _ParquetState(SinkStore, Protocol):
+    """The sink state a Parquet target needs: a stream target's, and one commit at a time."""
+
+    def commit_lock(self) -> AbstractContextManager[None]: ...
+
+
 def is_parquet_target(path: str) -> bool:
-    """Whether ``path`` (absolute) is a Parquet target of this sink."""
+    """Whether ``path`` is a Parquet target of this sink."""
     return what_is_at(path).kind is LocationKind.PARQUET_TARGET
 
 
 def parquet_clock_us(path: str) -> int | None:
-    """The clock of the Parquet target at ``path``: None until a batch moves it."""
-    doc = read_json(os.path.join(path, SINK_DIR, CLOCK_FILE))
+    """The clock of the Parquet target at ``path`` (resolved): None until a batch moves it."""
+    doc = target_files_at(path).read_json(CLOCK_NAME)
     if not doc:
         return None
     clock = doc.get("clock_us")
@@ -119,14 +233,16 @@ class _Stager:
     def __init__(self, target: ParquetTarget, info: TaskInfo) -> None:
         self.target = target
         self.info = info
-        self.folder_rel = os.path.join(
-            SINK_DIR,
-            "staging",
-            batch_name(info.batch_id),
-            f"{info.task:05d}-{info.attempt}-{uuid.uuid4().hex[:12]}",
+        self.folder_rel = "/".join(
+            (
+                SINK_DIR,
+                "staging",
+                batch_name(info.batch_id),
+                f"{info.task:05d}-{info.attempt}-{uuid.uuid4().hex[:12]}",
+            )
         )
-        self.folder = os.path.join(target.cfg.location, self.folder_rel)
         self.writers: dict[int, pq.ParquetWriter] = {}
+        self.outputs: dict[int, Any] = {}
         self.pending: dict[int, list[pa.RecordBatch]] = {}
         self.pending_rows: dict[int, int] = {}
         self.rows: dict[int, int] = {}
@@ -163,19 +279,18 @@ class _Stager:
                 f"part-{batch_name(i.batch_id)}-{i.task:05d}-{i.attempt}-"
                 f"{uuid.uuid4().hex[:8]}.parquet"
             )
-            staged_rel = os.path.join(self.folder_rel, part, name)
-            make_dirs(os.path.join(self.folder, part))
+            staged_rel = f"{self.folder_rel}/{part}/{name}"
             codec = None if cfg.compression == "none" else cfg.compression
+            out = self.target.files.open_output(staged_rel)
+            self.outputs[key] = out
             writer = pq.ParquetWriter(
-                os.path.join(cfg.location, staged_rel),
+                out,
                 table.schema,
                 compression=codec,
                 dictionary_pagesize_limit=DICTIONARY_PAGE_BYTES,
             )
             self.writers[key] = writer
-            self.files[key] = StagedFile(
-                staged=staged_rel, rows=0, final=os.path.join(part, name), key=key
-            )
+            self.files[key] = StagedFile(staged=staged_rel, rows=0, final=f"{part}/{name}", key=key)
         writer.write_table(table, row_group_size=ROW_GROUP_ROWS)
         self.rows[key] = self.rows.get(key, 0) + table.num_rows
 
@@ -183,16 +298,12 @@ class _Stager:
         for key in list(self.pending):
             self._flush(key)
         out = []
+        files = self.target.files
         for key, writer in self.writers.items():
             writer.close()
             f = self.files[key]
-            path = os.path.join(self.target.cfg.location, f.staged)
-            # Published by a rename, which keeps the mode: no wider than the folder it is in.
-            narrow_mode(path, os.path.dirname(path))
-            fsync_file(path)
+            files.close_output(self.outputs[key], f.staged)  # durable from here
             out.append(StagedFile(staged=f.staged, rows=self.rows[key], final=f.final, key=key))
-        for root, _dirs, _files in os.walk(self.folder):
-            fsync_dir(root)
         return out
 
     def discard(self) -> None:
@@ -201,7 +312,20 @@ class _Stager:
                 writer.close()
             except Exception:
                 pass
-        shutil.rmtree(self.folder, ignore_errors=True)
+        files = self.target.files
+        for out in self.outputs.values():
+            if isinstance(files, LocalFiles):
+                try:
+                    out.close()
+                except Exception:
+                    pass
+            # An object store's unfinished upload never becomes an object: nothing to remove.
+        try:
+            files.remove(files.list(self.folder_rel))
+        except Exception:
+            pass  # the batch's staging is removed when a later batch commits
+        if isinstance(files, LocalFiles):
+            files.remove_folder(self.folder_rel)
 
 
 class ParquetTarget:
@@ -209,7 +333,9 @@ class ParquetTarget:
 
     def __init__(self, cfg: SinkConfig) -> None:
         self.cfg = cfg
-        self.state = SinkState(cfg.location)
+        self.files = target_files_at(cfg.location)
+        state: Any = open_sink_state(cfg.location)
+        self.state: _ParquetState = state
         self.where = f"parquet target {cfg.location}"
 
     # -- driver, when the query starts --------------------------------------------------------
@@ -217,7 +343,8 @@ class ParquetTarget:
     def prepare(self) -> None:
         """Create the target (or check the existing one matches this query)."""
         cfg = self.cfg
-        if os.path.exists(cfg.location) and not os.path.isdir(cfg.location):
+        local = isinstance(self.files, LocalFiles)
+        if local and os.path.exists(cfg.location) and not os.path.isdir(cfg.location):
             raise OptionError(f"option path={cfg.location!r}: a file is in the way of a folder")
         kind = what_is_at(cfg.location).kind
         if kind in (LocationKind.STREAM, LocationKind.PENDING_STREAM_TARGET):
@@ -308,8 +435,8 @@ class ParquetTarget:
         """Remove what the batch staged, unless it was committed after all."""
         with self.state.commit_lock():
             if self.state.entry(batch_id) is None:
-                _remove_staged(self.cfg.location, reports)
-                shutil.rmtree(self.state.batch_staging(batch_id), ignore_errors=True)
+                self.files.remove([f.staged for r in reports if r is not None for f in r.files])
+                self.state.drop_staging(batch_id)
 
     # -- applying entries (idempotent) --------------------------------------------------------
 
@@ -318,54 +445,43 @@ class ParquetTarget:
         latest = self.state.latest()
         if latest is None:
             return
-        applied = read_json(os.path.join(self.state.root, CLOCK_FILE)) or {}
+        applied = self.files.read_json(CLOCK_NAME) or {}
         if int(applied.get("batch", -1)) < int(latest["batch"]):
             self.apply(ParquetEntry.from_dict(latest))
 
     def apply(self, entry: ParquetEntry) -> None:
         """Rename the entry's staged files into place, mark completed partitions, then publish
         the clock. Each step checks what is done, so running it twice changes nothing."""
-        root = self.cfg.location
-        folders = set()
+        files = self.files
         for f in entry.files:
-            src, dst = os.path.join(root, f.staged), os.path.join(root, f.final)
-            if os.path.exists(dst):
-                continue
-            folder = os.path.dirname(dst)
-            make_dirs(folder)
-            try:
-                os.rename(src, dst)
-            except FileNotFoundError:
-                if os.path.exists(dst):
-                    continue
+            if not files.publish(f.staged, f.final):
                 raise CorruptLogError(
                     f"{self.where}: batch {entry.batch} is committed but its staged file "
-                    f"{src} is gone before it was published to {dst}; was the staging folder "
-                    "removed by hand? The rows of that file are lost"
-                ) from None
-            folders.add(folder)
-        for folder in folders:
-            fsync_dir(folder)
-        if folders:
-            fsync_dir(root)
+                    f"{f.staged} is gone before it was published to {f.final}; was the staging "
+                    "folder removed by hand? The rows of that file are lost"
+                )
+        if entry.files and isinstance(files, LocalFiles):
+            fsync_dir(self.cfg.location)  # the partition folders the renames made
         for key in entry.complete:
             self._mark_complete(key, entry)
-        clock_path = os.path.join(self.state.root, CLOCK_FILE)
-        current = read_json(clock_path) or {}
-        if int(current.get("batch", -1)) < entry.batch:
+
+        def newer(current: Any | None) -> bool:
+            return int((current or {}).get("batch", -1)) < entry.batch
+
+        current = files.read_json(CLOCK_NAME) or {}
+        if newer(current):
             clock = entry.clock_us
             old = current.get("clock_us")
             if old is not None and (clock is None or clock < old):
                 clock = old  # never back (cannot happen: entries only move forward)
-            replace_json(clock_path, {"batch": entry.batch, "clock_us": clock, "clock": iso(clock)})
+            doc = {"batch": entry.batch, "clock_us": clock, "clock": iso(clock)}
+            files.advance_json(CLOCK_NAME, doc, newer)
 
     def _mark_complete(self, key: int, entry: ParquetEntry) -> None:
         cfg = self.cfg
-        folder = os.path.join(cfg.location, partition_name(key, cfg.granularity))
-        make_dirs(folder)
         gran = cfg.granularity_us
-        _write_once(
-            os.path.join(folder, COMPLETE_MARKER),
+        self.files.create_json(
+            f"{partition_name(key, cfg.granularity)}/{COMPLETE_MARKER}",
             {
                 "partition": partition_name(key, cfg.granularity),
                 "start": iso(key * gran),
@@ -395,36 +511,27 @@ def _published(f: StagedFile) -> ParquetFile:
     return ParquetFile(staged=f.staged, final=f.final, key=f.key, rows=f.rows)
 
 
-def _remove_staged(root: str, reports: Iterable[TaskReport | None]) -> None:
-    for report in reports:
-        if report is None:
-            continue
-        for f in report.files:
-            try:
-                os.unlink(os.path.join(root, f.staged))
-            except FileNotFoundError:
-                pass
-
-
 # -- for people (the rowtime CLI) ----------------------------------------------------------------
 
 
 def describe_parquet_target(path: str) -> dict[str, Any]:
-    """What ``rowtime describe`` says about the Parquet target at ``path`` (absolute)."""
-    root = os.path.join(path, SINK_DIR)
-    target = read_json(os.path.join(root, TARGET_FILE)) or {}
-    owner = read_json(os.path.join(root, OWNER_FILE)) or {}
-    applied = read_json(os.path.join(root, CLOCK_FILE)) or {}
+    """What ``rowtime describe`` says about the Parquet target at ``path`` (resolved)."""
+    files = target_files_at(path)
+    target = files.read_json(f"{SINK_DIR}/{TARGET_FILE}") or {}
+    owner = files.read_json(f"{SINK_DIR}/{OWNER_FILE}") or {}
+    applied = files.read_json(CLOCK_NAME) or {}
     clock = applied.get("clock_us")
-    partitions = []
     prefix = f"rowtime_{target.get('granularity')}="
-    for name in sorted(os.listdir(path)):
-        folder = os.path.join(path, name)
-        if not name.startswith(prefix) or not os.path.isdir(folder):
+    found: dict[str, dict[str, Any]] = {}
+    for name in files.list(""):
+        folder, _, rest = name.partition("/")
+        if not folder.startswith(prefix) or "/" in rest or not rest:
             continue
-        files = [n for n in os.listdir(folder) if n.endswith(".parquet")]
-        complete = os.path.exists(os.path.join(folder, COMPLETE_MARKER))
-        partitions.append({"partition": name, "files": len(files), "complete": complete})
+        p = found.setdefault(folder, {"partition": folder, "files": 0, "complete": False})
+        if rest.endswith(".parquet"):
+            p["files"] += 1
+        elif rest == COMPLETE_MARKER:
+            p["complete"] = True
     return {
         "location": path,
         "kind": "parquet target",
@@ -434,7 +541,7 @@ def describe_parquet_target(path: str) -> dict[str, Any]:
         "last_batch": applied.get("batch"),
         "clock_us": clock,
         "clock": None if clock is None else iso(clock),
-        "partitions": partitions,
+        "partitions": [found[k] for k in sorted(found)],
     }
 
 

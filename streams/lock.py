@@ -15,8 +15,11 @@ from __future__ import annotations
 import errno
 import fcntl
 import os
+import time
+from collections.abc import Callable
+from typing import TypeVar
 
-from ..bounds.errors import CorruptLogError, WriterLockedError
+from ..bounds.errors import CorruptLogError, SinkBusyError, WriterLockedError
 
 LOCK_FILE = "_writer.lock"
 
@@ -85,3 +88,31 @@ def _read_pid(fd: int) -> int | None:
     except OSError:
         return None
     return int(text) if text.isdigit() else None
+
+
+#: How long a commit waits for another process's commit on the same target to finish. After a
+#: driver is killed, the Python worker running its commit lives on for a moment (PySpark's
+#: daemon stops its workers only when it notices the JVM is gone), so the restarted driver's
+#: replay of that batch waits for it instead of racing it.
+COMMIT_WAIT_S = 300.0
+
+T = TypeVar("T")
+
+
+def wait_for_lock(acquire: Callable[[], T], timeout_s: float = COMMIT_WAIT_S) -> T:
+    """Call ``acquire`` until it stops raising :class:`WriterLockedError`; when ``timeout_s``
+    runs out first, raise :class:`SinkBusyError` (another commit still holds the target)."""
+    deadline = time.monotonic() + timeout_s
+    delay = 0.01
+    while True:
+        try:
+            return acquire()
+        except WriterLockedError as e:
+            if time.monotonic() >= deadline:
+                raise SinkBusyError(
+                    f"another commit to this sink target is still running after "
+                    f"{timeout_s:g} s ({e}); if its query was stopped, wait for its process to "
+                    "exit and restart this query"
+                ) from e
+            time.sleep(delay)
+            delay = min(delay * 2, 0.5)

@@ -10,9 +10,9 @@ plain paths). :func:`backend_for` loads a backend the first time a location of i
 used, so a user of one backend never imports another's package or client library. The package
 also exposes ``BACKEND`` and ``SCHEMES``, which find it where the distribution's metadata is
 missing. What only some backends can do is a capability the caller looks for with ``getattr``
-(``sink_store`` and ``entry_source`` on a :class:`Backend`; ``retention``, ``set_retention``,
-``trim_partition``, ``stored_bytes``, ``verify`` on a stream). Nothing in ``datasource/``,
-``sink/``, ``connectors/`` or the face changes for a new backend.
+(``sink_store``, ``target_files`` and ``entry_source`` on a :class:`Backend`; ``retention``,
+``set_retention``, ``trim_partition``, ``stored_bytes``, ``verify`` on a stream). Nothing in
+``datasource/``, ``sink/``, ``connectors/`` or the face changes for a new backend.
 
 Units and ends, for every backend:
 
@@ -78,6 +78,7 @@ __all__ = [
     "PartitionTail",
     "SinkStore",
     "StreamStorage",
+    "TargetFiles",
     "backend_for",
     "create_storage",
     "local_path",
@@ -86,6 +87,7 @@ __all__ = [
     "register_backend",
     "resolve",
     "sink_store",
+    "target_files",
     "what_is_at",
 ]
 
@@ -378,6 +380,76 @@ def sink_store(location: str | os.PathLike[str]) -> SinkStore | None:
         return None
     store: SinkStore = make(backend.resolve(os.fspath(location)))
     return store
+
+
+class TargetFiles(Protocol):
+    """Files below one location of a backend that keeps files itself (object storage): what the
+    sink's Parquet target needs where it cannot use a local folder (``sink.parquet_target``
+    keeps a local folder otherwise). Names are relative to the location, ``/``-separated.
+
+    Every operation is safe without a lock server: an output appears whole when closed or not
+    at all (a killed writer leaves nothing under its name), :meth:`create_json` is won by
+    exactly one of two callers, :meth:`advance_json` is a compare-and-swap, and
+    :meth:`publish` may be repeated (a commit replayed after a crash)."""
+
+    #: The location as shown in messages (no secret).
+    location: str
+
+    def open_output(self, name: str) -> Any:
+        """A writable binary file for ``name`` (pyarrow writes Parquet into it); the object
+        exists, durable and whole, once :meth:`close_output` returns."""
+        ...
+
+    def close_output(self, out: Any, name: str) -> None:
+        """Finish ``out`` (from :meth:`open_output`); durable when this returns."""
+        ...
+
+    def publish(self, src: str, dst: str) -> bool:
+        """Put ``src``'s bytes at ``dst`` unless ``dst`` holds them already (a repeat): True
+        when ``dst`` holds them on return, False when ``src`` is gone and ``dst`` absent."""
+        ...
+
+    def exists(self, name: str) -> bool:
+        """Whether ``name`` exists."""
+        ...
+
+    def create_json(self, name: str, doc: Any) -> bool:
+        """Create ``name`` holding ``doc`` unless it exists; True if this call did."""
+        ...
+
+    def read_json(self, name: str) -> Any | None:
+        """The document at ``name``, or None when there is none."""
+        ...
+
+    def read_text(self, name: str) -> str | None:
+        """The text (UTF-8) at ``name``, or None when there is none (a Spark checkpoint's
+        files, which the sink reads)."""
+        ...
+
+    def advance_json(self, name: str, doc: Any, newer: Callable[[Any | None], bool]) -> None:
+        """Replace ``name`` with ``doc`` while ``newer(current)`` holds for what is there,
+        by compare-and-swap (a racing writer's newer document is never overwritten)."""
+        ...
+
+    def list(self, prefix: str) -> list[str]:
+        """The names of every object below ``prefix`` (a folder name), sorted."""
+        ...
+
+    def remove(self, names: Sequence[str]) -> None:
+        """Remove ``names``; a missing one is no error."""
+        ...
+
+
+def target_files(location: str | os.PathLike[str]) -> TargetFiles | None:
+    """The files below ``location`` when its backend keeps files itself (object storage), or
+    None: a local folder (the embedded log's backend), or a backend that keeps no files
+    (Redis), which the caller tells apart with :func:`sink_store`."""
+    backend = backend_for(location)
+    make = getattr(backend, "target_files", None)
+    if make is None:
+        return None
+    files: TargetFiles = make(backend.resolve(os.fspath(location)))
+    return files
 
 
 class LocationKind(enum.Enum):

@@ -9,7 +9,7 @@ then replays the batch as Spark does (same batch id, same rows, new task attempt
 
 Stream targets run on every backend (``at``: a folder, a stream on a real Redis server,
 ``tests/redis_server.py``, or on moto's S3 server, ``tests/objstore_servers.py``), the same
-test for each.
+test for each; Parquet targets in a folder and on object storage (moto's S3 and Azurite).
 """
 
 from __future__ import annotations
@@ -38,16 +38,18 @@ from pyspark_rowtime.bounds.errors import (
     OptionError,
     SchemaError,
 )
-from pyspark_rowtime.sink.layout import MANIFEST_KEEP
+from pyspark_rowtime.sink.layout import MANIFEST_KEEP, SINK_DIR
 from pyspark_rowtime.sink.parquet_target import (
     COMPLETE_MARKER,
     ParquetTarget,
+    describe_parquet_target,
     is_parquet_target,
     parquet_clock_us,
     partition_name,
 )
 from pyspark_rowtime.sink.stream_target import StreamTarget
 from pyspark_rowtime.sink.task import TaskInfo
+from pyspark_rowtime.streams.objstore.files import ObjectTargetFiles
 from pyspark_rowtime.streams.objstore.log import ObjectAppender
 from pyspark_rowtime.streams.objstore.sink import ObjectSinkState
 from pyspark_rowtime.streams.redis.appender import RedisAppender
@@ -91,10 +93,9 @@ def data_rows(target: StreamTarget | ParquetTarget) -> list[tuple[int, int]]:
                 strict=True,
             )
         )
-    files = ds.dataset(location, format="parquet", partitioning="hive")
-    if not files.files:
+    t = parquet_table(target)
+    if t is None:
         return []
-    t = files.to_table(columns=["id", "rowtime"])
     return sorted(
         zip(
             t.column("id").to_pylist(),
@@ -102,6 +103,34 @@ def data_rows(target: StreamTarget | ParquetTarget) -> list[tuple[int, int]]:
             strict=True,
         )
     )
+
+
+def parquet_table(target: ParquetTarget) -> pa.Table | None:
+    """Every published Parquet file of the target (not its staging), read back as one table:
+    through pyarrow's dataset for a folder, object by object for object storage."""
+    import pyarrow.parquet as pq
+
+    location = target.cfg.location
+    if not isinstance(target.files, ObjectTargetFiles):
+        files = ds.dataset(location, format="parquet", partitioning="hive")
+        return files.to_table(columns=["id", "rowtime"]) if files.files else None
+    import obstore
+
+    from pyspark_rowtime.streams.objstore.location import store_for
+
+    names = [
+        n for n in target.files.list("") if n.endswith(".parquet") and not n.startswith(SINK_DIR)
+    ]
+    loc = target.files.loc
+    tables = [
+        pq.read_table(pa.py_buffer(bytes(obstore.get(store_for(loc), loc.key(n)).bytes())))
+        for n in names
+    ]
+    return pa.concat_tables(tables).select(["id", "rowtime"]) if tables else None
+
+
+def marked_complete(target: ParquetTarget, key: int) -> bool:
+    return target.files.exists(f"{partition_name(key, target.cfg.granularity)}/{COMPLETE_MARKER}")
 
 
 def clock(target: StreamTarget | ParquetTarget) -> int | None:
@@ -119,6 +148,7 @@ _REDIS_STEPS = {
     RedisAppender: ("_append",),
     ObjectSinkState: ("replace_entry", "put_entry_once", "prune", "drop_staging"),
     ObjectAppender: ("_commit_runs",),
+    ObjectTargetFiles: ("publish", "create_json", "advance_json"),
 }
 
 
@@ -153,12 +183,13 @@ def crash_at(n: int | None) -> Iterator[list[int]]:
         yield calls
 
 
-#: Kinds of target: a stream in a folder, Parquet files, a stream on Redis, a stream on S3.
-TARGETS = ["stream", "parquet", "redis", "s3"]
+#: Kinds of target: a stream in a folder, Parquet files, a stream on Redis, a stream on S3,
+#: Parquet files on S3 and on Azure Blob.
+TARGETS = ["stream", "parquet", "redis", "s3", "parquet-s3", "parquet-az"]
 
 
 @pytest.fixture(scope="module")
-def make_kind(redis: RedisServer, s3_server):  # type: ignore[no-untyped-def]
+def make_kind(redis: RedisServer, s3_server, az_server):  # type: ignore[no-untyped-def]
     """``make_kind(root, kind, **options)``: :func:`make` for a kind of :data:`TARGETS`."""
 
     def build(root: Path, kind: str, **options: str) -> StreamTarget | ParquetTarget:
@@ -166,6 +197,10 @@ def make_kind(redis: RedisServer, s3_server):  # type: ignore[no-untyped-def]
             return make(root, "stream", location=redis.url(f"target-{next(_names)}"), **options)
         if kind == "s3":
             return make(root, "stream", location=s3_server.url("target"), **options)
+        if kind == "parquet-s3":
+            return make(root, "parquet", location=s3_server.url("pq"), **options)
+        if kind == "parquet-az":
+            return make(root, "parquet", location=az_server.url("pq"), **options)
         return make(root, kind, **options)
 
     return build
@@ -282,31 +317,53 @@ def test_a_bound_below_the_rows_of_its_batch_adds_no_bound_record(tmp_path, at):
     assert clock(target) == T0 + 50  # the log's clock: a row implies its own bound
 
 
-def test_parquet_files_are_partitioned_by_hour_and_complete_hours_are_marked(tmp_path):
-    target = make(tmp_path, "parquet")
+@pytest.fixture(params=["folder", "s3", "az"])
+def pq_at(request: pytest.FixtureRequest) -> str | None:
+    """Where a Parquet target goes: None for a folder under the test's tmp_path, else a fresh
+    location on moto's S3 server or on Azurite (objstore_servers.py)."""
+    if request.param == "folder":
+        return None
+    return str(request.getfixturevalue(f"{request.param}_server").url("pq"))
+
+
+def test_parquet_files_are_partitioned_by_hour_and_complete_hours_are_marked(tmp_path, pq_at):
+    target = make(tmp_path, "parquet", location=pq_at)
+    assert isinstance(target, ParquetTarget)
     run(target, 0, [[records([(1, T0 + 5), (2, T0 + HOUR + 5)], bound=T0 + HOUR)]])
-    root = Path(target.cfg.location)
     first, second = partition_name(T0 // HOUR, "hour"), partition_name(T0 // HOUR + 1, "hour")
     assert first == "rowtime_hour=2023-11-14T22"
-    assert (root / first / COMPLETE_MARKER).exists()
-    assert not (root / second / COMPLETE_MARKER).exists()
+    assert marked_complete(target, T0 // HOUR)
+    assert not marked_complete(target, T0 // HOUR + 1)
+    names = [n for n in target.files.list("") if not n.startswith(SINK_DIR)]
+    assert [n.split("/")[0] for n in names] == [first, first, second]  # file, marker; file
     assert data_rows(target) == [(1, T0 + 5), (2, T0 + HOUR + 5)]
-    assert parquet_clock_us(str(root)) == T0 + HOUR
-    assert is_parquet_target(str(root)) and not is_parquet_target(str(tmp_path))
+    location = target.cfg.location
+    assert parquet_clock_us(location) == T0 + HOUR
+    assert is_parquet_target(location) and not is_parquet_target(str(tmp_path))
 
     run(target, 1, [[records([], bound=T0 + 2 * HOUR)]])
-    assert (root / second / COMPLETE_MARKER).exists()
+    assert marked_complete(target, T0 // HOUR + 1)
     assert clock(target) == T0 + 2 * HOUR
+    assert not target.state.staged()  # published files leave the staging area
+    info = describe_parquet_target(location)  # what `rowtime describe` prints
+    assert info["partitions"] == [
+        {"partition": first, "files": 1, "complete": True},
+        {"partition": second, "files": 1, "complete": True},
+    ]
+    assert (info["last_batch"], info["clock_us"], info["query_id"]) == (1, T0 + 2 * HOUR, "q1")
 
 
-def test_the_parquet_files_hold_the_payload_and_rowtime_in_utc(tmp_path):
-    target = make(tmp_path, "parquet")
+def test_the_parquet_files_hold_the_payload_and_rowtime_in_utc(tmp_path, pq_at):
+    target = make(tmp_path, "parquet", location=pq_at)
+    assert isinstance(target, ParquetTarget)
     run(target, 0, [[records([(1, T0 + 5)])]])
-    (path,) = Path(target.cfg.location).glob("rowtime_hour=*/*.parquet")
-    import pyarrow.parquet as pq
+    t = parquet_table(target)
+    assert t is not None and t.schema.field("rowtime").type == TS
+    if pq_at is None:
+        (path,) = Path(target.cfg.location).glob("rowtime_hour=*/*.parquet")
+        import pyarrow.parquet as pq
 
-    assert pq.read_schema(path).names == ["id", "rowtime"]
-    assert pq.read_schema(path).field("rowtime").type == TS
+        assert pq.read_schema(path).names == ["id", "rowtime"]
 
 
 @pytest.mark.parametrize(
@@ -327,11 +384,14 @@ def test_a_time_partition_is_named_by_its_start_floored_to_the_granularity(
     assert partition_name(key_us // GRANULARITY_US[granularity], granularity) == name
 
 
-def test_end_of_stream_completes_every_partition_with_data(tmp_path):
-    target = make(tmp_path, "parquet", granularity="minute")
+def test_end_of_stream_completes_every_partition_with_data(tmp_path, pq_at):
+    target = make(tmp_path, "parquet", location=pq_at, granularity="minute")
+    assert isinstance(target, ParquetTarget)
     run(target, 0, [[records([(i, T0 + i * 60_000_000) for i in range(5)])]])
+    assert not any(marked_complete(target, T0 // 60_000_000 + i) for i in range(5))
     run(target, 1, [[records([], bound=END_OF_STREAM_US)]])
-    markers = sorted(p.parent.name for p in Path(target.cfg.location).glob("*/_COMPLETE"))
+    assert all(marked_complete(target, T0 // 60_000_000 + i) for i in range(5))
+    markers = [n for n in target.files.list("") if n.endswith("/" + COMPLETE_MARKER)]
     assert len(markers) == 5
     assert clock(target) == END_OF_STREAM_US
 
@@ -370,6 +430,12 @@ def test_abort_removes_what_was_staged(tmp_path, kind, make_kind):
     target = make_kind(tmp_path, kind)
     reports = [target.write(TaskInfo(0, 0, 0, "q1"), iter([records([(1, T0 + 1)])]))]
     staged = [reports[0].files[0].staged]
+    if isinstance(target, ParquetTarget):
+        assert target.files.exists(staged[0]) and target.state.staged()
+        target.abort([*reports, None], 0)
+        assert not target.files.exists(staged[0]) and not target.state.staged()
+        assert data_rows(target) == []
+        return
     assert not target.state.missing_staged(staged)
     target.abort([*reports, None], 0)
     assert target.state.missing_staged(staged) == staged
@@ -384,22 +450,26 @@ def test_abort_after_a_commit_keeps_the_batch(tmp_path, kind, make_kind):
     assert data_rows(target) == [(1, T0 + 1)]
 
 
-def test_parquet_crash_after_the_manifest_entry_is_rolled_forward(tmp_path):
-    target = make(tmp_path, "parquet")
+@pytest.mark.parametrize("published", [0, 1])  # staged files published before the crash
+def test_parquet_crash_after_the_manifest_entry_is_rolled_forward(tmp_path, pq_at, published):
+    target = make(tmp_path, "parquet", location=pq_at)
+    assert isinstance(target, ParquetTarget)
     batch = [[records([(1, T0 + 1)])], [records([(2, T0 + HOUR + 1)], bound=T0 + HOUR)]]
-    # calls: 0 = the manifest entry (link), 1 = first staged file's rename
-    with crash_at(1), pytest.raises(Crash):
+    # calls: 0 = the manifest entry (link, or a conditional create), 1.. = the staged files'
+    # renames (or copies)
+    with crash_at(1 + published), pytest.raises(Crash):
         run(target, 0, batch)
     assert target.state.entry(0) is not None  # committed ...
     assert clock(target) is None  # ... but not yet published: the clock still says nothing
     run(target, 0, batch)  # the restart replays batch 0: roll forward, then a no-op
     assert data_rows(target) == [(1, T0 + 1), (2, T0 + HOUR + 1)]
     assert clock(target) == T0 + HOUR
-    assert (Path(target.cfg.location) / partition_name(T0 // HOUR, "hour") / "_COMPLETE").exists()
+    assert marked_complete(target, T0 // HOUR)
+    assert not target.state.staged()
 
 
-def test_parquet_crash_before_the_manifest_entry_publishes_nothing(tmp_path):
-    target = make(tmp_path, "parquet")
+def test_parquet_crash_before_the_manifest_entry_publishes_nothing(tmp_path, pq_at):
+    target = make(tmp_path, "parquet", location=pq_at)
     batch = [[records([(1, T0 + 1)], bound=T0 + 2)]]
     with crash_at(0), pytest.raises(Crash):
         run(target, 0, batch)
@@ -501,8 +571,8 @@ def test_a_data_row_without_rowtime_is_refused(tmp_path, kind, make_kind):
         target.write(TaskInfo(0, 0, 0, "q1"), iter([bad]))
 
 
-def test_parquet_batches_that_change_nothing_leave_no_manifest_entry(tmp_path):
-    target = make(tmp_path, "parquet")
+def test_parquet_batches_that_change_nothing_leave_no_manifest_entry(tmp_path, pq_at):
+    target = make(tmp_path, "parquet", location=pq_at)
     run(target, 0, [[records([], bound=T0)]])
     run(target, 1, [[records([])]])
     run(target, 2, [[records([], bound=T0)]])
@@ -544,10 +614,24 @@ def test_an_existing_stream_with_nullable_columns_takes_the_rows(tmp_path, at):
     assert data_rows(target) == [(1, T0)]
 
 
-def test_a_parquet_target_keeps_its_granularity(tmp_path):
-    make(tmp_path, "parquet")
+def test_a_parquet_target_keeps_its_granularity(tmp_path, pq_at):
+    make(tmp_path, "parquet", location=pq_at)
     with pytest.raises(OptionError, match="granularity"):
-        make(tmp_path, "parquet", granularity="day")
+        make(tmp_path, "parquet", location=pq_at, granularity="day")
+
+
+def test_a_parquet_file_whose_upload_never_finished_is_not_there(object_server, tmp_path):
+    """A task killed while writing leaves nothing a reader of the target would take: on an
+    object store, an upload that never completed is no object at all."""
+    target = make(tmp_path, "parquet", location=object_server.url("pq"))
+    assert isinstance(target, ParquetTarget)
+    name = f"{SINK_DIR}/staging/00000000000000000000/t/part.parquet"
+    out = target.files.open_output(name)
+    out.write(b"x" * (20 << 20))  # past one part: a multipart upload is under way
+    assert not target.files.exists(name)
+    del out  # the task dies without finishing it
+    assert not target.files.exists(name)
+    assert target.files.list(f"{SINK_DIR}/staging") == []
 
 
 @pytest.mark.parametrize(("first", "second"), [("stream", "parquet"), ("parquet", "stream")])
@@ -611,7 +695,7 @@ def test_exactly_once_and_a_monotone_clock_whatever_the_crashes(make_kind, kind,
             clock_now = max(top, bound if bound is not None else top)
         got = data_rows(target)
         assert sorted(got) == sorted(expected)  # no row lost, none doubled
-        if kind != "parquet":
+        if not kind.startswith("parquet"):
             t = read_stream(target.cfg.location)
             for p in set(t.column("partition").to_pylist()):
                 times = t.filter(pa.compute.equal(t.column("partition"), p)).column("rowtime")
@@ -619,11 +703,10 @@ def test_exactly_once_and_a_monotone_clock_whatever_the_crashes(make_kind, kind,
                 assert ordered == sorted(ordered)  # each partition in rowtime order
         present = [s for s in samples if s is not None]
         assert present == sorted(present)  # the clock never went back
-        if kind == "parquet":
+        if kind.startswith("parquet"):
             assert clock(target) == final_bound
-            root = Path(target.cfg.location)
             for key in {t // HOUR for _, t in expected}:
-                marked = (root / partition_name(key, "hour") / COMPLETE_MARKER).exists()
+                marked = marked_complete(target, key)
                 assert marked == (final_bound is not None and (key + 1) * HOUR <= final_bound)
         assert not target.state.staged()
 

@@ -870,6 +870,12 @@ class _ObjectStoreBackend:
 
         return ObjectSinkState(resolved)
 
+    def target_files(self, resolved: str) -> Any:
+        """The objects below the location, for a Parquet target of the sink (.files)."""
+        from .files import ObjectTargetFiles
+
+        return ObjectTargetFiles(resolved)
+
     def open(self, resolved: str, given: str) -> ObjectStream:
         return open_object_stream(resolved, given)
 

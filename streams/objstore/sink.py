@@ -7,7 +7,9 @@ shared filesystem)::
     _rowtime_sink/target.json                   what the target is; created once
     _rowtime_sink/owner.json                    the Spark query that writes it; created once
     _rowtime_sink/manifest/<batch:020d>.json    one entry per batch (the intent, then done)
-    _rowtime_sink/staging/<batch:020d>/<name>   a run a task staged (segment format)
+    _rowtime_sink/staging/<batch:020d>/<name>   a run a task staged (segment format), or a
+                                                Parquet target's staged files below it
+    _rowtime_sink/commit.lease                  Parquet targets: one commit at a time
 
 Exclusivity comes from conditional creates, as the log's commits: the target's description, its
 owner and a batch's entry are created with ``If-None-Match: *``, so of two drivers committing
@@ -20,15 +22,18 @@ from __future__ import annotations
 
 import json
 import os
-from collections.abc import Callable, Iterable, Sequence
+from collections.abc import Callable, Iterable, Iterator, Sequence
+from contextlib import contextmanager
 from typing import Any
 
 import pyarrow as pa
 
 from ...bounds.errors import CorruptLogError
 from ...bounds.versions import newer_format
+from ..lock import wait_for_lock
 from ..segments import SegmentStats, append_segment_blobs, write_segment_to
 from ..storage import SINK_DIR, SINK_TARGET_FILE, latest_entry, owner_conflict
+from .lease import Lease, lease_seconds
 from .location import ObjectLocation, call, parse_location, store_for
 
 __all__ = ["ObjectSinkState", "read_target"]
@@ -260,34 +265,59 @@ class ObjectSinkState:
     def discard_staged(self, handles: Sequence[str]) -> None:
         self._delete([self._staged_key(h) for h in handles])
 
-    def _staged_under(self, batch_id: int | None) -> list[str]:
+    def _staged_under(self, batch_id: int | None) -> list[tuple[str, str, str]]:
+        """(key, batch folder, name below it) of every staged object: a stream target's runs
+        lie directly in the batch's folder, a Parquet target's files deeper."""
         import obstore
 
         prefix = self._key("staging") + "/"
         if batch_id is not None:
             prefix += f"{batch_id:020d}/"
-        return call(
-            self.loc,
-            "listing staged runs",
-            lambda: [
-                m["path"] for chunk in obstore.list(store_for(self.loc), prefix) for m in chunk
-            ],
-        )
+        base = len(self._key("staging")) + 1
+
+        def listing() -> list[tuple[str, str, str]]:
+            out = []
+            for chunk in obstore.list(store_for(self.loc), prefix):
+                for m in chunk:
+                    batch, _, name = m["path"][base:].partition("/")
+                    out.append((m["path"], batch, name))
+            return out
+
+        return call(self.loc, "listing staged runs", listing)
 
     def drop_staging(self, batch_id: int) -> None:
-        self._delete(self._staged_under(batch_id))
+        self._delete([key for key, _, _ in self._staged_under(batch_id)])
 
     def clean_staging(self, up_to: int) -> None:
-        old = []
-        for key in self._staged_under(None):
-            batch = key.rsplit("/", 2)[-2]
-            if batch.isdigit() and int(batch) <= up_to:
-                old.append(key)
-        self._delete(old)
+        self._delete(
+            [
+                key
+                for key, batch, _ in self._staged_under(None)
+                if batch.isdigit() and int(batch) <= up_to
+            ]
+        )
 
     def staged(self) -> list[str]:
-        out = []
-        for key in self._staged_under(None):
-            batch, name = key.rsplit("/", 2)[-2:]
-            out.append(f"{int(batch)}/{name}")
-        return sorted(out)
+        return sorted(
+            f"{int(batch)}/{name}" for _, batch, name in self._staged_under(None) if batch.isdigit()
+        )
+
+    # -- one commit at a time (Parquet targets) --
+
+    @contextmanager
+    def commit_lock(self) -> Iterator[None]:
+        """Hold the target's commit lease (``_rowtime_sink/commit.lease``, as a partition's
+        writer lease: compare-and-swap, renewed while held, ended by its holder's death after
+        ``ROWTIME_LEASE_S``), waiting while another commit holds it."""
+        lease = Lease(
+            store_for(self.loc),
+            self.loc,
+            self._key("commit.lease"),
+            f"the sink target {self.target}",
+            lease_seconds(),
+        )
+        wait_for_lock(lease.acquire)
+        try:
+            yield
+        finally:
+            lease.release()
