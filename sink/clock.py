@@ -35,6 +35,7 @@ from collections.abc import Iterable
 
 from ..bounds.bounds import END_OF_STREAM_US
 from ..bounds.errors import CorruptLogError, OptionError
+from ..streams.storage import target_files
 
 __all__ = [
     "advance",
@@ -75,7 +76,24 @@ def watermark_clock_us(watermark_ms: int | None) -> int | None:
 
 
 def _offsets_file(checkpoint: str, batch_id: int) -> str:
+    if "://" in checkpoint:
+        return f"{checkpoint.rstrip('/')}/offsets/{batch_id}"
     return os.path.join(checkpoint, "offsets", str(batch_id))
+
+
+def read_checkpoint_file(checkpoint: str, name: str) -> str | None:
+    """The text of ``name`` (``/``-separated) in a Spark checkpoint, or None when it has none:
+    a local folder, or an object storage URL read through its backend's files."""
+    if "://" in checkpoint:
+        files = target_files(checkpoint)
+        if files is None:
+            raise OptionError(f"checkpoint {checkpoint!r}: its storage keeps no files")
+        return files.read_text(name)
+    try:
+        with open(os.path.join(checkpoint, *name.split("/")), encoding="utf-8") as f:
+            return f.read()
+    except (FileNotFoundError, NotADirectoryError):
+        return None
 
 
 def batch_watermark_ms(checkpoint: str, batch_id: int) -> int:
@@ -86,14 +104,13 @@ def batch_watermark_ms(checkpoint: str, batch_id: int) -> int:
     metadata, then one line per source.
     """
     path = _offsets_file(checkpoint, batch_id)
-    try:
-        with open(path, encoding="utf-8") as f:
-            lines = f.read().splitlines()
-    except FileNotFoundError:
+    text = read_checkpoint_file(checkpoint, f"offsets/{batch_id}")
+    if text is None:
         raise OptionError(
             f"clock=watermark reads the watermark of batch {batch_id} from {path}, which does "
             "not exist: is option checkpointLocation the query's checkpoint folder?"
-        ) from None
+        )
+    lines = text.splitlines()
     for line in lines[1:]:
         if not line.startswith("{"):
             continue
@@ -114,8 +131,8 @@ def checkpoint_query_id(checkpoint: str | None) -> str | None:
     if checkpoint is None:
         return None
     try:
-        with open(os.path.join(checkpoint, "metadata"), encoding="utf-8") as f:
-            doc = json.loads(f.readline())
+        text = read_checkpoint_file(checkpoint, "metadata")
+        doc = json.loads((text or "").split("\n", 1)[0])
     except (OSError, ValueError):
         return None
     value = doc.get("id") if isinstance(doc, dict) else None

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 
+import pyarrow as pa
 import pytest
 from hypothesis import given
 from hypothesis import strategies as st
@@ -17,6 +18,7 @@ from pyspark_rowtime.sink.clock import (
     checkpoint_query_id,
     watermark_clock_us,
 )
+from pyspark_rowtime.sink.options import parse_sink_options
 
 
 def write_offsets(checkpoint, batch_id, watermark_ms):
@@ -82,3 +84,38 @@ def test_the_query_id_is_read_from_the_checkpoint_metadata(tmp_path):
     assert checkpoint_query_id(str(tmp_path)) == "abc-123"
     assert checkpoint_query_id(str(tmp_path / "nope")) is None
     assert checkpoint_query_id(None) is None
+
+
+def test_a_checkpoint_on_object_storage_is_read_where_spark_wrote_it(object_server):
+    """A cluster with no shared disk keeps its checkpoints on the store its streams are on
+    (``checkpointLocation="s3a://..."`` or ``abfss://...``): the sink reads the query's id and
+    each batch's watermark from there."""
+    import obstore
+
+    from pyspark_rowtime.streams.objstore.location import parse_location, store_for
+
+    url = object_server.url("ck")
+    if url.startswith("s3://"):
+        url = "s3a://" + url[len("s3://") :]  # as Spark users write it for hadoop-aws
+    loc = parse_location(url)
+    meta = {"batchWatermarkMs": 1_700_000_000_123, "batchTimestampMs": 1, "conf": {}}
+    offsets = f"v1\n{json.dumps(meta)}\n{json.dumps({'v': 1})}"
+    obstore.put(store_for(loc), loc.key("offsets", "7"), offsets.encode())
+    obstore.put(store_for(loc), loc.key("metadata"), b'{"id":"q-on-the-store"}\n')
+    schema = pa.schema([("id", pa.int64()), ("rowtime", pa.timestamp("us", tz="UTC"))])
+    cfg = parse_sink_options(
+        {"path": "/tmp/t", "clock": "watermark", "checkpointLocation": url}, schema
+    )
+    assert cfg.checkpoint is not None and "://" in cfg.checkpoint
+    assert batch_watermark_ms(cfg.checkpoint, 7) == 1_700_000_000_123
+    assert checkpoint_query_id(cfg.checkpoint) == "q-on-the-store"
+    with pytest.raises(OptionError, match="offsets/8"):
+        batch_watermark_ms(cfg.checkpoint, 8)
+
+
+def test_a_checkpoint_where_the_sink_cannot_read_is_refused_naming_the_option():
+    schema = pa.schema([("id", pa.int64()), ("rowtime", pa.timestamp("us", tz="UTC"))])
+    with pytest.raises(OptionError, match=r"checkpointLocation='gs://b/ck'.*object storage"):
+        parse_sink_options(
+            {"path": "/tmp/t", "clock": "watermark", "checkpointLocation": "gs://b/ck"}, schema
+        )
