@@ -326,3 +326,73 @@ def object_server(request: pytest.FixtureRequest) -> ObjectServer:
     """Each object store in turn (moto's S3, Azurite)."""
     server: ObjectServer = request.getfixturevalue(f"{request.param}_server")
     return server
+
+
+# -- s3rver: an S3-compatible server that ignores conditional writes ---------------------------
+
+
+def s3rver_dir() -> Path:
+    default = Path.home() / ".cache" / "pyspark-rowtime" / "s3rver-npm"
+    return Path(os.environ.get("ROWTIME_S3RVER_DIR", default))
+
+
+def why_no_s3rver() -> str | None:
+    if (s3rver_dir() / "node_modules" / ".bin" / "s3rver").exists():
+        return None if shutil.which("node") else "node is not installed (s3rver runs on node)"
+    if not shutil.which("npm") or not shutil.which("node"):
+        return (
+            "s3rver cannot be installed: node and npm are not installed "
+            "(apt-get install nodejs npm)"
+        )
+    return None
+
+
+@contextmanager
+def s3rver_server(workdir: Path) -> Iterator[ObjectServer]:
+    """s3rver (npm), a small S3-compatible server, on a free loopback port with one bucket. It
+    accepts ``If-None-Match``/``If-Match`` and ignores them: the backend must refuse it."""
+    folder = s3rver_dir()
+    exe = folder / "node_modules" / ".bin" / "s3rver"
+    if not exe.exists():
+        folder.mkdir(parents=True, exist_ok=True)
+        subprocess.run(
+            ["npm", "install", "--no-audit", "--no-fund", "--prefix", str(folder), "s3rver@3"],
+            check=True,
+            stdout=subprocess.DEVNULL,
+            timeout=600,
+        )
+    port = _free_port()
+    bucket = "rowtime-s3rver"
+    proc = subprocess.Popen(
+        [
+            str(exe),
+            "-d",
+            str(workdir),
+            "-a",
+            "127.0.0.1",
+            "-p",
+            str(port),
+            "--silent",
+            "--configure-bucket",
+            bucket,
+        ],
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+    )
+    try:
+        _wait_port(port, proc)
+        env = {
+            "AWS_ACCESS_KEY_ID": "S3RVER",
+            "AWS_SECRET_ACCESS_KEY": "S3RVER",
+            "AWS_REGION": "us-east-1",
+            "AWS_ENDPOINT_URL": f"http://127.0.0.1:{port}",
+            "AWS_ALLOW_HTTP": "true",
+        }
+        yield ObjectServer("s3", bucket, env)
+    finally:
+        proc.terminate()
+        try:
+            proc.wait(10)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+            proc.wait()

@@ -23,7 +23,13 @@ from collections.abc import Callable, Sequence
 from typing import Any
 
 from ...bounds.errors import CorruptLogError
-from .location import ObjectLocation, call, parse_location, store_for
+from .location import (
+    ObjectLocation,
+    call,
+    parse_location,
+    require_conditional_writes,
+    store_for,
+)
 
 __all__ = ["ObjectTargetFiles"]
 
@@ -156,6 +162,7 @@ class ObjectTargetFiles:
         import obstore
         from obstore.exceptions import AlreadyExistsError, PreconditionError
 
+        require_conditional_writes(self.loc)
         text = (json.dumps(doc, indent=1, sort_keys=True) + "\n").encode()
         key = self._key(name)
         try:
@@ -205,6 +212,7 @@ class ObjectTargetFiles:
         import obstore
         from obstore.exceptions import AlreadyExistsError, PreconditionError
 
+        require_conditional_writes(self.loc)
         text = (json.dumps(doc, indent=1, sort_keys=True) + "\n").encode()
         key = self._key(name)
         for _ in range(_CAS_ATTEMPTS):

@@ -29,7 +29,7 @@ import uuid
 from typing import Any
 
 from ...bounds.errors import WriterLockedError
-from .location import ObjectLocation, call
+from .location import ObjectLocation, call, require_conditional_writes
 
 __all__ = ["DEFAULT_LEASE_S", "LEASE_ENV", "Lease", "lease_seconds"]
 
@@ -118,6 +118,7 @@ class Lease:
         epoch. Starts the renewing thread."""
         from obstore.exceptions import AlreadyExistsError, PreconditionError
 
+        require_conditional_writes(self.loc)
         for _ in range(_ATTEMPTS):
             doc, etag = self._read()
             if doc is not None and doc.get("owner") and int(doc.get("expires_us", 0)) > _now_us():

@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import threading
 import urllib.parse
+import uuid
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any, TypeVar
@@ -32,6 +33,7 @@ __all__ = [
     "ObjectStoreUnavailableError",
     "call",
     "parse_location",
+    "require_conditional_writes",
     "store_for",
 ]
 
@@ -131,6 +133,82 @@ def forget_stores() -> None:
     """Drop the cached clients (tests that change the environment call this)."""
     with _STORES_LOCK:
         _STORES.clear()
+        _CONDITIONAL_OK.clear()
+
+
+_CONDITIONAL_OK: set[tuple[str, str, str | None]] = set()
+
+
+def _first_put(loc: ObjectLocation, store: Any, key: str) -> None:
+    import obstore
+
+    try:
+        call(
+            loc, "checking conditional writes", lambda: obstore.put(store, key, b"1", mode="create")
+        )
+    except FileNotFoundError:  # obstore's not found: the bucket or container
+        raise OptionError(
+            f"{loc}: the bucket (or container) {loc.bucket!r} does not exist, or these "
+            "credentials cannot see it; create it first (aws s3 mb s3://BUCKET, az storage "
+            "container create --name CONTAINER), or check AWS_ENDPOINT_URL / "
+            "AZURE_STORAGE_ENDPOINT"
+        ) from None
+
+
+def require_conditional_writes(loc: ObjectLocation) -> None:
+    """Refuse a store that does not honour conditional writes, before the first write that
+    relies on them (once per bucket and process).
+
+    Every guarantee of this backend rests on two answers of the store: a create of an existing
+    key fails (``If-None-Match: *``) and a put with a stale etag fails (``If-Match``). A server
+    that ignores those headers (some S3-compatible servers do: s3rver, older releases of
+    others) would let two writers both "win" a commit and silently lose records. So a probe
+    object below the location's prefix is created twice and replaced with a wrong etag; both
+    must be refused, and it is removed."""
+    import obstore
+    from obstore.exceptions import AlreadyExistsError, PreconditionError
+
+    key = (loc.cloud, loc.bucket, loc.account)
+    if key in _CONDITIONAL_OK:
+        return
+    store = store_for(loc)
+    probe = loc.key(f"_rowtime_probe-{uuid.uuid4().hex}")
+    ignored = []
+    try:
+        _first_put(loc, store, probe)
+        try:
+            call(
+                loc,
+                "checking conditional writes",
+                lambda: obstore.put(store, probe, b"2", mode="create"),
+            )
+            ignored.append("a create of an existing object (If-None-Match: *) succeeded")
+        except (AlreadyExistsError, PreconditionError):
+            pass
+        stale = {"e_tag": '"00000000000000000000000000000000"'}
+        try:
+            call(
+                loc,
+                "checking conditional writes",
+                lambda: obstore.put(store, probe, b"3", mode=stale),
+            )
+            ignored.append("a put with a stale etag (If-Match) succeeded")
+        except (AlreadyExistsError, PreconditionError):
+            pass
+    finally:
+        try:
+            call(loc, "removing the probe object", lambda: obstore.delete(store, probe))
+        except Exception:
+            pass
+    if ignored:
+        raise OptionError(
+            f"the object store serving {loc} does not honour conditional writes: "
+            f"{'; '.join(ignored)}. Streams and sink targets there would let two writers "
+            "overwrite each other's commits, so they are refused. Use a store that decides "
+            "conditional puts (Amazon S3, Azure Blob Storage, or an S3-compatible server that "
+            "supports If-None-Match and If-Match on PUT)"
+        )
+    _CONDITIONAL_OK.add(key)
 
 
 def _make_store(loc: ObjectLocation) -> Any:

@@ -84,7 +84,7 @@ from ..storage import (
     check_read,
 )
 from .lease import Lease, lease_seconds
-from .location import ObjectLocation, call, parse_location, store_for
+from .location import ObjectLocation, call, parse_location, require_conditional_writes, store_for
 
 __all__ = [
     "OBJECT_STORE_BACKEND",
@@ -807,6 +807,7 @@ def create_object_stream(
     )
     existing = _read_meta(loc)
     if existing is None:
+        require_conditional_writes(loc)
         strangers = _strangers(loc)
         if strangers:
             raise OptionError(

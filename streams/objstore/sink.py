@@ -34,7 +34,13 @@ from ..lock import wait_for_lock
 from ..segments import SegmentStats, append_segment_blobs, write_segment_to
 from ..storage import SINK_DIR, SINK_TARGET_FILE, latest_entry, owner_conflict
 from .lease import Lease, lease_seconds
-from .location import ObjectLocation, call, parse_location, store_for
+from .location import (
+    ObjectLocation,
+    call,
+    parse_location,
+    require_conditional_writes,
+    store_for,
+)
 
 __all__ = ["ObjectSinkState", "read_target"]
 
@@ -95,6 +101,7 @@ class ObjectSinkState:
         import obstore
         from obstore.exceptions import AlreadyExistsError, PreconditionError
 
+        require_conditional_writes(self.loc)
         text = json.dumps(doc, sort_keys=True).encode()
         try:
             call(
