@@ -32,7 +32,8 @@ The state a position carries, besides the position itself:
   from where they were.
 
 The state lives beside the stream (``<stream>/_rowtime_connect/<connector>/``) for local
-streams, or where the entry's ``state`` key says (required for redis:// streams).
+streams, or where the entry's ``state`` key says: a local folder, required for streams that are
+not in one (redis://, s3://, az://), as the state is local files (fsync, rename).
 """
 
 from __future__ import annotations
@@ -69,14 +70,37 @@ def wall_us() -> int:
     return time.time_ns() // 1000
 
 
-def state_dir(entry: StreamEntry, connector: str, state: Any) -> str:
-    if state is not None:
-        return os.path.abspath(os.path.join(os.path.dirname(entry.catalog), str(state)))
-    if "://" in entry.location:
-        raise CatalogError(
-            f"connector {connector!r}: stream {entry.name!r} is not a local folder, so the "
-            'connector\'s progress cannot be kept beside it; set state = "/var/lib/rowtime/..."'
+def state_problem(entry: StreamEntry, connector: str, state: Any) -> str | None:
+    """Why the connector's ``state`` setting cannot hold its progress (None: it can). The state
+    is local files (fsync'd, renamed): a local folder, needed when the stream is not one."""
+    if state is None:
+        if "://" not in entry.location:
+            return None  # kept beside the stream
+        return (
+            f"is missing: stream {entry.name!r} is at {redact(entry.location)}, not in a local "
+            "folder, so the connector's progress cannot be kept beside it; set "
+            f'state = "/var/lib/rowtime/{connector}" in the connector\'s table (a local folder of '
+            "its own; a relative path is relative to the catalog file)"
         )
+    if not isinstance(state, str) or not state.strip():
+        return "must be a local folder (relative to the catalog file) for the connector's progress"
+    if "://" in state:
+        return (
+            "must be a local folder (relative to the catalog file), not a URL: the connector's "
+            "progress is local files written with fsync and rename, on the machine it runs on"
+        )
+    return None
+
+
+def state_dir(entry: StreamEntry, connector: str, state: Any) -> str:
+    """The folder of the connector's progress: ``state`` (relative to the catalog file), else
+    ``<stream>/_rowtime_connect/<connector>/`` for a stream in a local folder."""
+    problem = state_problem(entry, connector, state)
+    if problem is not None:
+        raise CatalogError(f"connector {connector!r}: state {problem}")
+    if state is not None:
+        path = os.path.expanduser(str(state).strip())
+        return os.path.abspath(os.path.join(os.path.dirname(entry.catalog), path))
     return os.path.join(entry.location, "_rowtime_connect", connector)
 
 
@@ -124,6 +148,7 @@ class Feed:
         self.entry = entry
         self.connector = connector
         self.strategy = strategy
+        self.dir = state_dir(entry, connector, state)  # refused before the stream is created
         self.storage = ensure_stream(entry)
         if not 0 <= partition < self.storage.meta.partitions:
             raise CatalogError(
@@ -133,7 +158,6 @@ class Feed:
         self.partition = partition
         self.schema: pa.Schema = self.storage.meta.payload_schema
         self.reject_late = self.storage.meta.defaults.get("order") == "reject"
-        self.dir = state_dir(entry, connector, state)
         os.makedirs(self.dir, exist_ok=True)
         self.path = os.path.join(self.dir, PROGRESS_FILE)
         self.rejects_path = os.path.join(self.dir, REJECTS_FILE)

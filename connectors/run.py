@@ -18,7 +18,7 @@ from typing import Any, TextIO
 from ..bounds.errors import OptionError
 from ..bounds.time import format_rowtime, parse_duration_us
 from ..streams.catalog import Catalog, CatalogError, ConnectorEntry
-from .feed import Feed, wall_us
+from .feed import Feed, state_problem, wall_us
 from .sources import DirectorySource, GeneratorSource
 from .strategies import parse_strategy
 
@@ -71,6 +71,12 @@ def check_settings(catalog: Catalog, entry: ConnectorEntry) -> None:
                 key, f"unknown key for a {entry.kind} connector; it accepts: {', '.join(allowed)}"
             )
     parse_strategy(entry.settings.get("bounds"), fail)
+    state = entry.settings.get("state")
+    problem = state_problem(catalog.stream(entry.stream), entry.name, state)
+    if problem is not None:
+        if state is None:
+            raise catalog.missing(("connectors", entry.name, "state"), f"key state {problem}")
+        raise fail("state", problem)
     partition = entry.settings.get("partition", 0)
     if isinstance(partition, bool) or not isinstance(partition, int) or partition < 0:
         raise fail("partition", "must be a whole number >= 0 (a partition of the stream)")

@@ -4,7 +4,8 @@ Operators set streams up once; Spark users then read and write them by name
 (``option("stream", "orders")``). The shape::
 
     [streams.orders]
-    location = "/data/orders"          # or redis://host:6379/0/orders; relative to this file
+    location = "/data/orders"          # or redis://host:6379/0/orders, s3://bucket/orders,
+                                        # az://container/orders; a path: relative to this file
     schema = "ticker STRING, qty INT, ts TIMESTAMP"
     partitions = 2                      # default 1
     reader = { order = "adjust", "adjust.unit" = "msec", "adjust.range" = 999 }
@@ -18,9 +19,12 @@ Operators set streams up once; Spark users then read and write them by name
 
 Rules this module enforces (the connectors' own keys are checked by ``connectors/``):
 
-* a secret is never inline: a location with a password (``redis://u:pw@...``) or a key named
-  ``password``/``secret``/``token`` is an error that says to name an environment variable with a
-  ``*_env`` key instead; secrets are never printed (errors show ``***``);
+* a secret is never inline: a location with a password (``redis://u:pw@...``,
+  ``s3://key:secret@...``) or a key named ``password``/``secret``/``token`` is an error that says
+  where the secret goes instead (a ``*_env`` key naming an environment variable; for object
+  storage the cloud's own variables); secrets are never printed (errors show ``***``);
+* a URL location is checked by its backend when the catalog is read (no I/O): a malformed one
+  is an error at its line, not at first use;
 * every error is a :class:`CatalogError` naming the file, the line and the key
   (``/etc/rowtime.toml:7: streams.orders.partitions = 0: ...``); a TOML syntax error keeps
   tomllib's line and column;
@@ -78,7 +82,8 @@ CATALOG_CONF = "spark.rowtime.catalog"
 
 #: Keys of a ``[streams.NAME]`` table, with what each accepts.
 STREAM_KEYS: dict[str, str] = {
-    "location": "a path (relative to the catalog file) or a redis:// URL",
+    "location": "a path (relative to the catalog file), a redis:// URL or an object storage URL "
+    "(s3://bucket/prefix, az://container/prefix)",
     "schema": "the payload schema as Spark DDL, e.g. 'ticker STRING, qty INT'",
     "partitions": "a whole number from 1 to 10000 (default 1)",
     "reader": "a table of reader defaults (order, adjust.unit, adjust.range, rowtime.column, ...)",
@@ -92,7 +97,25 @@ STREAM_KEYS: dict[str, str] = {
 SINK_KEYS = ("clock", "target", "granularity", "compression")
 #: Key names that would hold a secret inline.
 _SECRET_KEYS = re.compile(r"(^|[._-])(password|passwd|secret|token|api_?key)$", re.IGNORECASE)
-_URL_SECRET = re.compile(r"(rediss?://[^/@\s:]*:)[^\s/]*@", re.IGNORECASE)
+#: A URL's ``user:password@`` (any scheme: redis://, s3://, az://, ...).
+_URL_SECRET = re.compile(r"([a-z][a-z0-9+.-]*://[^/@\s:]*:)[^\s/]*@", re.IGNORECASE)
+
+
+def _credentials_from(scheme: str) -> str:
+    """Where the credentials of a ``scheme://`` location come from (never the catalog)."""
+    if scheme in ("s3", "s3a"):
+        where = (
+            "the environment variables AWS_ACCESS_KEY_ID and AWS_SECRET_ACCESS_KEY (or "
+            "AWS_PROFILE, ...) or the machine's role"
+        )
+    elif scheme in ("az", "azure", "abfs", "abfss"):
+        where = (
+            "the environment variables AZURE_STORAGE_ACCOUNT_NAME and AZURE_STORAGE_ACCOUNT_KEY "
+            "(or AZURE_STORAGE_SAS_TOKEN, AZURE_CLIENT_ID, ...) or the machine's managed identity"
+        )
+    else:
+        where = "the environment of the processes that use the stream"
+    return f"{scheme}:// credentials come from {where}"
 
 
 class CatalogError(OptionError):
@@ -191,6 +214,10 @@ class Catalog:
         """The error for the key ``keys`` (table parts, then key) holding ``value``."""
         return _error(self.path, self.text, keys, value, why)
 
+    def missing(self, keys: tuple[str, ...], why: str) -> CatalogError:
+        """The error for the key ``keys`` that is not there (the line of its table)."""
+        return _error(self.path, self.text, keys, _MISSING, why)
+
     def stream(self, name: str) -> StreamEntry:
         """The entry named ``name``; an error listing the known names if there is none."""
         entry = self.streams.get(name)
@@ -273,15 +300,22 @@ def _no_inline_secrets(path: str, text: str, node: Any, keys: tuple[str, ...]) -
                     f'and name that variable with {k}_env = "VARIABLE"',
                 )
             _no_inline_secrets(path, text, v, here)
-    elif isinstance(node, str) and _URL_SECRET.search(node):
+    elif isinstance(node, str) and (found := _URL_SECRET.search(node)):
+        scheme = found.group(1).split("://", 1)[0].lower()
+        if scheme in ("redis", "rediss"):
+            instead = (
+                'remove it and set password_env = "VARIABLE" naming an environment variable that '
+                "holds it"
+            )
+        else:
+            instead = f"remove it: {_credentials_from(scheme)}"
         raise _error(
             path,
             text,
             keys,
             _MISSING,
             "the URL holds a password (shown as ***): secrets are never written in a catalog; "
-            'remove it and set password_env = "VARIABLE" naming an environment variable that '
-            "holds it",
+            + instead,
         )
     elif isinstance(node, list):
         for v in node:
@@ -367,6 +401,8 @@ def _stream_entry(path: str, text: str, name: str, table: dict[str, Any]) -> Str
 
 
 def _location(catalog: str, location: str, password_env: Any, fail: Any) -> str:
+    """The entry's location: a path made absolute (relative to the catalog file), a URL kept as
+    written (its backend checks it now, without I/O: a malformed one fails at its line)."""
     if "://" in location:
         scheme = location.split("://", 1)[0].lower()
         if scheme == "file":
@@ -375,14 +411,27 @@ def _location(catalog: str, location: str, password_env: Any, fail: Any) -> str:
             if not isinstance(password_env, str) or not re.fullmatch(r"[A-Za-z_]\w*", password_env):
                 raise fail("password_env", "must be the name of an environment variable")
             if scheme not in ("redis", "rediss"):
-                raise fail("password_env", "applies to redis:// and rediss:// locations only")
+                raise fail("password_env", _password_env_elsewhere(scheme))
             sep = "&" if "?" in location else "?"
             location = f"{location}{sep}password_env={password_env}"
+        from .storage import resolve  # loads the scheme's backend (no I/O)
+
+        try:
+            resolve(location)
+        except OptionError as e:
+            raise fail("location", str(e)) from None
         return location
     if password_env is not None:
-        raise fail("password_env", "applies to redis:// and rediss:// locations only")
+        raise fail("password_env", _password_env_elsewhere(None))
     expanded = os.path.expanduser(location)
     return os.path.normpath(os.path.join(os.path.dirname(catalog), expanded))
+
+
+def _password_env_elsewhere(scheme: str | None) -> str:
+    why = "applies to redis:// and rediss:// locations only"
+    if scheme is None:
+        return f"{why}; a local stream needs no password: remove password_env"
+    return f"{why}; {_credentials_from(scheme)}: remove password_env"
 
 
 def _connector_entry(
