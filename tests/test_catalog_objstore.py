@@ -445,8 +445,23 @@ def test_sigkill_of_a_directory_connector_on_object_storage_loses_and_repeats_no
     assert (tmp_path / "state" / "files" / "progress.json").exists()
     # Nothing of the stream is local: only the catalog, the input and the connector's state.
     assert sorted(p.name for p in tmp_path.iterdir()) == ["catalog.toml", "incoming", "state"]
+    commits = _commit_objects(url)
     assert main(["streams", catalog]) == 0
     assert "files (directory: stopped)" in capfd.readouterr().out
+    assert _commit_objects(url) == commits  # looking wrote nothing to the stream
+
+
+def _commit_objects(url: str) -> list[str]:
+    import obstore
+
+    from pyspark_rowtime.streams.objstore.location import parse_location, store_for
+
+    loc = parse_location(url)
+    return sorted(
+        m["path"]
+        for chunk in obstore.list(store_for(loc), loc.key("partition-0000", "_commits") + "/")
+        for m in chunk
+    )
 
 
 def test_sigkill_of_the_generator_on_object_storage_loses_and_repeats_nothing(

@@ -669,9 +669,13 @@ def _connector_state(entry: Any, connector: Any) -> str:
         return "unknown"
     if not os.path.exists(os.path.join(folder, PROGRESS_FILE)):
         return "never run"
+    partition = int(connector.settings.get("partition", 0))
     try:
         stream = open_storage(entry.location)
-        lock = stream.lock_partition(int(connector.settings.get("partition", 0)), "rowtime streams")
+        look = getattr(stream, "writer_of", None)  # a backend that can tell without writing
+        if look is not None:
+            return "stopped" if look(partition) is None else "running"
+        lock = stream.lock_partition(partition, "rowtime streams")
     except WriterLockedError:
         return "running"
     except RowtimeError:

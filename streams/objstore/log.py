@@ -565,6 +565,16 @@ class ObjectStream:
 
     # -- appending --
 
+    def writer_of(self, partition: int) -> str | None:
+        """The ``host:pid`` of the writer whose lease on ``partition`` lives now, or None: a
+        look that writes nothing (taking the lock to see would commit an epoch)."""
+        self._check_partition(partition)
+        lease = Lease(self.store, self.loc, self._key(partition, LEASE_FILE), "", 1.0)
+        doc, _ = lease._read()
+        if doc is None or not doc.get("owner") or int(doc.get("expires_us", 0)) <= _now_us():
+            return None
+        return str(doc.get("holder") or "?")
+
     def lock_partition(
         self, partition: int, where: str, *, lease_s: float | None = None
     ) -> ObjectAppender:
