@@ -9,9 +9,9 @@ committed batches. It samples both targets' clocks while the child runs and betw
 and finally lets a run finish. The targets must then hold exactly
 the expected rows, each once, and their clocks must never have gone back. The stream target
 is a folder, a stream on Redis or one on S3 (``stream_at``): six kills for a folder, four for
-the others (the same protocol over another store); with S3, the Parquet target is on S3 too. (A killed driver's lease on an object store partition, or on a
-Parquet target's commit, ends after ROWTIME_LEASE_S, 5 s here: the restarted driver's commit
-waits for it.)
+the others (the same protocol over another store); with S3, the Parquet target is on S3 too.
+(A killed driver's lease on an object store partition, or on a Parquet target's commit, ends
+after ROWTIME_LEASE_S, 5 s here: the restarted driver's commit waits for it.)
 """
 
 from __future__ import annotations

@@ -185,7 +185,7 @@ def require_conditional_writes(loc: ObjectLocation) -> None:
             ignored.append("a create of an existing object (If-None-Match: *) succeeded")
         except (AlreadyExistsError, PreconditionError):
             pass
-        stale = {"e_tag": '"00000000000000000000000000000000"'}
+        stale: Any = {"e_tag": '"00000000000000000000000000000000"'}
         try:
             call(
                 loc,
