@@ -12,6 +12,7 @@ import pyarrow as pa
 import pytest
 from helpers import at, batch_reader, plain
 from objstore_servers import ObjectServer
+from sink_helpers import published_parquet
 
 from pyspark_rowtime.api import create_stream, get_rowtime_bound, open_writer, read_stream
 from pyspark_rowtime.bounds.bounds import END_OF_STREAM_US
@@ -37,6 +38,19 @@ def _write(src: str, ids: range) -> list[tuple[int, int, str]]:
     return rows
 
 
+def _copy(spark, src: str, out: str, checkpoint: Path, **options: object) -> None:  # type: ignore[no-untyped-def]
+    """One run of a query from ``src`` into ``out`` to quiescence (``availableNow``); the
+    reader takes ``maxRowsPerBatch``, the sink the other options."""
+    reader = spark.readStream.format("rowtime")
+    if "maxRowsPerBatch" in options:
+        reader = reader.option("maxRowsPerBatch", options.pop("maxRowsPerBatch"))
+    writer = reader.load(src).writeStream.format("rowtime")
+    for key, value in options.items():
+        writer = writer.option(key, value)
+    query = writer.option("checkpointLocation", str(checkpoint))
+    query.trigger(availableNow=True).start(out).awaitTermination()
+
+
 def test_a_stream_on_object_storage_is_read_and_written_by_spark(
     spark, workdir: Path, object_server: ObjectServer
 ) -> None:
@@ -49,16 +63,7 @@ def test_a_stream_on_object_storage_is_read_and_written_by_spark(
     assert sorted((r["rowtime"], r["id"], r["tag"]) for r in got) == sorted(expected)
 
     def run() -> None:
-        query = (
-            spark.readStream.format("rowtime")
-            .option("maxRowsPerBatch", 15)
-            .load(src)
-            .writeStream.format("rowtime")
-            .option("checkpointLocation", str(workdir / "ck"))
-            .trigger(availableNow=True)
-            .start(out)
-        )
-        query.awaitTermination()
+        _copy(spark, src, out, workdir / "ck", maxRowsPerBatch=15)
 
     run()
     assert what_is_at(out).kind is LocationKind.STREAM
@@ -99,8 +104,6 @@ def test_a_parquet_target_on_object_storage_is_written_by_spark(
     """The sink's Parquet target on the store: Hive-style minute folders of Parquet objects,
     ``_COMPLETE`` once a minute is closed, the clock for ``get_rowtime_bound``, each row once
     across a restart; nothing left in the staging area."""
-    import pyarrow.parquet as pq
-
     from pyspark_rowtime.sink.parquet_target import COMPLETE_MARKER, target_files_at
 
     src, out = object_server.url("src"), object_server.url("pq")
@@ -108,18 +111,15 @@ def test_a_parquet_target_on_object_storage_is_written_by_spark(
     expected = _write(src, range(0, 150))  # 2.5 minutes
 
     def run() -> None:
-        query = (
-            spark.readStream.format("rowtime")
-            .option("maxRowsPerBatch", 40)
-            .load(src)
-            .writeStream.format("rowtime")
-            .option("target", "parquet")
-            .option("granularity", "minute")
-            .option("checkpointLocation", str(workdir / "ck-pq"))
-            .trigger(availableNow=True)
-            .start(out)
+        _copy(
+            spark,
+            src,
+            out,
+            workdir / "ck-pq",
+            maxRowsPerBatch=40,
+            target="parquet",
+            granularity="minute",
         )
-        query.awaitTermination()
 
     run()
     assert what_is_at(out).kind is LocationKind.PARQUET_TARGET
@@ -131,19 +131,9 @@ def test_a_parquet_target_on_object_storage_is_written_by_spark(
             w.end_stream()
     run()
 
-    files = target_files_at(out)
-    names = files.list("")
-    loc = files.loc  # type: ignore[attr-defined]
-    import obstore
-
-    from pyspark_rowtime.streams.objstore.location import store_for
-
-    tables = [
-        pq.read_table(pa.py_buffer(bytes(obstore.get(store_for(loc), loc.key(n)).bytes())))
-        for n in names
-        if n.endswith(".parquet")
-    ]
-    t = pa.concat_tables(tables)
+    t = published_parquet(out)
+    assert t is not None
+    names = target_files_at(out).list("")
     got = sorted(
         zip(
             t.column("rowtime").cast(pa.int64()).to_pylist(),

@@ -26,6 +26,7 @@ import time
 from pathlib import Path
 
 import pyarrow as pa
+from sink_helpers import published_parquet
 
 from pyspark_rowtime.api import create_stream, open_writer, read_stream
 from pyspark_rowtime.bounds.bounds import END_OF_STREAM_US
@@ -243,12 +244,10 @@ def test_sigkill_the_driver_many_times_and_the_targets_hold_each_row_once(workdi
     assert open_storage(out).stream_clock_us() == END_OF_STREAM_US
 
     # Parquet: the same rows, once; every minute complete
-    files = target_files_at(pq_at)
-    names = files.list("")
+    table = published_parquet(pq_at)
+    assert table is not None
     got_pq = sorted(
-        (t, i, n)
-        for table in (read_parquet(files, name) for name in names if name.endswith(".parquet"))
-        for t, i, n in zip(
+        zip(
             table.column("rowtime").cast(pa.int64()).to_pylist(),
             table.column("id").to_pylist(),
             table.column("name").to_pylist(),
@@ -256,24 +255,10 @@ def test_sigkill_the_driver_many_times_and_the_targets_hold_each_row_once(workdi
         )
     )
     assert got_pq == expected
+    names = target_files_at(pq_at).list("")
     minutes = {n.split("/")[0] for n in names if n.startswith("rowtime_minute=")}
     assert len(minutes) == len({t // 60_000_000 for t, _, _ in expected})
     assert all(f"{m}/{COMPLETE_MARKER}" in names for m in minutes)
     assert not any(n.startswith(f"{SINK_DIR}/staging/") for n in names)
     assert parquet_clock_us(pq_at) == END_OF_STREAM_US
     assert len(clocks.samples) > kills
-
-
-def read_parquet(files, name: str) -> pa.Table:  # type: ignore[no-untyped-def]
-    """One published file of the Parquet target (a folder's, or an object's bytes)."""
-    import pyarrow.parquet as pq
-
-    if hasattr(files, "path"):
-        return pq.read_table(files.path(name))
-    import obstore
-
-    from pyspark_rowtime.streams.objstore.location import store_for
-
-    return pq.read_table(
-        pa.py_buffer(bytes(obstore.get(store_for(files.loc), files.loc.key(name)).bytes()))
-    )

@@ -171,12 +171,16 @@ class LocalFiles:
     def read_json(self, name: str) -> Any | None:
         return read_json(self.path(name))
 
-    def read_text(self, name: str) -> str | None:
+    def read_bytes(self, name: str) -> bytes | None:
         try:
-            with open(self.path(name), encoding="utf-8") as f:
+            with open(self.path(name), "rb") as f:
                 return f.read()
         except (FileNotFoundError, NotADirectoryError):
             return None
+
+    def read_text(self, name: str) -> str | None:
+        data = self.read_bytes(name)
+        return None if data is None else data.decode("utf-8", "replace")
 
     def advance_json(self, name: str, doc: Any, newer: Callable[[Any | None], bool]) -> None:
         # Only the holder of the target's commit lock (a flock) writes here.
@@ -313,19 +317,17 @@ class _Stager:
             except Exception:
                 pass
         files = self.target.files
-        for out in self.outputs.values():
-            if isinstance(files, LocalFiles):
-                try:
-                    out.close()
-                except Exception:
-                    pass
-            # An object store's unfinished upload never becomes an object: nothing to remove.
+        if isinstance(files, LocalFiles):
+            for out in self.outputs.values():
+                out.close()
+            files.remove_folder(self.folder_rel)
+            return
+        # An object store's unfinished upload never becomes an object; finished ones are
+        # removed here, or with the batch's staging when a later batch commits.
         try:
             files.remove(files.list(self.folder_rel))
         except Exception:
-            pass  # the batch's staging is removed when a later batch commits
-        if isinstance(files, LocalFiles):
-            files.remove_folder(self.folder_rel)
+            pass
 
 
 class ParquetTarget:

@@ -374,12 +374,16 @@ def owner_conflict(target: str, theirs: str | None, mine: str | None) -> OptionE
 def sink_store(location: str | os.PathLike[str]) -> SinkStore | None:
     """The sink state store of a stream target at ``location`` when its backend keeps one
     itself (Redis: with the stream), or None: the sink then keeps a folder beside the target."""
-    backend = backend_for(location)
-    make = getattr(backend, "sink_store", None)
-    if make is None:
-        return None
-    store: SinkStore = make(backend.resolve(os.fspath(location)))
+    store: SinkStore | None = _capability(location, "sink_store")
     return store
+
+
+def _capability(location: str | os.PathLike[str], name: str) -> Any:
+    """What the backend of ``location`` makes with its capability ``name`` for the resolved
+    location, or None when it has no such capability."""
+    backend = backend_for(location)
+    make = getattr(backend, name, None)
+    return None if make is None else make(backend.resolve(os.fspath(location)))
 
 
 class TargetFiles(Protocol):
@@ -426,6 +430,10 @@ class TargetFiles(Protocol):
         files, which the sink reads)."""
         ...
 
+    def read_bytes(self, name: str) -> bytes | None:
+        """The bytes at ``name`` (a published Parquet file, say), or None when there is none."""
+        ...
+
     def advance_json(self, name: str, doc: Any, newer: Callable[[Any | None], bool]) -> None:
         """Replace ``name`` with ``doc`` while ``newer(current)`` holds for what is there,
         by compare-and-swap (a racing writer's newer document is never overwritten)."""
@@ -444,11 +452,7 @@ def target_files(location: str | os.PathLike[str]) -> TargetFiles | None:
     """The files below ``location`` when its backend keeps files itself (object storage), or
     None: a local folder (the embedded log's backend), or a backend that keeps no files
     (Redis), which the caller tells apart with :func:`sink_store`."""
-    backend = backend_for(location)
-    make = getattr(backend, "target_files", None)
-    if make is None:
-        return None
-    files: TargetFiles = make(backend.resolve(os.fspath(location)))
+    files: TargetFiles | None = _capability(location, "target_files")
     return files
 
 

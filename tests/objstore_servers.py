@@ -201,30 +201,36 @@ def azurite_dir() -> Path:
 
 
 def why_no_azurite() -> str | None:
-    if (azurite_dir() / "node_modules" / ".bin" / "azurite-blob").exists():
-        return None if shutil.which("node") else "node is not installed (Azurite runs on node)"
-    if not shutil.which("npm") or not shutil.which("node"):
-        return (
-            "Azurite (the Azure Blob emulator) cannot be installed: node and npm are not "
-            "installed (apt-get install nodejs npm)"
-        )
-    return None
+    return _why_no_npm(azurite_dir(), "azurite-blob", "Azurite (the Azure Blob emulator)")
 
 
 def install_azurite() -> Path:
     """Azurite's ``azurite-blob`` command, installed from npm when missing. (npm silently
     installs nothing into a folder named ``azurite``: the folder is ``azurite-npm``.)"""
-    folder = azurite_dir()
-    exe = folder / "node_modules" / ".bin" / "azurite-blob"
+    return _npm_command(azurite_dir(), "azurite", "azurite-blob")
+
+
+def _npm_command(folder: Path, package: str, command: str) -> Path:
+    """``command`` of npm ``package``, installed into ``folder`` when missing."""
+    exe = folder / "node_modules" / ".bin" / command
     if not exe.exists():
         folder.mkdir(parents=True, exist_ok=True)
         subprocess.run(
-            ["npm", "install", "--no-audit", "--no-fund", "--prefix", str(folder), "azurite"],
+            ["npm", "install", "--no-audit", "--no-fund", "--prefix", str(folder), package],
             check=True,
             stdout=subprocess.DEVNULL,
             timeout=600,
         )
     return exe
+
+
+def _stop(proc: subprocess.Popen[bytes]) -> None:
+    proc.terminate()
+    try:
+        proc.wait(10)
+    except subprocess.TimeoutExpired:
+        proc.kill()
+        proc.wait()
 
 
 @contextmanager
@@ -262,12 +268,7 @@ def azurite_server(workdir: Path, port: int | None = None) -> Iterator[ObjectSer
         BlobServiceClient.from_connection_string(conn).create_container(container)
         yield ObjectServer("az", container, env)
     finally:
-        proc.terminate()
-        try:
-            proc.wait(10)
-        except subprocess.TimeoutExpired:
-            proc.kill()
-            proc.wait()
+        _stop(proc)
 
 
 # -- pytest fixtures (tests/conftest.py and integration/conftest.py import these) --------------
@@ -337,11 +338,16 @@ def s3rver_dir() -> Path:
 
 
 def why_no_s3rver() -> str | None:
-    if (s3rver_dir() / "node_modules" / ".bin" / "s3rver").exists():
-        return None if shutil.which("node") else "node is not installed (s3rver runs on node)"
+    return _why_no_npm(s3rver_dir(), "s3rver", "s3rver")
+
+
+def _why_no_npm(folder: Path, command: str, what: str) -> str | None:
+    """Why ``what`` (npm's ``command``, installed into ``folder``) cannot run here, or None."""
+    if (folder / "node_modules" / ".bin" / command).exists():
+        return None if shutil.which("node") else f"node is not installed ({what} runs on node)"
     if not shutil.which("npm") or not shutil.which("node"):
         return (
-            "s3rver cannot be installed: node and npm are not installed "
+            f"{what} cannot be installed: node and npm are not installed "
             "(apt-get install nodejs npm)"
         )
     return None
@@ -351,16 +357,7 @@ def why_no_s3rver() -> str | None:
 def s3rver_server(workdir: Path) -> Iterator[ObjectServer]:
     """s3rver (npm), a small S3-compatible server, on a free loopback port with one bucket. It
     accepts ``If-None-Match``/``If-Match`` and ignores them: the backend must refuse it."""
-    folder = s3rver_dir()
-    exe = folder / "node_modules" / ".bin" / "s3rver"
-    if not exe.exists():
-        folder.mkdir(parents=True, exist_ok=True)
-        subprocess.run(
-            ["npm", "install", "--no-audit", "--no-fund", "--prefix", str(folder), "s3rver@3"],
-            check=True,
-            stdout=subprocess.DEVNULL,
-            timeout=600,
-        )
+    exe = _npm_command(s3rver_dir(), "s3rver@3", "s3rver")
     port = _free_port()
     bucket = "rowtime-s3rver"
     proc = subprocess.Popen(
@@ -390,9 +387,4 @@ def s3rver_server(workdir: Path) -> Iterator[ObjectServer]:
         }
         yield ObjectServer("s3", bucket, env)
     finally:
-        proc.terminate()
-        try:
-            proc.wait(10)
-        except subprocess.TimeoutExpired:
-            proc.kill()
-            proc.wait()
+        _stop(proc)

@@ -70,3 +70,21 @@ def run(
     target.state.claim(query_id)
     target.commit(reports, batch_id, bounds_clock_us(r.bound_us for r in reports))
     return reports
+
+
+def published_parquet(location: str) -> pa.Table | None:
+    """Every published file of the Parquet target at ``location`` (a folder or an object
+    store; never its staging area), read back as one table, or None when it has none."""
+    import pyarrow.parquet as pq
+
+    from pyspark_rowtime.sink.layout import SINK_DIR
+    from pyspark_rowtime.sink.parquet_target import target_files_at
+
+    files = target_files_at(location)
+    tables = []
+    for name in files.list(""):
+        if name.endswith(".parquet") and not name.startswith(SINK_DIR):
+            data = files.read_bytes(name)
+            assert data is not None, f"{name} was listed and is gone"
+            tables.append(pq.read_table(pa.py_buffer(data)))
+    return pa.concat_tables(tables) if tables else None

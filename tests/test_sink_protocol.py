@@ -23,12 +23,11 @@ from pathlib import Path
 from unittest import mock
 
 import pyarrow as pa
-import pyarrow.dataset as ds
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 from redis_server import RedisServer, redis_server
-from sink_helpers import HOUR, SCHEMA, T0, TS, make, records, run
+from sink_helpers import HOUR, SCHEMA, T0, TS, make, published_parquet, records, run
 
 from pyspark_rowtime.api import read_stream
 from pyspark_rowtime.bounds.bounds import END_OF_STREAM_US
@@ -106,27 +105,9 @@ def data_rows(target: StreamTarget | ParquetTarget) -> list[tuple[int, int]]:
 
 
 def parquet_table(target: ParquetTarget) -> pa.Table | None:
-    """Every published Parquet file of the target (not its staging), read back as one table:
-    through pyarrow's dataset for a folder, object by object for object storage."""
-    import pyarrow.parquet as pq
-
-    location = target.cfg.location
-    if not isinstance(target.files, ObjectTargetFiles):
-        files = ds.dataset(location, format="parquet", partitioning="hive")
-        return files.to_table(columns=["id", "rowtime"]) if files.files else None
-    import obstore
-
-    from pyspark_rowtime.streams.objstore.location import store_for
-
-    names = [
-        n for n in target.files.list("") if n.endswith(".parquet") and not n.startswith(SINK_DIR)
-    ]
-    loc = target.files.loc
-    tables = [
-        pq.read_table(pa.py_buffer(bytes(obstore.get(store_for(loc), loc.key(n)).bytes())))
-        for n in names
-    ]
-    return pa.concat_tables(tables).select(["id", "rowtime"]) if tables else None
+    """Every published Parquet file of the target (not its staging), as one table."""
+    t = published_parquet(target.cfg.location)
+    return None if t is None else t.select(["id", "rowtime"])
 
 
 def marked_complete(target: ParquetTarget, key: int) -> bool:

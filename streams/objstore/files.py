@@ -26,6 +26,7 @@ from ...bounds.errors import CorruptLogError
 from .location import (
     ObjectLocation,
     call,
+    create_if_absent,
     parse_location,
     require_conditional_writes,
     store_for,
@@ -159,43 +160,11 @@ class ObjectTargetFiles:
     # -- small documents --
 
     def create_json(self, name: str, doc: Any) -> bool:
-        import obstore
-        from obstore.exceptions import AlreadyExistsError, PreconditionError
-
-        require_conditional_writes(self.loc)
         text = (json.dumps(doc, indent=1, sort_keys=True) + "\n").encode()
-        key = self._key(name)
-        try:
-            call(
-                self.loc,
-                f"creating {name}",
-                lambda: obstore.put(store_for(self.loc), key, text, mode="create"),
-            )
-            return True
-        except (AlreadyExistsError, PreconditionError):
-            return False
+        return create_if_absent(self.loc, self._key(name), text, f"creating {name}")
 
-    def _get(self, name: str) -> tuple[Any | None, str | None]:
-        import obstore
-
-        try:
-            result = call(
-                self.loc,
-                f"reading {name}",
-                lambda: obstore.get(store_for(self.loc), self._key(name)),
-            )
-        except FileNotFoundError:
-            return None, None
-        raw = bytes(result.bytes())
-        try:
-            return json.loads(raw), result.meta.get("e_tag")
-        except ValueError as e:
-            raise CorruptLogError(f"{self.location}/{name} cannot be read ({e})") from e
-
-    def read_json(self, name: str) -> Any | None:
-        return self._get(name)[0]
-
-    def read_text(self, name: str) -> str | None:
+    def _fetch(self, name: str) -> tuple[bytes, str | None] | None:
+        """The bytes at ``name`` and their etag, or None."""
         import obstore
 
         try:
@@ -206,7 +175,27 @@ class ObjectTargetFiles:
             )
         except FileNotFoundError:
             return None
-        return bytes(result.bytes()).decode("utf-8", "replace")
+        return bytes(result.bytes()), result.meta.get("e_tag")
+
+    def _get(self, name: str) -> tuple[Any | None, str | None]:
+        got = self._fetch(name)
+        if got is None:
+            return None, None
+        try:
+            return json.loads(got[0]), got[1]
+        except ValueError as e:
+            raise CorruptLogError(f"{self.location}/{name} cannot be read ({e})") from e
+
+    def read_json(self, name: str) -> Any | None:
+        return self._get(name)[0]
+
+    def read_text(self, name: str) -> str | None:
+        got = self._fetch(name)
+        return None if got is None else got[0].decode("utf-8", "replace")
+
+    def read_bytes(self, name: str) -> bytes | None:
+        got = self._fetch(name)
+        return None if got is None else got[0]
 
     def advance_json(self, name: str, doc: Any, newer: Callable[[Any | None], bool]) -> None:
         import obstore

@@ -32,6 +32,7 @@ __all__ = [
     "ObjectLocation",
     "ObjectStoreUnavailableError",
     "call",
+    "create_if_absent",
     "parse_location",
     "require_conditional_writes",
     "store_for",
@@ -137,6 +138,22 @@ def forget_stores() -> None:
 
 
 _CONDITIONAL_OK: set[tuple[str, str, str | None]] = set()
+
+
+def create_if_absent(loc: ObjectLocation, key: str, data: bytes, what: str) -> bool:
+    """Create ``key`` holding ``data`` unless it exists (``If-None-Match: *``, on a store
+    checked by :func:`require_conditional_writes`); True if this call did. False may also be
+    this call's own create reported as a conflict (S3's retried 409): callers that must know
+    read the object back."""
+    import obstore
+    from obstore.exceptions import AlreadyExistsError, PreconditionError
+
+    require_conditional_writes(loc)
+    try:
+        call(loc, what, lambda: obstore.put(store_for(loc), key, data, mode="create"))
+        return True
+    except (AlreadyExistsError, PreconditionError):
+        return False
 
 
 def _first_put(loc: ObjectLocation, store: Any, key: str) -> None:

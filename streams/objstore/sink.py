@@ -37,8 +37,8 @@ from .lease import Lease, lease_seconds
 from .location import (
     ObjectLocation,
     call,
+    create_if_absent,
     parse_location,
-    require_conditional_writes,
     store_for,
 )
 
@@ -98,20 +98,8 @@ class ObjectSinkState:
     def _create(self, key: str, doc: Any, what: str) -> bool:
         """Create ``key`` holding ``doc`` unless it exists; True if this call did. False may
         also be our own create reported as a conflict: the callers read the object back."""
-        import obstore
-        from obstore.exceptions import AlreadyExistsError, PreconditionError
-
-        require_conditional_writes(self.loc)
         text = json.dumps(doc, sort_keys=True).encode()
-        try:
-            call(
-                self.loc,
-                f"{what} of the sink target",
-                lambda: obstore.put(store_for(self.loc), key, text, mode="create"),
-            )
-            return True
-        except (AlreadyExistsError, PreconditionError):
-            return False  # the callers read the object back and compare
+        return create_if_absent(self.loc, key, text, f"{what} of the sink target")
 
     # -- what the target is, who writes it --
 
