@@ -6,19 +6,27 @@ embedded log, in one run: ``insert_arrow()``, the Spark reader and the Spark sin
 * reader: ``spark.read.format("rowtime")`` of the whole stream, counted (driver plan and executor
   reads of every segment);
 * sink: ``readStream`` of an embedded-log stream of the same rows into a stream target of each
-  backend, ``availableNow`` (executors stage runs on the store, the driver commits them).
+  backend, ``availableNow`` (executors stage runs on the store, the driver commits them);
+* parquet: the same query into a Parquet target (``target=parquet``) in a local folder or on the
+  store (executors upload the files as multipart uploads, the driver publishes them by
+  server-side copy).
+
+``--rounds`` rounds (default 3) run the backends in turn within each round, so a drift of the
+machine's speed touches all of them; the table gives each figure's median over the rounds with
+its range, and each store's median ratio to the embedded log of the same round.
 
 The servers are started here on loopback ports (tests/objstore_servers.py: moto's object writes
 serialised, as in the tests; Azurite with --disableTelemetry), so figures are of local emulators
 on this machine, not of a cloud: they show the protocol's cost (requests per commit), not S3's.
 
-Run: ./dev bench objstore [--rows N] [--flush N] [--skip-spark]
+Run: ./dev bench objstore [--rows N] [--flush N] [--rounds N] [--skip-spark]
 """
 
 from __future__ import annotations
 
 import argparse
 import os
+import statistics
 import sys
 import tempfile
 import time
@@ -68,12 +76,15 @@ def spark_read(spark, location: str, rows: int) -> float:  # type: ignore[no-unt
     return took
 
 
-def spark_sink(spark, source: str, target: str, checkpoint: str) -> float:  # type: ignore[no-untyped-def]
+def spark_sink(
+    spark, source: str, target: str, checkpoint: str, options: dict[str, str] | None = None
+) -> float:  # type: ignore[no-untyped-def]
     t0 = time.perf_counter()
     query = (
         spark.readStream.format("rowtime")
         .load(source)
         .writeStream.format("rowtime")
+        .options(**(options or {}))
         .option("checkpointLocation", checkpoint)
         .trigger(availableNow=True)
         .start(target)
@@ -82,10 +93,14 @@ def spark_sink(spark, source: str, target: str, checkpoint: str) -> float:  # ty
     return time.perf_counter() - t0
 
 
+FIGURES = ("insert_arrow", "reader", "sink", "parquet")
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--rows", type=int, default=500_000)
     ap.add_argument("--flush", type=int, default=50_000)
+    ap.add_argument("--rounds", type=int, default=3)
     ap.add_argument("--skip-spark", action="store_true")
     args = ap.parse_args()
     work = Path(tempfile.mkdtemp(prefix="rowtime-bench-objstore-"))
@@ -94,42 +109,65 @@ def main() -> None:
         os.environ.update(s3.env)
         os.environ.update(az.env)
         places = {
-            "log": lambda name: str(work / name),
+            "log": lambda name: str(work / f"{name}-{time.monotonic_ns()}"),
             "s3 (moto)": s3.url,
             "az (Azurite)": az.url,
         }
-        results: dict[str, dict[str, float]] = {}
-        streams: dict[str, str] = {}
-        for backend, at in places.items():
-            loc = at("insert")
-            took = insert(loc, args.rows, args.flush)
-            streams[backend] = loc
-            results[backend] = {"insert_arrow": args.rows / took}
-            print(f"{backend:14s} insert_arrow {args.rows / took / 1e6:6.2f} M rows/s", flush=True)
+        spark = None
         if not args.skip_spark:
             sys.path.insert(0, str(Path(__file__).resolve().parent))
             from benchutil import spark_session
 
             spark = spark_session("bench-objstore")
-            # warm the JVM and the workers: a read and a streaming query, measured by no one
-            spark_read(spark, streams["log"], args.rows)
-            spark_sink(spark, streams["log"], str(work / "warm"), str(work / "ck-warm"))
+        # rounds[r][backend][figure] = rows/s
+        rounds: list[dict[str, dict[str, float]]] = []
+        for r in range(args.rounds + (spark is not None)):
+            warm = spark is not None and r == 0  # the JVM's and workers' first round: not counted
+            got: dict[str, dict[str, float]] = {}
+            source = ""  # this round's stream in the embedded log: the sinks' input
             for backend, at in places.items():
-                took = spark_read(spark, streams[backend], args.rows)
-                results[backend]["reader"] = args.rows / took
-                print(f"{backend:14s} reader       {args.rows / took / 1e6:6.2f} M rows/s")
-                took = spark_sink(
-                    spark, streams["log"], at("sink"), str(work / f"ck-{backend[:2]}")
+                fig = got.setdefault(backend, {})
+                loc = at("insert")
+                fig["insert_arrow"] = args.rows / insert(loc, args.rows, args.flush)
+                source = source or loc
+                if spark is None:
+                    continue
+                fig["reader"] = args.rows / spark_read(spark, loc, args.rows)
+                ck = str(work / f"ck-{r}-{backend[:2]}")
+                fig["sink"] = args.rows / spark_sink(spark, source, at("sink"), ck)
+                fig["parquet"] = args.rows / spark_sink(
+                    spark, source, at("pq"), ck + "-pq", {"target": "parquet"}
                 )
-                results[backend]["sink"] = args.rows / took
-                print(f"{backend:14s} sink         {args.rows / took / 1e6:6.2f} M rows/s")
+            label = "warm-up (not counted)" if warm else f"round {len(rounds) + 1}"
+            figures = "; ".join(
+                f"{b} " + " ".join(f"{k} {v / 1e6:.2f}" for k, v in f.items())
+                for b, f in got.items()
+            )
+            print(f"{label}: {figures}", flush=True)
+            if not warm:
+                rounds.append(got)
+        if spark is not None:
             spark.stop()
-        print()
-        print(f"rows {args.rows}, flushes of {args.flush}; rows/s (millions)")
-        print(f"{'backend':14s} {'insert_arrow':>12s} {'reader':>8s} {'sink':>8s}")
-        for backend, r in results.items():
-            cells = [f"{r.get(k, float('nan')) / 1e6:8.2f}" for k in ("reader", "sink")]
-            print(f"{backend:14s} {r['insert_arrow'] / 1e6:12.2f} {' '.join(cells)}")
+    report(rounds, args.rows, args.flush)
+
+
+def report(rounds: list[dict[str, dict[str, float]]], rows: int, flush: int) -> None:
+    """Medians over the rounds with their range, and each store's median ratio to the log."""
+    print()
+    print(f"rows {rows}, flushes of {flush}, {len(rounds)} rounds; M rows/s, median (min-max);")
+    print("x log: the backend's figure over the embedded log's in the same round, median")
+    figures = [f for f in FIGURES if f in rounds[0]["log"]]
+    print(f"{'backend':14s} " + " ".join(f"{f:>26s}" for f in figures))
+    for backend in rounds[0]:
+        cells = []
+        for f in figures:
+            vals = [rd[backend][f] / 1e6 for rd in rounds]
+            cell = f"{statistics.median(vals):.2f} ({min(vals):.2f}-{max(vals):.2f})"
+            if backend != "log":
+                ratio = statistics.median(rd[backend][f] / rd["log"][f] for rd in rounds)
+                cell += f" x{ratio:.2f}"
+            cells.append(f"{cell:>26s}")
+        print(f"{backend:14s} " + " ".join(cells))
 
 
 if __name__ == "__main__":
