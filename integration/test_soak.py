@@ -21,15 +21,36 @@ import pytest
 SCRIPT = Path(__file__).parent / "soak.py"
 
 
+def said(done: subprocess.CompletedProcess[str]) -> str:
+    """The soak's figures and its FAILED lines, whole (pytest cuts a long repr short)."""
+    failed = [line for line in done.stderr.splitlines() if ": FAILED: " in line]
+    figures = done.stdout.strip().splitlines()[-1:] or ["(no figures)"]
+    return "\n".join([*figures, *(failed or [done.stderr[-4000:]])])
+
+
 def test_a_short_soak_loses_nothing_and_stays_flat(tmp_path):
     env = {**os.environ, "PYSPARK_PYTHON": sys.executable, "TMPDIR": str(tmp_path)}
     done = subprocess.run(
         [sys.executable, str(SCRIPT), "30"], capture_output=True, text=True, timeout=600, env=env
     )
     figures = json.loads(done.stdout.strip().splitlines()[-1]) if done.stdout.strip() else {}
-    assert done.returncode == 0, (figures, done.stderr[-4000:])
+    assert done.returncode == 0, said(done)
     assert figures["ok"] and figures["writer_kills"] >= 3 and figures["inserted"] > 1000, figures
     assert figures["released"] + figures["discarded"] == figures["inserted"]
+
+
+def test_the_soak_judges_python_memory_always_and_the_jvm_once_settled():
+    """A 30 s run judges the Python processes only (the JVM's heap is still growing to its
+    working size then); a run of two minutes or more judges them all."""
+    from soak import JVM_SETTLED_S, memory_failures
+
+    assert memory_failures(320, 310, 30) == []  # the JVM warming up in a short run
+    assert memory_failures(150, 10, 30) == []  # Python 140 MB: within its margin
+    (short,) = memory_failures(320, 100, 30)  # Python grew by 220 MB
+    assert "Python processes" in short and "220 MB" in short
+    (long,) = memory_failures(320, 310, JVM_SETTLED_S)
+    assert "memory grew by 320 MB" in long and "JVM's share 310 MB" in long
+    assert len(memory_failures(500, 100, 300)) == 2
 
 
 def test_the_soak_fails_on_a_micro_batch_that_breaks_spec_7(spark, workdir):
@@ -104,7 +125,7 @@ def test_a_short_month_keeps_every_row_and_flat_disk(tmp_path):
         capture_output=True, text=True, timeout=900, env=env,
     )  # fmt: skip
     figures = json.loads(done.stdout.strip().splitlines()[-1]) if done.stdout.strip() else {}
-    assert done.returncode == 0, (figures, done.stderr[-4000:])
+    assert done.returncode == 0, said(done)
     assert figures["ok"] and figures["lost"] == 0, figures
     assert figures["committed"] == (
         figures["in_target"] + figures["discarded"] + figures["beyond_retention"]
