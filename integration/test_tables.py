@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import datetime as dt
 import os
+import tempfile
 from pathlib import Path
 
 import pyarrow as pa
@@ -20,8 +21,17 @@ import pytest
 from pyspark.errors import StreamingQueryException
 from pyspark.sql import functions as F
 
-from pyspark_rowtime.api import create_stream, get_rowtime_bound, open_writer
+from pyspark_rowtime.api import create_stream, open_writer
+from pyspark_rowtime.bounds.bounds import END_OF_STREAM_US
 from pyspark_rowtime.watermark import with_watermark
+
+#: An embedded Iceberg catalog (SQL on SQLite) named ``tests``, configured as users configure
+#: pyiceberg: environment variables, set at collection, before Spark starts, so that Spark's
+#: JVM and the Python workers it starts inherit them.
+_ICEBERG_ROOT = Path(tempfile.mkdtemp(prefix="rowtime-iceberg-"))
+(_ICEBERG_ROOT / "warehouse").mkdir()
+os.environ["PYICEBERG_CATALOG__TESTS__URI"] = f"sqlite:///{_ICEBERG_ROOT}/catalog.db"
+os.environ["PYICEBERG_CATALOG__TESTS__WAREHOUSE"] = f"file://{_ICEBERG_ROOT}/warehouse"
 
 deltalake = pytest.importorskip("deltalake", reason="the delta extra is not installed")
 pyiceberg_catalog = pytest.importorskip("pyiceberg.catalog", reason="the iceberg extra is missing")
@@ -37,23 +47,8 @@ def at(us: int) -> dt.datetime:
 
 
 @pytest.fixture(scope="module")
-def iceberg_catalog(tmp_path_factory: pytest.TempPathFactory) -> str:
-    """An embedded Iceberg catalog (SQL on SQLite) named ``tests``, configured as users
-    configure pyiceberg: environment variables, which Spark's Python workers inherit."""
-    root = tmp_path_factory.mktemp("iceberg")
-    (root / "warehouse").mkdir()
-    env = {
-        "PYICEBERG_CATALOG__TESTS__URI": f"sqlite:///{root}/catalog.db",
-        "PYICEBERG_CATALOG__TESTS__WAREHOUSE": f"file://{root}/warehouse",
-    }
-    old = {k: os.environ.get(k) for k in env}
-    os.environ.update(env)
-    yield "tests"
-    for k, v in old.items():
-        if v is None:
-            os.environ.pop(k, None)
-        else:
-            os.environ[k] = v
+def iceberg_catalog() -> str:
+    return "tests"
 
 
 def table_at(kind: str, workdir: Path, catalog: str) -> str:
@@ -62,11 +57,21 @@ def table_at(kind: str, workdir: Path, catalog: str) -> str:
     return f"iceberg://{catalog}/rt_{workdir.name.replace('-', '_')[-40:]}.events"
 
 
+def iceberg_of(location: str):  # type: ignore[no-untyped-def]
+    """The table through pyiceberg alone, its catalog's properties given in full (pyiceberg
+    reads its environment once, at import, maybe before this module set it)."""
+    catalog, _, name = location.removeprefix("iceberg://").partition("/")
+    props = {
+        "uri": os.environ["PYICEBERG_CATALOG__TESTS__URI"],
+        "warehouse": os.environ["PYICEBERG_CATALOG__TESTS__WAREHOUSE"],
+    }
+    return pyiceberg_catalog.load_catalog(catalog, **props).load_table(name)
+
+
 def read_table(kind: str, location: str) -> pa.Table:
     if kind == "delta":
         return deltalake.DeltaTable(location).to_pyarrow_table()
-    catalog, _, name = location.removeprefix("iceberg://").partition("/")
-    return pyiceberg_catalog.load_catalog(catalog).load_table(name).scan().to_arrow()
+    return iceberg_of(location).scan().to_arrow()
 
 
 def table_clock(kind: str, location: str) -> int | None:
@@ -142,7 +147,7 @@ def test_windowed_counts_land_with_the_watermark_as_clock(spark, workdir, kind, 
     with open_writer(src) as w:
         for i in range(60):
             w.insert({"id": i}, rowtime=at(T0_US + i * MINUTE_US))
-        w.set_rowtime_bound(at(T0_US + 60 * MINUTE_US))
+        w.end_stream()
     df = with_watermark(spark.readStream.format("rowtime").load(str(src)))
     windows = (
         df.groupBy(F.window("rowtime", "10 minutes"))
@@ -161,7 +166,7 @@ def test_windowed_counts_land_with_the_watermark_as_clock(spark, workdir, kind, 
     times = t.column("rowtime").cast(pa.int64()).to_pylist()
     got = sorted(zip(times, t.column("n").to_pylist(), strict=True))
     assert got == [(T0_US + k * 10 * MINUTE_US, 10) for k in range(1, 7)]
-    assert table_clock(kind, out) == T0_US + 60 * MINUTE_US
+    assert table_clock(kind, out) == END_OF_STREAM_US
 
 
 @pytest.mark.parametrize("kind", KINDS)

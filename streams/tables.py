@@ -170,7 +170,11 @@ def iceberg_catalog(loc: IcebergLocation, overrides: Mapping[str, str] | None = 
     from pyiceberg.catalog import load_catalog
     from pyiceberg.exceptions import NotInstalledError
 
-    props = dict(overrides or {})
+    # pyiceberg reads its environment once, when first imported; read it again here, so that
+    # a process that set PYICEBERG_CATALOG__* later (a notebook, a test) is heard too.
+    from pyiceberg.utils.config import Config
+
+    props = {**(Config().get_catalog_config(loc.catalog) or {}), **(overrides or {})}
     try:
         return load_catalog(loc.catalog, **props)
     except NotInstalledError as e:
