@@ -141,9 +141,25 @@ class DeltaFormat:
         return True
 
 
-def _type_text(t: pa.DataType) -> str:
-    """A type as Delta keeps it (string and large_string are one type there)."""
-    return str(t).replace("large_string", "string").replace("large_binary", "binary")
+def _same_type(a: pa.DataType, b: pa.DataType) -> bool:
+    """Whether a column of type ``b`` can be written as Delta's type ``a``: Delta has one string,
+    one binary and one list type, and names no list or map children."""
+    t = pa.types
+    if (t.is_list(a) or t.is_large_list(a)) and (t.is_list(b) or t.is_large_list(b)):
+        return _same_type(a.value_type, b.value_type)
+    if t.is_map(a) and t.is_map(b):
+        return _same_type(a.key_type, b.key_type) and _same_type(a.item_type, b.item_type)
+    if t.is_struct(a) and t.is_struct(b):
+        if [f.name for f in a] != [f.name for f in b]:
+            return False
+        return all(_same_type(fa.type, fb.type) for fa, fb in zip(a, b, strict=True))
+    if t.is_timestamp(a) and t.is_timestamp(b):
+        return a.unit == b.unit and (a.tz is None) == (b.tz is None)
+    if (t.is_string(a) or t.is_large_string(a)) and (t.is_string(b) or t.is_large_string(b)):
+        return True
+    if (t.is_binary(a) or t.is_large_binary(a)) and (t.is_binary(b) or t.is_large_binary(b)):
+        return True
+    return bool(a == b)
 
 
 class DeltaTarget(TableTarget):
@@ -206,7 +222,7 @@ class DeltaTarget(TableTarget):
                     "schema: add the column to the table, or drop it from the query"
                 )
             got = have.field(f.name).type
-            if _type_text(got) != _type_text(f.type):
+            if not _same_type(got, f.type):
                 raise SchemaError(
                     f"{self.where}: column {f.name!r} is {got} in the Delta table and {f.type} "
                     "in the query; cast it in the query, or write to a new path"
