@@ -108,17 +108,11 @@ class DeltaFormat:
         from deltalake.transaction import AddAction, CommitProperties, Transaction
 
         now_ms = int(time.time() * 1000)
-        actions = [
-            AddAction(
-                f.staged,
-                f.size,
-                {self.column: partition_value(f.key, self.cfg.granularity)},
-                now_ms,
-                True,
-                f.stats,
-            )
-            for f in files
-        ]
+        actions = []
+        for f in files:
+            assert f.size is not None and f.key is not None and f.stats is not None
+            value = partition_value(f.key, self.cfg.granularity)
+            actions.append(AddAction(f.staged, f.size, {self.column: value}, now_ms, True, f.stats))
         txns = [Transaction(entry.query_id, entry.batch)]
         if entry.clock_us is not None:
             txns.append(Transaction(CLOCK_KEY, entry.clock_us))

@@ -232,7 +232,7 @@ class IcebergTarget(TableTarget):
                     f"{self.where}: the table's column {f.name!r} is required and the query has "
                     "no such column; add it to the query"
                 )
-        transform = HourTransform if self.cfg.granularity == "hour" else DayTransform
+        transform: type = HourTransform if self.cfg.granularity == "hour" else DayTransform
         rowtime_id = names[SPARK_ROWTIME].field_id
         spec = table.spec()
         ok = [
@@ -269,7 +269,7 @@ def _spec(schema: Any, granularity: str) -> Any:
             f"option granularity={granularity}: Iceberg partitions time by hour or day (there is "
             "no minute transform); use granularity hour or day with target=iceberg"
         )
-    transform = HourTransform() if granularity == "hour" else DayTransform()
+    transform: Any = HourTransform() if granularity == "hour" else DayTransform()
     source = schema.find_field(SPARK_ROWTIME).field_id
     return PartitionSpec(
         PartitionField(

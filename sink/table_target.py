@@ -182,6 +182,10 @@ class TableTarget:
         self.state = state
         self.where = f"{fmt.name} target {cfg.location}"
 
+    def prepare(self) -> None:
+        """Driver, when the query starts: create the table or check it takes the rows."""
+        raise NotImplementedError
+
     # -- executors ------------------------------------------------------------------------------
 
     def write(self, info: TaskInfo, batches: Iterable[pa.RecordBatch]) -> TaskReport:

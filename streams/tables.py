@@ -174,7 +174,10 @@ def iceberg_catalog(loc: IcebergLocation, overrides: Mapping[str, str] | None = 
     # a process that set PYICEBERG_CATALOG__* later (a notebook, a test) is heard too.
     from pyiceberg.utils.config import Config
 
-    props = {**(Config().get_catalog_config(loc.catalog) or {}), **(overrides or {})}
+    props: dict[str, Any] = {
+        **(Config().get_catalog_config(loc.catalog) or {}),
+        **(overrides or {}),
+    }
     try:
         return load_catalog(loc.catalog, **props)
     except NotInstalledError as e:
