@@ -9,6 +9,9 @@
     rowtime clock PATH [--us]
     rowtime tail PATH [-n N] [--follow]
 
+PATH is a stream or a sink target (a Parquet folder, a Delta table, an Iceberg table named
+iceberg://CATALOG/NAMESPACE.TABLE) for clock, describe and metrics.
+
 User mistakes (a bad schema, an unknown option, a late row, a locked partition, a missing file)
 print one line on standard error and exit with status 2, never a traceback.
 """
@@ -408,6 +411,30 @@ def cmd_describe(args: argparse.Namespace) -> int:
         target = describe_parquet_target(path)  # a Parquet target of writeStream.format("rowtime")
         print(json.dumps(target, indent=2) if args.json else describe_text(target))
         return 0
+    if where.kind in (LocationKind.DELTA_TARGET, LocationKind.ICEBERG_TARGET):
+        from .sink.table_describe import (
+            describe_delta_target,
+            describe_iceberg_target,
+            describe_table_text,
+        )
+
+        if args.verify:
+            raise OptionError(
+                f"describe --verify checks the segment files of a rowtime stream, and {path} is "
+                f"a {where.kind.value}: describe it without --verify"
+            )
+        if where.kind is LocationKind.DELTA_TARGET:
+            target = describe_delta_target(path)
+        else:
+            target = describe_iceberg_target(path)
+        print(json.dumps(target, indent=2) if args.json else describe_table_text(target))
+        return 0
+    if where.kind is LocationKind.NOTHING:
+        from .api import missing_table_error
+
+        missing = missing_table_error(args.path)
+        if missing is not None:
+            raise missing
     if where.kind is LocationKind.PENDING_STREAM_TARGET:
         if args.json:
             print(json.dumps({"location": path, "kind": "stream target", "created": False}))
@@ -551,7 +578,7 @@ def cmd_metrics(args: argparse.Namespace) -> int:
 
 
 def cmd_clock(args: argparse.Namespace) -> int:
-    clock = rowtime_bound_us(args.path)  # a stream, or a Parquet target of the sink
+    clock = rowtime_bound_us(args.path)  # a stream, or a sink target (Parquet, Delta, Iceberg)
     if clock is None:
         print("none")
     elif args.us:
@@ -830,8 +857,8 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("paths", nargs="+", metavar="PATH")
     p.set_defaults(func=cmd_metrics)
 
-    p = sub.add_parser("clock", help="print the stream clock (or 'none')")
-    p.add_argument("path")
+    p = sub.add_parser("clock", help="print the clock of a stream or sink target (or 'none')")
+    p.add_argument("path", help="a stream, or a sink target: Parquet, Delta or iceberg://...")
     p.add_argument("--us", action="store_true", help="microseconds since the epoch")
     p.set_defaults(func=cmd_clock)
 
