@@ -144,7 +144,9 @@ def make_iceberg_target(location: str, granularity: str = "hour") -> None:
     )
     transform = HourTransform() if granularity == "hour" else DayTransform()
     spec = PartitionSpec(
-        PartitionField(source_id=2, field_id=1000, transform=transform, name=f"rowtime_{granularity}")
+        PartitionField(
+            source_id=2, field_id=1000, transform=transform, name=f"rowtime_{granularity}"
+        )
     )
     catalog.create_table(
         loc.identifier, schema, partition_spec=spec, properties={"rowtime.granularity": granularity}

@@ -176,7 +176,7 @@ def test_iceberg_table_with_no_snapshot_yet(iceberg, capsys):
 
 
 def test_a_missing_iceberg_table_is_named(iceberg, capsys):
-    with pytest.raises(StreamNotFoundError, match="no Iceberg table iceberg://local/db.events"):
+    with pytest.raises(StreamNotFoundError, match=r"no Iceberg table iceberg://local/db\.events"):
         get_rowtime_bound(iceberg)
     for command in (["clock", iceberg], ["describe", iceberg]):
         assert main(command) == 2

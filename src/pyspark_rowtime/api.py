@@ -4,6 +4,7 @@
 * :func:`open_writer` appends rows and rowtime bounds to one partition (SQLstream's RowSink);
 * :func:`get_rowtime_bound` reads a stream's clock (SQLstream's ``getRowtimeBound``), or a sink
   target's;
+* :func:`wait_for_rowtime_bound` waits until that clock reaches a time (``rowtime wait``);
 * :func:`read_stream` returns every record, for tests, tools and small streams.
 
 Locations are local paths or ``file://`` URLs.
@@ -13,23 +14,27 @@ from __future__ import annotations
 
 import datetime as dt
 import os
+from collections.abc import Callable
 from typing import Any
 
 import numpy as np
 import pyarrow as pa
 
+from .bounds.durations import parse_duration_us
 from .bounds.errors import StreamNotFoundError
-from .bounds.time import from_rowtime_us
+from .bounds.time import from_rowtime_us, to_rowtime_us
 from .streams.columns import LOG_ARRIVAL_US, LOG_IS_BOUND, LOG_ROWTIME_US
 from .streams.storage import (
     LocationKind,
     StreamStorage,
     create_storage,
     open_storage,
+    redact_url,
     what_is_at,
 )
 from .streams.writer import Writer
 from .streams.writer import open_writer as _open_writer
+from .wait import DEFAULT_POLL_S, parse_timeout_s, wait_for_clock
 
 __all__ = [
     "create_stream",
@@ -38,6 +43,7 @@ __all__ = [
     "open_writer",
     "read_stream",
     "rowtime_bound_us",
+    "wait_for_rowtime_bound",
 ]
 
 UTC_US = pa.timestamp("us", tz="UTC")
@@ -99,11 +105,11 @@ def open_writer(
 
 def rowtime_bound_us(location: str | os.PathLike[str]) -> int | None:
     """:func:`get_rowtime_bound` in microseconds since the epoch."""
-    return _ClockReader(location)()
+    return ClockReader(location)()
 
 
-class _ClockReader:
-    """Reads the clock at one location, again and again: a
+class ClockReader:
+    """Reads the clock at one location, again and again (:func:`wait_for_rowtime_bound`): a
     Delta or Iceberg table found once is kept and brought up to date (delta-rs reads only the
     commits since, pyiceberg the current metadata), other kinds are looked at afresh each time
     (a stream target becomes a stream with its first commit)."""
@@ -185,6 +191,53 @@ def get_rowtime_bound(location: str | os.PathLike[str]) -> dt.datetime | None:
     """
     clock = rowtime_bound_us(location)
     return None if clock is None else from_rowtime_us(clock)
+
+
+def wait_for_rowtime_bound(
+    location: str | os.PathLike[str],
+    time: Any,
+    timeout: Any = None,
+    poll: Any = DEFAULT_POLL_S,
+    *,
+    now: Callable[[], float] | None = None,
+    sleep: Callable[[float], Any] | None = None,
+) -> dt.datetime:
+    """Wait until the clock at ``location`` (as :func:`get_rowtime_bound` reads it: a stream,
+    a stream target, a Parquet, Delta or Iceberg target) reaches ``time``: everything with a
+    rowtime below ``time`` is then written. Returns the clock read, a UTC datetime ``>= time``.
+
+    Args:
+        time: a datetime (naive: UTC), an ISO-8601 string, or anything
+            :func:`~pyspark_rowtime.to_rowtime_us` reads (an int is epoch milliseconds).
+        timeout: how long to wait at most: seconds, a ``timedelta`` or a string such as
+            ``"90s"``, ``"2 h"``; 0 reads the clock once; None (default) waits as long as it
+            takes.
+        poll: the longest pause between reads (default 5 s): pauses start at 0.1 s and double
+            up to it.
+        now, sleep: monotonic seconds and a pause (default :func:`time.monotonic`,
+            :func:`time.sleep`), for tests that drive time.
+
+    Raises:
+        WaitTimeoutError: the timeout passed first (a ``TimeoutError``; ``clock_us``,
+            ``until_us`` and ``waited_s`` say where things stood).
+        StreamNotFoundError: nothing at ``location`` to wait on.
+        InvalidRowtimeError, OptionError: ``time``, ``timeout`` or ``poll`` cannot be read.
+    """
+    import time as _time
+
+    until_us = to_rowtime_us(time)
+    timeout_s = None if timeout is None else parse_timeout_s(timeout, what="timeout")
+    poll_s = parse_duration_us(poll, what="poll") / 1e6
+    waited = wait_for_clock(
+        ClockReader(location),
+        until_us,
+        timeout_s=timeout_s,
+        poll_s=poll_s,
+        now=now or _time.monotonic,
+        sleep=sleep or _time.sleep,
+        what=f"the clock of {redact_url(os.fspath(location))}",
+    )
+    return from_rowtime_us(waited.clock_us)
 
 
 # -- reading everything ------------------------------------------------------------------------
