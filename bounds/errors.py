@@ -88,7 +88,7 @@ class WaitTimeoutError(RowtimeError, TimeoutError):
     before the clock reached the time awaited. ``clock_us`` is the clock last read (None: none
     yet), ``until_us`` the time awaited and ``waited_s`` the seconds waited."""
 
-    def __init__(self, message: str, clock_us: int | None, until_us: int, waited_s: float):
+    def __init__(self, message: str, clock_us: int | None, until_us: int, waited_s: float) -> None:
         super().__init__(message)
         self.clock_us, self.until_us, self.waited_s = clock_us, until_us, waited_s
 

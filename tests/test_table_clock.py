@@ -209,3 +209,15 @@ def test_metrics_give_the_clock_of_both_tables(tmp_path, iceberg):
         delta: (T0 + HOUR) / 1e6,
         iceberg: (T0 + 2 * HOUR) / 1e6,
     }
+
+
+def test_a_clock_property_that_is_not_a_number_is_named(iceberg, capsys):
+    from pyspark_rowtime.streams.tables import iceberg_table
+
+    make_iceberg_target(iceberg)
+    table = iceberg_table(iceberg)
+    with table.transaction() as tx:  # someone else's hand on the property
+        tx.set_properties({"rowtime.clock": "eleven o'clock"})
+    assert main(["clock", iceberg]) == 2
+    err = capsys.readouterr().err
+    assert 'rowtime.clock = "eleven o\'clock"' in err and "not a whole number" in err

@@ -21,7 +21,7 @@ import numpy as np
 import pyarrow as pa
 
 from .bounds.durations import parse_duration_us
-from .bounds.errors import StreamNotFoundError
+from .bounds.errors import CorruptLogError, StreamNotFoundError
 from .bounds.time import from_rowtime_us, to_rowtime_us
 from .streams.columns import LOG_ARRIVAL_US, LOG_IS_BOUND, LOG_ROWTIME_US
 from .streams.storage import (
@@ -124,10 +124,10 @@ class ClockReader:
 
         if self._delta is not None:
             self._delta.update_incremental()
-            return _int_or_none(self._delta.transaction_version(CLOCK_KEY))
+            return _clock(self._delta.transaction_version(CLOCK_KEY), self.location)
         if self._iceberg is not None:
             self._iceberg.refresh()
-            return _int_or_none(self._iceberg.properties.get(CLOCK_KEY))
+            return _clock(self._iceberg.properties.get(CLOCK_KEY), self.location)
         if is_iceberg_location(self.location):  # one catalog read, not two
             from .streams.tables import iceberg_table
 
@@ -135,7 +135,7 @@ class ClockReader:
             if table is None:
                 raise missing_table_error(self.location) or StreamNotFoundError(self.location)
             self._iceberg = table
-            return _int_or_none(table.properties.get(CLOCK_KEY))
+            return _clock(table.properties.get(CLOCK_KEY), self.location)
         where = what_is_at(self.location)
         if where.kind is LocationKind.STREAM:
             return open_storage(self.location).stream_clock_us()
@@ -150,7 +150,7 @@ class ClockReader:
             if table is None:
                 return None  # the query started; its first commit creates the table
             self._delta = table
-            return _int_or_none(table.transaction_version(CLOCK_KEY))
+            return _clock(table.transaction_version(CLOCK_KEY), self.location)
         if where.kind is LocationKind.PENDING_STREAM_TARGET:
             return None  # a stream target whose first batch has not committed yet
         return open_storage(self.location).stream_clock_us()  # raises, saying what to do
@@ -170,8 +170,18 @@ def missing_table_error(location: str | os.PathLike[str]) -> StreamNotFoundError
     )
 
 
-def _int_or_none(value: Any) -> int | None:
-    return None if value is None else int(value)
+def _clock(value: Any, location: str | os.PathLike[str]) -> int | None:
+    """A table's ``rowtime.clock`` as an int (None: not set yet); a value that is not a whole
+    number of microseconds is named, not a traceback."""
+    if value is None:
+        return None
+    try:
+        return int(value)
+    except (TypeError, ValueError):
+        raise CorruptLogError(
+            f"the clock of {redact_url(os.fspath(location))} (rowtime.clock = {value!r}) is not "
+            "a whole number of microseconds: something other than the sink wrote it"
+        ) from None
 
 
 def get_rowtime_bound(location: str | os.PathLike[str]) -> dt.datetime | None:
