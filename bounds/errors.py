@@ -81,3 +81,16 @@ class SinkBusyError(RowtimeError, RuntimeError):
 class QueryShapeError(RowtimeError, ValueError):
     """A query shape that would stop bound records from reaching Spark's watermark (a filter
     or a union below ``with_watermark``), refused before the query starts."""
+
+
+class WaitTimeoutError(RowtimeError, TimeoutError):
+    """A wait for a clock (``wait_for_rowtime_bound``, ``rowtime wait``) that ran out of time
+    before the clock reached the time awaited. ``clock_us`` is the clock last read (None: none
+    yet), ``until_us`` the time awaited and ``waited_s`` the seconds waited."""
+
+    def __init__(self, message: str, clock_us: int | None, until_us: int, waited_s: float) -> None:
+        super().__init__(message)
+        self.clock_us, self.until_us, self.waited_s = clock_us, until_us, waited_s
+
+    def __reduce__(self) -> tuple[type, tuple[str, int | None, int, float]]:
+        return type(self), (str(self), self.clock_us, self.until_us, self.waited_s)

@@ -2,7 +2,9 @@
 
 * :func:`create_stream` makes a stream (a folder) with a payload schema and ops' defaults;
 * :func:`open_writer` appends rows and rowtime bounds to one partition (SQLstream's RowSink);
-* :func:`get_rowtime_bound` reads a stream's clock (SQLstream's ``getRowtimeBound``);
+* :func:`get_rowtime_bound` reads a stream's clock (SQLstream's ``getRowtimeBound``), or a sink
+  target's;
+* :func:`wait_for_rowtime_bound` waits until that clock reaches a time (``rowtime wait``);
 * :func:`read_stream` returns every record, for tests, tools and small streams.
 
 Locations are local paths or ``file://`` URLs.
@@ -12,22 +14,27 @@ from __future__ import annotations
 
 import datetime as dt
 import os
+from collections.abc import Callable
 from typing import Any
 
 import numpy as np
 import pyarrow as pa
 
-from .bounds.time import from_rowtime_us
+from .bounds.durations import parse_duration_us
+from .bounds.errors import CorruptLogError, StreamNotFoundError
+from .bounds.time import from_rowtime_us, to_rowtime_us
 from .streams.columns import LOG_ARRIVAL_US, LOG_IS_BOUND, LOG_ROWTIME_US
 from .streams.storage import (
     LocationKind,
     StreamStorage,
     create_storage,
     open_storage,
+    redact_url,
     what_is_at,
 )
 from .streams.writer import Writer
 from .streams.writer import open_writer as _open_writer
+from .wait import DEFAULT_POLL_S, parse_timeout_s, wait_for_clock
 
 __all__ = [
     "create_stream",
@@ -35,6 +42,8 @@ __all__ = [
     "open_stream",
     "open_writer",
     "read_stream",
+    "rowtime_bound_us",
+    "wait_for_rowtime_bound",
 ]
 
 UTC_US = pa.timestamp("us", tz="UTC")
@@ -96,32 +105,149 @@ def open_writer(
 
 def rowtime_bound_us(location: str | os.PathLike[str]) -> int | None:
     """:func:`get_rowtime_bound` in microseconds since the epoch."""
-    where = what_is_at(location)
-    if where.kind is LocationKind.STREAM:
-        return open_storage(location).stream_clock_us()
-    if where.kind is LocationKind.PARQUET_TARGET:
-        from .sink.parquet_target import parquet_clock_us  # lazily: most callers need no sink
+    return ClockReader(location)()
 
-        return parquet_clock_us(where.resolved)
-    if where.kind is LocationKind.PENDING_STREAM_TARGET:
-        return None  # a stream target whose first batch has not committed yet
-    return open_storage(location).stream_clock_us()  # raises StreamNotFoundError, saying what to do
+
+class ClockReader:
+    """Reads the clock at one location, again and again (:func:`wait_for_rowtime_bound`): a
+    Delta or Iceberg table found once is kept and brought up to date (delta-rs reads only the
+    commits since, pyiceberg the current metadata), other kinds are looked at afresh each time
+    (a stream target becomes a stream with its first commit)."""
+
+    def __init__(self, location: str | os.PathLike[str]) -> None:
+        self.location = location
+        self._delta: Any = None
+        self._iceberg: Any = None
+
+    def __call__(self) -> int | None:
+        from .streams.tables import CLOCK_KEY, is_iceberg_location
+
+        if self._delta is not None:
+            self._delta.update_incremental()
+            return _clock(self._delta.transaction_version(CLOCK_KEY), self.location)
+        if self._iceberg is not None:
+            self._iceberg.refresh()
+            return _clock(self._iceberg.properties.get(CLOCK_KEY), self.location)
+        if is_iceberg_location(self.location):  # one catalog read, not two
+            from .streams.tables import iceberg_table
+
+            table = iceberg_table(os.fspath(self.location))
+            if table is None:
+                raise missing_table_error(self.location) or StreamNotFoundError(self.location)
+            self._iceberg = table
+            return _clock(table.properties.get(CLOCK_KEY), self.location)
+        where = what_is_at(self.location)
+        if where.kind is LocationKind.STREAM:
+            return open_storage(self.location).stream_clock_us()
+        if where.kind is LocationKind.PARQUET_TARGET:
+            from .sink.parquet_target import parquet_clock_us  # lazily: most need no sink
+
+            return parquet_clock_us(where.resolved)
+        if where.kind is LocationKind.DELTA_TARGET:
+            from .streams.tables import delta_table
+
+            table = delta_table(where.resolved)
+            if table is None:
+                return None  # the query started; its first commit creates the table
+            self._delta = table
+            return _clock(table.transaction_version(CLOCK_KEY), self.location)
+        if where.kind is LocationKind.PENDING_STREAM_TARGET:
+            return None  # a stream target whose first batch has not committed yet
+        return open_storage(self.location).stream_clock_us()  # raises, saying what to do
+
+
+def missing_table_error(location: str | os.PathLike[str]) -> StreamNotFoundError | None:
+    """The error for an ``iceberg://`` location with no table (None for other locations: their
+    backends say what is missing)."""
+    from .streams.tables import is_iceberg_location, parse_iceberg_location
+
+    if not is_iceberg_location(location):
+        return None
+    shown = parse_iceberg_location(os.fspath(location))
+    return StreamNotFoundError(
+        f"no Iceberg table {shown}: a sink with .option('target', 'iceberg') creates it; check "
+        "the table's name and the catalog's configuration"
+    )
+
+
+def _clock(value: Any, location: str | os.PathLike[str]) -> int | None:
+    """A table's ``rowtime.clock`` as an int (None: not set yet); a value that is not a whole
+    number of microseconds is named, not a traceback."""
+    if value is None:
+        return None
+    try:
+        return int(value)
+    except (TypeError, ValueError):
+        raise CorruptLogError(
+            f"the clock of {redact_url(os.fspath(location))} (rowtime.clock = {value!r}) is not "
+            "a whole number of microseconds: something other than the sink wrote it"
+        ) from None
 
 
 def get_rowtime_bound(location: str | os.PathLike[str]) -> dt.datetime | None:
     """The clock of the stream at ``location`` (SQLstream's ``getRowtimeBound``), or of a
-    Parquet target written by ``writeStream.format("rowtime")``.
+    target written by ``writeStream.format("rowtime")``: a Parquet folder, a Delta table, an
+    Iceberg table (``iceberg://CATALOG/NAMESPACE.TABLE``).
 
     A timezone-aware UTC datetime: every row written later has a rowtime at or above it (for
     the ``reject`` policy; ``drop`` and ``adjust`` discard rows below it). It is the minimum of
     the partition clocks, each the highest bound or data rowtime of its partition (SPEC 5), and
     None while any partition is empty. End of stream is 9999-12-31T23:59:59.999999Z. For a
-    Parquet target it is the clock the sink committed (None before its first), below which
-    every time partition is complete. A stream target whose query has not committed its first
-    batch (which creates the stream) has none yet either.
+    sink target it is the clock the sink committed (None before its first), below which
+    every time partition is complete: a Parquet target's ``clock.json``, a Delta table's app
+    transaction ``rowtime.clock``, an Iceberg table's property ``rowtime.clock``. A stream
+    target whose query has not committed its first batch (which creates the stream) has none
+    yet either.
     """
     clock = rowtime_bound_us(location)
     return None if clock is None else from_rowtime_us(clock)
+
+
+def wait_for_rowtime_bound(
+    location: str | os.PathLike[str],
+    time: Any,
+    timeout: Any = None,
+    poll: Any = DEFAULT_POLL_S,
+    *,
+    now: Callable[[], float] | None = None,
+    sleep: Callable[[float], Any] | None = None,
+) -> dt.datetime:
+    """Wait until the clock at ``location`` (as :func:`get_rowtime_bound` reads it: a stream,
+    a stream target, a Parquet, Delta or Iceberg target) reaches ``time``: everything with a
+    rowtime below ``time`` is then written. Returns the clock read, a UTC datetime ``>= time``.
+
+    Args:
+        time: a datetime (naive: UTC), an ISO-8601 string, or anything
+            :func:`~pyspark_rowtime.to_rowtime_us` reads (an int is epoch milliseconds).
+        timeout: how long to wait at most: seconds, a ``timedelta`` or a string such as
+            ``"90s"``, ``"2 h"``; 0 reads the clock once; None (default) waits as long as it
+            takes.
+        poll: the longest pause between reads (default 5 s): pauses start at 0.1 s and double
+            up to it.
+        now, sleep: monotonic seconds and a pause (default :func:`time.monotonic`,
+            :func:`time.sleep`), for tests that drive time.
+
+    Raises:
+        WaitTimeoutError: the timeout passed first (a ``TimeoutError``; ``clock_us``,
+            ``until_us`` and ``waited_s`` say where things stood).
+        StreamNotFoundError: nothing at ``location`` to wait on.
+        InvalidRowtimeError, OptionError: ``time``, ``timeout`` or ``poll`` cannot be read.
+    """
+    import time as _time
+
+    until_us = to_rowtime_us(time)
+    timeout_s = None if timeout is None else parse_timeout_s(timeout, what="timeout")
+    poll_s = parse_duration_us(poll, what="poll") / 1e6
+    waited = wait_for_clock(
+        ClockReader(location),
+        until_us,
+        timeout_s=timeout_s,
+        poll_s=poll_s,
+        now=now or _time.monotonic,
+        sleep=sleep or _time.sleep,
+        what=f"the clock of {redact_url(os.fspath(location))}",
+    )
+    return from_rowtime_us(waited.clock_us)
 
 
 # -- reading everything ------------------------------------------------------------------------

@@ -7,10 +7,17 @@
     rowtime describe PATH [--json] [--verify] [--idle-timeout DURATION]
     rowtime metrics PATH...
     rowtime clock PATH [--us]
+    rowtime wait PATH --until TIME [--timeout DURATION] [--poll DURATION] [--unit U]
     rowtime tail PATH [-n N] [--follow]
 
+PATH is a stream or a sink target (a Parquet folder, a Delta table, an Iceberg table named
+iceberg://CATALOG/NAMESPACE.TABLE) for clock, wait, describe and metrics.
+
 User mistakes (a bad schema, an unknown option, a late row, a locked partition, a missing file)
-print one line on standard error and exit with status 2, never a traceback.
+print one line on standard error and exit with status 2, never a traceback. ``rowtime wait``
+exits 0 once the clock is at or past TIME, and 1 with one line on standard error when its
+timeout passes first (the clock, the time awaited, how long it waited): what a scheduler runs
+before a job that needs everything up to TIME.
 """
 
 from __future__ import annotations
@@ -46,7 +53,7 @@ from .streams.retention import (
     parse_retention,
     parse_size,
 )
-from .streams.storage import LocationKind, StreamStorage, open_storage, what_is_at
+from .streams.storage import LocationKind, StreamStorage, open_storage, redact_url, what_is_at
 from .streams.text_values import Convert, ValueReader
 from .streams.writer import Writer
 
@@ -408,6 +415,30 @@ def cmd_describe(args: argparse.Namespace) -> int:
         target = describe_parquet_target(path)  # a Parquet target of writeStream.format("rowtime")
         print(json.dumps(target, indent=2) if args.json else describe_text(target))
         return 0
+    if where.kind in (LocationKind.DELTA_TARGET, LocationKind.ICEBERG_TARGET):
+        from .sink.table_describe import (
+            describe_delta_target,
+            describe_iceberg_target,
+            describe_table_text,
+        )
+
+        if args.verify:
+            raise OptionError(
+                f"describe --verify checks the segment files of a rowtime stream, and {path} is "
+                f"a {where.kind.value}: describe it without --verify"
+            )
+        if where.kind is LocationKind.DELTA_TARGET:
+            target = describe_delta_target(path)
+        else:
+            target = describe_iceberg_target(path)
+        print(json.dumps(target, indent=2) if args.json else describe_table_text(target))
+        return 0
+    if where.kind is LocationKind.NOTHING:
+        from .api import missing_table_error
+
+        missing = missing_table_error(args.path)
+        if missing is not None:
+            raise missing
     if where.kind is LocationKind.PENDING_STREAM_TARGET:
         if args.json:
             print(json.dumps({"location": path, "kind": "stream target", "created": False}))
@@ -551,13 +582,64 @@ def cmd_metrics(args: argparse.Namespace) -> int:
 
 
 def cmd_clock(args: argparse.Namespace) -> int:
-    clock = rowtime_bound_us(args.path)  # a stream, or a Parquet target of the sink
+    clock = rowtime_bound_us(args.path)  # a stream, or a sink target (Parquet, Delta, Iceberg)
     if clock is None:
         print("none")
     elif args.us:
         print(clock)
     else:
         print(format_rowtime(clock))
+    return 0
+
+
+def _until_us(text: str, unit: str | None, location: str) -> int:
+    """``--until`` as ``rowtime bound`` reads its TIME: ISO-8601, an epoch number in ``--unit``
+    (else a stream's ``rowtime_unit``, else ms), ``now`` or ``end``; naive times in a stream's
+    ``rowtime_timezone``, else UTC."""
+    word = text.strip().lower()
+    if word in ("end", "eos", END_OF_STREAM_TEXT):
+        return END_OF_STREAM_US
+    if word == "now":
+        return time.time_ns() // 1000
+    defaults: dict[str, Any] = {}
+    if what_is_at(location).kind is LocationKind.STREAM:
+        defaults = open_storage(location).meta.defaults
+    value: Any = int(word) if word.lstrip("-").isdigit() else text
+    return to_rowtime_us(
+        value,
+        unit=unit or defaults.get("rowtime_unit", "ms"),
+        tz=defaults.get("rowtime_timezone", "UTC"),
+        fmt=None,
+    )
+
+
+def cmd_wait(args: argparse.Namespace) -> int:
+    from .api import ClockReader
+    from .bounds.durations import parse_duration_us
+    from .bounds.errors import WaitTimeoutError
+    from .wait import format_seconds, parse_timeout_s, wait_for_clock
+
+    timeout_s = None if args.timeout is None else parse_timeout_s(args.timeout, what="--timeout")
+    poll_s = parse_duration_us(args.poll, what="--poll") / 1e6
+    until_us = _until_us(args.until, args.unit, args.path)
+    try:
+        waited = wait_for_clock(
+            ClockReader(args.path),  # nothing there, or a bad catalog: its error, exit 2
+            until_us,
+            timeout_s=timeout_s,
+            poll_s=poll_s,
+            now=time.monotonic,
+            sleep=time.sleep,
+            what=f"the clock of {redact_url(args.path)}",
+        )
+    except WaitTimeoutError as e:
+        print(f"{PROG} wait: {e}", file=sys.stderr)
+        return 1
+    print(
+        f"clock {format_rowtime(waited.clock_us)} of {redact_url(args.path)} reached "
+        f"{format_rowtime(until_us)} (waited {format_seconds(waited.waited_s)})",
+        flush=True,
+    )
     return 0
 
 
@@ -830,10 +912,51 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("paths", nargs="+", metavar="PATH")
     p.set_defaults(func=cmd_metrics)
 
-    p = sub.add_parser("clock", help="print the stream clock (or 'none')")
-    p.add_argument("path")
+    p = sub.add_parser("clock", help="print the clock of a stream or sink target (or 'none')")
+    p.add_argument("path", help="a stream, or a sink target: Parquet, Delta or iceberg://...")
     p.add_argument("--us", action="store_true", help="microseconds since the epoch")
     p.set_defaults(func=cmd_clock)
+
+    p = sub.add_parser(
+        "wait",
+        help="wait until the clock of a stream or sink target reaches a time (exit 0), or a "
+        "timeout passes (exit 1)",
+        description="Exit 0 as soon as the clock of PATH is at or past TIME: every row with a "
+        "rowtime below TIME is written. Exit 1 with one line on standard error when --timeout "
+        "passes first; 2 for bad input. For schedulers (cron, Airflow's command sensors), "
+        "before a job that needs everything up to TIME.",
+    )
+    p.add_argument(
+        "path",
+        help="a stream, a stream target, or a Parquet, Delta or Iceberg (iceberg://CATALOG/"
+        "NAMESPACE.TABLE) target of the sink",
+    )
+    p.add_argument(
+        "--until",
+        metavar="TIME",
+        required=True,
+        help="the time to wait for: ISO-8601 (2024-05-01T11:00:00Z; naive is UTC, or a stream's "
+        "rowtime_timezone), an epoch number (see --unit), 'now' or 'end'",
+    )
+    p.add_argument(
+        "--timeout",
+        metavar="DURATION",
+        help="give up after this long, exit 1 ('90s', '2h', '1 day'; 0: read the clock once); "
+        "default: wait as long as it takes",
+    )
+    p.add_argument(
+        "--poll",
+        metavar="DURATION",
+        default="5s",
+        help="the longest pause between reads of the clock (default 5s); pauses start at "
+        "0.1 s and double up to it",
+    )
+    p.add_argument(
+        "--unit",
+        choices=("s", "ms", "us", "ns"),
+        help="unit of an epoch number TIME (default: a stream's rowtime_unit, else ms)",
+    )
+    p.set_defaults(func=cmd_wait)
 
     p = sub.add_parser("tail", help="print the last records as JSON lines")
     p.add_argument("path")

@@ -20,8 +20,8 @@ labelled ``stream`` (the location as given) and, per partition, ``partition``:
 ``rowtime_partition_idle``          1 while the partition is idle (the stream's
                                     ``idle_timeout``; absent without one)
 ``rowtime_first_kept_offset``       the first offset retention kept (0 when never trimmed)
-``rowtime_sink_clock_seconds``      a sink target's clock (streams and Parquet targets the
-                                    sink writes)
+``rowtime_sink_clock_seconds``      a sink target's clock (streams, Parquet folders, Delta
+                                    and Iceberg tables the sink writes)
 =================================  ======================================================
 
 Times are seconds since the epoch (Prometheus' unit); a clock not known yet has no sample.
@@ -105,6 +105,14 @@ def _bytes(stream: StreamStorage, partition: int) -> int | None:
     return None if get is None else get(partition)
 
 
+#: Targets of the sink that are not streams: only their clock is a series.
+_TABLE_TARGETS = (
+    LocationKind.PARQUET_TARGET,
+    LocationKind.DELTA_TARGET,
+    LocationKind.ICEBERG_TARGET,
+)
+
+
 def _is_sink_target(resolved: str) -> bool:
     return os.path.isfile(os.path.join(resolved, SINK_DIR, SINK_TARGET_FILE))
 
@@ -181,7 +189,7 @@ class RowtimeCollector:
         from .api import rowtime_bound_us
 
         where = what_is_at(location)
-        if where.kind is LocationKind.PARQUET_TARGET or (
+        if where.kind in _TABLE_TARGETS or (
             where.kind is LocationKind.STREAM and _is_sink_target(where.resolved)
         ):
             clock = rowtime_bound_us(location)
