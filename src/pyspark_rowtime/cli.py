@@ -119,6 +119,27 @@ def _records(f: IO[str], fmt: str) -> Iterator[tuple[int, dict[str, Any]]]:
         yield lineno, row
 
 
+#: The input formats by file extension: what ``rowtime insert FILE`` reads without --format.
+_FORMAT_OF_EXTENSION = {".csv": "csv", ".jsonl": "jsonl", ".json": "jsonl", ".ndjson": "jsonl"}
+_FORMAT_NAMES = {"csv": "CSV with a header", "jsonl": "JSON lines"}
+
+
+def _input_format(given: str | None, file: str) -> tuple[str, str]:
+    """The format ``rowtime insert`` reads ``file`` in, and why: ``--format`` when given, else
+    the file's extension (.csv; .jsonl, .json, .ndjson), else JSON lines (standard input and
+    files of another extension)."""
+    if given is not None:
+        return given, "--format"
+    if file in (None, "-"):
+        return "jsonl", "standard input; --format csv for CSV"
+    ext = os.path.splitext(file)[1].lower()
+    if ext in _FORMAT_OF_EXTENSION:
+        fmt = _FORMAT_OF_EXTENSION[ext]
+        other = "jsonl" if fmt == "csv" else "csv"
+        return fmt, f"its extension {ext}; --format {other} to read it otherwise"
+    return "jsonl", f"extension {ext or '(none)'} not known; --format csv for CSV"
+
+
 def _input_waiting(f: IO[str]) -> bool:
     """Whether more input is ready without blocking (pipes and terminals; files: always)."""
     try:
@@ -175,7 +196,8 @@ def cmd_insert(args: argparse.Namespace) -> int:
     reader = ValueReader(
         TimeFormat(unit, defaults.get("rowtime_timezone", "UTC"), defaults.get("rowtime_format"))
     )
-    csv_cells = args.format == "csv"
+    fmt, why = _input_format(args.format, args.file)
+    csv_cells = fmt == "csv"
     payload = {f.name: reader.converter(f.type, csv_cells) for f in meta.payload_schema}
     rowtime_col = args.rowtime_column
     if rowtime_col is None and defaults.get("rowtime_column"):
@@ -189,7 +211,7 @@ def cmd_insert(args: argparse.Namespace) -> int:
     lineno = 0
     try:
         with open_writer(stream, args.partition) as writer:
-            for lineno, raw in _records(source, args.format):
+            for lineno, raw in _records(source, fmt):
                 row, rowtime = _convert_row(raw, payload, rowtime_col, reader, lineno)
                 try:
                     writer.insert(row, rowtime=rowtime)
@@ -201,17 +223,19 @@ def cmd_insert(args: argparse.Namespace) -> int:
                     writer.flush()  # the pipe is quiet: make what came so far visible
     except RowtimeError as e:
         done = f" ({count} row(s) before it were written)" if count else ""
-        _in_context(e, name, done)
+        _in_context(e, name, f"{done} (read as {_FORMAT_NAMES[fmt]}: {why})")
         raise
     except (UnicodeDecodeError, csv.Error) as e:
         done = f" ({count} row(s) before it were written)" if count else ""
         where = f"after line {lineno}" if lineno else "at the start"
         raise SchemaError(
-            f"{name}: cannot read the input {where}: {e}; give UTF-8 JSON lines or CSV{done}"
+            f"{name}: cannot read the input {where}: {e}; give UTF-8 JSON lines or CSV{done} "
+            f"(read as {_FORMAT_NAMES[fmt]}: {why})"
         ) from None
     finally:
         if source is not sys.stdin:
             source.close()
+    print(f"{PROG} insert: read {name} as {_FORMAT_NAMES[fmt]} ({why})", file=sys.stderr)
     print(f"inserted {count} row(s) into partition {args.partition} of {meta.location}")
     return 0
 
@@ -735,7 +759,12 @@ def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
         prog=PROG, description="Create, feed and inspect rowtime streams."
     )
-    sub = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
+    sub = parser.add_subparsers(
+        dest="command",
+        required=True,
+        metavar="COMMAND",
+        help="one of these; `rowtime COMMAND --help` says what it takes",
+    )
 
     p = sub.add_parser("create", help="create a stream (a no-op if the same one exists)")
     p.add_argument("path", nargs="?", help="the stream's folder (path or file:// URL)")
@@ -753,7 +782,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.set_defaults(func=cmd_create)
 
     p = sub.add_parser("catalog", help="catalog commands: check")
-    p.add_argument("action", choices=["check"])
+    p.add_argument("action", choices=["check"], help="check: read and validate the catalog")
     p.add_argument("catalog", nargs="?", help="the catalog file (default: $ROWTIME_CATALOG)")
     p.set_defaults(func=cmd_catalog_check)
 
@@ -762,8 +791,8 @@ def build_parser() -> argparse.ArgumentParser:
     p.set_defaults(func=cmd_streams)
 
     p = sub.add_parser("connect", help="run a connector of the catalog in the foreground")
-    p.add_argument("catalog_file", metavar="CATALOG")
-    p.add_argument("name", metavar="NAME")
+    p.add_argument("catalog_file", metavar="CATALOG", help="the catalog file")
+    p.add_argument("name", metavar="NAME", help="the connector's name in the catalog")
     p.add_argument(
         "--metrics-port",
         type=int,
@@ -776,11 +805,28 @@ def build_parser() -> argparse.ArgumentParser:
     )
     p.set_defaults(func=cmd_connect)
 
-    p = sub.add_parser("insert", help="insert rows from JSON lines or CSV")
-    p.add_argument("path")
-    p.add_argument("file", nargs="?", default="-", help="input file, or - for standard input")
-    p.add_argument("--partition", type=int, default=0)
-    p.add_argument("--format", choices=("jsonl", "csv"), default="jsonl")
+    p = sub.add_parser(
+        "insert",
+        help="insert rows from JSON lines or CSV",
+        description="Insert rows from JSON lines or CSV into one partition of a stream. The "
+        "format is --format, else the file's extension (.csv; .jsonl, .json, .ndjson), else "
+        "JSON lines (standard input too); stderr says which was used.",
+    )
+    p.add_argument("path", help="the stream (a folder, file:// URL, redis://, s3:// or az:// URL)")
+    p.add_argument(
+        "file",
+        nargs="?",
+        default="-",
+        help="input file, or - for standard input (the default)",
+    )
+    p.add_argument("--partition", type=int, default=0, help="the partition to write to (default 0)")
+    p.add_argument(
+        "--format",
+        choices=("jsonl", "csv"),
+        default=None,
+        help="jsonl (a JSON object a line) or csv (a header, then a row a line); default: "
+        "from FILE's extension, JSON lines for standard input or another extension",
+    )
     p.add_argument("--rowtime-column", help="field whose value is the row's explicit rowtime")
     p.add_argument(
         "--rowtime-unit", choices=("s", "ms", "us", "ns"), help="unit of integer rowtimes"
@@ -788,15 +834,17 @@ def build_parser() -> argparse.ArgumentParser:
     p.set_defaults(func=cmd_insert)
 
     p = sub.add_parser("bound", help="write a rowtime bound (all partitions unless --partition)")
-    p.add_argument("path")
+    p.add_argument("path", help="the stream (a folder or a URL)")
     p.add_argument("time", help="ISO-8601 time, an epoch number (see --unit), 'now' or 'end'")
     p.add_argument("--strict", action="store_true", help="later rows are > TIME, not >=")
-    p.add_argument("--partition", type=int)
+    p.add_argument(
+        "--partition", type=int, help="the one partition to bound (default: every partition)"
+    )
     p.add_argument("--unit", choices=("s", "ms", "us", "ns"), help="unit of an epoch number")
     p.set_defaults(func=cmd_bound)
 
     p = sub.add_parser("describe", help="partitions, counts, clocks, arrival and skew")
-    p.add_argument("path")
+    p.add_argument("path", help="the stream (a folder or a URL) or a sink's Parquet target")
     p.add_argument("--json", action="store_true", help="print JSON")
     p.add_argument(
         "--verify",
@@ -813,13 +861,13 @@ def build_parser() -> argparse.ArgumentParser:
     p = sub.add_parser(
         "trim", help="remove old records now: the retention, and/or what lies before --before"
     )
-    p.add_argument("path")
+    p.add_argument("path", help="the stream (a folder or a URL)")
     p.add_argument("--before", help="ISO-8601 time, an epoch number (see --unit), or 'now'")
     p.add_argument("--unit", choices=("s", "ms", "us", "ns"), help="unit of an epoch number")
     p.set_defaults(func=cmd_trim)
 
     p = sub.add_parser("retention", help="show or change a stream's retention")
-    p.add_argument("path")
+    p.add_argument("path", help="the stream (a folder or a URL)")
     p.add_argument(
         "duration", nargs="?", help="rowtime to keep behind the clock ('7 days', '12h') or 'off'"
     )
@@ -827,16 +875,18 @@ def build_parser() -> argparse.ArgumentParser:
     p.set_defaults(func=cmd_retention)
 
     p = sub.add_parser("metrics", help="print the Prometheus metrics of streams and sink targets")
-    p.add_argument("paths", nargs="+", metavar="PATH")
+    p.add_argument(
+        "paths", nargs="+", metavar="PATH", help="streams (folders or URLs) and sink targets"
+    )
     p.set_defaults(func=cmd_metrics)
 
     p = sub.add_parser("clock", help="print the stream clock (or 'none')")
-    p.add_argument("path")
+    p.add_argument("path", help="the stream (a folder or a URL)")
     p.add_argument("--us", action="store_true", help="microseconds since the epoch")
     p.set_defaults(func=cmd_clock)
 
     p = sub.add_parser("tail", help="print the last records as JSON lines")
-    p.add_argument("path")
+    p.add_argument("path", help="the stream (a folder or a URL)")
     p.add_argument("-n", type=int, default=10, help="how many records (default 10)")
     p.add_argument("--follow", "-f", action="store_true", help="keep printing new records")
     p.add_argument("--interval", type=float, default=0.2, help=argparse.SUPPRESS)
@@ -854,9 +904,32 @@ def build_parser() -> argparse.ArgumentParser:
     return parser
 
 
+def commands(parser: argparse.ArgumentParser) -> dict[str, argparse.ArgumentParser]:
+    """The parser of each command, by name."""
+    for action in parser._actions:
+        if isinstance(action, argparse._SubParsersAction):
+            return dict(action.choices)
+    return {}
+
+
+def parse(parser: argparse.ArgumentParser, argv: Sequence[str] | None) -> argparse.Namespace:
+    """``parser.parse_args(argv)``, except that words a command does not know are refused by
+    that command's parser, with its usage (argparse's own refusal shows the top-level usage,
+    which does not say what the command takes)."""
+    words = list(sys.argv[1:] if argv is None else argv)
+    args, extra = parser.parse_known_args(words)
+    if extra:
+        command = commands(parser).get(getattr(args, "command", None) or "")
+        at = words.index(args.command) if args.command in words else len(words)
+        if command is not None and all(w in words[at + 1 :] for w in extra):
+            command.error(f"unrecognized arguments: {' '.join(extra)}")
+        parser.error(f"unrecognized arguments: {' '.join(extra)}")
+    return args
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     """Run the ``rowtime`` command; returns the exit status."""
-    args = build_parser().parse_args(argv)
+    args = parse(build_parser(), argv)
     try:
         return int(args.func(args) or 0)
     except BrokenPipeError:
