@@ -33,23 +33,17 @@ from ..streams.spark_compat import (
     require_supported_spark,
 )
 from ..streams.storage import LocationKind, open_storage, what_is_at
+from .executor import read_task
 from .intervals import read_task_with_intervals, with_rowtime_end
 from .options import ReaderConfig, parse_reader_options
-from .reader import (
-    Planner,
-    ReadTask,
-    batch_tasks,
-    output_arrow_schema,
-    partition_tasks,
-    progress_report,
-    read_task,
-)
+from .planner import Planner, batch_tasks, partition_tasks, progress_report
 from .retention import (
     SkipCounter,
     replay_position,
     skip_removed,
     skipped_progress,
 )
+from .tasks import ReadTask, output_arrow_schema
 
 
 def _read(cfg: ReaderConfig, task: ReadTask, schema: pa.Schema) -> Iterator[pa.RecordBatch]:

@@ -196,7 +196,7 @@ def stream_metrics(location: str, g: dict[str, Any], c: dict[str, Any]) -> None:
     """Add one stream's samples to the metric families ``g`` (gauges) and ``c`` (counters)."""
     from .bounds.plan import idle_partitions
     from .datasource.options import parse_reader_options
-    from .datasource.reader import whole_step
+    from .datasource.planner import whole_step
     from .streams.storage import open_storage
 
     stream = open_storage(location)
