@@ -19,6 +19,7 @@ import pyarrow as pa
 from ..bounds.errors import OptionError, SchemaError
 from ..streams.columns import SPARK_COLUMNS, SPARK_IS_BOUND, SPARK_ROWTIME
 from ..streams.options import OptionTable
+from ..streams.retention import format_duration, parse_retention, parse_size
 from ..streams.storage import local_path, redact_url, resolve, sink_store, target_files
 
 GRANULARITY_US = {
@@ -212,7 +213,6 @@ def parse_sink_options(
                     f"option {key} applies to target=stream only (a parquet target's files are "
                     "kept as written); remove it"
                 )
-            from ..streams.retention import format_duration, parse_retention, parse_size
 
             if key == "retention":
                 us = parse_retention(given[key].strip(), what=f"option {key}")

@@ -55,6 +55,7 @@ import pyarrow as pa
 from ..bounds.errors import OptionError, RowtimeError, StreamNotFoundError
 from .ddl import to_ddl
 from .meta import payload_schema, validate_defaults
+from .storage import create_storage, open_storage, resolve
 
 if TYPE_CHECKING:
     from .storage import StreamStorage
@@ -414,7 +415,6 @@ def _location(catalog: str, location: str, password_env: Any, fail: Any) -> str:
                 raise fail("password_env", _password_env_elsewhere(scheme))
             sep = "&" if "?" in location else "?"
             location = f"{location}{sep}password_env={password_env}"
-        from .storage import resolve  # loads the scheme's backend (no I/O)
 
         try:
             resolve(location)
@@ -492,7 +492,6 @@ def ensure_stream(entry: StreamEntry) -> StreamStorage:
     :class:`CatalogError` that shows both (the stream's reader defaults are the ones it was
     created with; the catalog's ``reader`` table still applies to readers by name).
     """
-    from .storage import create_storage, open_storage  # storage registers backends lazily
 
     try:
         storage = open_storage(entry.location)

@@ -52,16 +52,19 @@ by :func:`what_is_at` alone: the reader, ``get_rowtime_bound`` and the CLI all a
 from __future__ import annotations
 
 import enum
+import importlib
 import os
+import pkgutil
 import re
 import urllib.parse
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
+from importlib.metadata import entry_points
 from typing import TYPE_CHECKING, Any, Protocol, runtime_checkable
 
 import pyarrow as pa
 
-from ..bounds.errors import OptionError
+from ..bounds.errors import OptionError, SchemaError
 
 if TYPE_CHECKING:
     from .meta import StreamMeta
@@ -232,7 +235,6 @@ def check_read(
 def pick_columns(schema: pa.Schema, columns: Sequence[str] | None, location: str) -> list[str]:
     """The names a read of ``columns`` returns (all of ``schema`` for None), checked: unknown
     names are refused with one message, naming the stream."""
-    from ..bounds.errors import SchemaError
 
     names = schema.names
     if columns is None:
@@ -527,7 +529,6 @@ def register_backend(schemes: Iterable[str], backend: Backend) -> None:
 
 def _entry_points() -> dict[str, Any]:
     """The group's entry points by scheme (from the installed distributions' metadata)."""
-    from importlib.metadata import entry_points
 
     return {ep.name.lower(): ep for ep in entry_points(group=ENTRY_POINT_GROUP)}
 
@@ -558,8 +559,6 @@ def _register_packaged() -> None:
     stale install), the backend packages this one carries are still found: every package in
     ``streams/`` with a ``BACKEND`` and the ``SCHEMES`` it serves (``""``: plain paths).
     Registration keeps what is registered already (entry points first)."""
-    import importlib
-    import pkgutil
 
     streams = importlib.import_module(__name__.rpartition(".")[0])
     for info in pkgutil.iter_modules(streams.__path__):

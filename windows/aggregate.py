@@ -64,9 +64,12 @@ from dataclasses import dataclass
 from decimal import Decimal
 from typing import TYPE_CHECKING, Any
 
+import pandas as pd
+
 from ..bounds.errors import OptionError
 from ..bounds.panes import TimeIntervalSpec
 from ..bounds.time import parse_duration_us
+from ..watermark import analyzed_plan_text, parse_plan, watermark_rowtime
 from .step import MERGEABLE, AggPlan, merge_step, preaggregate
 
 if TYPE_CHECKING:
@@ -312,8 +315,6 @@ def _split_connect(
         UnresolvedStar,
     )
 
-    from ..watermark import analyzed_plan_text, parse_plan
-
     empty = df.sparkSession.createDataFrame([], df.schema)
     try:
         one = empty.groupBy(*partition_by).agg(agg)
@@ -443,7 +444,6 @@ def time_interval_aggregate(
         OptionError: a parameter breaks its rule (named, with the value), a partition column
             is missing, or an aggregate is not one the window can keep. Nothing has started.
     """
-    import pandas as pd
     from pyspark.sql import functions as F
     from pyspark.sql.streaming.state import GroupStateTimeout
     from pyspark.sql.types import (
@@ -454,8 +454,6 @@ def time_interval_aggregate(
         StructType,
         TimestampType,
     )
-
-    from ..watermark import watermark_rowtime
 
     spec = make_spec(interval_duration, creation_period, discard_age, interval_offset)
     keys = [partition_by] if isinstance(partition_by, str) else list(partition_by)

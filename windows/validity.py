@@ -57,6 +57,8 @@ import pandas as pd
 
 from ..bounds.errors import OptionError
 from ..bounds.intervals import INFINITY_US, range_reduce, stretches
+from ..watermark import watermark_rowtime
+from .aggregate import agg_calls, agg_columns, present_flag
 from .define import WindowDef, assign_ends, window_of
 from .step import load_values, unwrap_operator_state, wrap_operator_state
 
@@ -272,8 +274,6 @@ def _column_aggs(
     ``time_interval_aggregate`` (:func:`..windows.aggregate.agg_calls`)."""
     from pyspark.sql import functions as F
 
-    from .aggregate import agg_calls, agg_columns, present_flag
-
     who = "interval_aggregate"
     calls = agg_calls(df, agg_columns(aggs, more, who), keys, who=who, reserved=_RESERVED)
     out: list[tuple[str, str, Column | None, str]] = []
@@ -345,8 +345,6 @@ def interval_aggregate(
         StructType,
         TimestampType,
     )
-
-    from ..watermark import watermark_rowtime
 
     if not isinstance(df, SparkDataFrame):
         raise OptionError(f"interval_aggregate: df={df!r} is not a Spark DataFrame")

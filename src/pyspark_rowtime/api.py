@@ -18,6 +18,7 @@ import numpy as np
 import pyarrow as pa
 
 from .bounds.time import from_rowtime_us
+from .sink.parquet_target import parquet_clock_us
 from .streams.columns import LOG_ARRIVAL_US, LOG_IS_BOUND, LOG_ROWTIME_US
 from .streams.storage import (
     LocationKind,
@@ -100,8 +101,6 @@ def rowtime_bound_us(location: str | os.PathLike[str]) -> int | None:
     if where.kind is LocationKind.STREAM:
         return open_storage(location).stream_clock_us()
     if where.kind is LocationKind.PARQUET_TARGET:
-        from .sink.parquet_target import parquet_clock_us  # lazily: most callers need no sink
-
         return parquet_clock_us(where.resolved)
     if where.kind is LocationKind.PENDING_STREAM_TARGET:
         return None  # a stream target whose first batch has not committed yet

@@ -21,16 +21,23 @@ import csv
 import datetime as dt
 import json
 import os
-import select
 import sys
 import time
-from collections.abc import Iterator, Sequence
-from decimal import Decimal, InvalidOperation
+from collections.abc import Sequence
+from decimal import Decimal
 from typing import IO, Any
 
+from . import demo
 from .api import create_stream, open_writer, rowtime_bound_us
 from .bounds.bounds import END_OF_STREAM_US, merge_clock
-from .bounds.errors import CorruptLogError, OptionError, RowtimeError, SchemaError
+from .bounds.durations import parse_duration_us
+from .bounds.errors import (
+    CorruptLogError,
+    OptionError,
+    RowtimeError,
+    SchemaError,
+    WriterLockedError,
+)
 from .bounds.time import (
     END_OF_STREAM_TEXT,
     TimeFormat,
@@ -38,6 +45,19 @@ from .bounds.time import (
     from_rowtime_us,
     to_rowtime_us,
 )
+from .cli_input import (
+    FORMAT_NAMES,
+    convert_row,
+    in_context,
+    input_format,
+    input_waiting,
+    records,
+)
+from .connectors.feed import PROGRESS_FILE, state_dir
+from .connectors.run import check_settings, run
+from .metrics import exposition, idle_since, serve
+from .sink.parquet_target import describe_parquet_target, describe_text
+from .streams.catalog import ensure_stream, find_catalog, load_catalog, redact
 from .streams.columns import LOG_ARRIVAL_US, LOG_IS_BOUND, LOG_ROWTIME_US
 from .streams.retention import (
     Retention,
@@ -47,7 +67,7 @@ from .streams.retention import (
     parse_size,
 )
 from .streams.storage import LocationKind, StreamStorage, open_storage, what_is_at
-from .streams.text_values import Convert, ValueReader
+from .streams.text_values import ValueReader
 from .streams.writer import Writer
 
 __all__ = ["main"]
@@ -91,64 +111,6 @@ def _json_default(value: Any) -> Any:
     return str(value)
 
 
-# -- reading rows from text --------------------------------------------------------------------
-
-
-def _records(f: IO[str], fmt: str) -> Iterator[tuple[int, dict[str, Any]]]:
-    """(line number, row) pairs from JSON lines or CSV with a header; blank lines skipped."""
-    if fmt == "csv":
-        reader = csv.DictReader(f)
-        for row in reader:
-            if None in row:
-                raise SchemaError(f"line {reader.line_num}: more cells than the header has columns")
-            yield reader.line_num, {k: (v if v != "" else None) for k, v in row.items()}
-        return
-    for lineno, line in enumerate(f, 1):
-        if not line.strip():
-            continue
-        try:
-            row = json.loads(line)
-        except json.JSONDecodeError as e:
-            raise SchemaError(
-                f"line {lineno}: not valid JSON ({e.msg} at column {e.colno})"
-            ) from None
-        if not isinstance(row, dict):
-            raise SchemaError(
-                f"line {lineno}: a JSON object per line is expected, got {type(row).__name__}"
-            )
-        yield lineno, row
-
-
-#: The input formats by file extension: what ``rowtime insert FILE`` reads without --format.
-_FORMAT_OF_EXTENSION = {".csv": "csv", ".jsonl": "jsonl", ".json": "jsonl", ".ndjson": "jsonl"}
-_FORMAT_NAMES = {"csv": "CSV with a header", "jsonl": "JSON lines"}
-
-
-def _input_format(given: str | None, file: str) -> tuple[str, str]:
-    """The format ``rowtime insert`` reads ``file`` in, and why: ``--format`` when given, else
-    the file's extension (.csv; .jsonl, .json, .ndjson), else JSON lines (standard input and
-    files of another extension)."""
-    if given is not None:
-        return given, "--format"
-    if file in (None, "-"):
-        return "jsonl", "standard input; --format csv for CSV"
-    ext = os.path.splitext(file)[1].lower()
-    if ext in _FORMAT_OF_EXTENSION:
-        fmt = _FORMAT_OF_EXTENSION[ext]
-        other = "jsonl" if fmt == "csv" else "csv"
-        return fmt, f"its extension {ext}; --format {other} to read it otherwise"
-    return "jsonl", f"extension {ext or '(none)'} not known; --format csv for CSV"
-
-
-def _input_waiting(f: IO[str]) -> bool:
-    """Whether more input is ready without blocking (pipes and terminals; files: always)."""
-    try:
-        ready, _, _ = select.select([f], [], [], 0)
-    except (OSError, ValueError, TypeError):
-        return True
-    return bool(ready)
-
-
 # -- commands ------------------------------------------------------------------------------------
 
 
@@ -167,8 +129,6 @@ def _parse_defaults(pairs: Sequence[str]) -> dict[str, str]:
 
 def cmd_create(args: argparse.Namespace) -> int:
     if args.stream is not None:
-        from .streams.catalog import ensure_stream
-
         if args.path is not None or args.schema is not None:
             raise OptionError("give a PATH with --schema, or --stream NAME (from the catalog)")
         entry = _catalog(args).stream(args.stream)
@@ -196,7 +156,7 @@ def cmd_insert(args: argparse.Namespace) -> int:
     reader = ValueReader(
         TimeFormat(unit, defaults.get("rowtime_timezone", "UTC"), defaults.get("rowtime_format"))
     )
-    fmt, why = _input_format(args.format, args.file)
+    fmt, why = input_format(args.format, args.file)
     csv_cells = fmt == "csv"
     payload = {f.name: reader.converter(f.type, csv_cells) for f in meta.payload_schema}
     rowtime_col = args.rowtime_column
@@ -211,72 +171,33 @@ def cmd_insert(args: argparse.Namespace) -> int:
     lineno = 0
     try:
         with open_writer(stream, args.partition) as writer:
-            for lineno, raw in _records(source, fmt):
-                row, rowtime = _convert_row(raw, payload, rowtime_col, reader, lineno)
+            for lineno, raw in records(source, fmt):
+                row, rowtime = convert_row(raw, payload, rowtime_col, reader, lineno)
                 try:
                     writer.insert(row, rowtime=rowtime)
                 except RowtimeError as e:
-                    _in_context(e, f"line {lineno}")
+                    in_context(e, f"line {lineno}")
                     raise
                 count += 1
-                if interactive and not _input_waiting(source):
+                if interactive and not input_waiting(source):
                     writer.flush()  # the pipe is quiet: make what came so far visible
     except RowtimeError as e:
         done = f" ({count} row(s) before it were written)" if count else ""
-        _in_context(e, name, f"{done} (read as {_FORMAT_NAMES[fmt]}: {why})")
+        in_context(e, name, f"{done} (read as {FORMAT_NAMES[fmt]}: {why})")
         raise
     except (UnicodeDecodeError, csv.Error) as e:
         done = f" ({count} row(s) before it were written)" if count else ""
         where = f"after line {lineno}" if lineno else "at the start"
         raise SchemaError(
             f"{name}: cannot read the input {where}: {e}; give UTF-8 JSON lines or CSV{done} "
-            f"(read as {_FORMAT_NAMES[fmt]}: {why})"
+            f"(read as {FORMAT_NAMES[fmt]}: {why})"
         ) from None
     finally:
         if source is not sys.stdin:
             source.close()
-    print(f"{PROG} insert: read {name} as {_FORMAT_NAMES[fmt]} ({why})", file=sys.stderr)
+    print(f"{PROG} insert: read {name} as {FORMAT_NAMES[fmt]} ({why})", file=sys.stderr)
     print(f"inserted {count} row(s) into partition {args.partition} of {meta.location}")
     return 0
-
-
-def _in_context(e: RowtimeError, where: str, after: str = "") -> None:
-    """Put ``where`` in front of ``e``'s message and ``after`` behind it (the input line or
-    file it came from), for the caller to re-raise ``e`` itself: its class, cause and
-    attributes stay as they were."""
-    e.args = (f"{where}: {e}{after}", *e.args[1:])
-
-
-def _convert_row(
-    raw: dict[str, Any],
-    payload: dict[str, Convert],
-    rowtime_col: str | None,
-    reader: ValueReader,
-    lineno: int,
-) -> tuple[dict[str, Any], dt.datetime | None]:
-    rowtime = None
-    if rowtime_col is not None:
-        value = raw.get(rowtime_col) if rowtime_col in payload else raw.pop(rowtime_col, None)
-        if value is None:
-            raise SchemaError(f"line {lineno}: no value in the rowtime column {rowtime_col!r}")
-        try:
-            rowtime = reader.instant(value)
-        except RowtimeError as e:
-            _in_context(e, f"line {lineno}: rowtime column {rowtime_col!r}")
-            raise
-    row = {}
-    for key, value in raw.items():
-        convert = payload.get(key)
-        if convert is None or value is None:
-            row[key] = value  # unknown keys are reported by the writer, with the column names
-            continue
-        try:
-            row[key] = convert(value)
-        except (ValueError, TypeError, InvalidOperation, RowtimeError) as e:
-            raise SchemaError(
-                f"line {lineno}: column {key!r}: cannot read {value!r}: {e}"
-            ) from None
-    return row, rowtime
 
 
 def _bound_us(text: str, unit: str, stream: StreamStorage) -> int:
@@ -378,8 +299,6 @@ def describe(
     stream_clock = merge_clock(clocks)  # from the same listing as the partitions shown
     timeout_us = _idle_timeout_us(stream, idle_timeout)
     if timeout_us is not None:
-        from .metrics import idle_since
-
         created = getattr(stream.meta, "created_us", None)
         lasts = [
             None if "damaged" in i else (i["last_arrival_us"] if i["records"] else created)
@@ -407,7 +326,6 @@ def describe(
 
 def _idle_timeout_us(stream: StreamStorage, given: Any) -> int | None:
     """``--idle-timeout`` in microseconds, else the stream's default idle_timeout, else None."""
-    from .bounds.durations import parse_duration_us
 
     if given is not None:
         return parse_duration_us(given, what="--idle-timeout")
@@ -421,8 +339,6 @@ def cmd_describe(args: argparse.Namespace) -> int:
     where = what_is_at(args.path)
     path = where.resolved
     if where.kind is LocationKind.PARQUET_TARGET:
-        from .sink.parquet_target import describe_parquet_target, describe_text
-
         if args.verify:
             raise OptionError(
                 f"describe --verify checks the segment files of a rowtime stream, and {path} is "
@@ -568,7 +484,6 @@ def cmd_retention(args: argparse.Namespace) -> int:
 
 
 def cmd_metrics(args: argparse.Namespace) -> int:
-    from .metrics import exposition
 
     sys.stdout.write(exposition(args.paths))
     return 0
@@ -638,13 +553,11 @@ def cmd_tail(args: argparse.Namespace) -> int:
 
 
 def _catalog(args: argparse.Namespace) -> Any:
-    from .streams.catalog import find_catalog, load_catalog
 
     return load_catalog(find_catalog(args.catalog, None, needed_for=f"rowtime {args.command}"))
 
 
 def cmd_catalog_check(args: argparse.Namespace) -> int:
-    from .connectors.run import check_settings
 
     catalog = _catalog(args)
     for entry in catalog.connectors.values():
@@ -657,7 +570,6 @@ def cmd_catalog_check(args: argparse.Namespace) -> int:
 
 
 def cmd_streams(args: argparse.Namespace) -> int:
-    from .streams.catalog import redact
 
     catalog = _catalog(args)
     feeding: dict[str, list[Any]] = {}
@@ -684,8 +596,6 @@ def cmd_streams(args: argparse.Namespace) -> int:
 
 def _connector_state(entry: Any, connector: Any) -> str:
     """running (it holds the partition's lock), stopped (it has progress), or never run."""
-    from .bounds.errors import WriterLockedError
-    from .connectors.feed import PROGRESS_FILE, state_dir
 
     try:
         folder = state_dir(entry, connector.name, connector.settings.get("state"))
@@ -709,7 +619,6 @@ def _connector_state(entry: Any, connector: Any) -> str:
 
 
 def cmd_connect(args: argparse.Namespace) -> int:
-    from .streams.catalog import load_catalog
 
     return connect(
         load_catalog(args.catalog_file),
@@ -732,11 +641,9 @@ def connect(
     ``http://metrics_host:metrics_port/metrics`` while it runs. The server starts first (a
     missing library or a port in use is one clear error before anything is written); until
     the connector creates the stream, a scrape has no series for it."""
-    from .connectors.run import run
 
     if metrics_port is None:
         return run(catalog, name, **run_options)
-    from .metrics import serve
 
     if not 0 < metrics_port < 65536:
         raise OptionError(f"--metrics-port {metrics_port} must be a port, 1 to 65535")
@@ -891,8 +798,6 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--follow", "-f", action="store_true", help="keep printing new records")
     p.add_argument("--interval", type=float, default=0.2, help=argparse.SUPPRESS)
     p.set_defaults(func=cmd_tail)
-
-    from . import demo  # no Spark import at this point: the demo imports it when it runs
 
     p = sub.add_parser(
         "demo",

@@ -64,6 +64,7 @@ from ...bounds.errors import (
     StreamNotFoundError,
     WriterLockedError,
 )
+from ...bounds.versions import newer_format
 from ..columns import LOG_SYSTEM_COLUMNS
 from ..meta import (
     META_FILE,
@@ -83,8 +84,10 @@ from ..storage import (
     PartitionTail,
     check_read,
 )
+from .files import ObjectTargetFiles
 from .lease import Lease, lease_seconds
 from .location import ObjectLocation, call, parse_location, require_conditional_writes, store_for
+from .sink import ObjectSinkState, read_target
 
 __all__ = [
     "OBJECT_STORE_BACKEND",
@@ -341,8 +344,6 @@ class ObjectStream:
         where = f"commit {seq} of partition {partition} of {self.location}"
         version = doc.get("v", 1)
         if not isinstance(version, int) or version > _FORMAT:
-            from ...bounds.versions import newer_format
-
             raise newer_format(where, version, _FORMAT, CorruptLogError)
         chain.next_seq = seq + 1
         epoch = int(doc.get("epoch", 0))
@@ -865,7 +866,6 @@ class _ObjectStoreBackend:
         loc = parse_location(resolved)
         if _read_meta(loc) is not None:
             return LocationKind.STREAM
-        from .sink import read_target
 
         doc = read_target(loc)
         kind = doc.get("kind") if isinstance(doc, dict) else None
@@ -877,13 +877,11 @@ class _ObjectStoreBackend:
 
     def sink_store(self, resolved: str) -> Any:
         """The sink's state of a stream target here, kept below the location (.sink)."""
-        from .sink import ObjectSinkState
 
         return ObjectSinkState(resolved)
 
     def target_files(self, resolved: str) -> Any:
         """The objects below the location, for a Parquet target of the sink (.files)."""
-        from .files import ObjectTargetFiles
 
         return ObjectTargetFiles(resolved)
 

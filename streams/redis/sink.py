@@ -205,8 +205,6 @@ class RedisSinkState:
             f"reading staged run {handle}", lambda c: c.hget(*self._split(handle))
         )
         if blob is None:
-            from ...bounds.errors import CorruptLogError
-
             raise CorruptLogError(f"staged run {handle} of {self.target} is gone")
         return blob
 
