@@ -221,20 +221,20 @@ class Catalog:
 
     def stream(self, name: str) -> StreamEntry:
         """The entry named ``name``; an error listing the known names if there is none."""
-        entry = self.streams.get(name)
-        if entry is None:
-            known = ", ".join(sorted(self.streams)) or "(none)"
-            raise CatalogError(
-                f"no stream {name!r} in catalog {self.path}; its streams are: {known}"
-            )
+        entry: StreamEntry = self._named(self.streams, "stream", name)
         return entry
 
     def connector(self, name: str) -> ConnectorEntry:
-        entry = self.connectors.get(name)
+        """The connector named ``name``; an error listing the known names if there is none."""
+        entry: ConnectorEntry = self._named(self.connectors, "connector", name)
+        return entry
+
+    def _named(self, entries: dict[str, Any], kind: str, name: str) -> Any:
+        entry = entries.get(name)
         if entry is None:
-            known = ", ".join(sorted(self.connectors)) or "(none)"
+            known = ", ".join(sorted(entries)) or "(none)"
             raise CatalogError(
-                f"no connector {name!r} in catalog {self.path}; its connectors are: {known}"
+                f"no {kind} {name!r} in catalog {self.path}; its {kind}s are: {known}"
             )
         return entry
 
