@@ -59,7 +59,7 @@ from pyspark.sql.datasource import DataSourceStreamReader, InputPartition
 from reader import PARTITIONS, FloorSource, drain, write_data
 
 import pyspark_rowtime as pr
-from pyspark_rowtime.datasource import reader as reader_module
+from pyspark_rowtime.datasource import tasks as reader_tasks
 from pyspark_rowtime.datasource.spark import RowtimeReaderSource, RowtimeStreamReader, _config
 
 SCHEMA = "id BIGINT, v DOUBLE, s STRING, rowtime TIMESTAMP"
@@ -129,7 +129,7 @@ class TimedSource(RowtimeReaderSource):
     def streamReader(self, schema: Any) -> DataSourceStreamReader:
         base = super().streamReader(schema)
         assert isinstance(base, RowtimeStreamReader)
-        batch_rows = int(self.options.get(BATCH_ROWS_OPTION, reader_module.BATCH_ROWS))
+        batch_rows = int(self.options.get(BATCH_ROWS_OPTION, reader_tasks.BATCH_ROWS))
         return TimedStreamReader(
             base.cfg, base.arrow_schema, self.options[TIMINGS_OPTION], batch_rows
         )
@@ -144,7 +144,7 @@ class TimedStreamReader(RowtimeStreamReader):
     def read(self, partition: InputPartition) -> Any:
         # Python workers are reused across queries: set the batch size on every task (the
         # default case sets it back), before read_task's generator starts.
-        reader_module.BATCH_ROWS = self.batch_rows
+        reader_tasks.BATCH_ROWS = self.batch_rows
         return super().read(partition)
 
     def _note(self, what: str, seconds: float) -> None:

@@ -19,6 +19,7 @@ from ..bounds.errors import OptionError
 from ..bounds.time import format_rowtime, parse_duration_us
 from ..streams.catalog import Catalog, CatalogError, ConnectorEntry
 from .feed import Feed, state_problem, wall_us
+from .redis_source import RedisSource
 from .sources import DirectorySource, GeneratorSource
 from .strategies import parse_strategy
 
@@ -101,8 +102,6 @@ def build(catalog: Catalog, name: str) -> tuple[Feed, Any]:
         if entry.kind == "directory":
             source = DirectorySource(feed, settings, fail)
         elif entry.kind == "redis":
-            from .redis_source import RedisSource  # needs the redis client: only when used
-
             source = RedisSource(feed, settings, fail)
         else:
             source = GeneratorSource(feed, settings, fail)

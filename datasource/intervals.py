@@ -44,8 +44,9 @@ from ..bounds.intervals import INFINITY_US, sliding_window_ends
 from ..bounds.policies import PartitionState
 from ..streams.columns import SPARK_IS_BOUND, SPARK_ROWTIME
 from ..streams.storage import StreamStorage, open_storage
+from .executor import read_task
 from .options import ReaderConfig
-from .reader import TS_TYPE, ReadTask, read_task, record_times, time_columns
+from .tasks import TS_TYPE, ReadTask, record_times, time_columns
 
 #: The column the interval options add, after ``rowtime``.
 ROWTIME_END = "rowtime_end"

@@ -21,7 +21,7 @@ from pyspark.sql.datasource import (
 from pyspark.sql.pandas.types import from_arrow_schema
 from pyspark.sql.types import StructType
 
-from ..bounds.errors import OffsetError, SchemaError, StreamNotFoundError
+from ..bounds.errors import OffsetError, OptionError, SchemaError, StreamNotFoundError
 from ..bounds.plan import StreamPosition
 from ..streams.catalog import resolve_stream_option
 from ..streams.spark_compat import (
@@ -33,23 +33,17 @@ from ..streams.spark_compat import (
     require_supported_spark,
 )
 from ..streams.storage import LocationKind, open_storage, what_is_at
+from .executor import read_task
 from .intervals import read_task_with_intervals, with_rowtime_end
 from .options import ReaderConfig, parse_reader_options
-from .reader import (
-    Planner,
-    ReadTask,
-    batch_tasks,
-    output_arrow_schema,
-    partition_tasks,
-    progress_report,
-    read_task,
-)
+from .planner import Planner, batch_tasks, partition_tasks, progress_report
 from .retention import (
     SkipCounter,
     replay_position,
     skip_removed,
     skipped_progress,
 )
+from .tasks import ReadTask, output_arrow_schema
 
 
 def _read(cfg: ReaderConfig, task: ReadTask, schema: pa.Schema) -> Iterator[pa.RecordBatch]:
@@ -89,8 +83,6 @@ def _config(options: Any, conf_catalog: str | None = None) -> tuple[ReaderConfig
         defaults.update(entry.reader)
     cfg = parse_reader_options(opts, defaults)
     if cfg.rowtime_column is not None and cfg.rowtime_column not in meta.payload_schema.names:
-        from ..bounds.errors import OptionError
-
         raise OptionError(
             f"option rowtime.column={cfg.rowtime_column!r} names no payload column of stream "
             f"{location!r}; its columns are: {', '.join(meta.payload_schema.names)}"
@@ -175,7 +167,6 @@ class RowtimeReaderSource(DataSource):
     def streamReader(self, schema: StructType) -> DataSourceStreamReader:
         require_supported_spark("streamReader()")
         cfg, arrow = self._reading_columns(schema)
-        from ..bounds.errors import OptionError
 
         if cfg.max_rows_per_batch is not None:
             refuse_before_admission_control(

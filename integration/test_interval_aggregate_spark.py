@@ -189,3 +189,68 @@ def test_interval_aggregate_refuses_bad_arguments_before_starting(
     with pytest.raises(OptionError, match="lacks the column"):
         pr.interval_aggregate(reader(spark, location), {"n": "count(*)"})
     assert not spark.streams.active
+
+
+def test_interval_aggregate_takes_spark_columns_as_the_dict_gives_them(
+    spark: Any, workdir: Path
+) -> None:
+    """The same aggregates said as Spark columns (a list, and one after another, as
+    ``groupBy().agg(...)`` takes them) and as the dict: the same rows, in the same columns."""
+    from pyspark.sql import functions as F
+
+    location = workdir / "forms"
+    pr.create_stream(str(location), "i long, k string, v double", partitions=2)
+    columns = [
+        F.count("*").alias("n"),
+        F.count("v").alias("n_v"),
+        F.sum("i").alias("total"),
+        F.avg("v").alias("mean"),
+        F.min("v").alias("low"),
+        F.max("k").alias("high"),
+    ]
+    forms = {
+        "dict": lambda df: pr.interval_aggregate(df, AGGS, partition_by="k"),
+        "list": lambda df: pr.interval_aggregate(df, columns, partition_by="k"),
+        "args": lambda df: pr.interval_aggregate(df, *columns, partition_by="k"),
+    }
+    for writes in rounds(7, n_rounds=3):  # the whole stream first: one query at a time
+        for p, rows, bound, end in writes:
+            write_rows(location, p, rows, bound_us=bound, end=end)
+    runs = {}
+    for name, form in forms.items():
+        df = form(reader(spark, location, **{"interval.duration": "2.5 seconds"}))
+        assert df.columns == ["k", *AGGS, "rowtime", "rowtime_end"], name
+        runs[name] = Run()
+        query = start(df, workdir / f"chk-{name}", runs[name])
+        try:
+            drain(query, runs[name])
+            drain(query, runs[name])  # the batch the last watermark runs
+        finally:
+            query.stop()
+    got = {name: got_rows(run, "k") for name, run in runs.items()}
+    assert len(got["dict"]) > 5, "the scenario has stretches"
+    assert got["list"] == got["dict"]
+    assert got["args"] == got["dict"]
+    schemas = {name: [r.keys() for r in run.records[:1]] for name, run in runs.items()}
+    assert schemas["list"] == schemas["dict"]
+
+
+def test_interval_aggregate_refuses_columns_it_cannot_keep(spark: Any, workdir: Path) -> None:
+    from pyspark.sql import functions as F
+
+    location = workdir / "badcols"
+    pr.create_stream(str(location), "i long, k string, v double", partitions=1)
+    df = reader(spark, location, **{"interval.duration": "1"})
+    for aggs, message in [
+        ([F.max_by("i", "v").alias("m")], "is not one of count, sum, avg, min, max"),
+        ([F.countDistinct("v").alias("m")], "not an aggregate the window can keep"),
+        ([F.min(F.array("i")).alias("m")], "min takes numbers"),
+        ([F.count("*").alias("rowtime")], "give it another name"),
+        ([], "aggs is empty"),
+        (["count(*)"], "is not a Spark Column"),
+    ]:
+        with pytest.raises(OptionError, match=message):
+            pr.interval_aggregate(df, aggs)
+    with pytest.raises(OptionError, match="not both"):
+        pr.interval_aggregate(df, {"n": "count(*)"}, F.count("*").alias("m"))
+    assert not spark.streams.active

@@ -30,7 +30,7 @@ import os
 import re
 import shutil
 import uuid
-from collections.abc import Callable, Iterable, Iterator, Sequence
+from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
 from functools import partial
 from typing import Any
@@ -38,7 +38,6 @@ from typing import Any
 import pyarrow as pa
 
 from ..bounds.errors import CorruptLogError
-from ..bounds.versions import newer_format
 from ..streams.lock import (  # wait_for_lock: used here, and by stream_target
     PartitionLock,
     wait_for_lock,
@@ -47,10 +46,16 @@ from ..streams.meta import fsync_dir, fsync_file, make_dirs, narrow_mode
 from ..streams.segments import SegmentStats, open_segment_file, write_segment_file
 from ..streams.storage import SINK_DIR as STORAGE_SINK_DIR
 from ..streams.storage import (
+    SINK_FORMAT,
+    SINK_FORMAT_VERSION,
     SINK_TARGET_FILE,
+    RunChunks,
     SinkStore,
+    Staged,
+    check_sink_version,
+    claim_target,
+    define_target_once,
     latest_entry,
-    owner_conflict,
     sink_store,
 )
 
@@ -62,8 +67,8 @@ OWNER_FILE = "owner.json"
 CLOCK_FILE = "clock.json"
 MANIFEST_DIR = "manifest"
 STAGING_DIR = "staging"
-FORMAT = "pyspark-rowtime-sink"
-FORMAT_VERSION = 1
+FORMAT = SINK_FORMAT
+FORMAT_VERSION = SINK_FORMAT_VERSION
 
 #: Manifest entries kept; older ones can never be replayed by Spark.
 MANIFEST_KEEP = 100
@@ -123,14 +128,7 @@ def replace_json(path: str, doc: Any) -> None:
     fsync_dir(folder)
 
 
-def check_target_version(doc: Any, where: str) -> Any:
-    """``doc``, a target's description as stored at ``where``, unless a newer version of the
-    sink's format wrote it (refused: its state may not mean what this version reads)."""
-    if isinstance(doc, dict):
-        version = doc.get("format_version", 1)
-        if isinstance(version, int) and version > FORMAT_VERSION:
-            raise newer_format(f"sink target {where}", version, FORMAT_VERSION, CorruptLogError)
-    return doc
+check_target_version = check_sink_version  # the name parquet targets and 0.2.0 used
 
 
 def read_json(path: str) -> Any | None:
@@ -187,33 +185,24 @@ class SinkState:
         """Record what the target is, once; returns the recorded description (which may be an
         earlier one: the caller compares)."""
         self.ensure()
-        full = {"format": FORMAT, "format_version": FORMAT_VERSION, **doc}
-        if write_json_once(self.target_file, full):
-            return full
-        existing = self.read_target()
-        assert existing is not None
-        return existing
+        return define_target_once(doc, partial(write_json_once, self.target_file), self.read_target)
 
     # -- who writes it --
 
     def claim(self, query_id: str | None) -> None:
-        """Make sure this target belongs to the Spark query ``query_id``.
-
-        The first query to commit here becomes its owner. Another query (a new checkpoint)
-        would restart batch ids at 0 and could neither be told apart from a replay nor keep the
-        clock's promise, so it is refused with an error that says what to do.
-        """
-        if query_id is None:
-            return
+        """Make sure this target belongs to the Spark query ``query_id``
+        (:func:`~..streams.storage.claim_target`)."""
         path = os.path.join(self.root, OWNER_FILE)
-        owner = read_json(path)
-        if owner is None:
-            self.ensure()
-            write_json_once(path, {"query_id": query_id})
+
+        def claim(doc: dict[str, Any]) -> Any:
             owner = read_json(path)
-        if owner is None or owner.get("query_id") != query_id:
-            theirs = None if owner is None else owner.get("query_id")
-            raise owner_conflict(self.target, theirs, query_id)
+            if owner is None:
+                self.ensure()
+                write_json_once(path, doc)
+                owner = read_json(path)
+            return owner
+
+        claim_target(self.target, query_id, claim)
 
     # -- the manifest --
 
@@ -265,13 +254,8 @@ class SinkState:
         return os.path.join(self.staging_dir, batch_name(batch_id))
 
     def stage_segment(
-        self,
-        batch_id: int,
-        name: str,
-        stats: SegmentStats,
-        schema: pa.Schema,
-        chunks: Iterable[pa.Table | pa.RecordBatch],
-    ) -> tuple[str, Callable[[], None]]:
+        self, batch_id: int, name: str, stats: SegmentStats, schema: pa.Schema, chunks: RunChunks
+    ) -> Staged:
         """Stage a run as a segment file (handle: its path relative to the target); the file
         is written unsynced and the returned function fsyncs it, so that the disk catches up
         while the task goes on receiving rows."""

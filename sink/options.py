@@ -19,7 +19,9 @@ import pyarrow as pa
 from ..bounds.errors import OptionError, SchemaError
 from ..streams.columns import SPARK_COLUMNS, SPARK_IS_BOUND, SPARK_ROWTIME
 from ..streams.options import OptionTable
+from ..streams.retention import format_duration, parse_retention, parse_size
 from ..streams.storage import local_path, redact_url, resolve, sink_store, target_files
+from ..streams.tables import is_iceberg_location
 
 GRANULARITY_US = {
     "minute": 60_000_000,
@@ -241,7 +243,6 @@ def parse_sink_options(
                     f"option {key} applies to target=stream only (a {target} target's files are "
                     "kept as written); remove it"
                 )
-            from ..streams.retention import format_duration, parse_retention, parse_size
 
             if key == "retention":
                 us = parse_retention(given[key].strip(), what=f"option {key}")
@@ -302,8 +303,6 @@ def parse_sink_options(
 def _check_table_location(target: str, path: str, location: str, granularity: str) -> None:
     """A table target's path is of its kind: an Iceberg table is named in its catalog, a Delta
     table is a folder."""
-    from ..streams.tables import is_iceberg_location
-
     iceberg = is_iceberg_location(location)
     if target == "iceberg":
         if not iceberg:

@@ -55,6 +55,7 @@ import pyarrow.parquet as pq
 from ..bounds.errors import CorruptLogError, OptionError, SchemaError
 from ..bounds.time import from_rowtime_us
 from ..streams.columns import SPARK_ROWTIME
+from ..streams.ddl import to_ddl
 from ..streams.meta import fsync_dir, fsync_file, make_dirs, narrow_mode
 from ..streams.storage import (
     SINK_KIND_PARQUET,
@@ -355,7 +356,6 @@ class ParquetTarget:
                 "folder of Parquet files: choose another path, or write to the stream with "
                 "target=stream"
             )
-        from ..streams.ddl import to_ddl
 
         schema = pa.schema([*self.cfg.payload_schema, self.cfg.schema.field(SPARK_ROWTIME)])
         want = {"kind": KIND, "granularity": cfg.granularity, "schema": to_ddl(_utc(schema))}

@@ -27,6 +27,8 @@ from ..streams.spark_compat import (
     require_supported_spark,
 )
 from .clock import batch_watermark_ms, bounds_clock_us, checkpoint_query_id, watermark_clock_us
+from .delta_target import DeltaTarget
+from .iceberg_target import IcebergTarget
 from .options import SinkConfig, parse_sink_options
 from .parquet_target import ParquetTarget
 from .stream_target import StreamTarget
@@ -43,12 +45,8 @@ def make_target(cfg: SinkConfig) -> Target:
     if cfg.target == "parquet":
         return ParquetTarget(cfg)
     if cfg.target == "delta":
-        from .delta_target import DeltaTarget
-
         return DeltaTarget(cfg)
     if cfg.target == "iceberg":
-        from .iceberg_target import IcebergTarget
-
         return IcebergTarget(cfg)
     return StreamTarget(cfg)
 

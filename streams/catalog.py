@@ -55,6 +55,7 @@ import pyarrow as pa
 from ..bounds.errors import OptionError, RowtimeError, StreamNotFoundError
 from .ddl import to_ddl
 from .meta import payload_schema, validate_defaults
+from .storage import create_storage, open_storage, resolve
 
 if TYPE_CHECKING:
     from .storage import StreamStorage
@@ -220,20 +221,20 @@ class Catalog:
 
     def stream(self, name: str) -> StreamEntry:
         """The entry named ``name``; an error listing the known names if there is none."""
-        entry = self.streams.get(name)
-        if entry is None:
-            known = ", ".join(sorted(self.streams)) or "(none)"
-            raise CatalogError(
-                f"no stream {name!r} in catalog {self.path}; its streams are: {known}"
-            )
+        entry: StreamEntry = self._named(self.streams, "stream", name)
         return entry
 
     def connector(self, name: str) -> ConnectorEntry:
-        entry = self.connectors.get(name)
+        """The connector named ``name``; an error listing the known names if there is none."""
+        entry: ConnectorEntry = self._named(self.connectors, "connector", name)
+        return entry
+
+    def _named(self, entries: dict[str, Any], kind: str, name: str) -> Any:
+        entry = entries.get(name)
         if entry is None:
-            known = ", ".join(sorted(self.connectors)) or "(none)"
+            known = ", ".join(sorted(entries)) or "(none)"
             raise CatalogError(
-                f"no connector {name!r} in catalog {self.path}; its connectors are: {known}"
+                f"no {kind} {name!r} in catalog {self.path}; its {kind}s are: {known}"
             )
         return entry
 
@@ -414,7 +415,6 @@ def _location(catalog: str, location: str, password_env: Any, fail: Any) -> str:
                 raise fail("password_env", _password_env_elsewhere(scheme))
             sep = "&" if "?" in location else "?"
             location = f"{location}{sep}password_env={password_env}"
-        from .storage import resolve  # loads the scheme's backend (no I/O)
 
         try:
             resolve(location)
@@ -492,7 +492,6 @@ def ensure_stream(entry: StreamEntry) -> StreamStorage:
     :class:`CatalogError` that shows both (the stream's reader defaults are the ones it was
     created with; the catalog's ``reader`` table still applies to readers by name).
     """
-    from .storage import create_storage, open_storage  # storage registers backends lazily
 
     try:
         storage = open_storage(entry.location)

@@ -28,12 +28,14 @@ from typing import Any
 import pyarrow as pa
 
 from ..bounds.bounds import END_OF_STREAM_US, MIN_ROWTIME_US
+from ..bounds.durations import parse_duration_us
 from ..bounds.errors import CorruptLogError, OptionError, SchemaError
 from ..bounds.time import TimeFormat
 from ..bounds.units import ADJUST_UNITS_US, EPOCH_UNITS_US
 from ..bounds.versions import newer_format
 from .columns import SPARK_COLUMNS
 from .ddl import normalize_schema, parse_ddl, to_ddl
+from .retention import format_duration, parse_retention, parse_size
 
 FORMAT = "pyspark-rowtime-stream"
 FORMAT_VERSION = 1
@@ -211,8 +213,6 @@ def validate_defaults(defaults: Mapping[str, Any], schema: pa.Schema) -> dict[st
                 raise _bad(name, value)
             out[name] = n
         elif name in ("retention", "retention_size"):
-            from .retention import format_duration, parse_retention, parse_size
-
             if name == "retention":
                 # stored as text that reads back the same ("7 days"): validating it again (the
                 # catalog, then create_stream) must not change it
@@ -224,8 +224,6 @@ def validate_defaults(defaults: Mapping[str, Any], schema: pa.Schema) -> dict[st
                 if size is not None:
                     out[name] = size
         elif name == "idle_timeout":
-            from ..bounds.durations import parse_duration_us
-
             try:
                 parse_duration_us(value, what=f"stream default {name}")
             except OptionError as e:

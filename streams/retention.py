@@ -43,6 +43,7 @@ record is enough"), and no removed row was still alive there.
 from __future__ import annotations
 
 import json
+import logging
 import math
 import re
 import threading
@@ -742,8 +743,6 @@ class RetentionCheck:
                 return []
             return apply_retention(self.storage, partitions=[self.partition])
         except (OSError, RowtimeError) as e:
-            import logging
-
             logging.getLogger("pyspark_rowtime").warning(
                 "retention of partition %s of %s not applied this time: %s",
                 self.partition,

@@ -538,6 +538,21 @@ def _verify_records(
         _late_in_file(path, where, i, int(effective[i]), int(before[i]))
 
 
+def check_appended_files(
+    appender: Any, paths: Sequence[str], *, reject: bool, verify: bool = True
+) -> list[tuple[str, SegmentStats]]:
+    """:func:`check_segment_files` for a partition's appender: its stream's record schema, the
+    end it holds (``tail()``), and its name in errors (``where``)."""
+    return check_segment_files(
+        paths,
+        appender.stream.file_schema,
+        appender.tail(),
+        where=appender.where,
+        reject=reject,
+        verify=verify,
+    )
+
+
 def check_segment_files(
     paths: Sequence[str],
     file_schema: pa.Schema,
@@ -586,3 +601,22 @@ def append_segment_blobs(appender: Any, blobs: Iterable[bytes], prefix: str) -> 
         appender.append_segment_files(paths, verify=False)
     finally:
         shutil.rmtree(folder, ignore_errors=True)
+
+
+class StagedBlobs:
+    """:meth:`~.storage.SinkStore.open_staged` and :meth:`~.storage.SinkStore.append_staged`
+    of a sink store that keeps each staged run as one blob in the segment format (object
+    storage, Redis): the store fetches a blob (``_blob``); appending writes the blobs to
+    temporary files (named from ``_blob_prefix``) and appends them as segment files, which the
+    backend's appender commits in one unit."""
+
+    _blob_prefix = "rowtime-sink-"
+
+    def _blob(self, handle: str) -> bytes:
+        raise NotImplementedError
+
+    def open_staged(self, handle: str) -> pa.Table:
+        return pa.ipc.open_file(pa.py_buffer(self._blob(handle))).read_all()
+
+    def append_staged(self, appender: Any, handles: Sequence[str]) -> None:
+        append_segment_blobs(appender, (self._blob(h) for h in handles), self._blob_prefix)

@@ -47,21 +47,32 @@ Guarantees every backend gives (the reader and the sink rely on them):
 
 What sits at a location (a stream, a pending sink target, a Parquet target, nothing) is decided
 by :func:`what_is_at` alone: the reader, ``get_rowtime_bound`` and the CLI all ask it.
+
+Where the backends take the same step, one function here takes it for all: the message of a
+missing stream (:func:`stream_not_found`), the checks of a partition number, of a run's first
+offset (:func:`check_continues`: a run that does not start at the partition's end commits
+nothing) and of a read, and the sink state's target description and owner
+(:func:`define_target_once`, :func:`claim_target`). ``tests/test_storage_contract.py`` runs one
+suite of these guarantees against every backend.
 """
 
 from __future__ import annotations
 
 import enum
+import importlib
 import os
+import pkgutil
 import re
 import urllib.parse
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
+from importlib.metadata import entry_points
 from typing import TYPE_CHECKING, Any, Protocol, runtime_checkable
 
 import pyarrow as pa
 
-from ..bounds.errors import OptionError
+from ..bounds.errors import CorruptLogError, OptionError, SchemaError, StreamNotFoundError
+from ..bounds.versions import newer_format
 
 if TYPE_CHECKING:
     from .meta import StreamMeta
@@ -100,6 +111,13 @@ SINK_TARGET_FILE = "target.json"
 SINK_KIND_STREAM = "stream"
 SINK_KIND_PARQUET = "parquet"
 SINK_KIND_DELTA = "delta"
+
+
+#: A run's records as the appenders and sink stores take them: Arrow tables or batches, in order.
+RunChunks = Iterable[pa.Table | pa.RecordBatch]
+#: What :meth:`SinkStore.stage_segment` returns: the run's handle, and a function that returns
+#: once the run is durable.
+Staged = tuple[str, Callable[[], None]]
 
 
 @dataclass(frozen=True)
@@ -211,6 +229,37 @@ class StreamStorage(Protocol):
         ...
 
 
+def stream_not_found(given: str, location: str, why: str, also: str = "") -> StreamNotFoundError:
+    """The error of every backend's open where no stream is: ``given`` as the caller wrote it,
+    ``why`` (what is missing, in the backend's terms), how to create one at ``location`` (from
+    Python and from the shell), and ``also`` (another way the backend offers)."""
+    return StreamNotFoundError(
+        f"no rowtime stream at {given!r} ({why}). Create one with "
+        f"pyspark_rowtime.create_stream({location!r}, schema) or "
+        f"`rowtime create {location} --schema 'a INT, b STRING'`{also}"
+    )
+
+
+def check_partition(location: str, partitions: int, partition: Any) -> None:
+    """What every backend checks of a partition number, with one message: an int in
+    ``0 .. partitions - 1`` of the stream at ``location``."""
+    n = partitions
+    if isinstance(partition, bool) or not isinstance(partition, int) or not 0 <= partition < n:
+        raise OptionError(
+            f"partition {partition!r} does not exist in stream {location}: it has {n} "
+            f"partition{'s' if n != 1 else ''}, numbered 0 to {n - 1}"
+        )
+
+
+def check_continues(where: str, first: int, end: int) -> None:
+    """What every appender checks before a run commits: it starts where the partition ends
+    (:meth:`PartitionAppender.append_run`), or nothing is written (a stale writer, a gap)."""
+    if first != end:
+        raise CorruptLogError(
+            f"{where}: a run from offset {first}, and the partition ends at {end}"
+        )
+
+
 def check_read(
     schema: pa.Schema, columns: Sequence[str] | None, start: Any, end: Any, location: str
 ) -> list[str]:
@@ -233,7 +282,6 @@ def check_read(
 def pick_columns(schema: pa.Schema, columns: Sequence[str] | None, location: str) -> list[str]:
     """The names a read of ``columns`` returns (all of ``schema`` for None), checked: unknown
     names are refused with one message, naming the stream."""
-    from ..bounds.errors import SchemaError
 
     names = schema.names
     if columns is None:
@@ -304,13 +352,8 @@ class SinkStore(Protocol):
         ...
 
     def stage_segment(
-        self,
-        batch_id: int,
-        name: str,
-        stats: SegmentStats,
-        schema: pa.Schema,
-        chunks: Iterable[pa.Table | pa.RecordBatch],
-    ) -> tuple[str, Callable[[], None]]:
+        self, batch_id: int, name: str, stats: SegmentStats, schema: pa.Schema, chunks: RunChunks
+    ) -> Staged:
         """Stage one run of batch ``batch_id`` in the segment format (``stats`` in its footer,
         as :func:`.segments.write_segment_file`); returns its handle and a function that
         returns once the run is durable (it may be called from another thread)."""
@@ -346,6 +389,55 @@ class SinkStore(Protocol):
     def staged(self) -> list[str]:
         """The handles of every run staged now (for checks and tests)."""
         ...
+
+
+#: What a sink target's description says it is (``format``), and the newest version of the
+#: sink's state this code reads (``format_version``): the same in every store.
+SINK_FORMAT = "pyspark-rowtime-sink"
+SINK_FORMAT_VERSION = 1
+
+
+def check_sink_version(doc: Any, where: str) -> Any:
+    """``doc``, a target's description as stored at ``where``, unless a newer version of the
+    sink's format wrote it (refused: its state may not mean what this version reads)."""
+    if isinstance(doc, dict):
+        version = doc.get("format_version", 1)
+        if isinstance(version, int) and version > SINK_FORMAT_VERSION:
+            raise newer_format(
+                f"sink target {where}", version, SINK_FORMAT_VERSION, CorruptLogError
+            )
+    return doc
+
+
+def define_target_once(
+    doc: dict[str, Any],
+    create: Callable[[dict[str, Any]], bool],
+    read: Callable[[], dict[str, Any] | None],
+) -> dict[str, Any]:
+    """:meth:`SinkStore.define_target` for every store: ``doc`` with the format's name and
+    version, written by ``create`` (True when this call wrote it, False when one was there),
+    else the one ``read`` finds (the caller compares)."""
+    full = {"format": SINK_FORMAT, "format_version": SINK_FORMAT_VERSION, **doc}
+    if create(full):
+        return full
+    existing = read()
+    assert existing is not None
+    return existing
+
+
+def claim_target(target: str, query_id: str | None, claim: Callable[[dict[str, Any]], Any]) -> None:
+    """:meth:`SinkStore.claim` for every store: ``claim(doc)`` records ``doc`` as the owner
+    unless one is recorded, and returns the recorded owner (None if none could be read).
+
+    The first query to commit to a target becomes its owner. Another query (a new checkpoint)
+    would restart batch ids at 0 and could neither be told apart from a replay nor keep the
+    clock's promise, so it is refused with an error that says what to do."""
+    if query_id is None:
+        return
+    owner = claim({"query_id": query_id})
+    theirs = owner.get("query_id") if isinstance(owner, dict) else None
+    if theirs != query_id:
+        raise owner_conflict(target, theirs, query_id)
 
 
 def latest_entry(store: SinkStore, before: int | None = None) -> dict[str, Any] | None:
@@ -532,7 +624,6 @@ def register_backend(schemes: Iterable[str], backend: Backend) -> None:
 
 def _entry_points() -> dict[str, Any]:
     """The group's entry points by scheme (from the installed distributions' metadata)."""
-    from importlib.metadata import entry_points
 
     return {ep.name.lower(): ep for ep in entry_points(group=ENTRY_POINT_GROUP)}
 
@@ -563,8 +654,6 @@ def _register_packaged() -> None:
     stale install), the backend packages this one carries are still found: every package in
     ``streams/`` with a ``BACKEND`` and the ``SCHEMES`` it serves (``""``: plain paths).
     Registration keeps what is registered already (entry points first)."""
-    import importlib
-    import pkgutil
 
     streams = importlib.import_module(__name__.rpartition(".")[0])
     for info in pkgutil.iter_modules(streams.__path__):

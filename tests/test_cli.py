@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
+import argparse
 import datetime as dt
+import io
 import json
 import os
 import shutil
@@ -15,7 +17,7 @@ import pytest
 
 from pyspark_rowtime.api import create_stream, open_writer, read_stream
 from pyspark_rowtime.bounds.bounds import END_OF_STREAM_US
-from pyspark_rowtime.cli import main
+from pyspark_rowtime.cli import build_parser, commands, main
 from pyspark_rowtime.streams.local.log import open_stream
 
 JAN1 = dt.datetime(2024, 1, 1, tzinfo=dt.timezone.utc)
@@ -322,3 +324,91 @@ def test_insert_of_input_that_is_not_text_is_one_line(loc, tmp_path, capsys):
     code, _, err = run(capsys, "insert", loc, str(src))
     assert code == 2
     assert_one_line_error(err, "cannot read the input", "UTF-8")
+
+
+# -- what a newcomer meets: the input format, a command's own usage, a help line per option ----
+
+
+@pytest.mark.parametrize(
+    ("name", "text", "says"),
+    [
+        ("orders.csv", "id,name\n1,a\n2,b\n", "as CSV with a header (its extension .csv"),
+        ("orders.CSV", "id,name\n1,a\n2,b\n", "as CSV with a header (its extension .csv"),
+        ("orders.jsonl", '{"id": 1, "name": "a"}\n{"id": 2}\n', "as JSON lines (its extension"),
+        ("orders.json", '{"id": 1, "name": "a"}\n{"id": 2}\n', "as JSON lines (its extension"),
+        ("orders.ndjson", '{"id": 1, "name": "a"}\n{"id": 2}\n', "as JSON lines (its extension"),
+        (
+            "orders.txt",
+            '{"id": 1, "name": "a"}\n{"id": 2}\n',
+            "as JSON lines (extension .txt not known",
+        ),
+    ],
+)
+def test_insert_takes_the_format_from_the_extension_and_says_which(
+    loc, tmp_path, capsys, name, text, says
+):
+    src = tmp_path / name
+    src.write_text(text)
+    code, out, err = run(capsys, "insert", loc, str(src))
+    assert code == 0, err
+    assert "inserted 2 row(s)" in out
+    assert f"rowtime insert: read {src} {says}" in err, err
+    assert [r["id"] for r in read_stream(loc).to_pylist()] == [1, 2]
+
+
+def test_insert_format_given_wins_over_the_extension_and_a_wrong_guess_says_so(
+    loc, tmp_path, capsys
+):
+    src = tmp_path / "rows.csv"
+    src.write_text('{"id": 1}\n')
+    code, _, err = run(capsys, "insert", loc, str(src), "--format", "jsonl")
+    assert code == 0 and "as JSON lines (--format)" in err, err
+    src = tmp_path / "really-json.csv"
+    src.write_text('{"id": 1}\n{"id": 2}\n')
+    code, _, err = run(capsys, "insert", loc, str(src))
+    assert code == 2
+    assert_one_line_error(err, "read as CSV with a header", "--format jsonl to read it otherwise")
+
+
+def test_insert_from_standard_input_stays_json_lines(loc, capsys, monkeypatch):
+    monkeypatch.setattr("sys.stdin", io.StringIO('{"id": 5}\n'))
+    code, _, err = run(capsys, "insert", loc)
+    assert code == 0 and "standard input as JSON lines" in err, err
+    assert [r["id"] for r in read_stream(loc).to_pylist()] == [5]
+
+
+@pytest.mark.parametrize(
+    "args",
+    [
+        ("insert", "PATH", "--bogus"),
+        ("create", "PATH", "--schema", "a INT", "--nope", "1"),
+        ("clock", "PATH", "extra"),
+        ("bound", "PATH", "now", "--partitions", "1"),
+    ],
+)
+def test_an_unknown_word_after_a_command_shows_that_commands_usage(capsys, args):
+    with pytest.raises(SystemExit) as exit_:
+        main(list(args))
+    assert exit_.value.code == 2
+    err = capsys.readouterr().err
+    assert err.startswith(f"usage: rowtime {args[0]} "), err
+    assert f"rowtime {args[0]}: error: unrecognized arguments" in err
+
+
+def test_an_unknown_word_before_the_command_shows_the_top_level_usage(capsys):
+    with pytest.raises(SystemExit):
+        main(["--bogus", "clock", "PATH"])
+    err = capsys.readouterr().err
+    assert err.startswith("usage: rowtime [-h]") and "unrecognized arguments: --bogus" in err
+
+
+def test_every_option_of_every_command_has_a_help_line():
+    parser = build_parser()
+    missing = []
+    for name, command in {"rowtime": parser, **commands(parser)}.items():
+        for action in command._actions:
+            if action.help == argparse.SUPPRESS or isinstance(action, argparse._HelpAction):
+                continue
+            if not (action.help or "").strip():
+                missing.append(f"{name} {action.option_strings or action.dest}")
+    assert not missing, missing

@@ -26,7 +26,8 @@ from reference_idle import IdleReference, Record
 from pyspark_rowtime.bounds.errors import LateRowError
 from pyspark_rowtime.bounds.plan import StreamPosition
 from pyspark_rowtime.bounds.policies import DropPolicy, Policy, RejectPolicy
-from pyspark_rowtime.datasource import reader as reader_module
+from pyspark_rowtime.datasource import executor as executor_module
+from pyspark_rowtime.datasource import planner as planner_module
 from pyspark_rowtime.datasource.options import ReaderConfig
 from pyspark_rowtime.datasource.reader import (
     Planner,
@@ -83,7 +84,10 @@ class MemoryStream:
 
 @contextmanager
 def serving(stream: MemoryStream) -> Iterator[None]:
-    with mock.patch.object(reader_module, "open_storage", lambda _location: stream):
+    with (
+        mock.patch.object(planner_module, "open_storage", lambda _location: stream),
+        mock.patch.object(executor_module, "open_storage", lambda _location: stream),
+    ):
         yield
 
 
@@ -408,8 +412,8 @@ def test_a_step_planned_while_commits_are_under_way_decides_as_the_finished_log(
     got: dict[int, list[tuple[int, int]]] = {p: [] for p in range(len(records))}
     with (
         serving(stream),
-        mock.patch.object(reader_module, "wall_clock_us", lambda: clock.now),
-        mock.patch.object(reader_module.time, "sleep", clock.sleep),
+        mock.patch.object(planner_module, "wall_clock_us", lambda: clock.now),
+        mock.patch.object(planner_module.time, "sleep", clock.sleep),
     ):
         planner = Planner(cfg)
         pos = planner.start_position()
@@ -457,8 +461,8 @@ def test_a_batch_read_takes_every_record_written_whatever_the_arrivals_say_of_no
         ref = None
     with (
         serving(stream),
-        mock.patch.object(reader_module, "wall_clock_us", lambda: clock.now),
-        mock.patch.object(reader_module.time, "sleep", clock.sleep),
+        mock.patch.object(planner_module, "wall_clock_us", lambda: clock.now),
+        mock.patch.object(planner_module.time, "sleep", clock.sleep),
     ):
         if ref is None:
             with pytest.raises(LateRowError):

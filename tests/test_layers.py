@@ -213,3 +213,205 @@ def test_the_backend_check_sees_relative_imports_of_a_backend(tmp_path):
     )
     found = [b for _, _, b in _backend_imports(str(sibling), f"{PACKAGE}.streams.objstore")]
     assert found == ["redis", "local", "objstore"]
+
+
+# -- the house in order: no import cycles, no module over MAX_LINES, lazy imports only for
+# -- what may be missing (or must not load yet) ---------------------------------------------
+
+#: The most lines a module may have: past it a module holds more than one thing.
+MAX_LINES = 900
+#: Third-party packages a module may import inside a function: the optional dependencies (an
+#: extra installs them; without it the module still imports and says what to install), and
+#: pyspark, which modules the shell, the writers and the executors' log code use must import
+#: without (Spark is slow to load and not there in a writer's process).
+LAZY_ROOTS = {
+    "redis": "extra [redis]",
+    "obstore": "extra [cloud]",
+    "prometheus_client": "extra [metrics]",
+    "matplotlib": "extras [demo], [bench]",
+    "deltalake": "a coming table backend",
+    "pyiceberg": "a coming table backend",
+    "pyspark": "modules that must import without Spark",
+}
+#: Imports of the project's own modules that stay inside a function, each with why. (A project
+#: module that itself imports one of LAZY_ROOTS at its top is lazy for the same reason, and
+#: needs no line here.)
+LAZY_ALLOWED: dict[tuple[str, str], str] = {}
+
+
+def _all_modules() -> dict[str, tuple[str, str]]:
+    """Every module of the package: absolute name -> (file path, its package)."""
+    out = {}
+    for layer in sorted(ALLOWED):
+        for path, _, package in _modules(layer):
+            name = os.path.basename(path)[: -len(".py")]
+            out[package if name == "__init__" else f"{package}.{name}"] = (path, package)
+    for path, _, package in _face_modules():
+        name = os.path.basename(path)[: -len(".py")]
+        out[package if name == "__init__" else f"{package}.{name}"] = (path, package)
+    return out
+
+
+def _import_statements(path: str, package: str) -> Iterator[tuple[int, list[str], bool]]:
+    """(line, modules, inside a function) of every import that runs (not those under ``if
+    TYPE_CHECKING:``). ``from X import a, b`` names X.a and X.b where they are modules (the
+    caller knows), else X: the modules are given as [X, X.a, X.b]."""
+    with open(path, encoding="utf-8") as f:
+        tree = ast.parse(f.read(), path)
+
+    def walk(node: ast.AST, in_function: bool) -> Iterator[tuple[int, list[str], bool]]:
+        for child in ast.iter_child_nodes(node):
+            if isinstance(child, ast.If) and "TYPE_CHECKING" in ast.unparse(child.test):
+                yield from walk(ast.Module(body=child.orelse, type_ignores=[]), in_function)
+                continue
+            if isinstance(child, ast.Import):
+                for alias in child.names:
+                    yield child.lineno, [alias.name], in_function
+            elif isinstance(child, ast.ImportFrom):
+                if child.level:
+                    base = package.split(".")
+                    base = base[: len(base) - child.level + 1]
+                    name = ".".join([*base, child.module] if child.module else base)
+                else:
+                    name = child.module or ""
+                yield child.lineno, [name, *(f"{name}.{a.name}" for a in child.names)], in_function
+            function = isinstance(child, (ast.FunctionDef, ast.AsyncFunctionDef, ast.Lambda))
+            yield from walk(child, in_function or function)
+
+    yield from walk(tree, False)
+
+
+def _targets(names: list[str], modules: dict[str, tuple[str, str]]) -> list[str]:
+    """The project modules one import statement loads: ``from X import a`` loads X.a when
+    that is a module, else X."""
+    if len(names) == 1:
+        return [names[0]] if names[0] in modules else []
+    base, rest = names[0], names[1:]
+    subs = [n for n in rest if n in modules]
+    out = subs if len(subs) == len(rest) else [*subs, base]
+    return [n for n in out if n in modules]
+
+
+def _graph(modules: dict[str, tuple[str, str]], *, in_functions: bool) -> dict[str, dict[str, int]]:
+    """module -> {module it imports: line}; imports inside functions too when asked."""
+    graph: dict[str, dict[str, int]] = {m: {} for m in modules}
+    for m, (path, package) in modules.items():
+        for line, names, in_function in _import_statements(path, package):
+            if in_function and not in_functions:
+                continue
+            for target in _targets(names, modules):
+                if target != m and not m.startswith(f"{target}."):  # a parent loads first
+                    graph[m].setdefault(target, line)
+    return graph
+
+
+def _cycles(graph: dict[str, dict[str, int]]) -> list[list[str]]:
+    """The strongly connected components of more than one module (Tarjan, iterative)."""
+    index: dict[str, int] = {}
+    low: dict[str, int] = {}
+    stack: list[str] = []
+    on_stack: set[str] = set()
+    out = []
+    for root in sorted(graph):
+        if root in index:
+            continue
+        work = [(root, iter(sorted(graph[root])))]
+        index[root] = low[root] = len(index)
+        stack.append(root)
+        on_stack.add(root)
+        while work:
+            node, edges = work[-1]
+            for nxt in edges:
+                if nxt not in index:
+                    index[nxt] = low[nxt] = len(index)
+                    stack.append(nxt)
+                    on_stack.add(nxt)
+                    work.append((nxt, iter(sorted(graph[nxt]))))
+                    break
+                if nxt in on_stack:
+                    low[node] = min(low[node], index[nxt])
+            else:
+                work.pop()
+                if work:
+                    low[work[-1][0]] = min(low[work[-1][0]], low[node])
+                if low[node] == index[node]:
+                    component = []
+                    while True:
+                        m = stack.pop()
+                        on_stack.discard(m)
+                        component.append(m)
+                        if m == node:
+                            break
+                    if len(component) > 1:
+                        out.append(sorted(component))
+    return out
+
+
+def test_no_import_cycles_counting_imports_inside_functions():
+    modules = _all_modules()
+    graph = _graph(modules, in_functions=True)
+    found = _cycles(graph)
+    described = []
+    for component in found:
+        parts = []
+        for m in component:
+            lines = [f"{t}:{graph[m][t]}" for t in component if t in graph[m]]
+            parts.append(f"{m} (imports {', '.join(lines)})")
+        described.append(" <-> ".join(parts))
+    assert not found, "modules importing one another:\n" + "\n".join(described)
+
+
+def test_the_cycle_check_finds_a_cycle_through_a_function(tmp_path):
+    (tmp_path / "a.py").write_text("from .b import x\n")
+    (tmp_path / "b.py").write_text("def f():\n    from .a import y\n")
+    (tmp_path / "c.py").write_text("if TYPE_CHECKING:\n    from .a import z\n")
+    modules = {f"p.{n}": (str(tmp_path / f"{n}.py"), "p") for n in "abc"}
+    assert _cycles(_graph(modules, in_functions=True)) == [["p.a", "p.b"]]
+    assert _cycles(_graph(modules, in_functions=False)) == []
+
+
+def test_no_module_is_over_the_line_limit():
+    over = []
+    for name, (path, _) in sorted(_all_modules().items()):
+        with open(path, encoding="utf-8") as f:
+            n = sum(1 for _ in f)
+        if n > MAX_LINES:
+            over.append(f"{name}: {n} lines")
+    assert not over, f"modules over {MAX_LINES} lines (split them):\n" + "\n".join(over)
+
+
+def _loads_lazily(modules: dict[str, tuple[str, str]]) -> set[str]:
+    """Project modules that import one of LAZY_ROOTS at their top, themselves or through
+    another project module: importing them loads an optional dependency or Spark."""
+    top = _graph(modules, in_functions=False)
+    heavy = set()
+    for m, (path, package) in modules.items():
+        for _, names, in_function in _import_statements(path, package):
+            if not in_function and any(n.split(".")[0] in LAZY_ROOTS for n in names[:1]):
+                heavy.add(m)
+    grew = True
+    while grew:
+        grew = False
+        for m, targets in top.items():
+            if m not in heavy and heavy & set(targets):
+                heavy.add(m)
+                grew = True
+    return heavy
+
+
+def test_imports_inside_functions_are_only_for_optional_dependencies_and_spark():
+    modules = _all_modules()
+    heavy = _loads_lazily(modules)
+    wrong = []
+    for m, (path, package) in sorted(modules.items()):
+        for line, names, in_function in _import_statements(path, package):
+            if not in_function or names[0].split(".")[0] in LAZY_ROOTS:
+                continue
+            targets = _targets(names, modules)
+            if targets and all(t in heavy or (m, t) in LAZY_ALLOWED for t in targets):
+                continue
+            wrong.append(f"{path}:{line} imports {names[0]} inside a function")
+    assert not wrong, (
+        "imports inside functions that belong at the top of the module (or, for a new "
+        "optional dependency, in LAZY_ROOTS):\n" + "\n".join(wrong)
+    )

@@ -1,4 +1,7 @@
-"""The embedded log: creating and opening streams, the on-disk contract, reading, clocks."""
+"""The embedded log: what only a folder does (its files on disk, segments, merges, links).
+
+What every backend does (creating, appends, reads, clocks, errors) is in
+test_storage_contract.py, which runs against this log too."""
 
 from __future__ import annotations
 
@@ -17,7 +20,6 @@ from pyspark_rowtime.api import (
     open_writer,
     read_stream,
 )
-from pyspark_rowtime.bounds.bounds import END_OF_STREAM_US
 from pyspark_rowtime.bounds.errors import (
     CorruptLogError,
     OptionError,
@@ -25,7 +27,7 @@ from pyspark_rowtime.bounds.errors import (
     StreamNotFoundError,
 )
 from pyspark_rowtime.bounds.time import from_rowtime_us
-from pyspark_rowtime.streams.columns import LOG_ARRIVAL_US, LOG_IS_BOUND, LOG_ROWTIME_US
+from pyspark_rowtime.streams.columns import LOG_ARRIVAL_US, LOG_IS_BOUND
 from pyspark_rowtime.streams.local.log import (
     COMPACT_FANIN,
     SegmentStats,
@@ -109,14 +111,6 @@ def test_creating_a_different_stream_where_one_exists_is_an_error(tmp_path, kwar
     assert snapshot(tmp_path) == before
 
 
-@pytest.mark.parametrize("name", ["rowtime", "is_bound", "__arrival_us", "__x", "ROWTIME"])
-def test_payload_columns_that_clash_with_added_columns_are_refused(tmp_path, name):
-    with pytest.raises(SchemaError) as info:
-        create_stream(tmp_path / "s", f"a INT, `{name}` INT")
-    assert name in str(info.value) and "rename" in str(info.value)
-    assert not (tmp_path / "s").exists()
-
-
 @pytest.mark.parametrize(
     ("defaults", "says"),
     [
@@ -178,12 +172,6 @@ def test_known_defaults_are_typed_and_spark_spellings_accepted(tmp_path):
     assert set(stream.meta.defaults) | set(other) == set(KNOWN_DEFAULTS)
 
 
-@pytest.mark.parametrize("partitions", [0, -1, 1.5, True])
-def test_partitions_must_be_a_positive_int(tmp_path, partitions):
-    with pytest.raises(OptionError, match="partitions"):
-        create_stream(tmp_path / "s", "a INT", partitions)
-
-
 def test_a_folder_holding_other_files_is_not_turned_into_a_stream(tmp_path):
     (tmp_path / "s").mkdir()
     (tmp_path / "s" / "notes.txt").write_text("mine")
@@ -240,31 +228,6 @@ def written(tmp_path):
     return loc
 
 
-def test_records_read_back_in_offset_order_with_system_columns(written):
-    stream = open_stream(written)
-    assert stream.end_offset(0) == 5
-    assert stream.end_offset(1) == 0
-    t = stream.read(0, 0, 5)
-    assert t.column_names == [LOG_ARRIVAL_US, LOG_ROWTIME_US, LOG_IS_BOUND, "a", "b"]
-    # arrival: each commit's time (T0 + 2, then T0 + 5 at close)
-    assert t.column(LOG_ARRIVAL_US).to_pylist() == [T0 + 2, T0 + 2, T0 + 5, T0 + 5, T0 + 5]
-    jan1, jan2 = 1_704_067_200_000_000, 1_704_153_600_000_000
-    # implicit rowtimes are the times of insert (T0, then T0 + 4 for the Arrow batch)
-    assert t.column(LOG_ROWTIME_US).to_pylist() == [T0, jan1, jan2, T0 + 4, T0 + 4]
-    assert t.column(LOG_IS_BOUND).to_pylist() == [False, False, True, False, False]
-    assert t.column("a").to_pylist() == [1, 2, None, 5, 6]
-    assert t.column("b").to_pylist() == ["x", None, None, "p", "q"]
-
-
-def test_reads_are_column_pruned_and_sliced_across_segments(written):
-    stream = open_stream(written)
-    t = stream.read(0, 1, 4, columns=[LOG_ROWTIME_US, "b"])
-    assert t.column_names == [LOG_ROWTIME_US, "b"]
-    assert t.column("b").to_pylist() == [None, None, "p"]
-    assert stream.read(0, 3, 3).num_rows == 0
-    assert stream.read(0, 2, 3, columns=[LOG_IS_BOUND]).column(0).to_pylist() == [True]
-
-
 def test_reads_point_into_the_memory_mapped_segment_without_copying(written):
     stream = open_stream(written)
     first = stream.read(0, 0, 2, columns=["a"])
@@ -272,80 +235,6 @@ def test_reads_point_into_the_memory_mapped_segment_without_copying(written):
     buf1 = first.column("a").chunk(0).buffers()[1]
     buf2 = again.column("a").chunk(0).buffers()[1]
     assert buf1.address == buf2.address  # the same mapped bytes, nothing materialised
-
-
-@pytest.mark.parametrize(
-    ("args", "error", "says"),
-    [
-        ((0, 0, 6), OptionError, "only 5 records are committed"),
-        ((0, 3, 2), OptionError, "need 0 <= start <= end"),
-        ((2, 0, 0), OptionError, "has 2 partitions, numbered 0 to 1"),
-        ((0, 0, 1, ["nope"]), SchemaError, "no column 'nope'"),
-    ],
-)
-def test_bad_reads_say_what_is_wrong(written, args, error, says):
-    with pytest.raises(error, match=says.replace("(", r"\(")):
-        open_stream(written).read(*args)
-
-
-def test_read_stream_returns_every_record_with_friendly_columns(written):
-    t = read_stream(written)
-    assert t.column_names == ["partition", "offset", "arrival", "rowtime", "is_bound", "a", "b"]
-    assert t.schema.field("arrival").type == pa.timestamp("us", tz="UTC")
-    assert t.column("offset").to_pylist() == [0, 1, 2, 3, 4]
-    assert t.column("partition").to_pylist() == [0] * 5
-    rows = t.to_pylist()
-    assert rows[0]["rowtime"] == rows[0]["arrival"] - dt.timedelta(microseconds=2)
-    assert rows[1]["rowtime"] == dt.datetime(2024, 1, 1, tzinfo=dt.timezone.utc)
-    assert rows[2]["is_bound"] and rows[2]["a"] is None
-
-
-def test_read_stream_of_an_empty_stream_is_an_empty_table(tmp_path):
-    create_stream(tmp_path / "s", "a INT")
-    t = read_stream(tmp_path / "s")
-    assert t.num_rows == 0 and "a" in t.column_names
-
-
-# -- clocks ------------------------------------------------------------------------------------
-
-
-def test_partition_clock_is_highest_bound_or_rowtime_and_stream_clock_the_minimum(written):
-    stream = open_stream(written)
-    jan2 = 1_704_153_600_000_000
-    # Rows after the bound arrived at T0+3 (2023): below the bound, so the clock stays.
-    assert stream.clock_us(0) == jan2
-    assert stream.clock_us(1) is None
-    assert stream.stream_clock_us() is None  # an empty partition holds the stream at None
-    assert get_rowtime_bound(written) is None
-    with open_writer(written, 1, clock=FakeClock(T0 + 10)) as w:
-        w.insert({"a": 9})
-    assert stream.stream_clock_us() == T0 + 10
-    bound = get_rowtime_bound(written)
-    assert bound == dt.datetime(2023, 11, 14, 22, 13, 20, 10, tzinfo=dt.timezone.utc)
-    assert bound.tzinfo is not None
-
-
-def test_implicit_rows_move_the_clock_by_arrival_time(tmp_path):
-    create_stream(tmp_path / "s", "a INT")
-    with open_writer(tmp_path / "s", clock=FakeClock(T0, step=1000)) as w:
-        w.insert({"a": 1})
-        w.insert({"a": 2})
-    assert open_stream(tmp_path / "s").clock_us(0) == T0 + 1000
-
-
-def test_end_of_stream_sets_the_clock_to_sparks_max_timestamp(tmp_path):
-    create_stream(tmp_path / "s", "a INT")
-    with open_writer(tmp_path / "s") as w:
-        w.end_stream()
-    assert open_stream(tmp_path / "s").stream_clock_us() == END_OF_STREAM_US
-    assert get_rowtime_bound(tmp_path / "s") == dt.datetime(
-        9999, 12, 31, 23, 59, 59, 999999, tzinfo=dt.timezone.utc
-    )
-
-
-def test_get_rowtime_bound_of_a_missing_stream_says_how_to_create_one(tmp_path):
-    with pytest.raises(StreamNotFoundError, match="rowtime create"):
-        get_rowtime_bound(tmp_path / "nope")
 
 
 # -- segments on disk --------------------------------------------------------------------------

@@ -1,14 +1,12 @@
-"""The object storage backend (s3://, az://) keeps the storage contract the embedded log keeps.
+"""The object storage backend (s3://, az://): what only it does (locations, credentials,
+abfs names, ranged reads, trims compared with the untrimmed reads, the CLI on a bucket).
 
-Every test here runs against the embedded log (a folder) and against real servers started by
-the tests (tests/objstore_servers.py): moto's S3 server and Azurite, Microsoft's Azure Blob
-emulator. The same calls, the same answers: that is the contract (streams/storage.py)."""
+The storage contract every backend keeps is test_storage_contract.py, which runs against
+moto's S3 server and Azurite too (tests/objstore_servers.py)."""
 
 from __future__ import annotations
 
 import random
-from collections.abc import Callable
-from pathlib import Path
 from typing import Any
 
 import pyarrow as pa
@@ -17,23 +15,12 @@ from objstore_servers import ObjectServer
 from test_retention import POLICIES, READS, batch, restricted, write_random
 
 import pyspark_rowtime as pr
-from pyspark_rowtime.bounds.bounds import END_OF_STREAM_US
 from pyspark_rowtime.bounds.errors import (
-    BoundError,
     OptionError,
-    SchemaError,
-    StreamNotFoundError,
-    WriterLockedError,
 )
-from pyspark_rowtime.streams.columns import LOG_IS_BOUND as IS_BOUND
 from pyspark_rowtime.streams.objstore.location import parse_location
-from pyspark_rowtime.streams.retention import DataLossError, apply_retention
-from pyspark_rowtime.streams.segments import SegmentStats, write_segment_file
+from pyspark_rowtime.streams.retention import apply_retention
 from pyspark_rowtime.streams.storage import (
-    LocationKind,
-    PartitionAppender,
-    StreamStorage,
-    create_storage,
     open_storage,
     what_is_at,
 )
@@ -43,182 +30,12 @@ MS = 1_700_000_000_000  # T0 in the writer's default unit
 S = 1_000_000
 
 
-@pytest.fixture(params=["log", "s3", "az"])
-def at(request: pytest.FixtureRequest, tmp_path: Path) -> Callable[[str], str]:
-    """``at(name)``: a fresh location of the test's backend."""
-    if request.param == "log":
-        return lambda name: str(tmp_path / name)
-    server: ObjectServer = request.getfixturevalue(f"{request.param}_server")
-    return server.url
-
-
-def test_create_open_and_the_same_again(at: Callable[[str], str]) -> None:
-    url = at("s")
-    assert what_is_at(url).kind is LocationKind.NOTHING
-    s = create_storage(url, "id BIGINT, name STRING", partitions=3, order="drop")
-    assert what_is_at(url).kind is LocationKind.STREAM
-    again = open_storage(url)
-    assert isinstance(again, StreamStorage)
-    assert again.meta.partitions == 3 and again.meta.defaults == {"order": "drop"}
-    assert again.meta.payload_schema.equals(s.meta.payload_schema)
-    assert create_storage(url, "id BIGINT, name STRING", partitions=3).meta.partitions == 3
-    with pytest.raises(SchemaError, match="another schema"):
-        create_storage(url, "id INT", partitions=3)
-    with pytest.raises(OptionError, match="3 partitions"):
-        create_storage(url, "id BIGINT, name STRING", partitions=2)
-    assert [s.tail(p).end for p in range(3)] == [0, 0, 0]
-    assert s.stream_clock_us() is None
-    with pytest.raises(StreamNotFoundError, match="create_stream"):
-        open_storage(at("nothing-here"))
-
-
-def test_inserted_records_read_back_by_offset(at: Callable[[str], str]) -> None:
-    url = at("s")
-    pr.create_stream(url, "id BIGINT, name STRING", partitions=2)
-    with pr.open_writer(url, 0) as w:
-        for i in range(20):
-            w.insert({"id": i, "name": f"n{i}"}, rowtime=MS + i)
-        w.flush()
-        w.insert_arrow(pa.table({"id": list(range(20, 30)), "name": ["x"] * 10}))
-        w.end_stream()
-    s = open_storage(url)  # a fresh reader, as another process would be
-    tail = s.tail(0)
-    assert tail.end == 31 and tail.clock_us == END_OF_STREAM_US
-    whole = s.read(0, 0, 31)
-    assert whole.column("id").to_pylist() == [*range(30), None]
-    assert whole.column(IS_BOUND).to_pylist() == [False] * 30 + [True]
-    assert whole.schema.equals(s.file_schema)
-    for lo, hi in [(0, 1), (6, 8), (13, 29), (19, 21), (5, 5)]:
-        assert s.read(0, lo, hi, columns=["id"]).column("id").to_pylist() == list(range(lo, hi))
-    assert sum(st.count for st in s.partition_stats(0)) == 31
-    assert s.partition_stats(0)[0].first == 0
-    with pytest.raises(OptionError, match="only 31 records are committed"):
-        s.read(0, 0, 32)
-    with pytest.raises(SchemaError, match="no column"):
-        s.read(0, 0, 1, columns=["nope"])
-    with pytest.raises(OptionError, match="numbered 0 to 1"):
-        s.read(2, 0, 1)
-    assert s.stream_clock_us() is None  # partition 1 is empty
-    with pr.open_writer(url, 1) as w:
-        w.insert({"id": 1}, rowtime=MS + 5)
-    assert open_storage(url).stream_clock_us() == T0 + 5000
-
-
-def test_a_reader_sees_each_flush_as_it_is_committed(at: Callable[[str], str]) -> None:
-    url = at("s")
-    pr.create_stream(url, "id BIGINT")
-    reader = open_storage(url)
-    with pr.open_writer(url, 0) as w:
-        for n in range(1, 4):
-            w.insert({"id": n}, rowtime=MS + n)
-            assert reader.end_offset(0) == n - 1  # buffered: not visible
-            w.flush()
-            assert reader.end_offset(0) == n
-            assert reader.read(0, n - 1, n).column("id").to_pylist() == [n]
-
-
-def test_one_writer_per_partition(at: Callable[[str], str]) -> None:
-    url = at("s")
-    s = create_storage(url, "id BIGINT", partitions=2)
-    a = s.lock_partition(0, "partition 0")
-    assert isinstance(a, PartitionAppender)
-    with pytest.raises(WriterLockedError, match="another writer"):
-        s.lock_partition(0, "partition 0")
-    with pytest.raises(WriterLockedError):
-        pr.open_writer(url, 0)
-    other = s.lock_partition(1, "partition 1")  # other partitions are free
-    other.release()
-    a.release()
-    a.release()  # idempotent
-    with pr.open_writer(url, 0) as w:  # released: the next writer goes on
-        w.insert({"id": 1}, rowtime=MS)
-    assert open_storage(url).end_offset(0) == 1
-
-
-def _run(s: StreamStorage, first: int, prev: int | None, ids: list[int], at_us: int):
-    import numpy as np
-
-    n = len(ids)
-    arrival = np.arange(at_us, at_us + n, dtype=np.int64)
-    stats = SegmentStats.compute(first, arrival, arrival, np.ones(n, bool), np.zeros(n, bool), prev)
-    table = pa.table(
-        {
-            "__arrival_us": arrival,
-            "__rowtime_us": arrival,
-            "__is_bound": np.zeros(n, bool),
-            "id": pa.array(ids, pa.int64()),
-        },
-        schema=s.file_schema,
-    )
-    return stats, table
-
-
-def test_segment_files_are_appended_as_one_unit(at: Callable[[str], str], tmp_path: Path) -> None:
-    s = create_storage(at("s"), "id BIGINT")
-    st1, t1 = _run(s, 0, None, [0, 1, 2, 3], T0)
-    st2, t2 = _run(s, 4, st1.clock_us, [4, 5, 6], T0 + 10)
-    paths = [str(tmp_path / "a.arrow"), str(tmp_path / "b.arrow")]
-    for path, st, t in zip(paths, (st1, st2), (t1, t2), strict=True):
-        write_segment_file(path, st, s.file_schema, [t])
-    # a file whose bound goes below the clock: nothing of the list is committed
-    import numpy as np
-
-    low = SegmentStats.compute(
-        7, np.array([T0 + 20]), np.array([T0]), np.ones(1, bool), np.ones(1, bool), st2.clock_us
-    )
-    bad = pa.table(
-        {
-            "__arrival_us": [T0 + 20],
-            "__rowtime_us": [T0],
-            "__is_bound": [True],
-            "id": pa.array([None], pa.int64()),
-        },
-        schema=s.file_schema,
-    )
-    write_segment_file(str(tmp_path / "c.arrow"), low, s.file_schema, [bad])
-    a = s.lock_partition(0, "p0")
-    try:
-        with pytest.raises(BoundError):
-            a.append_segment_files([*paths, str(tmp_path / "c.arrow")], reject=False, verify=True)
-        assert s.end_offset(0) == 0
-        a.append_segment_files(paths, reject=False, verify=True)
-    finally:
-        a.release()
-    assert s.read(0, 0, 7).column("id").to_pylist() == list(range(7))
-    assert [st.first for st in s.partition_stats(0)] == [0, 4]
-
-
 def _write_seconds(url: str, seconds: range, per_flush: int) -> None:
     with pr.open_writer(url, 0) as w:
         for i, sec in enumerate(seconds):
             w.insert({"k": sec}, rowtime=sec * 1000)
             if (i + 1) % per_flush == 0:
                 w.flush()
-
-
-def test_a_trim_removes_whole_units_keeps_offsets_and_reports_data_loss(
-    at: Callable[[str], str],
-) -> None:
-    url = at("s")
-    pr.create_stream(url, "k INT")
-    _write_seconds(url, range(40), per_flush=10)
-    reader = open_storage(url)
-    assert reader.read(0, 0, 5).column("k").to_pylist() == list(range(5))
-    stream: Any = open_storage(url)
-    [result] = apply_retention(stream, before_us=25 * S)
-    assert (result.before.start, result.after.start) == (0, 20)
-    fresh = open_storage(url)
-    assert fresh.start_offset(0) == 20 and fresh.end_offset(0) == 40
-    assert fresh.read(0, 20, 40).column("k").to_pylist() == list(range(20, 40))
-    with pytest.raises(DataLossError, match="first kept offset is 20"):
-        fresh.read(0, 0, 25)
-    with pr.open_writer(url, 0) as w:  # offsets go on after the trim
-        w.insert({"k": 40}, rowtime=40_000)
-    assert open_storage(url).read(0, 40, 41).column("k").to_pylist() == [40]
-    # a reader that looked before the trim sees what came after it
-    assert reader.end_offset(0) == 41 and reader.start_offset(0) == 20
-    assert reader.read(0, 39, 41).column("k").to_pylist() == [39, 40]
-    assert fresh.trim_state(0).start == 20
 
 
 @pytest.mark.parametrize("defaults", [POLICIES[1], POLICIES[4]], ids=["drop", "adjust"])

@@ -14,12 +14,13 @@ import pyarrow as pa
 import pytest
 
 import pyspark_rowtime as pr
-from pyspark_rowtime.datasource import reader as reader_module
+from pyspark_rowtime.datasource import executor as executor_module
+from pyspark_rowtime.datasource import tasks as tasks_module
+from pyspark_rowtime.datasource.executor import _run_chunks
 from pyspark_rowtime.datasource.options import parse_reader_options
 from pyspark_rowtime.datasource.reader import (
     EmitRuns,
     Planner,
-    _run_chunks,
     output_arrow_schema,
     partition_tasks,
     read_task,
@@ -53,8 +54,8 @@ def write(location: str, rng: random.Random, late_share: float) -> None:
 def test_chunked_runs_give_the_rows_and_order_of_a_replay(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch, chunk: int, options: dict[str, str]
 ) -> None:
-    monkeypatch.setattr(reader_module, "RUN_CHUNK_RECORDS", chunk)
-    monkeypatch.setattr(reader_module, "BATCH_ROWS", 5)
+    monkeypatch.setattr(executor_module, "RUN_CHUNK_RECORDS", chunk)
+    monkeypatch.setattr(tasks_module, "BATCH_ROWS", 5)
     rng = random.Random(chunk * 31 + len(options))
     compared = chunked = 0
     for case in range(6):
@@ -115,6 +116,6 @@ def test_batches_are_capped_by_rows_and_by_bytes(monkeypatch: pytest.MonkeyPatch
     rows = batch_rows(wide)
     assert rows < BATCH_ROWS and rows * (wide.nbytes / 100) <= BATCH_BYTES
     assert rows * (wide.nbytes / 100 + 9) > BATCH_BYTES - 2 * (wide.nbytes / 100 + 9)
-    monkeypatch.setattr(reader_module, "BATCH_BYTES", 1)
-    assert batch_rows(wide) == reader_module.MIN_BATCH_ROWS
+    monkeypatch.setattr(tasks_module, "BATCH_BYTES", 1)
+    assert batch_rows(wide) == tasks_module.MIN_BATCH_ROWS
     assert batch_rows(narrow.slice(0, 0)) == BATCH_ROWS

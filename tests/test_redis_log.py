@@ -1,12 +1,13 @@
-"""The Redis Streams storage against a real redis-server (tests/redis_server.py): offsets,
-atomic runs, clocks, the lease lock, streams written by others, authentication, outages.
+"""The Redis Streams storage against a real redis-server (tests/redis_server.py): what only
+Redis does (runs over many entries, the lease lock, retries of an applied run, streams written by
+others, authentication, TLS, outages, what the planner fetches).
 
-A redis-server starts in milliseconds, so these run with the fast tests."""
+The storage contract every backend keeps is test_storage_contract.py, which runs against
+Redis too. A redis-server starts in milliseconds, so these run with the fast tests."""
 
 from __future__ import annotations
 
 import re
-import threading
 import time
 from collections.abc import Iterator
 from pathlib import Path
@@ -18,13 +19,11 @@ import pyarrow.compute as pc
 import pytest
 from redis_server import RedisServer, redis_server
 
-from pyspark_rowtime.bounds.bounds import END_OF_STREAM_US
 from pyspark_rowtime.bounds.errors import (
     CorruptLogError,
     InvalidRowtimeError,
     OptionError,
     SchemaError,
-    StreamNotFoundError,
     WriterLockedError,
 )
 from pyspark_rowtime.streams.columns import LOG_ARRIVAL_US as ARRIVAL
@@ -86,25 +85,6 @@ def rows(
     return [(at + i, at + i, False, {"id": start + i, "name": f"n{start + i}"}) for i in range(n)]
 
 
-def test_create_open_and_same_again(url: str) -> None:
-    s = create_redis_stream(url, "id BIGINT, name STRING", partitions=3, order="drop")
-    again = open_redis_stream(url)
-    assert again.meta.partitions == 3 and again.meta.defaults == {"order": "drop"}
-    assert again.meta.payload_schema.equals(s.meta.payload_schema)
-    assert create_redis_stream(url, "id BIGINT, name STRING", partitions=3).meta.partitions == 3
-    with pytest.raises(SchemaError, match="another schema"):
-        create_redis_stream(url, "id INT", partitions=3)
-    with pytest.raises(OptionError, match="3 partitions"):
-        create_redis_stream(url, "id BIGINT, name STRING", partitions=2)
-    assert [s.tail(p).end for p in range(3)] == [0, 0, 0]
-    assert s.stream_clock_us() is None
-
-
-def test_open_missing_names_location_and_how_to_create(server: RedisServer) -> None:
-    with pytest.raises(StreamNotFoundError, match="create_stream"):
-        open_redis_stream(server.url("nothing-here"))
-
-
 def test_runs_read_back_by_offset_across_entries(url: str, monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setattr(redis_appender, "ENTRY_MAX_ROWS", 7)  # many entries per run
     s = create_redis_stream(url, "id BIGINT, name STRING")
@@ -137,34 +117,6 @@ def test_runs_read_back_by_offset_across_entries(url: str, monkeypatch: pytest.M
         s2.read(0, 0, 1, columns=["nope"])
     with pytest.raises(OptionError, match="numbered 0 to 0"):
         s2.read(1, 0, 1)
-
-
-def test_stream_clock_is_the_minimum(url: str) -> None:
-    s = create_redis_stream(url, "id BIGINT, name STRING", partitions=2)
-    for p, at in [(0, T0), (1, T0 + 100)]:
-        a = s.lock_partition(p, f"p{p}")
-        stats, t = run(s, 0, None, rows(3, at=at))
-        a.append_run(stats, [t])
-        a.release()
-    assert s.stream_clock_us() == T0 + 2
-    a = s.lock_partition(0, "p0")
-    stats, t = run(s, 3, T0 + 2, [(T0 + 3, END_OF_STREAM_US, True, {})])
-    a.append_run(stats, [t])
-    a.release()
-    assert s.clock_us(0) == END_OF_STREAM_US
-    assert s.stream_clock_us() == T0 + 102
-
-
-def test_one_writer_per_partition_and_release(url: str) -> None:
-    s = create_redis_stream(url, "id BIGINT, name STRING", partitions=2)
-    a = s.lock_partition(0, "partition 0")
-    with pytest.raises(WriterLockedError, match="another writer"):
-        s.lock_partition(0, "partition 0")
-    other = s.lock_partition(1, "partition 1")  # other partitions are free
-    other.release()
-    a.release()
-    a.release()  # idempotent
-    s.lock_partition(0, "partition 0").release()
 
 
 def test_lease_expires_when_the_holder_stops_renewing(url: str) -> None:
@@ -217,38 +169,6 @@ def test_retry_of_an_applied_run_appends_nothing_twice(url: str) -> None:
     with pytest.raises(CorruptLogError, match="ends at 5"):
         b.append_run(stats, [t])  # another writer's stale offsets are refused, not appended
     b.release()
-
-
-def test_concurrent_appenders_never_interleave(url: str) -> None:
-    s = create_redis_stream(url, "id BIGINT, name STRING")
-    results: list[str] = []
-
-    def writer(k: int) -> None:
-        try:
-            a = s.lock_partition(0, "p0")
-        except WriterLockedError:
-            results.append("locked")
-            return
-        try:
-            end = a.tail().end
-            stats, t = run(s, end, a.tail().clock_us, rows(100, start=k * 1000, at=T0 + end))
-            a.append_run(stats, [t])
-            results.append("wrote")
-        finally:
-            a.release()
-
-    threads = [threading.Thread(target=writer, args=(k,)) for k in range(4)]
-    for th in threads:
-        th.start()
-    for th in threads:
-        th.join()
-    wrote = results.count("wrote")
-    assert wrote >= 1 and len(results) == 4
-    ids = s.read(0, 0, s.end_offset(0)).column("id").to_pylist()
-    assert len(ids) == 100 * wrote
-    for i in range(wrote):  # each run whole, in one piece
-        block = ids[i * 100 : (i + 1) * 100]
-        assert block == list(range(block[0], block[0] + 100))
 
 
 # -- streams written by others ----------------------------------------------------------------
@@ -435,54 +355,6 @@ def test_acknowledged_runs_survive_a_server_restart(tmp_path: Path) -> None:
 
 
 # -- the storage seam -------------------------------------------------------------------------
-
-
-def test_redis_implements_the_storage_interface(url: str) -> None:
-    from pyspark_rowtime.streams.storage import (
-        LocationKind,
-        PartitionAppender,
-        StreamStorage,
-        open_storage,
-        what_is_at,
-    )
-
-    assert what_is_at(url).kind is LocationKind.NOTHING
-    create_redis_stream(url, "id BIGINT, name STRING", partitions=2)
-    assert what_is_at(url).kind is LocationKind.STREAM
-    stream = open_storage(url)
-    assert isinstance(stream, StreamStorage)
-    appender = stream.lock_partition(1, "partition 1")
-    try:
-        assert isinstance(appender, PartitionAppender)
-        tail = appender.tail()
-        assert (tail.end, tail.clock_us, tail.last_arrival_us) == (0, None, None)
-    finally:
-        appender.release()
-
-
-def test_segment_files_are_appended_as_one_unit(url: str, tmp_path: Path) -> None:
-    from pyspark_rowtime.bounds.errors import BoundError
-    from pyspark_rowtime.streams.segments import write_segment_file
-
-    s = create_redis_stream(url, "id BIGINT, name STRING")
-    stats1, t1 = run(s, 0, None, rows(4))
-    stats2, t2 = run(s, 4, stats1.clock_us, rows(3, 4, T0 + 4))
-    paths = [str(tmp_path / "a.arrow"), str(tmp_path / "b.arrow")]
-    for path, stats, t in zip(paths, (stats1, stats2), (t1, t2), strict=True):
-        write_segment_file(path, stats, s.file_schema, [t])
-    a = s.lock_partition(0, "p0")
-    try:
-        # A file whose bound goes below the clock: nothing of the list is committed.
-        low, tb = run(s, 7, stats2.clock_us, [(T0 + 9, T0, True, {})])
-        write_segment_file(str(tmp_path / "c.arrow"), low, s.file_schema, [tb])
-        with pytest.raises(BoundError):
-            a.append_segment_files([*paths, str(tmp_path / "c.arrow")], reject=False, verify=True)
-        assert s.end_offset(0) == 0
-        a.append_segment_files(paths, reject=False, verify=True)
-    finally:
-        a.release()
-    assert s.read(0, 0, 7).column("id").to_pylist() == list(range(7))
-    assert [st.first for st in s.partition_stats(0)] == [0, 4]
 
 
 def test_tls_with_a_checked_certificate(tmp_path: Path) -> None:

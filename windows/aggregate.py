@@ -60,12 +60,16 @@ from __future__ import annotations
 
 import re
 from collections.abc import Iterator, Sequence
+from dataclasses import dataclass
 from decimal import Decimal
 from typing import TYPE_CHECKING, Any
+
+import pandas as pd
 
 from ..bounds.errors import OptionError
 from ..bounds.panes import TimeIntervalSpec
 from ..bounds.time import parse_duration_us
+from ..watermark import analyzed_plan_text, parse_plan, watermark_rowtime
 from .step import MERGEABLE, AggPlan, merge_step, preaggregate
 
 if TYPE_CHECKING:
@@ -136,19 +140,124 @@ def _non_null_literal(expr: Any) -> bool:
     return bool(expr.getClass().getSimpleName() == "Literal" and expr.value() is not None)
 
 
-def _plan_aggs(
-    df: DataFrame, aggs: Sequence[Column], partition_by: list[str]
-) -> tuple[list[AggPlan], list[Column], Any]:
+@dataclass(frozen=True)
+class AggCall:
+    """One Spark aggregate column as Spark's analyzer sees it: its output ``name`` and
+    ``field``, its function ``kind`` (a :data:`MERGEABLE` value), its arguments as Spark columns
+    (computed before a step) and, for each, whether it is a non-null literal (``count(*)``,
+    ``count(1)``: no input at all)."""
+
+    name: str
+    kind: str
+    args: tuple[Column, ...]
+    literal: tuple[bool, ...]
+    field: Any
+    text: str
+
+
+def agg_columns(aggs: object, more: tuple[object, ...], who: str) -> list[Column]:
+    """``aggs`` and ``*more`` as one list of columns, as ``groupBy().agg(...)`` takes them:
+    one column, a list/tuple of columns, or columns one after another."""
+    from pyspark.sql import Column
+
+    first = [aggs] if isinstance(aggs, Column) else aggs
+    if not isinstance(first, (list, tuple)):
+        raise OptionError(
+            f"{who}: aggs={aggs!r} is not a Spark Column: give aggregate columns such as "
+            "F.max('flow').alias('max_flow') (one, a list, or one after another)"
+        )
+    columns = [*first, *more]
+    if not columns:
+        raise OptionError(f"{who}: aggs is empty: give at least one aggregate")
+    for i, agg in enumerate(columns):
+        if not isinstance(agg, Column):
+            raise OptionError(
+                f"{who}: aggs[{i}]={agg!r} is not a Spark Column: give aggregate columns such "
+                "as F.max('flow').alias('max_flow')"
+            )
+    return columns
+
+
+def agg_calls(
+    df: DataFrame,
+    aggs: Sequence[Column],
+    partition_by: list[str],
+    *,
+    who: str,
+    reserved: Sequence[str],
+) -> list[AggCall]:
     """Check each aggregate in Spark's analyzer (over an empty batch frame of ``df``'s schema)
-    and split it into its arguments (Spark columns, computed before the step) and a mergeable
-    :class:`AggPlan`. Returns the plans, the argument columns and the output fields.
+    and take it apart: one :class:`AggCall` each. An aggregate that is not one plain
+    :data:`MERGEABLE` function (DISTINCT, FILTER, anything around it) is refused, as is a
+    name among ``partition_by`` and ``reserved``.
 
     Classic Spark reads the analyzed aggregate expression through Py4J; a Spark Connect client
     (no JVM) reads the same analysis as Spark's plan text, and the arguments from its own
     column expression."""
-    if type(df).__module__.startswith("pyspark.sql.connect."):
-        return _plan_aggs_connect(df, aggs, partition_by)
-    return _plan_aggs_jvm(df, aggs, partition_by)
+    connect = type(df).__module__.startswith("pyspark.sql.connect.")
+    calls = []
+    for i, agg in enumerate(aggs):
+        split = _split_connect if connect else _split_jvm
+        call = split(df, agg, i, partition_by, who)
+        if call.name in partition_by or call.name in reserved:
+            raise OptionError(
+                f"{who}: aggs[{i}] is named {call.name!r}, which the result already has "
+                f"(partition_by {partition_by} and {list(reserved)}): give it another name "
+                "with .alias(...)"
+            )
+        calls.append(call)
+    return calls
+
+
+def _analysis_error(who: str, i: int, agg: Column, df: DataFrame, e: Exception) -> OptionError:
+    return OptionError(
+        f"{who}: aggs[{i}]={agg} is not an aggregate Spark accepts here "
+        f"({str(e).splitlines()[0]}); give an aggregate function over the columns "
+        f"{df.columns}, e.g. F.max('flow')"
+    )
+
+
+def _not_mergeable(who: str, i: int, agg: Column) -> OptionError:
+    supported = ", ".join(sorted(v for v in MERGEABLE.values()))
+    return OptionError(
+        f"{who}: aggs[{i}]={agg} is not an aggregate the window can keep: it must be one "
+        f"plain aggregate function, one of {supported}, with no DISTINCT or FILTER and "
+        "nothing around it (a pane keeps one partial result per aggregate and merges it batch "
+        "by batch). Compute anything else from these after the window"
+    )
+
+
+def _split_jvm(df: DataFrame, agg: Column, i: int, partition_by: list[str], who: str) -> AggCall:
+    """:func:`agg_calls` for one aggregate in classic Spark (Py4J)."""
+    from pyspark.errors import AnalysisException
+    from pyspark.sql import functions as F
+
+    empty = df.sparkSession.createDataFrame([], df.schema)
+    try:
+        one = empty.groupBy(*partition_by).agg(agg)
+        analyzed = one._jdf.queryExecution().analyzed()
+    except AnalysisException as e:
+        raise _analysis_error(who, i, agg, df, e) from e
+    exprs = analyzed.aggregateExpressions()
+    alias = exprs.apply(exprs.size() - 1)
+    node = alias.child()
+    kind = None
+    if node.getClass().getSimpleName() == "AggregateExpression":
+        fn = node.aggregateFunction()
+        kind = MERGEABLE.get(fn.getClass().getSimpleName())
+        if node.isDistinct() or node.filter().isDefined():
+            kind = None
+    if kind is None:
+        raise _not_mergeable(who, i, agg)
+    children = [fn.children().apply(j) for j in range(fn.children().size())]
+    return AggCall(
+        alias.name(),
+        kind,
+        tuple(F.expr(c.sql()) for c in children),
+        tuple(_non_null_literal(c) for c in children),
+        one.schema.fields[-1],
+        str(agg),
+    )
 
 
 #: Spark's names of the :data:`MERGEABLE` functions in plan text (``prettyName``).
@@ -192,11 +301,11 @@ def _one_call(expr: str) -> tuple[str, list[str]] | None:
     return m.group(1), _split_top(expr[m.end() : -1])
 
 
-def _plan_aggs_connect(
-    df: DataFrame, aggs: Sequence[Column], partition_by: list[str]
-) -> tuple[list[AggPlan], list[Column], Any]:
+def _split_connect(
+    df: DataFrame, agg: Column, i: int, partition_by: list[str], who: str
+) -> AggCall:
+    """:func:`agg_calls` for one aggregate under Spark Connect (plan text, no JVM)."""
     from pyspark.errors import AnalysisException
-    from pyspark.sql import Column
     from pyspark.sql import functions as F
     from pyspark.sql.connect.column import Column as ConnectColumn
     from pyspark.sql.connect.expressions import (
@@ -206,91 +315,80 @@ def _plan_aggs_connect(
         UnresolvedStar,
     )
 
-    from ..watermark import analyzed_plan_text, parse_plan
+    empty = df.sparkSession.createDataFrame([], df.schema)
+    try:
+        one = empty.groupBy(*partition_by).agg(agg)
+        field = one.schema.fields[-1]
+        root = parse_plan(analyzed_plan_text(one))
+    except AnalysisException as e:
+        raise _analysis_error(who, i, agg, df, e) from e
+    # Aggregate [keys], [keys..., max(v#1) AS max_v#7] (no keys: the outputs only): the last
+    # output is this aggregate.
+    kind = None
+    call = None
+    if root is not None and root.name == "Aggregate":
+        outputs = _split_top(root.args)[-1]
+        if outputs.startswith("[") and outputs.endswith("]"):
+            last = _split_top(outputs[1:-1])[-1]
+            call = _one_call(last.rsplit(" AS ", 1)[0])
+    if call is not None and not any(a.startswith("distinct ") for a in call[1]):
+        kind = _PRETTY.get(call[0])
+    if kind is None or call is None:
+        raise _not_mergeable(who, i, agg)
+    # The arguments, as the client wrote them (F.max(expr)): Spark computes them before the
+    # step. An aggregate given as SQL text (F.expr("max(v)")) has no client-side arguments:
+    # plain columns are taken by name, anything else must be written as a function column.
+    expr: Any = getattr(agg, "_expr")  # noqa: B009 (the client's expression tree)
+    while isinstance(expr, ColumnAlias):
+        expr = expr._child
+    args: tuple[Column, ...]
+    if isinstance(expr, UnresolvedFunction) and len(expr._args) == len(call[1]):
+        args = tuple(ConnectColumn(a) for a in expr._args)
+        # count(*) and count(1) count rows: their argument is no input.
+        literal = tuple((isinstance(a, LiteralExpression) and a._value is not None)
+                        or isinstance(a, UnresolvedStar) for a in expr._args)  # fmt: skip
+    elif all(re.fullmatch(r"[A-Za-z_][A-Za-z0-9_]*#\d+L?|1", a) for a in call[1]):
+        args = tuple(F.col(a.split("#")[0]) if "#" in a else F.lit(1) for a in call[1])
+        literal = tuple("#" not in a for a in call[1])
+    else:
+        raise OptionError(
+            f"{who}: aggs[{i}]={agg}: under Spark Connect, give the aggregate as a function "
+            "column over any expressions (F.max(F.col('a') * 2)), not as SQL text around "
+            "expressions: the client cannot take SQL text apart"
+        )
+    return AggCall(field.name, kind, args, literal, field, str(agg))
 
-    spark = df.sparkSession
-    empty = spark.createDataFrame([], df.schema)
+
+def present_flag(call: AggCall) -> Column | None:
+    """For ``count`` over arguments: 1 where all its non-literal arguments are not null, else
+    0; None for ``count(*)``/``count(1)`` (the step counts the rows)."""
+    from pyspark.sql import functions as F
+
+    needed = [a for a, lit in zip(call.args, call.literal, strict=True) if not lit]
+    if not needed:
+        return None
+    present = needed[0].isNotNull()
+    for a in needed[1:]:
+        present = present & a.isNotNull()
+    return F.when(present, 1).otherwise(0)
+
+
+def _plan_aggs(
+    df: DataFrame, aggs: Sequence[Column], partition_by: list[str]
+) -> tuple[list[AggPlan], list[Column], Any]:
+    """The aggregates (:func:`agg_calls`) as mergeable :class:`AggPlan` s over the argument
+    columns (computed by Spark before the step). Returns the plans, the argument columns and
+    the output fields."""
+    calls = agg_calls(df, aggs, partition_by, who="time_interval_aggregate", reserved=_RESERVED)
     plans: list[AggPlan] = []
     inputs: list[Column] = []
-    fields = []
     by_key: dict[str, str] = {}
-    supported = ", ".join(sorted(v for v in MERGEABLE.values()))
-    for i, agg in enumerate(aggs):
-        if not isinstance(agg, Column):
-            raise OptionError(
-                f"time_interval_aggregate: aggs[{i}]={agg!r} is not a Spark Column: give "
-                "aggregate columns such as F.max('flow').alias('max_flow')"
-            )
-        try:
-            one = empty.groupBy(*partition_by).agg(agg)
-            field = one.schema.fields[-1]
-            root = parse_plan(analyzed_plan_text(one))
-        except AnalysisException as e:
-            raise OptionError(
-                f"time_interval_aggregate: aggs[{i}]={agg} is not an aggregate Spark accepts "
-                f"here ({str(e).splitlines()[0]}); give an aggregate function over the columns "
-                f"{df.columns}, e.g. F.max('flow')"
-            ) from e
-        name = field.name
-        if name in partition_by or name in _RESERVED:
-            raise OptionError(
-                f"time_interval_aggregate: aggs[{i}] is named {name!r}, which the result "
-                f"already has (partition_by {partition_by} and {list(_RESERVED[:3])}): "
-                "give it another name with .alias(...)"
-            )
-        # Aggregate [keys], [keys..., max(v#1) AS max_v#7] (no keys: the outputs only): the
-        # last output is this aggregate.
-        kind = None
-        call = None
-        if root is not None and root.name == "Aggregate":
-            outputs = _split_top(root.args)[-1]
-            if outputs.startswith("[") and outputs.endswith("]"):
-                last = _split_top(outputs[1:-1])[-1]
-                call = _one_call(last.rsplit(" AS ", 1)[0])
-        if call is not None and not any(a.startswith("distinct ") for a in call[1]):
-            kind = _PRETTY.get(call[0])
-        if kind is None:
-            raise OptionError(
-                f"time_interval_aggregate: aggs[{i}]={agg} is not an aggregate the window can "
-                f"keep: it must be one plain aggregate function, one of {supported}, with no "
-                "DISTINCT or FILTER and nothing around it (a pane keeps one partial result per "
-                "aggregate and merges it batch by batch). Compute anything else from these "
-                "after the window"
-            )
-        # The arguments, as the client wrote them (F.max(expr)): Spark computes them before
-        # the step. An aggregate given as SQL text (F.expr("max(v)")) has no client-side
-        # arguments: plain columns are taken by name, anything else must be written as a
-        # function column.
-        assert call is not None  # kind is known
-        expr: Any = getattr(agg, "_expr")  # noqa: B009 (the client's expression tree)
-        while isinstance(expr, ColumnAlias):
-            expr = expr._child
-        args: list[Any]
-        if isinstance(expr, UnresolvedFunction) and len(expr._args) == len(call[1]):
-            args = [ConnectColumn(a) for a in expr._args]
-            # count(*) and count(1) count rows: their argument is no input.
-            literal = [(isinstance(a, LiteralExpression) and a._value is not None)
-                       or isinstance(a, UnresolvedStar) for a in expr._args]  # fmt: skip
-        elif all(re.fullmatch(r"[A-Za-z_][A-Za-z0-9_]*#\d+L?|1", a) for a in call[1]):
-            args = [F.col(a.split("#")[0]) if "#" in a else F.lit(1) for a in call[1]]
-            literal = ["#" not in a for a in call[1]]
+    for call in calls:
+        if call.kind == "count":
+            flag = present_flag(call)
+            cols = [] if flag is None else [flag]
         else:
-            raise OptionError(
-                f"time_interval_aggregate: aggs[{i}]={agg}: under Spark Connect, give the "
-                "aggregate as a function column over any expressions (F.max(F.col('a') * 2)), "
-                "not as SQL text around expressions: the client cannot take SQL text apart"
-            )
-        if kind == "count":
-            # count(*) (Spark's count(1)) needs no input at all: the step counts the rows.
-            needed = [a for a, lit in zip(args, literal, strict=True) if not lit]
-            cols = []
-            if needed:
-                present = needed[0].isNotNull()
-                for a in needed[1:]:
-                    present = present & a.isNotNull()
-                cols = [F.when(present, 1).otherwise(0)]
-        else:
-            cols = args
+            cols = list(call.args)
         names = []
         for col in cols:  # one input column per distinct expression (max(v), max_by(id, v))
             key = repr(col)
@@ -300,90 +398,14 @@ def _plan_aggs_connect(
                 # watermark's mark, or Spark would drop late rows before the step (the module).
                 inputs.append(col.alias(by_key[key], metadata=_INPUT_MARK))
             names.append(by_key[key])
-        plans.append(AggPlan(kind, tuple(names)))
-        fields.append(field)
-    return plans, inputs, fields
-
-
-def _plan_aggs_jvm(
-    df: DataFrame, aggs: Sequence[Column], partition_by: list[str]
-) -> tuple[list[AggPlan], list[Column], Any]:
-    """:func:`_plan_aggs` in classic Spark: reads the analyzed aggregate through Py4J."""
-    from pyspark.errors import AnalysisException
-    from pyspark.sql import Column
-    from pyspark.sql import functions as F
-
-    spark = df.sparkSession
-    empty = spark.createDataFrame([], df.schema)
-    plans: list[AggPlan] = []
-    inputs: list[Column] = []
-    fields = []
-    by_sql: dict[str, str] = {}
-    supported = ", ".join(sorted(v for v in MERGEABLE.values()))
-    for i, agg in enumerate(aggs):
-        if not isinstance(agg, Column):
-            raise OptionError(
-                f"time_interval_aggregate: aggs[{i}]={agg!r} is not a Spark Column: give "
-                "aggregate columns such as F.max('flow').alias('max_flow')"
-            )
-        try:
-            one = empty.groupBy(*partition_by).agg(agg)
-            analyzed = one._jdf.queryExecution().analyzed()
-        except AnalysisException as e:
-            raise OptionError(
-                f"time_interval_aggregate: aggs[{i}]={agg} is not an aggregate Spark accepts "
-                f"here ({str(e).splitlines()[0]}); give an aggregate function over the columns "
-                f"{df.columns}, e.g. F.max('flow')"
-            ) from e
-        exprs = analyzed.aggregateExpressions()
-        alias = exprs.apply(exprs.size() - 1)
-        name = alias.name()
-        if name in partition_by or name in _RESERVED:
-            raise OptionError(
-                f"time_interval_aggregate: aggs[{i}] is named {name!r}, which the result "
-                f"already has (partition_by {partition_by} and {list(_RESERVED[:3])}): "
-                "give it another name with .alias(...)"
-            )
-        node = alias.child()
-        kind = None
-        if node.getClass().getSimpleName() == "AggregateExpression":
-            fn = node.aggregateFunction()
-            kind = MERGEABLE.get(fn.getClass().getSimpleName())
-            if node.isDistinct() or node.filter().isDefined():
-                kind = None
-        if kind is None:
-            raise OptionError(
-                f"time_interval_aggregate: aggs[{i}]={agg} is not an aggregate the window can "
-                f"keep: it must be one plain aggregate function, one of {supported}, with no "
-                "DISTINCT or FILTER and nothing around it (a pane keeps one partial result per "
-                "aggregate and merges it batch by batch). Compute anything else from these "
-                "after the window"
-            )
-        children = [fn.children().apply(j) for j in range(fn.children().size())]
-        if kind == "count":
-            # count(*) (Spark's count(1)) needs no input at all: the step counts the rows.
-            needed = [c for c in children if not _non_null_literal(c)]
-            args = [" AND ".join(f"({c.sql()}) IS NOT NULL" for c in needed)] if needed else []
-            sqls = [f"CASE WHEN {a} THEN 1 ELSE 0 END" for a in args]
-        else:
-            sqls = [c.sql() for c in children]
-        names = []
-        for sql in sqls:  # one input column per distinct expression (max(v), max_by(id, v))
-            if sql not in by_sql:
-                by_sql[sql] = f"__in{len(by_sql)}"
-                # Explicit metadata: an argument that is the rowtime itself must not carry the
-                # watermark's mark, or Spark would drop late rows before the step (the module).
-                inputs.append(F.expr(sql).alias(by_sql[sql], metadata=_INPUT_MARK))
-            names.append(by_sql[sql])
-        plans.append(AggPlan(kind, tuple(names)))
-        fields.append(one.schema.fields[-1])
-    return plans, inputs, fields
+        plans.append(AggPlan(call.kind, tuple(names)))
+    return plans, inputs, [c.field for c in calls]
 
 
 def time_interval_aggregate(
     df: DataFrame,
     aggs: Column | Sequence[Column],
-    *,
+    *more_aggs: Column,
     interval_duration: object,
     creation_period: object = None,
     discard_age: object = 0.0,
@@ -397,7 +419,8 @@ def time_interval_aggregate(
         df: a streaming DataFrame from the rowtime reader, bound records included (this applies
             :func:`pyspark_rowtime.with_watermark` itself).
         aggs: Spark aggregate columns (``count``, ``sum``, ``avg``, ``min``, ``max``, ``max_by``,
-            ``min_by`` over any expressions of ``df``'s columns).
+            ``min_by`` over any expressions of ``df``'s columns): one, a list, or one after
+            another (``*more_aggs``), as ``groupBy().agg(...)`` takes them.
         interval_duration: pane length, seconds (a number or a string such as ``"50 seconds"``);
             ``> 0``.
         creation_period: distance between pane starts, ``> 0``; default ``interval_duration``
@@ -421,8 +444,6 @@ def time_interval_aggregate(
         OptionError: a parameter breaks its rule (named, with the value), a partition column
             is missing, or an aggregate is not one the window can keep. Nothing has started.
     """
-    import pandas as pd
-    from pyspark.sql import Column
     from pyspark.sql import functions as F
     from pyspark.sql.streaming.state import GroupStateTimeout
     from pyspark.sql.types import (
@@ -434,8 +455,6 @@ def time_interval_aggregate(
         TimestampType,
     )
 
-    from ..watermark import watermark_rowtime
-
     spec = make_spec(interval_duration, creation_period, discard_age, interval_offset)
     keys = [partition_by] if isinstance(partition_by, str) else list(partition_by)
     payload = [c for c in df.columns if c not in _RESERVED]
@@ -445,9 +464,7 @@ def time_interval_aggregate(
                 f"time_interval_aggregate: partition_by={partition_by!r}: {k!r} is not a "
                 f"payload column of df; give names among {payload}"
             )
-    agg_list = [aggs] if isinstance(aggs, Column) else list(aggs)
-    if not agg_list:
-        raise OptionError("time_interval_aggregate: aggs is empty: give at least one aggregate")
+    agg_list = agg_columns(aggs, more_aggs, "time_interval_aggregate")
     if "rowtime" not in df.columns or "is_bound" not in df.columns:
         raise OptionError(
             "time_interval_aggregate: df must be a format('rowtime') stream with its columns "

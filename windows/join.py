@@ -63,9 +63,11 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
 import numpy as np
+import pandas as pd
 
 from ..bounds.errors import OptionError
 from ..bounds.intervals import INFINITY_US
+from ..watermark import watermark_rowtime
 from .define import WindowDef, assign_ends, window_of
 from .step import load_operator_state
 
@@ -239,7 +241,6 @@ def settle(window: WindowDef, old: Pending, new: Pending, ended: bool) -> tuple[
     """Set the ends of ``old``'s and ``new``'s rows that are now known (``ended``: the streams
     ended, every end is known, infinity for a row nothing ended): returns those rows as a
     :class:`Side` of new intervals, and the rows still waiting."""
-    import pandas as pd
 
     if not len(old) and not len(new):
         return Side(), Pending()
@@ -396,7 +397,6 @@ def overlap_join(
     Raises:
         OptionError: a bad argument (named, with what to do). Nothing has started.
     """
-    import pandas as pd
     from pyspark.sql import DataFrame as SparkDataFrame
     from pyspark.sql import functions as F
     from pyspark.sql.streaming.state import GroupStateTimeout
@@ -408,8 +408,6 @@ def overlap_join(
         StructType,
         TimestampType,
     )
-
-    from ..watermark import watermark_rowtime
 
     if not isinstance(how, str) or how.lower() not in _HOW:
         raise OptionError(

@@ -48,7 +48,7 @@ from __future__ import annotations
 
 import pickle
 import re
-from collections.abc import Iterator, Mapping
+from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
@@ -57,11 +57,13 @@ import pandas as pd
 
 from ..bounds.errors import OptionError
 from ..bounds.intervals import INFINITY_US, range_reduce, stretches
+from ..watermark import watermark_rowtime
+from .aggregate import agg_calls, agg_columns, present_flag
 from .define import WindowDef, assign_ends, window_of
 from .step import load_values, unwrap_operator_state, wrap_operator_state
 
 if TYPE_CHECKING:
-    from pyspark.sql import DataFrame
+    from pyspark.sql import Column, DataFrame
 
 __all__ = ["IntervalAgg", "IntervalStep", "interval_aggregate", "interval_step", "parse_aggs"]
 
@@ -95,8 +97,10 @@ def parse_aggs(aggs: Mapping[str, str]) -> list[tuple[str, str, str | None]]:
     """
     if not isinstance(aggs, Mapping) or not aggs:
         raise OptionError(
-            f"interval_aggregate: aggs={aggs!r} must be a non-empty dict of output name to "
-            "aggregate, e.g. {'n': 'count(*)', 'total': 'sum(v)', 'hottest': 'max(temp)'}"
+            f"interval_aggregate: aggs={aggs!r} must be Spark aggregate columns, e.g. "
+            "F.count('*').alias('n'), F.max('temp').alias('hottest') (as groupBy().agg(...) "
+            "takes them), or a non-empty dict of output name to aggregate, e.g. "
+            "{'n': 'count(*)', 'total': 'sum(v)', 'hottest': 'max(temp)'}"
         )
     out: list[tuple[str, str, str | None]] = []
     for name, text in aggs.items():
@@ -262,10 +266,37 @@ def _load(blob: bytes) -> tuple[pd.DataFrame, int | None]:
     return rows, plain["from"]
 
 
+def _column_aggs(
+    df: DataFrame, aggs: object, more: tuple[object, ...], keys: list[str]
+) -> list[tuple[str, str, Column | None, str]]:
+    """Spark aggregate columns as ``(name, kind, argument column, text)`` (the argument None
+    for ``count(*)``): Spark's analyzer names and checks them, as for
+    ``time_interval_aggregate`` (:func:`..windows.aggregate.agg_calls`)."""
+    from pyspark.sql import functions as F
+
+    who = "interval_aggregate"
+    calls = agg_calls(df, agg_columns(aggs, more, who), keys, who=who, reserved=_RESERVED)
+    out: list[tuple[str, str, Column | None, str]] = []
+    for i, call in enumerate(calls):
+        if call.kind not in _KINDS.values():
+            raise OptionError(
+                f"{who}: aggs[{i}]={call.text} is not one of count, sum, avg, min, max: the "
+                "aggregate over each stretch of constant validity is computed from the rows "
+                "valid in it, by these functions only"
+            )
+        if call.kind == "count":
+            flag = present_flag(call)
+            value = None if flag is None else F.when(flag == 1, F.lit(1))
+        else:
+            value = call.args[0]
+        out.append((call.name, call.kind, value, call.text))
+    return out
+
+
 def interval_aggregate(
     df: DataFrame,
-    aggs: Mapping[str, str],
-    *,
+    aggs: Column | Sequence[Column] | Mapping[str, str],
+    *more_aggs: Column,
     partition_by: str | list[str] | tuple[str, ...] = (),
     metric_name: str = "interval_aggregate",
 ) -> DataFrame:
@@ -276,9 +307,12 @@ def interval_aggregate(
             ``interval.duration`` or ``interval.count`` (columns ``rowtime``, ``rowtime_end``,
             ``is_bound``; bound records included: this applies
             :func:`pyspark_rowtime.with_watermark`).
-        aggs: output name to aggregate, e.g. ``{"n": "count(*)", "total": "sum(v)",
-            "coldest": "min(temp)"}``: ``count``, ``sum``, ``avg``/``mean``, ``min``, ``max``
-            over any Spark SQL expression of ``df``'s columns.
+        aggs: Spark aggregate columns, as ``groupBy().agg(...)`` takes them (one, a list, or
+            one after another with ``*more_aggs``): ``F.count("*").alias("n")``,
+            ``F.sum("v").alias("total")``, ``F.min("temp").alias("coldest")``; or a dict of
+            output name to aggregate text, ``{"n": "count(*)", "total": "sum(v)",
+            "coldest": "min(temp)"}``. Either way ``count``, ``sum``, ``avg``/``mean``,
+            ``min``, ``max`` over any Spark expression of ``df``'s columns.
         partition_by: column name(s): each value has its own stretches (``GROUP BY``).
             Without it the whole stream is one group.
         metric_name: the observed metric's name (see the module).
@@ -293,6 +327,7 @@ def interval_aggregate(
     Raises:
         OptionError: a bad argument (named, with what to do). Nothing has started.
     """
+    from pyspark.sql import Column as SparkColumn
     from pyspark.sql import DataFrame as SparkDataFrame
     from pyspark.sql import functions as F
     from pyspark.sql.streaming.state import GroupStateTimeout
@@ -310,8 +345,6 @@ def interval_aggregate(
         StructType,
         TimestampType,
     )
-
-    from ..watermark import watermark_rowtime
 
     if not isinstance(df, SparkDataFrame):
         raise OptionError(f"interval_aggregate: df={df!r} is not a Spark DataFrame")
@@ -338,8 +371,20 @@ def interval_aggregate(
             "group must lie within one aggregate group; aggregate by the window's columns (or "
             "fewer), or window by these too"
         )
-    parsed = parse_aggs(aggs)
-    clash = [name for name, _, _ in parsed if name in keys]
+    parsed: list[tuple[str, str, Column | None, str]]
+    if isinstance(aggs, Mapping) or (not more_aggs and not isinstance(aggs, (list, tuple))
+                                     and not isinstance(aggs, SparkColumn)):  # fmt: skip
+        if more_aggs:
+            raise OptionError(
+                "interval_aggregate: give the aggregates as columns or as one dict, not both"
+            )
+        parsed = [
+            (name, kind, None if expr is None else F.expr(expr), repr(expr))
+            for name, kind, expr in parse_aggs(aggs)  # type: ignore[arg-type]
+        ]
+    else:
+        parsed = _column_aggs(df, aggs, more_aggs, keys)
+    clash = [name for name, _, _, _ in parsed if name in keys]
     if clash:
         raise OptionError(
             f"interval_aggregate: aggs name(s) {clash} are also partition_by columns; rename"
@@ -351,22 +396,22 @@ def interval_aggregate(
     plans: list[IntervalAgg] = []
     inputs = []
     fields = []
-    for i, (name, kind, expr) in enumerate(parsed):
-        if expr is None:
+    for i, (name, kind, arg, expr) in enumerate(parsed):
+        if arg is None:
             plans.append(IntervalAgg(name, kind, None, None))
             fields.append(StructField(name, LongType(), False))
             continue
         try:
-            dtype = empty.select(F.expr(expr).alias("x")).schema["x"].dataType
+            dtype = empty.select(arg.alias("x")).schema["x"].dataType
         except Exception as e:
             raise OptionError(
-                f"interval_aggregate: aggs[{name!r}]: {expr!r} is not an expression Spark "
+                f"interval_aggregate: aggs[{name!r}]: {expr} is not an expression Spark "
                 f"accepts over the columns {df.columns} ({str(e).splitlines()[0]})"
             ) from e
-        value = F.expr(expr)
+        value = arg
         if kind in ("sum", "avg") and not isinstance(dtype, numeric):
             raise OptionError(
-                f"interval_aggregate: aggs[{name!r}]: {kind} needs numbers, but {expr!r} is "
+                f"interval_aggregate: aggs[{name!r}]: {kind} needs numbers, but {expr} is "
                 f"{dtype.simpleString()}; cast it to long or double"
             )
         if kind in ("min", "max") and not isinstance(
@@ -374,7 +419,7 @@ def interval_aggregate(
         ):
             raise OptionError(
                 f"interval_aggregate: aggs[{name!r}]: {kind} takes numbers, strings, booleans "
-                f"or timestamps, but {expr!r} is {dtype.simpleString()}; cast it"
+                f"or timestamps, but {expr} is {dtype.simpleString()}; cast it"
             )
         if isinstance(dtype, TimestampType):
             value = F.unix_micros(value)
@@ -384,7 +429,7 @@ def interval_aggregate(
             inputs.append(F.coalesce(value, F.lit(0)).alias(col))
         else:
             inputs.append(value.alias(col))
-        inputs.append(F.expr(expr).isNotNull().alias(present))
+        inputs.append(arg.isNotNull().alias(present))
         plans.append(IntervalAgg(name, kind, col, present, isinstance(dtype, integral)))
         if kind == "count":
             out_type: Any = LongType()
@@ -435,10 +480,10 @@ def interval_aggregate(
     ]
     stamp = {
         p.name
-        for p, (_, _, expr) in zip(plans, parsed, strict=True)
+        for p, (_, _, arg, _) in zip(plans, parsed, strict=True)
         if p.kind in ("min", "max")
-        and expr is not None
-        and isinstance(empty.select(F.expr(expr).alias("x")).schema["x"].dataType, TimestampType)
+        and arg is not None
+        and isinstance(empty.select(arg.alias("x")).schema["x"].dataType, TimestampType)
     }
 
     def step(key: tuple, frames: Iterator[pd.DataFrame], state: Any) -> Iterator[pd.DataFrame]:

@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import datetime as dt
 import os
+import time as _time
 from collections.abc import Callable
 from typing import Any
 
@@ -23,6 +24,7 @@ import pyarrow as pa
 from .bounds.durations import parse_duration_us
 from .bounds.errors import CorruptLogError, StreamNotFoundError
 from .bounds.time import from_rowtime_us, to_rowtime_us
+from .sink.parquet_target import parquet_clock_us
 from .streams.columns import LOG_ARRIVAL_US, LOG_IS_BOUND, LOG_ROWTIME_US
 from .streams.storage import (
     LocationKind,
@@ -31,6 +33,13 @@ from .streams.storage import (
     open_storage,
     redact_url,
     what_is_at,
+)
+from .streams.tables import (
+    CLOCK_KEY,
+    delta_table,
+    iceberg_table,
+    is_iceberg_location,
+    parse_iceberg_location,
 )
 from .streams.writer import Writer
 from .streams.writer import open_writer as _open_writer
@@ -120,8 +129,6 @@ class ClockReader:
         self._iceberg: Any = None
 
     def __call__(self) -> int | None:
-        from .streams.tables import CLOCK_KEY, is_iceberg_location
-
         if self._delta is not None:
             self._delta.update_incremental()
             return _clock(self._delta.transaction_version(CLOCK_KEY), self.location)
@@ -129,8 +136,6 @@ class ClockReader:
             self._iceberg.refresh()
             return _clock(self._iceberg.properties.get(CLOCK_KEY), self.location)
         if is_iceberg_location(self.location):  # one catalog read, not two
-            from .streams.tables import iceberg_table
-
             table = iceberg_table(os.fspath(self.location))
             if table is None:
                 raise missing_table_error(self.location) or StreamNotFoundError(self.location)
@@ -140,12 +145,8 @@ class ClockReader:
         if where.kind is LocationKind.STREAM:
             return open_storage(self.location).stream_clock_us()
         if where.kind is LocationKind.PARQUET_TARGET:
-            from .sink.parquet_target import parquet_clock_us  # lazily: most need no sink
-
             return parquet_clock_us(where.resolved)
         if where.kind is LocationKind.DELTA_TARGET:
-            from .streams.tables import delta_table
-
             table = delta_table(where.resolved)
             if table is None:
                 return None  # the query started; its first commit creates the table
@@ -159,8 +160,6 @@ class ClockReader:
 def missing_table_error(location: str | os.PathLike[str]) -> StreamNotFoundError | None:
     """The error for an ``iceberg://`` location with no table (None for other locations: their
     backends say what is missing)."""
-    from .streams.tables import is_iceberg_location, parse_iceberg_location
-
     if not is_iceberg_location(location):
         return None
     shown = parse_iceberg_location(os.fspath(location))
@@ -233,8 +232,6 @@ def wait_for_rowtime_bound(
         StreamNotFoundError: nothing at ``location`` to wait on.
         InvalidRowtimeError, OptionError: ``time``, ``timeout`` or ``poll`` cannot be read.
     """
-    import time as _time
-
     until_us = to_rowtime_us(time)
     timeout_s = None if timeout is None else parse_timeout_s(timeout, what="timeout")
     poll_s = parse_duration_us(poll, what="poll") / 1e6

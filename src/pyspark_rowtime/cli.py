@@ -28,16 +28,23 @@ import csv
 import datetime as dt
 import json
 import os
-import select
 import sys
 import time
-from collections.abc import Iterator, Sequence
-from decimal import Decimal, InvalidOperation
+from collections.abc import Sequence
+from decimal import Decimal
 from typing import IO, Any
 
-from .api import create_stream, open_writer, rowtime_bound_us
+from . import demo
+from .api import create_stream, missing_table_error, open_writer, rowtime_bound_us
 from .bounds.bounds import END_OF_STREAM_US, merge_clock
-from .bounds.errors import CorruptLogError, OptionError, RowtimeError, SchemaError
+from .bounds.durations import parse_duration_us
+from .bounds.errors import (
+    CorruptLogError,
+    OptionError,
+    RowtimeError,
+    SchemaError,
+    WriterLockedError,
+)
 from .bounds.time import (
     END_OF_STREAM_TEXT,
     TimeFormat,
@@ -45,6 +52,20 @@ from .bounds.time import (
     from_rowtime_us,
     to_rowtime_us,
 )
+from .cli_input import (
+    FORMAT_NAMES,
+    convert_row,
+    in_context,
+    input_format,
+    input_waiting,
+    records,
+)
+from .cli_tables import CLI_PROG, add_wait_parser, describe_table
+from .connectors.feed import PROGRESS_FILE, state_dir
+from .connectors.run import check_settings, run
+from .metrics import exposition, idle_since, serve
+from .sink.parquet_target import describe_parquet_target, describe_text
+from .streams.catalog import ensure_stream, find_catalog, load_catalog, redact
 from .streams.columns import LOG_ARRIVAL_US, LOG_IS_BOUND, LOG_ROWTIME_US
 from .streams.retention import (
     Retention,
@@ -53,13 +74,13 @@ from .streams.retention import (
     parse_retention,
     parse_size,
 )
-from .streams.storage import LocationKind, StreamStorage, open_storage, redact_url, what_is_at
-from .streams.text_values import Convert, ValueReader
+from .streams.storage import LocationKind, StreamStorage, open_storage, what_is_at
+from .streams.text_values import ValueReader
 from .streams.writer import Writer
 
 __all__ = ["main"]
 
-PROG = "rowtime"
+PROG = CLI_PROG
 
 
 # -- formatting --------------------------------------------------------------------------------
@@ -98,43 +119,6 @@ def _json_default(value: Any) -> Any:
     return str(value)
 
 
-# -- reading rows from text --------------------------------------------------------------------
-
-
-def _records(f: IO[str], fmt: str) -> Iterator[tuple[int, dict[str, Any]]]:
-    """(line number, row) pairs from JSON lines or CSV with a header; blank lines skipped."""
-    if fmt == "csv":
-        reader = csv.DictReader(f)
-        for row in reader:
-            if None in row:
-                raise SchemaError(f"line {reader.line_num}: more cells than the header has columns")
-            yield reader.line_num, {k: (v if v != "" else None) for k, v in row.items()}
-        return
-    for lineno, line in enumerate(f, 1):
-        if not line.strip():
-            continue
-        try:
-            row = json.loads(line)
-        except json.JSONDecodeError as e:
-            raise SchemaError(
-                f"line {lineno}: not valid JSON ({e.msg} at column {e.colno})"
-            ) from None
-        if not isinstance(row, dict):
-            raise SchemaError(
-                f"line {lineno}: a JSON object per line is expected, got {type(row).__name__}"
-            )
-        yield lineno, row
-
-
-def _input_waiting(f: IO[str]) -> bool:
-    """Whether more input is ready without blocking (pipes and terminals; files: always)."""
-    try:
-        ready, _, _ = select.select([f], [], [], 0)
-    except (OSError, ValueError, TypeError):
-        return True
-    return bool(ready)
-
-
 # -- commands ------------------------------------------------------------------------------------
 
 
@@ -153,8 +137,6 @@ def _parse_defaults(pairs: Sequence[str]) -> dict[str, str]:
 
 def cmd_create(args: argparse.Namespace) -> int:
     if args.stream is not None:
-        from .streams.catalog import ensure_stream
-
         if args.path is not None or args.schema is not None:
             raise OptionError("give a PATH with --schema, or --stream NAME (from the catalog)")
         entry = _catalog(args).stream(args.stream)
@@ -182,7 +164,8 @@ def cmd_insert(args: argparse.Namespace) -> int:
     reader = ValueReader(
         TimeFormat(unit, defaults.get("rowtime_timezone", "UTC"), defaults.get("rowtime_format"))
     )
-    csv_cells = args.format == "csv"
+    fmt, why = input_format(args.format, args.file)
+    csv_cells = fmt == "csv"
     payload = {f.name: reader.converter(f.type, csv_cells) for f in meta.payload_schema}
     rowtime_col = args.rowtime_column
     if rowtime_col is None and defaults.get("rowtime_column"):
@@ -196,70 +179,33 @@ def cmd_insert(args: argparse.Namespace) -> int:
     lineno = 0
     try:
         with open_writer(stream, args.partition) as writer:
-            for lineno, raw in _records(source, args.format):
-                row, rowtime = _convert_row(raw, payload, rowtime_col, reader, lineno)
+            for lineno, raw in records(source, fmt):
+                row, rowtime = convert_row(raw, payload, rowtime_col, reader, lineno)
                 try:
                     writer.insert(row, rowtime=rowtime)
                 except RowtimeError as e:
-                    _in_context(e, f"line {lineno}")
+                    in_context(e, f"line {lineno}")
                     raise
                 count += 1
-                if interactive and not _input_waiting(source):
+                if interactive and not input_waiting(source):
                     writer.flush()  # the pipe is quiet: make what came so far visible
     except RowtimeError as e:
         done = f" ({count} row(s) before it were written)" if count else ""
-        _in_context(e, name, done)
+        in_context(e, name, f"{done} (read as {FORMAT_NAMES[fmt]}: {why})")
         raise
     except (UnicodeDecodeError, csv.Error) as e:
         done = f" ({count} row(s) before it were written)" if count else ""
         where = f"after line {lineno}" if lineno else "at the start"
         raise SchemaError(
-            f"{name}: cannot read the input {where}: {e}; give UTF-8 JSON lines or CSV{done}"
+            f"{name}: cannot read the input {where}: {e}; give UTF-8 JSON lines or CSV{done} "
+            f"(read as {FORMAT_NAMES[fmt]}: {why})"
         ) from None
     finally:
         if source is not sys.stdin:
             source.close()
+    print(f"{PROG} insert: read {name} as {FORMAT_NAMES[fmt]} ({why})", file=sys.stderr)
     print(f"inserted {count} row(s) into partition {args.partition} of {meta.location}")
     return 0
-
-
-def _in_context(e: RowtimeError, where: str, after: str = "") -> None:
-    """Put ``where`` in front of ``e``'s message and ``after`` behind it (the input line or
-    file it came from), for the caller to re-raise ``e`` itself: its class, cause and
-    attributes stay as they were."""
-    e.args = (f"{where}: {e}{after}", *e.args[1:])
-
-
-def _convert_row(
-    raw: dict[str, Any],
-    payload: dict[str, Convert],
-    rowtime_col: str | None,
-    reader: ValueReader,
-    lineno: int,
-) -> tuple[dict[str, Any], dt.datetime | None]:
-    rowtime = None
-    if rowtime_col is not None:
-        value = raw.get(rowtime_col) if rowtime_col in payload else raw.pop(rowtime_col, None)
-        if value is None:
-            raise SchemaError(f"line {lineno}: no value in the rowtime column {rowtime_col!r}")
-        try:
-            rowtime = reader.instant(value)
-        except RowtimeError as e:
-            _in_context(e, f"line {lineno}: rowtime column {rowtime_col!r}")
-            raise
-    row = {}
-    for key, value in raw.items():
-        convert = payload.get(key)
-        if convert is None or value is None:
-            row[key] = value  # unknown keys are reported by the writer, with the column names
-            continue
-        try:
-            row[key] = convert(value)
-        except (ValueError, TypeError, InvalidOperation, RowtimeError) as e:
-            raise SchemaError(
-                f"line {lineno}: column {key!r}: cannot read {value!r}: {e}"
-            ) from None
-    return row, rowtime
 
 
 def _bound_us(text: str, unit: str, stream: StreamStorage) -> int:
@@ -361,8 +307,6 @@ def describe(
     stream_clock = merge_clock(clocks)  # from the same listing as the partitions shown
     timeout_us = _idle_timeout_us(stream, idle_timeout)
     if timeout_us is not None:
-        from .metrics import idle_since
-
         created = getattr(stream.meta, "created_us", None)
         lasts = [
             None if "damaged" in i else (i["last_arrival_us"] if i["records"] else created)
@@ -390,7 +334,6 @@ def describe(
 
 def _idle_timeout_us(stream: StreamStorage, given: Any) -> int | None:
     """``--idle-timeout`` in microseconds, else the stream's default idle_timeout, else None."""
-    from .bounds.durations import parse_duration_us
 
     if given is not None:
         return parse_duration_us(given, what="--idle-timeout")
@@ -404,8 +347,6 @@ def cmd_describe(args: argparse.Namespace) -> int:
     where = what_is_at(args.path)
     path = where.resolved
     if where.kind is LocationKind.PARQUET_TARGET:
-        from .sink.parquet_target import describe_parquet_target, describe_text
-
         if args.verify:
             raise OptionError(
                 f"describe --verify checks the segment files of a rowtime stream, and {path} is "
@@ -416,26 +357,8 @@ def cmd_describe(args: argparse.Namespace) -> int:
         print(json.dumps(target, indent=2) if args.json else describe_text(target))
         return 0
     if where.kind in (LocationKind.DELTA_TARGET, LocationKind.ICEBERG_TARGET):
-        from .sink.table_describe import (
-            describe_delta_target,
-            describe_iceberg_target,
-            describe_table_text,
-        )
-
-        if args.verify:
-            raise OptionError(
-                f"describe --verify checks the segment files of a rowtime stream, and {path} is "
-                f"a {where.kind.value}: describe it without --verify"
-            )
-        if where.kind is LocationKind.DELTA_TARGET:
-            target = describe_delta_target(path)
-        else:
-            target = describe_iceberg_target(path)
-        print(json.dumps(target, indent=2) if args.json else describe_table_text(target))
-        return 0
+        return describe_table(where, verify=args.verify, as_json=args.json)
     if where.kind is LocationKind.NOTHING:
-        from .api import missing_table_error
-
         missing = missing_table_error(args.path)
         if missing is not None:
             raise missing
@@ -575,7 +498,6 @@ def cmd_retention(args: argparse.Namespace) -> int:
 
 
 def cmd_metrics(args: argparse.Namespace) -> int:
-    from .metrics import exposition
 
     sys.stdout.write(exposition(args.paths))
     return 0
@@ -589,57 +511,6 @@ def cmd_clock(args: argparse.Namespace) -> int:
         print(clock)
     else:
         print(format_rowtime(clock))
-    return 0
-
-
-def _until_us(text: str, unit: str | None, location: str) -> int:
-    """``--until`` as ``rowtime bound`` reads its TIME: ISO-8601, an epoch number in ``--unit``
-    (else a stream's ``rowtime_unit``, else ms), ``now`` or ``end``; naive times in a stream's
-    ``rowtime_timezone``, else UTC."""
-    word = text.strip().lower()
-    if word in ("end", "eos", END_OF_STREAM_TEXT):
-        return END_OF_STREAM_US
-    if word == "now":
-        return time.time_ns() // 1000
-    defaults: dict[str, Any] = {}
-    if what_is_at(location).kind is LocationKind.STREAM:
-        defaults = open_storage(location).meta.defaults
-    value: Any = int(word) if word.lstrip("-").isdigit() else text
-    return to_rowtime_us(
-        value,
-        unit=unit or defaults.get("rowtime_unit", "ms"),
-        tz=defaults.get("rowtime_timezone", "UTC"),
-        fmt=None,
-    )
-
-
-def cmd_wait(args: argparse.Namespace) -> int:
-    from .api import ClockReader
-    from .bounds.durations import parse_duration_us
-    from .bounds.errors import WaitTimeoutError
-    from .wait import format_seconds, parse_timeout_s, wait_for_clock
-
-    timeout_s = None if args.timeout is None else parse_timeout_s(args.timeout, what="--timeout")
-    poll_s = parse_duration_us(args.poll, what="--poll") / 1e6
-    until_us = _until_us(args.until, args.unit, args.path)
-    try:
-        waited = wait_for_clock(
-            ClockReader(args.path),  # nothing there, or a bad catalog: its error, exit 2
-            until_us,
-            timeout_s=timeout_s,
-            poll_s=poll_s,
-            now=time.monotonic,
-            sleep=time.sleep,
-            what=f"the clock of {redact_url(args.path)}",
-        )
-    except WaitTimeoutError as e:
-        print(f"{PROG} wait: {e}", file=sys.stderr)
-        return 1
-    print(
-        f"clock {format_rowtime(waited.clock_us)} of {redact_url(args.path)} reached "
-        f"{format_rowtime(until_us)} (waited {format_seconds(waited.waited_s)})",
-        flush=True,
-    )
     return 0
 
 
@@ -696,13 +567,11 @@ def cmd_tail(args: argparse.Namespace) -> int:
 
 
 def _catalog(args: argparse.Namespace) -> Any:
-    from .streams.catalog import find_catalog, load_catalog
 
     return load_catalog(find_catalog(args.catalog, None, needed_for=f"rowtime {args.command}"))
 
 
 def cmd_catalog_check(args: argparse.Namespace) -> int:
-    from .connectors.run import check_settings
 
     catalog = _catalog(args)
     for entry in catalog.connectors.values():
@@ -715,7 +584,6 @@ def cmd_catalog_check(args: argparse.Namespace) -> int:
 
 
 def cmd_streams(args: argparse.Namespace) -> int:
-    from .streams.catalog import redact
 
     catalog = _catalog(args)
     feeding: dict[str, list[Any]] = {}
@@ -742,8 +610,6 @@ def cmd_streams(args: argparse.Namespace) -> int:
 
 def _connector_state(entry: Any, connector: Any) -> str:
     """running (it holds the partition's lock), stopped (it has progress), or never run."""
-    from .bounds.errors import WriterLockedError
-    from .connectors.feed import PROGRESS_FILE, state_dir
 
     try:
         folder = state_dir(entry, connector.name, connector.settings.get("state"))
@@ -767,7 +633,6 @@ def _connector_state(entry: Any, connector: Any) -> str:
 
 
 def cmd_connect(args: argparse.Namespace) -> int:
-    from .streams.catalog import load_catalog
 
     return connect(
         load_catalog(args.catalog_file),
@@ -790,11 +655,9 @@ def connect(
     ``http://metrics_host:metrics_port/metrics`` while it runs. The server starts first (a
     missing library or a port in use is one clear error before anything is written); until
     the connector creates the stream, a scrape has no series for it."""
-    from .connectors.run import run
 
     if metrics_port is None:
         return run(catalog, name, **run_options)
-    from .metrics import serve
 
     if not 0 < metrics_port < 65536:
         raise OptionError(f"--metrics-port {metrics_port} must be a port, 1 to 65535")
@@ -817,7 +680,12 @@ def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
         prog=PROG, description="Create, feed and inspect rowtime streams."
     )
-    sub = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
+    sub = parser.add_subparsers(
+        dest="command",
+        required=True,
+        metavar="COMMAND",
+        help="one of these; `rowtime COMMAND --help` says what it takes",
+    )
 
     p = sub.add_parser("create", help="create a stream (a no-op if the same one exists)")
     p.add_argument("path", nargs="?", help="the stream's folder (path or file:// URL)")
@@ -835,7 +703,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.set_defaults(func=cmd_create)
 
     p = sub.add_parser("catalog", help="catalog commands: check")
-    p.add_argument("action", choices=["check"])
+    p.add_argument("action", choices=["check"], help="check: read and validate the catalog")
     p.add_argument("catalog", nargs="?", help="the catalog file (default: $ROWTIME_CATALOG)")
     p.set_defaults(func=cmd_catalog_check)
 
@@ -844,8 +712,8 @@ def build_parser() -> argparse.ArgumentParser:
     p.set_defaults(func=cmd_streams)
 
     p = sub.add_parser("connect", help="run a connector of the catalog in the foreground")
-    p.add_argument("catalog_file", metavar="CATALOG")
-    p.add_argument("name", metavar="NAME")
+    p.add_argument("catalog_file", metavar="CATALOG", help="the catalog file")
+    p.add_argument("name", metavar="NAME", help="the connector's name in the catalog")
     p.add_argument(
         "--metrics-port",
         type=int,
@@ -858,11 +726,28 @@ def build_parser() -> argparse.ArgumentParser:
     )
     p.set_defaults(func=cmd_connect)
 
-    p = sub.add_parser("insert", help="insert rows from JSON lines or CSV")
-    p.add_argument("path")
-    p.add_argument("file", nargs="?", default="-", help="input file, or - for standard input")
-    p.add_argument("--partition", type=int, default=0)
-    p.add_argument("--format", choices=("jsonl", "csv"), default="jsonl")
+    p = sub.add_parser(
+        "insert",
+        help="insert rows from JSON lines or CSV",
+        description="Insert rows from JSON lines or CSV into one partition of a stream. The "
+        "format is --format, else the file's extension (.csv; .jsonl, .json, .ndjson), else "
+        "JSON lines (standard input too); stderr says which was used.",
+    )
+    p.add_argument("path", help="the stream (a folder, file:// URL, redis://, s3:// or az:// URL)")
+    p.add_argument(
+        "file",
+        nargs="?",
+        default="-",
+        help="input file, or - for standard input (the default)",
+    )
+    p.add_argument("--partition", type=int, default=0, help="the partition to write to (default 0)")
+    p.add_argument(
+        "--format",
+        choices=("jsonl", "csv"),
+        default=None,
+        help="jsonl (a JSON object a line) or csv (a header, then a row a line); default: "
+        "from FILE's extension, JSON lines for standard input or another extension",
+    )
     p.add_argument("--rowtime-column", help="field whose value is the row's explicit rowtime")
     p.add_argument(
         "--rowtime-unit", choices=("s", "ms", "us", "ns"), help="unit of integer rowtimes"
@@ -870,15 +755,17 @@ def build_parser() -> argparse.ArgumentParser:
     p.set_defaults(func=cmd_insert)
 
     p = sub.add_parser("bound", help="write a rowtime bound (all partitions unless --partition)")
-    p.add_argument("path")
+    p.add_argument("path", help="the stream (a folder or a URL)")
     p.add_argument("time", help="ISO-8601 time, an epoch number (see --unit), 'now' or 'end'")
     p.add_argument("--strict", action="store_true", help="later rows are > TIME, not >=")
-    p.add_argument("--partition", type=int)
+    p.add_argument(
+        "--partition", type=int, help="the one partition to bound (default: every partition)"
+    )
     p.add_argument("--unit", choices=("s", "ms", "us", "ns"), help="unit of an epoch number")
     p.set_defaults(func=cmd_bound)
 
     p = sub.add_parser("describe", help="partitions, counts, clocks, arrival and skew")
-    p.add_argument("path")
+    p.add_argument("path", help="the stream (a folder or a URL) or a sink's Parquet target")
     p.add_argument("--json", action="store_true", help="print JSON")
     p.add_argument(
         "--verify",
@@ -895,13 +782,13 @@ def build_parser() -> argparse.ArgumentParser:
     p = sub.add_parser(
         "trim", help="remove old records now: the retention, and/or what lies before --before"
     )
-    p.add_argument("path")
+    p.add_argument("path", help="the stream (a folder or a URL)")
     p.add_argument("--before", help="ISO-8601 time, an epoch number (see --unit), or 'now'")
     p.add_argument("--unit", choices=("s", "ms", "us", "ns"), help="unit of an epoch number")
     p.set_defaults(func=cmd_trim)
 
     p = sub.add_parser("retention", help="show or change a stream's retention")
-    p.add_argument("path")
+    p.add_argument("path", help="the stream (a folder or a URL)")
     p.add_argument(
         "duration", nargs="?", help="rowtime to keep behind the clock ('7 days', '12h') or 'off'"
     )
@@ -909,7 +796,9 @@ def build_parser() -> argparse.ArgumentParser:
     p.set_defaults(func=cmd_retention)
 
     p = sub.add_parser("metrics", help="print the Prometheus metrics of streams and sink targets")
-    p.add_argument("paths", nargs="+", metavar="PATH")
+    p.add_argument(
+        "paths", nargs="+", metavar="PATH", help="streams (folders or URLs) and sink targets"
+    )
     p.set_defaults(func=cmd_metrics)
 
     p = sub.add_parser("clock", help="print the clock of a stream or sink target (or 'none')")
@@ -917,55 +806,14 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--us", action="store_true", help="microseconds since the epoch")
     p.set_defaults(func=cmd_clock)
 
-    p = sub.add_parser(
-        "wait",
-        help="wait until the clock of a stream or sink target reaches a time (exit 0), or a "
-        "timeout passes (exit 1)",
-        description="Exit 0 as soon as the clock of PATH is at or past TIME: every row with a "
-        "rowtime below TIME is written. Exit 1 with one line on standard error when --timeout "
-        "passes first; 2 for bad input. For schedulers (cron, Airflow's command sensors), "
-        "before a job that needs everything up to TIME.",
-    )
-    p.add_argument(
-        "path",
-        help="a stream, a stream target, or a Parquet, Delta or Iceberg (iceberg://CATALOG/"
-        "NAMESPACE.TABLE) target of the sink",
-    )
-    p.add_argument(
-        "--until",
-        metavar="TIME",
-        required=True,
-        help="the time to wait for: ISO-8601 (2024-05-01T11:00:00Z; naive is UTC, or a stream's "
-        "rowtime_timezone), an epoch number (see --unit), 'now' or 'end'",
-    )
-    p.add_argument(
-        "--timeout",
-        metavar="DURATION",
-        help="give up after this long, exit 1 ('90s', '2h', '1 day'; 0: read the clock once); "
-        "default: wait as long as it takes",
-    )
-    p.add_argument(
-        "--poll",
-        metavar="DURATION",
-        default="5s",
-        help="the longest pause between reads of the clock (default 5s); pauses start at "
-        "0.1 s and double up to it",
-    )
-    p.add_argument(
-        "--unit",
-        choices=("s", "ms", "us", "ns"),
-        help="unit of an epoch number TIME (default: a stream's rowtime_unit, else ms)",
-    )
-    p.set_defaults(func=cmd_wait)
+    add_wait_parser(sub)
 
     p = sub.add_parser("tail", help="print the last records as JSON lines")
-    p.add_argument("path")
+    p.add_argument("path", help="the stream (a folder or a URL)")
     p.add_argument("-n", type=int, default=10, help="how many records (default 10)")
     p.add_argument("--follow", "-f", action="store_true", help="keep printing new records")
     p.add_argument("--interval", type=float, default=0.2, help=argparse.SUPPRESS)
     p.set_defaults(func=cmd_tail)
-
-    from . import demo  # no Spark import at this point: the demo imports it when it runs
 
     p = sub.add_parser(
         "demo",
@@ -977,9 +825,32 @@ def build_parser() -> argparse.ArgumentParser:
     return parser
 
 
+def commands(parser: argparse.ArgumentParser) -> dict[str, argparse.ArgumentParser]:
+    """The parser of each command, by name."""
+    for action in parser._actions:
+        if isinstance(action, argparse._SubParsersAction):
+            return dict(action.choices)
+    return {}
+
+
+def parse(parser: argparse.ArgumentParser, argv: Sequence[str] | None) -> argparse.Namespace:
+    """``parser.parse_args(argv)``, except that words a command does not know are refused by
+    that command's parser, with its usage (argparse's own refusal shows the top-level usage,
+    which does not say what the command takes)."""
+    words = list(sys.argv[1:] if argv is None else argv)
+    args, extra = parser.parse_known_args(words)
+    if extra:
+        command = commands(parser).get(getattr(args, "command", None) or "")
+        at = words.index(args.command) if args.command in words else len(words)
+        if command is not None and all(w in words[at + 1 :] for w in extra):
+            command.error(f"unrecognized arguments: {' '.join(extra)}")
+        parser.error(f"unrecognized arguments: {' '.join(extra)}")
+    return args
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     """Run the ``rowtime`` command; returns the exit status."""
-    args = build_parser().parse_args(argv)
+    args = parse(build_parser(), argv)
     try:
         return int(args.func(args) or 0)
     except BrokenPipeError:

@@ -34,7 +34,12 @@ from pathlib import Path
 from typing import Any
 
 import numpy as np
+import pyarrow as pa
+import pyarrow.parquet as pq
 
+import pyspark_rowtime as rt
+
+from .api import rowtime_bound_us
 from .bounds.bounds import END_OF_STREAM_US
 from .demo_data import (
     ADJUST_RANGE_S,
@@ -47,6 +52,7 @@ from .demo_data import (
     expected,
     generate,
 )
+from .demo_figure import draw
 
 #: Plain Spark's watermark delay: enough for readings out of order by a few seconds, which is
 #: what a developer would pick from looking at one sensor's feed.
@@ -217,10 +223,9 @@ def run(args: argparse.Namespace) -> int:
         json.dumps({"trace": asdict(trace), "discarded": discards}, default=str)
     )
     if figure:
-        from .demo_figure import draw
-
         png = out / "demo.png"
-        draw(data, trace, discards, png)
+        lost_all, _ = plain_losses(data, trace)
+        draw(data, trace, discards, png, spark_delay_s=SPARK_DELAY_S, lost_all=lost_all)
         print(f"figure: {png}")
     print(f"done in {time.monotonic() - started:.0f} s")
     return 0
@@ -262,12 +267,7 @@ def run_queries(spark: Any, data: DemoData, out: Path) -> Outcome:
 
 
 def _replay(spark: Any, data: DemoData, out: Path) -> tuple[Trace, dict[str, int]]:
-    import pyarrow as pa
-    import pyarrow.parquet as pq
     from pyspark.sql import functions as F
-
-    import pyspark_rowtime as rt
-    from pyspark_rowtime.api import rowtime_bound_us
 
     traffic, landing, maxflow = out / "traffic", out / "landing", out / "maxflow"
     chk = out / "checkpoints"
@@ -446,14 +446,12 @@ def _settle(query: Any, caught_up: Any) -> None:
 
 def _read_up_to(query: Any) -> list[int] | None:
     """The log offset each partition of the rowtime source has been read up to."""
-    import json as _json
-
     progress = query.lastProgress
     if not progress or not progress["sources"]:
         return None
     end = progress["sources"][0].get("endOffset")
     if isinstance(end, str):
-        end = _json.loads(end)
+        end = json.loads(end)
     if not end:
         return None
     parts = end["partitions"]
@@ -472,8 +470,6 @@ def _last_watermark(progress: list[dict[str, Any]], before: list[int | None]) ->
 
 
 def _partition_clock(traffic: Path, p: int) -> int | None:
-    import pyspark_rowtime as rt
-
     return rt.open_stream(traffic).clock_us(p)
 
 

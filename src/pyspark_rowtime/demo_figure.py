@@ -37,14 +37,22 @@ def _steps(x: list[int], y: list[int | None]) -> tuple[np.ndarray, np.ndarray]:
     return _minutes(xs), _minutes(ys)
 
 
-def draw(data: DemoData, trace: Trace, discards: list[dict[str, Any]], path: Path) -> None:
-    """Write the figure to ``path`` (PNG)."""
+def draw(
+    data: DemoData,
+    trace: Trace,
+    discards: list[dict[str, Any]],
+    path: Path,
+    *,
+    spark_delay_s: int,
+    lost_all: int,
+) -> None:
+    """Write the figure to ``path`` (PNG): plain Spark ran with a watermark delay of
+    ``spark_delay_s`` and lost ``lost_all`` readings from every window they belong to (the demo
+    computes both; the figure draws them)."""
     import matplotlib
 
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
-
-    from .demo import SPARK_DELAY_S, plain_losses
 
     fig, axes = plt.subplots(2, 1, figsize=(11, 10), sharex=True, sharey=True, dpi=90)
     colors = plt.get_cmap("viridis")(np.linspace(0, 0.85, data.config.partitions))
@@ -125,9 +133,8 @@ def draw(data: DemoData, trace: Trace, discards: list[dict[str, Any]], path: Pat
         where="post",
         color="tab:red",
         lw=2.2,
-        label=f"Spark watermark (max rowtime - {SPARK_DELAY_S} s)",
+        label=f"Spark watermark (max rowtime - {spark_delay_s} s)",
     )
-    lost_all, _ = plain_losses(data, trace)
     ax.fill_between(
         x,
         0 if len(y) == 0 else min(0.0, float(np.min(y))),
@@ -161,7 +168,7 @@ def draw(data: DemoData, trace: Trace, discards: list[dict[str, Any]], path: Pat
         )
     ax.set_title(
         f"(b) plain Spark: Parquet files, withWatermark('rowtime', "
-        f"'{SPARK_DELAY_S} seconds'), groupBy(window(...))",
+        f"'{spark_delay_s} seconds'), groupBy(window(...))",
         fontsize=10,
     )
 

@@ -38,8 +38,21 @@ from typing import Any
 
 import numpy as np
 
+from .api import rowtime_bound_us
+from .bounds.bounds import END_OF_STREAM_US
 from .bounds.errors import OptionError
-from .streams.storage import SINK_DIR, SINK_TARGET_FILE, LocationKind, StreamStorage, what_is_at
+from .bounds.plan import idle_partitions
+from .datasource.options import parse_reader_options
+from .datasource.planner import whole_step
+from .streams.columns import LOG_ARRIVAL_US
+from .streams.storage import (
+    SINK_DIR,
+    SINK_TARGET_FILE,
+    LocationKind,
+    StreamStorage,
+    open_storage,
+    what_is_at,
+)
 
 INSTALL = (
     "the Prometheus client library is not installed; install it with "
@@ -66,7 +79,6 @@ def idle_since(
         return {}
     latest = max(known)
     out = {}
-    from .bounds.bounds import END_OF_STREAM_US
 
     for p, last in enumerate(lasts):
         if last is None or latest <= last + timeout_us:
@@ -83,7 +95,6 @@ def idle_since(
 def _first_arrival_after(stream: StreamStorage, partition: int, t_us: int) -> int | None:
     """The arrival of the first record of ``partition`` that arrived after ``t_us``: one
     segment read, found by its footer's last arrival."""
-    from .streams.columns import LOG_ARRIVAL_US
 
     for seg in stream.partition_stats(partition):
         if seg.count and seg.last_arrival_us > t_us:
@@ -186,7 +197,6 @@ class RowtimeCollector:
         yield from c.values()
 
     def _collect_one(self, location: str, g: dict[str, Any], c: dict[str, Any]) -> None:
-        from .api import rowtime_bound_us
 
         where = what_is_at(location)
         if where.kind in _TABLE_TARGETS or (
@@ -202,10 +212,6 @@ class RowtimeCollector:
 
 def stream_metrics(location: str, g: dict[str, Any], c: dict[str, Any]) -> None:
     """Add one stream's samples to the metric families ``g`` (gauges) and ``c`` (counters)."""
-    from .bounds.plan import idle_partitions
-    from .datasource.options import parse_reader_options
-    from .datasource.reader import whole_step
-    from .streams.storage import open_storage
 
     stream = open_storage(location)
     meta = stream.meta

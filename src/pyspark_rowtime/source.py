@@ -14,6 +14,7 @@ from pyspark.sql.datasource import DataSourceStreamWriter
 from pyspark.sql.types import StructType
 
 from .datasource.spark import RowtimeReaderSource
+from .streams.catalog import CATALOG_CONF, find_catalog
 
 __all__ = ["RowtimeDataSource", "use_catalog"]
 
@@ -43,7 +44,6 @@ def use_catalog(spark: Any, path: str | None = None) -> str:
     call, the environment variable ``ROWTIME_CATALOG`` (inherited by Spark's Python workers when
     set before the session starts) or ``option("catalog", ...)`` still work.
     """
-    from .streams.catalog import CATALOG_CONF, find_catalog
 
     conf = spark.conf.get(CATALOG_CONF, None) if path is None else path
     resolved = find_catalog(None, conf, needed_for="use_catalog")

@@ -59,7 +59,6 @@ from ...bounds.bounds import merge_clock
 from ...bounds.errors import (
     CorruptLogError,
     OptionError,
-    StreamNotFoundError,
 )
 from ..lock import LOCK_FILE, PartitionLock
 from ..meta import (
@@ -86,7 +85,7 @@ from ..retention import (
 from ..segments import (
     SEGMENT_RE,
     SegmentStats,
-    check_segment_files,
+    check_appended_files,
     open_segment_file,
     segment_name,
     segment_schema,
@@ -96,8 +95,11 @@ from ..segments import (
 from ..storage import (
     PartitionAppender,
     PartitionTail,
+    check_continues,
+    check_partition,
     check_read,
     local_path,
+    stream_not_found,
 )
 
 __all__ = [
@@ -294,12 +296,7 @@ class Stream:
         return os.path.join(self.location, partition_dirname(partition))
 
     def _check_partition(self, partition: int) -> None:
-        n = self.meta.partitions
-        if isinstance(partition, bool) or not isinstance(partition, int) or not 0 <= partition < n:
-            raise OptionError(
-                f"partition {partition!r} does not exist in stream {self.location}: it has {n} "
-                f"partition{'s' if n != 1 else ''}, numbered 0 to {n - 1}"
-            )
+        check_partition(self.location, self.meta.partitions, partition)
 
     def segments(self, partition: int, refresh: bool = True) -> list[Segment]:
         """The committed segments of a partition, in offset order from the one holding its
@@ -593,6 +590,7 @@ class _LogAppender:
         return self._tail
 
     def append_run(self, stats: SegmentStats, chunks: Sequence[pa.Table | pa.RecordBatch]) -> None:
+        check_continues(self.where, stats.first, self._tail.end)
         write_segment(self._dir, stats, self.stream.file_schema, chunks)
         self._tail = PartitionTail(stats.end, stats.clock_us, stats.last_arrival_us)
         try:
@@ -601,14 +599,7 @@ class _LogAppender:
             pass  # merging is housekeeping: the next append tries again
 
     def append_segment_files(self, paths: Sequence[str], *, reject: bool, verify: bool) -> None:
-        checked = check_segment_files(
-            paths,
-            self.stream.file_schema,
-            self._tail,
-            where=self.where,
-            reject=reject,
-            verify=verify,
-        )
+        checked = check_appended_files(self, paths, reject=reject, verify=verify)
         for path, stats in checked:
             link_segment(self._dir, path, stats)
             self._tail = PartitionTail(stats.end, stats.clock_us, stats.last_arrival_us)
@@ -750,14 +741,6 @@ def clean_partition(stream: Stream, partition: int) -> list[str]:
 # -- creating and opening --------------------------------------------------------------------
 
 
-def _not_found(location: str, path: str, why: str) -> StreamNotFoundError:
-    return StreamNotFoundError(
-        f"no rowtime stream at {location!r} ({why}). Create one with "
-        f"pyspark_rowtime.create_stream({path!r}, schema) or "
-        f"`rowtime create {path} --schema 'a INT, b STRING'`"
-    )
-
-
 def open_stream(location: str | os.PathLike[str]) -> Stream:
     """The stream at ``location`` (a path or ``file://`` URL).
 
@@ -770,10 +753,10 @@ def open_stream(location: str | os.PathLike[str]) -> Stream:
 def _open(path: str, given: str) -> Stream:
     if not os.path.isdir(path):
         why = "not a directory" if os.path.exists(path) else "no such directory"
-        raise _not_found(given, path, why)
+        raise stream_not_found(given, path, why)
     meta = read_meta(path)
     if meta is None:
-        raise _not_found(given, path, f"the directory has no {META_FILE}")
+        raise stream_not_found(given, path, f"the directory has no {META_FILE}")
     return Stream(meta)
 
 

@@ -27,6 +27,7 @@ from .location import (
     ObjectLocation,
     call,
     create_if_absent,
+    delete_objects,
     parse_location,
     require_conditional_writes,
     store_for,
@@ -241,8 +242,5 @@ class ObjectTargetFiles:
         )
 
     def remove(self, names: Sequence[str]) -> None:
-        import obstore
-
         keys = [self._key(n) for n in names]
-        if keys:
-            call(self.loc, "removing objects", lambda: obstore.delete(store_for(self.loc), keys))
+        delete_objects(self.loc, store_for(self.loc), keys, "removing objects")

@@ -28,7 +28,7 @@ import time
 import uuid
 from typing import Any
 
-from ...bounds.errors import WriterLockedError
+from ...bounds.errors import OptionError, WriterLockedError
 from .location import ObjectLocation, call, require_conditional_writes
 
 __all__ = ["DEFAULT_LEASE_S", "LEASE_ENV", "Lease", "lease_seconds"]
@@ -49,8 +49,6 @@ def lease_seconds(given: float | None = None) -> float:
         try:
             return max(float(raw), 0.2)
         except ValueError:
-            from ...bounds.errors import OptionError
-
             raise OptionError(
                 f"{LEASE_ENV}={raw!r} is not a number of seconds (such as 30)"
             ) from None

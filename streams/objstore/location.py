@@ -20,8 +20,9 @@ from __future__ import annotations
 import threading
 import urllib.parse
 import uuid
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
+from functools import partial
 from typing import Any, TypeVar
 
 from ...bounds.errors import OptionError, RowtimeError
@@ -282,3 +283,22 @@ def call(loc: ObjectLocation, what: str, fn: Callable[[], T]) -> T:
                 "that step is assumed done; retry when the store answers"
             ) from None
         raise
+
+
+def delete_objects(loc: ObjectLocation, store: Any, keys: Sequence[str], what: str) -> None:
+    """Remove ``keys`` from ``store`` (at ``loc``, for messages: ``what`` was being done): a key
+    already gone is no error, as on S3. Azure Blob fails a bulk delete that names a missing
+    blob: the keys are then removed one by one, each missing one skipped."""
+    import obstore
+
+    keys = list(keys)
+    if not keys:
+        return
+    try:
+        call(loc, what, lambda: obstore.delete(store, keys))
+    except FileNotFoundError:
+        for key in keys:
+            try:
+                call(loc, what, partial(obstore.delete, store, key))
+            except FileNotFoundError:
+                pass

@@ -61,9 +61,9 @@ from ...bounds.bounds import merge_clock
 from ...bounds.errors import (
     CorruptLogError,
     OptionError,
-    StreamNotFoundError,
     WriterLockedError,
 )
+from ...bounds.versions import newer_format
 from ..columns import LOG_SYSTEM_COLUMNS
 from ..meta import (
     META_FILE,
@@ -75,17 +75,29 @@ from ..meta import (
     validate_defaults,
 )
 from ..retention import RETENTION_FILE, TRIM_FILE, Retention, TrimResult, TrimState, Unit, data_loss
-from ..segments import SegmentStats, check_segment_files, segment_schema, write_segment_to
+from ..segments import SegmentStats, check_appended_files, segment_schema, write_segment_to
 from ..storage import (
     SINK_KIND_DELTA,
     SINK_KIND_PARQUET,
     SINK_KIND_STREAM,
     LocationKind,
     PartitionTail,
+    check_continues,
+    check_partition,
     check_read,
+    stream_not_found,
 )
+from .files import ObjectTargetFiles
 from .lease import Lease, lease_seconds
-from .location import ObjectLocation, call, parse_location, require_conditional_writes, store_for
+from .location import (
+    ObjectLocation,
+    call,
+    delete_objects,
+    parse_location,
+    require_conditional_writes,
+    store_for,
+)
+from .sink import ObjectSinkState, read_target
 
 __all__ = [
     "OBJECT_STORE_BACKEND",
@@ -227,12 +239,7 @@ class ObjectStream:
         return self._file_schema
 
     def _check_partition(self, partition: int) -> None:
-        n = self.meta.partitions
-        if isinstance(partition, bool) or not isinstance(partition, int) or not 0 <= partition < n:
-            raise OptionError(
-                f"partition {partition!r} does not exist in stream {self.location}: it has {n} "
-                f"partition{'s' if n != 1 else ''}, numbered 0 to {n - 1}"
-            )
+        check_partition(self.location, self.meta.partitions, partition)
 
     def _key(self, partition: int, *parts: str) -> str:
         return self.loc.key(partition_dirname(partition), *parts)
@@ -342,8 +349,6 @@ class ObjectStream:
         where = f"commit {seq} of partition {partition} of {self.location}"
         version = doc.get("v", 1)
         if not isinstance(version, int) or version > _FORMAT:
-            from ...bounds.versions import newer_format
-
             raise newer_format(where, version, _FORMAT, CorruptLogError)
         chain.next_seq = seq + 1
         epoch = int(doc.get("epoch", 0))
@@ -470,10 +475,7 @@ class ObjectStream:
         return TrimResult(partition, prev, new)
 
     def _delete(self, keys: Sequence[str]) -> None:
-        import obstore
-
-        if keys:
-            call(self.loc, "removing objects", lambda: obstore.delete(self.store, list(keys)))
+        delete_objects(self.loc, self.store, keys, "removing objects")
 
     # -- reading --
 
@@ -730,11 +732,7 @@ class ObjectAppender:
     def append_run(self, stats: SegmentStats, chunks: Sequence[pa.Table | pa.RecordBatch]) -> None:
         """Upload the run as one segment object, then commit it (one conditional create)."""
         self._check()
-        if stats.first != self._tail.end:
-            raise CorruptLogError(
-                f"{self.where}: a run from offset {stats.first}, and the partition ends at "
-                f"{self._tail.end}"
-            )
+        check_continues(self.where, stats.first, self._tail.end)
         sink = pa.BufferOutputStream()
         write_segment_to(sink, stats, self.stream.file_schema, chunks)
         seg = self._upload(stats, sink.getvalue().to_pybytes())
@@ -743,14 +741,7 @@ class ObjectAppender:
     def append_segment_files(self, paths: Sequence[str], *, reject: bool, verify: bool) -> None:
         """Check the files, upload each as a segment object, and commit them all at once."""
         self._check()
-        checked = check_segment_files(
-            paths,
-            self.stream.file_schema,
-            self._tail,
-            where=self.where,
-            reject=reject,
-            verify=verify,
-        )
+        checked = check_appended_files(self, paths, reject=reject, verify=verify)
         if not checked:
             return
         segments = []
@@ -764,14 +755,6 @@ class ObjectAppender:
 
 
 # -- creating and opening --------------------------------------------------------------------
-
-
-def _not_found(loc: ObjectLocation, given: str) -> StreamNotFoundError:
-    return StreamNotFoundError(
-        f"no rowtime stream at {given!r} (no object {loc.key(META_FILE)} in bucket "
-        f"{loc.bucket}). Create one with pyspark_rowtime.create_stream({str(loc)!r}, schema) "
-        f"or `rowtime create {loc} --schema 'a INT, b STRING'`"
-    )
 
 
 def _read_meta(loc: ObjectLocation) -> StreamMeta | None:
@@ -792,7 +775,9 @@ def open_object_stream(location: str | ObjectLocation, given: str | None = None)
     loc = location if isinstance(location, ObjectLocation) else parse_location(location)
     meta = _read_meta(loc)
     if meta is None:
-        raise _not_found(loc, given or str(loc))
+        raise stream_not_found(
+            given or str(loc), str(loc), f"no object {loc.key(META_FILE)} in bucket {loc.bucket}"
+        )
     return ObjectStream(loc, meta)
 
 
@@ -866,7 +851,6 @@ class _ObjectStoreBackend:
         loc = parse_location(resolved)
         if _read_meta(loc) is not None:
             return LocationKind.STREAM
-        from .sink import read_target
 
         doc = read_target(loc)
         kind = doc.get("kind") if isinstance(doc, dict) else None
@@ -880,13 +864,11 @@ class _ObjectStoreBackend:
 
     def sink_store(self, resolved: str) -> Any:
         """The sink's state of a stream target here, kept below the location (.sink)."""
-        from .sink import ObjectSinkState
 
         return ObjectSinkState(resolved)
 
     def target_files(self, resolved: str) -> Any:
         """The objects below the location, for a Parquet target of the sink (.files)."""
-        from .files import ObjectTargetFiles
 
         return ObjectTargetFiles(resolved)
 

@@ -22,32 +22,40 @@ from __future__ import annotations
 
 import json
 import os
-from collections.abc import Callable, Iterable, Iterator, Sequence
+from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import pyarrow as pa
 
 from ...bounds.errors import CorruptLogError
-from ...bounds.versions import newer_format
 from ..lock import wait_for_lock
-from ..segments import SegmentStats, append_segment_blobs, write_segment_to
-from ..storage import SINK_DIR, SINK_TARGET_FILE, latest_entry, owner_conflict
+from ..segments import SegmentStats, StagedBlobs, write_segment_to
+from ..storage import (
+    SINK_DIR,
+    SINK_TARGET_FILE,
+    check_sink_version,
+    claim_target,
+    define_target_once,
+    latest_entry,
+)
 from .lease import Lease, lease_seconds
 from .location import (
     ObjectLocation,
     call,
     create_if_absent,
+    delete_objects,
     parse_location,
     store_for,
 )
 
 __all__ = ["ObjectSinkState", "read_target"]
 
-FORMAT = "pyspark-rowtime-sink"
-FORMAT_VERSION = 1
 #: Manifest entries kept (the sink's folder keeps as many: Spark replays only the latest).
 MANIFEST_KEEP = 100
+
+if TYPE_CHECKING:
+    from ..storage import RunChunks, Staged
 
 
 def _done() -> None:
@@ -71,23 +79,19 @@ def read_target(loc: ObjectLocation) -> dict[str, Any] | None:
     """The target's description below ``loc``, or None (refused if a newer sink wrote it)."""
     key = loc.key(SINK_DIR, SINK_TARGET_FILE)
     doc = _get(loc, key, "reading the sink target's description")
-    if isinstance(doc, dict):
-        version = doc.get("format_version", 1)
-        if isinstance(version, int) and version > FORMAT_VERSION:
-            raise newer_format(
-                f"sink target {loc} ({key})", version, FORMAT_VERSION, CorruptLogError
-            )
-        return doc
-    return None
+    return check_sink_version(doc, f"{loc} ({key})") if isinstance(doc, dict) else None
 
 
-class ObjectSinkState:
+class ObjectSinkState(StagedBlobs):
     """The state of the stream target at an object storage location (module docstring);
     implements :class:`..storage.SinkStore`. Picklable: the client is made on first use."""
 
     def __init__(self, resolved: str) -> None:
         self.loc = parse_location(resolved)
         self.target = str(self.loc)
+
+    #: append_staged: the partition's writer commits all the runs in one commit.
+    _blob_prefix = "rowtime-objstore-sink-"
 
     def __repr__(self) -> str:
         return f"ObjectSinkState({self.target!r})"
@@ -107,24 +111,22 @@ class ObjectSinkState:
         return read_target(self.loc)
 
     def define_target(self, doc: dict[str, Any]) -> dict[str, Any]:
-        full = {"format": FORMAT, "format_version": FORMAT_VERSION, **doc}
-        if self._create(self._key(SINK_TARGET_FILE), full, "describing"):
-            return full
-        existing = self.read_target()
-        assert existing is not None
-        return existing
+        key = self._key(SINK_TARGET_FILE)
+        return define_target_once(
+            doc, lambda full: self._create(key, full, "describing"), self.read_target
+        )
 
     def claim(self, query_id: str | None) -> None:
-        if query_id is None:
-            return
         key = self._key("owner.json")
-        owner = _get(self.loc, key, "reading the sink target's owner")
-        if owner is None:
-            self._create(key, {"query_id": query_id}, "claiming")
+
+        def claim(doc: dict[str, Any]) -> Any:
             owner = _get(self.loc, key, "reading the sink target's owner")
-        theirs = None if owner is None else owner.get("query_id")
-        if theirs != query_id:
-            raise owner_conflict(self.target, theirs, query_id)
+            if owner is None:
+                self._create(key, doc, "claiming")
+                owner = _get(self.loc, key, "reading the sink target's owner")
+            return owner
+
+        claim_target(self.target, query_id, claim)
 
     # -- the manifest --
 
@@ -184,14 +186,7 @@ class ObjectSinkState:
         self._delete([self._entry_key(b) for b in ids[: max(0, len(ids) - keep)]])
 
     def _delete(self, keys: Sequence[str]) -> None:
-        import obstore
-
-        if keys:
-            call(
-                self.loc,
-                "removing sink objects",
-                lambda: obstore.delete(store_for(self.loc), list(keys)),
-            )
+        delete_objects(self.loc, store_for(self.loc), keys, "removing sink objects")
 
     # -- staging --
 
@@ -200,13 +195,8 @@ class ObjectSinkState:
         return self._key("staging", f"{int(batch):020d}", name)
 
     def stage_segment(
-        self,
-        batch_id: int,
-        name: str,
-        stats: SegmentStats,
-        schema: pa.Schema,
-        chunks: Iterable[pa.Table | pa.RecordBatch],
-    ) -> tuple[str, Callable[[], None]]:
+        self, batch_id: int, name: str, stats: SegmentStats, schema: pa.Schema, chunks: RunChunks
+    ) -> Staged:
         """Stage a run as one object (handle ``"<batch>/<name>"``), durable when this returns."""
         import obstore
 
@@ -248,14 +238,6 @@ class ObjectSinkState:
         except FileNotFoundError:  # obstore's not found
             raise CorruptLogError(f"staged run {handle} of {self.target} is gone") from None
         return bytes(raw)
-
-    def open_staged(self, handle: str) -> pa.Table:
-        return pa.ipc.open_file(pa.py_buffer(self._blob(handle))).read_all()
-
-    def append_staged(self, appender: Any, handles: Sequence[str]) -> None:
-        """Fetch the runs and append them as segment files: the partition's writer commits
-        all of them in one commit."""
-        append_segment_blobs(appender, (self._blob(h) for h in handles), "rowtime-objstore-sink-")
 
     def discard_staged(self, handles: Sequence[str]) -> None:
         self._delete([self._staged_key(h) for h in handles])

@@ -15,7 +15,7 @@ import pyarrow as pa
 
 from ...bounds.errors import CorruptLogError, WriterLockedError
 from ..columns import LOG_SYSTEM_COLUMNS as SYSTEM_COLUMNS
-from ..segments import SegmentStats, check_segment_files, open_segment_file
+from ..segments import SegmentStats, check_appended_files, open_segment_file
 from ..storage import PartitionTail
 from .records import ipc_bytes, one_table, stats_json
 
@@ -89,17 +89,15 @@ class RedisAppender:
         :data:`ENTRY_MAX_ROWS` rows). A retry of the same run after a lost reply is a no-op."""
         self._append([(stats, one_table(chunks))])
 
+    @property
+    def where(self) -> str:
+        """The partition as errors name it."""
+        return self._where
+
     def append_segment_files(self, paths: Sequence[str], *, reject: bool, verify: bool) -> None:
         """Check the files (:func:`.segments.check_segment_files`), then commit all their
         records as one atomic script: Redis holds the records, the files stay the caller's."""
-        checked = check_segment_files(
-            paths,
-            self.stream.file_schema,
-            self.tail(),
-            where=self._where,
-            reject=reject,
-            verify=verify,
-        )
+        checked = check_appended_files(self, paths, reject=reject, verify=verify)
         if checked:
             self._append([(stats, open_segment_file(path)) for path, stats in checked])
 

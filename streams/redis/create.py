@@ -14,6 +14,7 @@ from ...bounds.errors import CorruptLogError, OptionError, SchemaError, StreamNo
 from ..ddl import to_ddl
 from ..meta import StreamMeta, meta_from_json, meta_to_json, payload_schema, validate_defaults
 from ..retention import Retention
+from ..storage import stream_not_found
 from .connection import connection
 from .external import ExternalSpec
 from .location import RedisLocation, parse_location
@@ -31,10 +32,12 @@ def meta_key(loc: RedisLocation) -> str:
 
 
 def _not_found(loc: RedisLocation) -> StreamNotFoundError:
-    return StreamNotFoundError(
-        f"no rowtime stream at {loc} (no key {meta_key(loc)} in database {loc.db}). Create one "
-        f"with pyspark_rowtime.create_stream({str(loc)!r}, schema), or register a Redis stream "
-        "written by others with pyspark_rowtime.streams.redis.register_external"
+    return stream_not_found(
+        str(loc),
+        str(loc),
+        f"no key {meta_key(loc)} in database {loc.db}",
+        "; or register a Redis stream written by others with "
+        "pyspark_rowtime.streams.redis.register_external",
     )
 
 

@@ -29,6 +29,7 @@ from ..columns import LOG_ROWTIME_US as ROWTIME
 from ..ddl import to_ddl
 from ..meta import StreamMeta
 from ..segments import SegmentStats, segment_schema
+from .location import parse_location, redact
 from .records import Piece, id_us, stats_json
 
 if TYPE_CHECKING:
@@ -330,7 +331,6 @@ class EntrySource:
         rowtime_field: str | None,
         defaults: dict[str, Any],
     ) -> None:
-        from .location import parse_location
 
         self.loc = parse_location(location)
         self.key = self.loc.name
@@ -349,8 +349,6 @@ class EntrySource:
         ``after == "new"``, one pair ``("new", the last entry's ID)`` (``"0-0"`` while empty).
         A server that does not answer gives ``[]`` and sets :attr:`unavailable`."""
         import redis
-
-        from .location import redact
 
         try:
             if after == "new":

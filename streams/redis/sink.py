@@ -31,25 +31,30 @@ attempt's until the next commit cleans it).
 from __future__ import annotations
 
 import json
-from collections.abc import Callable, Iterable, Sequence
+from collections.abc import Callable, Sequence
 from functools import partial
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import pyarrow as pa
 
 from ...bounds.errors import CorruptLogError
-from ...bounds.versions import newer_format
-from ..segments import SegmentStats, append_segment_blobs
-from ..storage import latest_entry, owner_conflict
+from ..segments import SegmentStats, StagedBlobs
+from ..storage import (
+    check_sink_version,
+    claim_target,
+    define_target_once,
+    latest_entry,
+)
 from .connection import connection
 from .location import parse_location
 
 __all__ = ["RedisSinkState"]
 
-FORMAT = "pyspark-rowtime-sink"
-FORMAT_VERSION = 1
 #: Manifest entries kept (the sink's folder keeps as many: Spark replays only the latest).
 MANIFEST_KEEP = 100
+
+if TYPE_CHECKING:
+    from ..storage import RunChunks, Staged
 
 
 def _done() -> None:
@@ -60,13 +65,16 @@ def _json(raw: bytes | None) -> Any | None:
     return None if raw is None else json.loads(raw)
 
 
-class RedisSinkState:
+class RedisSinkState(StagedBlobs):
     """The state of the stream target at a ``redis://`` location (see the module docstring);
     implements :class:`.storage.SinkStore`. Picklable: it connects on first use."""
 
     def __init__(self, resolved: str) -> None:
         self.loc = parse_location(resolved)
         self.target = str(self.loc)  # redacted: it reaches error messages
+
+    #: append_staged: the Redis appender commits all the runs in one atomic script.
+    _blob_prefix = "rowtime-redis-sink-"
 
     def __repr__(self) -> str:
         return f"RedisSinkState({self.target!r})"
@@ -84,36 +92,28 @@ class RedisSinkState:
         doc: dict[str, Any] | None = _json(
             self._call("reading the description", lambda c: c.get(self._key("target")))
         )
-        if doc is not None and isinstance(doc.get("format_version", 1), int):
-            if doc.get("format_version", 1) > FORMAT_VERSION:
-                raise newer_format(
-                    f"sink target {self.target} (key {self._key('target')})",
-                    doc["format_version"], FORMAT_VERSION, CorruptLogError,
-                )  # fmt: skip
-        return doc
+        return check_sink_version(doc, f"{self.target} (key {self._key('target')})")
 
     def define_target(self, doc: dict[str, Any]) -> dict[str, Any]:
-        full = {"format": FORMAT, "format_version": FORMAT_VERSION, **doc}
-        text = json.dumps(full, sort_keys=True)
-        if self._call("describing", lambda c: c.set(self._key("target"), text, nx=True)):
-            return full
-        existing = self.read_target()
-        assert existing is not None
-        return existing
+        def create(full: dict[str, Any]) -> bool:
+            text = json.dumps(full, sort_keys=True)
+            return bool(
+                self._call("describing", lambda c: c.set(self._key("target"), text, nx=True))
+            )
+
+        return define_target_once(doc, create, self.read_target)
 
     def claim(self, query_id: str | None) -> None:
-        if query_id is None:
-            return
         key = self._key("owner")
-        text = json.dumps({"query_id": query_id})
 
-        def claim(c: Any) -> Any:
-            c.set(key, text, nx=True)  # the first query to claim it owns it
-            return c.get(key)
+        def claim(doc: dict[str, Any]) -> Any:
+            def set_then_get(c: Any) -> Any:
+                c.set(key, json.dumps(doc), nx=True)  # the first query to claim it owns it
+                return c.get(key)
 
-        owner = _json(self._call("claiming", claim)) or {}
-        if owner.get("query_id") != query_id:
-            raise owner_conflict(self.target, owner.get("query_id"), query_id)
+            return _json(self._call("claiming", set_then_get))
+
+        claim_target(self.target, query_id, claim)
 
     # -- the manifest --
 
@@ -158,13 +158,8 @@ class RedisSinkState:
     # -- staging --
 
     def stage_segment(
-        self,
-        batch_id: int,
-        name: str,
-        stats: SegmentStats,
-        schema: pa.Schema,
-        chunks: Iterable[pa.Table | pa.RecordBatch],
-    ) -> tuple[str, Callable[[], None]]:
+        self, batch_id: int, name: str, stats: SegmentStats, schema: pa.Schema, chunks: RunChunks
+    ) -> Staged:
         """Stage a run as one hash field (handle ``"<batch>/<name>"``), in one transaction
         with the batch's entry in the staging index."""
         sink = pa.BufferOutputStream()
@@ -205,18 +200,8 @@ class RedisSinkState:
             f"reading staged run {handle}", lambda c: c.hget(*self._split(handle))
         )
         if blob is None:
-            from ...bounds.errors import CorruptLogError
-
             raise CorruptLogError(f"staged run {handle} of {self.target} is gone")
         return blob
-
-    def open_staged(self, handle: str) -> pa.Table:
-        return pa.ipc.open_file(pa.py_buffer(self._blob(handle))).read_all()
-
-    def append_staged(self, appender: Any, handles: Sequence[str]) -> None:
-        """Fetch the runs and append them as segment files: the Redis appender commits all
-        of them in one atomic script."""
-        append_segment_blobs(appender, (self._blob(h) for h in handles), "rowtime-redis-sink-")
 
     def discard_staged(self, handles: Sequence[str]) -> None:
         def discard(c: Any) -> None:

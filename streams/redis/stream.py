@@ -19,7 +19,7 @@ from ..columns import LOG_SYSTEM_COLUMNS as SYSTEM_COLUMNS
 from ..meta import StreamMeta
 from ..retention import Retention, TrimResult, TrimState, Unit, data_loss
 from ..segments import SegmentStats, segment_schema
-from ..storage import PartitionTail, check_read
+from ..storage import PartitionTail, check_partition, check_read
 from . import external, trim
 from .appender import DEFAULT_LEASE_S, RedisAppender
 from .connection import connection
@@ -74,12 +74,7 @@ class RedisStream:
         return self.key("p", partition)
 
     def check_partition(self, partition: int) -> None:
-        n = self.meta.partitions
-        if isinstance(partition, bool) or not isinstance(partition, int) or not 0 <= partition < n:
-            raise OptionError(
-                f"partition {partition!r} does not exist in stream {self.location}: it has {n} "
-                f"partition{'s' if n != 1 else ''}, numbered 0 to {n - 1}"
-            )
+        check_partition(self.location, self.meta.partitions, partition)
 
     # -- tails and clocks --
 
