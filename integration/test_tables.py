@@ -140,7 +140,9 @@ def test_pass_through_writes_every_row_once_and_the_clock_follows_the_bounds(
         # Measured here: with delta-rs 1.6.6 on Azurite 3.35 every commit after a table's first
         # fails with "Invalid table version: 1", write_deltalake(mode="append") alone too (no
         # sink involved); the table stays readable at version 1. Not seen on S3 (moto) or a
-        # folder. strict: this fails loudly once delta-rs or Azurite no longer do it.
+        # folder. Reported upstream as delta-io/delta-rs issue 3716 ("write_deltalake fail
+        # writes when using emulator", Azurite 3.35, delta-rs >= 1.1). strict: this fails
+        # loudly once delta-rs or Azurite no longer do it.
         request.applymarker(
             pytest.mark.xfail(
                 reason="delta-rs 1.6.6 on Azurite: a table's second commit fails ('Invalid table "
