@@ -191,7 +191,7 @@ def iceberg_catalog(loc: IcebergLocation, overrides: Mapping[str, str] | None = 
         ) from e
 
 
-def _cloud_defaults(props: Mapping[str, str]) -> dict[str, str]:
+def _cloud_defaults(props: Mapping[str, Any]) -> dict[str, str]:
     """FileIO properties from the clouds' standard environment variables, which delta-rs, the
     object store streams and Spark's workers read, and pyiceberg's PyArrowFileIO does not
     (configured properties win over these):
@@ -236,7 +236,7 @@ def _cloud_defaults(props: Mapping[str, str]) -> dict[str, str]:
     return out
 
 
-def _check_warehouse(loc: IcebergLocation, props: Mapping[str, str]) -> None:
+def _check_warehouse(loc: IcebergLocation, props: Mapping[str, Any]) -> None:
     """Refuse, naming the form that works, an Azure warehouse pyiceberg cannot reach here."""
     warehouse = str(props.get("warehouse", ""))
     url = urllib.parse.urlparse(warehouse)
