@@ -10,25 +10,34 @@ rows and the end of stream), read with ``spark.readStream.format("rowtime")`` an
   partition, each in rowtime order, bounds passed on; the executors write the segments and the
   commit links them);
 * ``files``: ``writeStream.format("rowtime").option("target", "parquet")``: snappy Parquet
-  files in hourly partitions, ``_COMPLETE`` markers and the clock.
+  files in hourly partitions, ``_COMPLETE`` markers and the clock;
+* ``delta``: ``.option("target", "delta")``: a Delta table (delta-rs commits), hourly
+  partitions, the clock an app transaction;
+* ``iceberg``: ``.option("target", "iceberg")`` into ``iceberg://bench/...``: an Iceberg table
+  of an embedded SQL catalog (SQLite) whose warehouse is a local folder, partitioned by
+  ``hour(rowtime)``, the clock a table property.
 
 Every case reads the same source, so the ratio is the price of the sink alone. For context
 the bench also runs ``python-noop``, a Python data source sink whose ``write()`` only drains its
 Arrow batches: what any Python sink pays for Spark handing rows to Python, before doing
 anything with them. A small warm-up query runs first (JIT, Python workers); then the cases run
-interleaved, ``--repeat`` rounds (so a busy moment on the machine hits every case alike), and
-each case's best run counts. Target: ratio >= 0.6 for both targets.
+interleaved, ``--repeat`` rounds (so a busy moment on the machine hits every case alike); each
+case's median counts, its fastest and slowest run beside it, and every ratio is of medians.
+Targets: ``stream`` and ``files`` >= 0.6 of Spark's ``parquet``; ``delta`` and ``iceberg`` >=
+0.8 of ``files``, the Parquet target (issue 31).
 
-Run: ``./dev bench sink [--rows N] [--repeat R] [--dir PATH]``. The summed micro-batch
-durations (``addBatch`` = read + write() on executors + commit() on the driver) are printed
-beside the rates.
+Run: ``./dev bench sink [--rows N] [--repeat R] [--dir PATH] [--cases a,b,...]
+[--out FILE.json]``. The summed micro-batch durations (``addBatch`` = read + write() on
+executors + commit() on the driver) are printed beside the rates.
 """
 
 from __future__ import annotations
 
 import argparse
+import datetime as dt
 import os
 import shutil
+import statistics
 import tempfile
 import time
 import uuid
@@ -36,7 +45,7 @@ from typing import Any
 
 import numpy as np
 import pyarrow as pa
-from benchutil import spark_session
+from benchutil import spark_session, write_json
 from pyspark.sql import DataFrame
 from pyspark.sql.datasource import DataSource, DataSourceStreamArrowWriter, WriterCommitMessage
 
@@ -48,6 +57,10 @@ START_US = 1_700_000_000_000_000
 STEP_US = 100  # ~10,000 rows per second of event time per partition
 WORDS = np.array(["ORCL", "MSFT", "IBM", "SAP", "AAPL", "GOOG", "AMZN", "META"])
 TARGET_RATIO = 0.6
+#: The table targets, of the Parquet target ("files"): issue 31's bar.
+TABLE_RATIO = 0.8
+#: The embedded Iceberg catalog the bench writes to, configured as pyiceberg users do.
+ICEBERG_CATALOG = "bench"
 
 
 class _Drained(WriterCommitMessage):
@@ -105,6 +118,20 @@ def write_source(path: str, rows: int) -> None:
             w.end_stream()
 
 
+def remove(path: str) -> None:
+    """Remove a case's output: a folder, or an Iceberg table with its files."""
+    if not path.startswith("iceberg://"):
+        shutil.rmtree(path, ignore_errors=True)
+        return
+    from pyiceberg.catalog import load_catalog
+
+    catalog = load_catalog(ICEBERG_CATALOG)
+    name = path.split("/", 3)[3]
+    location = catalog.load_table(name).location()
+    catalog.drop_table(name)
+    shutil.rmtree(location.removeprefix("file://"), ignore_errors=True)
+
+
 def drain(df: DataFrame, fmt: str, path: str, root: str, **options: str) -> tuple[float, int]:
     """Seconds to drain ``df`` into the sink, and the summed addBatch milliseconds."""
     checkpoint = os.path.join(root, "checkpoints", uuid.uuid4().hex)
@@ -125,16 +152,39 @@ def main() -> None:
     ap.add_argument("--rows", type=int, default=20_000_000)
     ap.add_argument("--repeat", type=int, default=5)
     ap.add_argument("--dir", default=None, help="where to write the data (default: a temp dir)")
+    ap.add_argument(
+        "--cases",
+        default="parquet,python-noop,stream,files,delta,iceberg",
+        help="which cases, comma-separated (parquet and files are the references)",
+    )
+    ap.add_argument("--out", default=None, help="write the runs and medians to this JSON file")
     args = ap.parse_args()
     base = args.dir or tempfile.mkdtemp(prefix="bench-sink-")
+    # The Iceberg catalog, set before Spark starts (its Python workers inherit it).
+    os.makedirs(os.path.join(base, "warehouse"), exist_ok=True)
+    os.environ[f"PYICEBERG_CATALOG__{ICEBERG_CATALOG.upper()}__URI"] = (
+        f"sqlite:///{base}/catalog.db"
+    )
+    os.environ[f"PYICEBERG_CATALOG__{ICEBERG_CATALOG.upper()}__WAREHOUSE"] = (
+        f"file://{base}/warehouse"
+    )
     spark = spark_session("bench-sink")
     spark.dataSource.register(PythonNoop)
-    cases: dict[str, tuple[str, dict[str, str]]] = {
+    every: dict[str, tuple[str, dict[str, str]]] = {
         "parquet": ("parquet", {}),
         "python-noop": ("python-noop", {}),
         "stream": ("rowtime", {}),
         "files": ("rowtime", {"target": "parquet"}),
+        "delta": ("rowtime", {"target": "delta"}),
+        "iceberg": ("rowtime", {"target": "iceberg"}),
     }
+    cases = {name: every[name] for name in args.cases.split(",")}
+
+    def out_of(name: str, run: str) -> str:
+        if name == "iceberg":
+            return f"iceberg://{ICEBERG_CATALOG}/bench.t_{run.replace('-', '_')}"
+        return os.path.join(base, f"out-{name}-{run}")
+
     try:
         t0 = time.perf_counter()
         source = os.path.join(base, "source")
@@ -150,25 +200,71 @@ def main() -> None:
             return spark.readStream.format("rowtime").load(path)
 
         for name, (fmt, options) in cases.items():  # warm up every sink once, small
-            drain(read(warm), fmt, os.path.join(base, f"warm-{name}"), base, **options)
+            out = out_of(name, "warm")
+            drain(read(warm), fmt, out, base, **options)
+            remove(out)
 
+        load = [os.getloadavg()[0]]
         runs: dict[str, list[tuple[float, int]]] = {name: [] for name in cases}
         for i in range(args.repeat):
             for name, (fmt, options) in cases.items():
-                out = os.path.join(base, f"out-{name}-{i}")
+                out = out_of(name, str(i))
                 runs[name].append(drain(read(source), fmt, out, base, **options))
-                shutil.rmtree(out, ignore_errors=True)
-        print(f"{'sink':<12}{'seconds':>9}{'M rows/s':>10}{'ratio':>7}{'target':>8}  addBatch ms")
-        reference, _ = min(runs["parquet"])
+                remove(out)
+                load.append(os.getloadavg()[0])
+        median = {n: statistics.median(s for s, _ in r) for n, r in runs.items()}
+        print(
+            f"{'sink':<12}{'median s':>9}{'min-max s':>13}{'M rows/s':>10}{'of parquet':>11}"
+            f"{'of files':>9}  target  addBatch ms (median)"
+        )
+        summary = {}
         for name, results in runs.items():
-            seconds, add_batch = min(results)
-            rate = args.rows / seconds / 1e6
-            ratio = reference / seconds
-            if name in ("stream", "files"):
-                verdict = f"{TARGET_RATIO:>8} {'ok' if ratio >= TARGET_RATIO else 'MISS'}"
-            else:
-                verdict = " " * 11
-            print(f"{name:<12}{seconds:9.2f}{rate:10.2f}{ratio:7.2f}{verdict}  {add_batch}")
+            seconds = median[name]
+            times = [s for s, _ in results]
+            of_spark = median["parquet"] / seconds if "parquet" in median else None
+            of_files = median["files"] / seconds if "files" in median else None
+            verdict = ""
+            if name in ("stream", "files") and of_spark is not None:
+                verdict = f">={TARGET_RATIO} of parquet " + (
+                    "ok" if of_spark >= TARGET_RATIO else "MISS"
+                )
+            if name in ("delta", "iceberg") and of_files is not None:
+                verdict = f">={TABLE_RATIO} of files " + (
+                    "ok" if of_files >= TABLE_RATIO else "MISS"
+                )
+            add_batch = statistics.median(a for _, a in results)
+            print(
+                f"{name:<12}{seconds:9.2f}{min(times):6.2f}-{max(times):<6.2f}"
+                f"{args.rows / seconds / 1e6:10.2f}"
+                f"{'' if of_spark is None else f'{of_spark:.2f}':>11}"
+                f"{'' if of_files is None else f'{of_files:.2f}':>9}  {verdict}  {add_batch:.0f}"
+            )
+            summary[name] = {
+                "seconds": {"median": seconds, "min": min(times), "max": max(times)},
+                "runs_s": times,
+                "add_batch_ms": [a for _, a in results],
+                "of_parquet": of_spark,
+                "of_files": of_files,
+            }
+        if args.out:
+            doc = {
+                "meta": {
+                    "rows": args.rows,
+                    "partitions": PARTITIONS,
+                    "rounds": args.repeat,
+                    "master": "local[2]",
+                    "cpus": os.cpu_count(),
+                    "load_min": min(load),
+                    "load_max": max(load),
+                    "spark": spark.version,
+                    "when": dt.datetime.now(dt.timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ"),
+                },
+                "summary": summary,
+            }
+            path = write_json(
+                os.path.dirname(os.path.abspath(args.out)), os.path.basename(args.out), doc
+            )
+            print(f"written: {path}")
     finally:
         spark.stop()
         if args.dir is None:

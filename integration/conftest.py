@@ -52,6 +52,7 @@ CONNECT_FILES = [
     "test_sink.py",
     "test_readme_blocks.py",
     "test_connect.py",
+    "test_tables.py",
 ]
 
 

@@ -2,9 +2,11 @@
 on another executor and nothing is lost or written twice.
 
 One child process (``local-cluster[2,1,1024]``: two executors, each its own JVM with its own
-Python workers) runs five streaming queries one after the other over the same prepared source:
+Python workers) runs seven streaming queries one after the other over the same prepared source:
 the reader into ``foreachBatch``, and the sink into a stream target in a folder, a stream target
-on Redis, a stream target on S3 (moto's server, tests/objstore_servers.py) and a Parquet target.
+on Redis, a stream target on S3 (moto's server, tests/objstore_servers.py), a Parquet target, a
+Delta table and an Iceberg table (a SQLite catalog, a local warehouse). The tables are read back
+with their own libraries (delta-rs, pyiceberg) and their clocks with them too.
 Each query passes its rows through a step (``mapInArrow``) in the same stage as the reader's
 scan and the sink's write tasks. The first task attempt that meets the case's chosen row (a
 fixed partition, in the middle of a middle micro-batch) passes the rows before it on, then
@@ -34,6 +36,7 @@ import pytest
 from helpers import BASE_US, US, Run, check_batches, plain, reader, run_available_now, write_rows
 from helpers import run_in_local_cluster as run_in_cluster
 from pyspark.sql import SparkSession
+from table_helpers import iceberg_catalog_env, iceberg_props, read_table, rows_of, table_clock
 
 import pyspark_rowtime as pr
 from pyspark_rowtime.api import rowtime_bound_us
@@ -52,7 +55,12 @@ KILL_AT = {
     "redis": (0, 220),
     "s3": (1, 230),
     "parquet": (1, 80),
+    "delta": (0, 160),
+    "iceberg": (1, 210),
 }
+#: The Iceberg table of the case ``iceberg``: its catalog ``lost`` is configured through
+#: pyiceberg's environment variables, which the child (and its executors) inherit.
+ICEBERG_AT = "iceberg://lost/crash.events"
 
 
 def row_id(partition: int, i: int) -> int:
@@ -162,6 +170,19 @@ def kill_step(case, kill_id, marks):
     return step
 
 
+def clock_of(location):
+    # tables: their own libraries, one read; the others: the project's reader of clocks
+    if location.startswith("iceberg://"):
+        from pyiceberg.catalog import load_catalog
+        catalog, _, name = location.removeprefix("iceberg://").partition("/")
+        value = load_catalog(catalog).load_table(name).properties.get("rowtime.clock")
+        return None if value is None else int(value)
+    if location.endswith("/delta"):
+        from deltalake import DeltaTable
+        return DeltaTable(location).transaction_version("rowtime.clock")
+    return rowtime_bound_us(location)
+
+
 class Clocks(StreamingQueryListener):
     # The target's clock after each batch's progress, by query id: it must never go back.
     def __init__(self):
@@ -174,7 +195,7 @@ class Clocks(StreamingQueryListener):
     def onQueryProgress(self, event):
         if self.location is not None:
             try:
-                clock = rowtime_bound_us(self.location)
+                clock = clock_of(self.location)
             except StreamNotFoundError:  # a stream target before its first commit
                 clock = None
             p = event.progress
@@ -211,11 +232,14 @@ q.awaitTermination()
 result["seconds"]["reader"] = round(time.monotonic() - started, 1)
 
 for case, out, target in [("folder", work + "/out", "stream"), ("redis", redis_out, "stream"),
-                          ("s3", s3_out, "stream"), ("parquet", work + "/pq", "parquet")]:
+                          ("s3", s3_out, "stream"), ("parquet", work + "/pq", "parquet"),
+                          ("delta", work + "/delta", "delta"), ("iceberg", iceberg_at, "iceberg")]:
     clocks.location = out
     w = source(case).writeStream.format("rowtime").option("target", target)
     if target == "parquet":
         w = w.option("granularity", "minute")
+    if target in ("delta", "iceberg"):
+        w = w.option("granularity", "hour")
     q = (w.option("checkpointLocation", work + "/ck-" + case).trigger(availableNow=True).start(out))
     q.awaitTermination()
     # the listener bus delivers progress after the query returns: drain it before moving on
@@ -261,12 +285,18 @@ def lost(
     redis_out = redis_for_tests.url("executor-lost-out")
     s3_out = s3_server.url("executor-lost-out")  # the child inherits the variables reaching it
     kill_at = {case: row_id(*at) for case, at in KILL_AT.items()}
+    (work / "warehouse").mkdir()
+    props = iceberg_props(f"sqlite:///{work}/catalog.db", (work / "warehouse").as_uri())
     setup = (
         f"work, src, redis_out = {str(work)!r}, {str(work / 'src')!r}, {redis_out!r}\n"
-        f"s3_out = {s3_out!r}\n"
+        f"s3_out, iceberg_at = {s3_out!r}, {ICEBERG_AT!r}\n"
         f"rows_per_batch = {OPTIONS['maxRowsPerBatch']}\nkill_at = {kill_at!r}\n"
     )
-    stdout = run_in_cluster(setup + textwrap.dedent(CHILD))
+    # the child, its executors and their Python workers inherit the catalog's configuration
+    with pytest.MonkeyPatch.context() as env:
+        for key, value in iceberg_catalog_env("lost", props).items():
+            env.setenv(key, value)
+        stdout = run_in_cluster(setup + textwrap.dedent(CHILD))
     line = next(x for x in stdout.splitlines() if x.startswith("RESULT "))
     marks = {f.name: json.loads(f.read_text()) for f in (work / "marks").iterdir()}
     result = json.loads(line[len("RESULT ") :])
@@ -279,6 +309,7 @@ def lost(
         "expected": expected,
         "redis_out": redis_out,
         "s3_out": s3_out,
+        "iceberg_props": props,
         "result": result,
         "marks": marks,
     }
@@ -398,3 +429,17 @@ def test_spark_reads_the_parquet_target_with_no_rows_of_the_lost_attempt(
     assert sorted((r["id"], r["name"]) for r in plain(df)) == sorted(
         (i, n) for _, i, n in lost["expected"]
     )
+
+
+@pytest.mark.parametrize("kind", ["delta", "iceberg"])
+def test_a_table_holds_each_row_once_after_an_executor_is_lost(
+    lost: dict[str, Any], kind: str
+) -> None:
+    """The killed attempt's data files are in the table's folder and in no commit: delta-rs and
+    pyiceberg read each row once; the clock, read with them, never went back."""
+    assert_lost_and_retried(lost, kind)
+    at = str(lost["work"] / "delta") if kind == "delta" else ICEBERG_AT
+    props = lost["iceberg_props"]
+    assert rows_of(read_table(kind, at, props)) == lost["expected"]
+    assert table_clock(kind, at, props) == END_OF_STREAM_US
+    clocks_never_went_back(lost, kind)

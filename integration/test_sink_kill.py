@@ -1,22 +1,33 @@
 """Exactly once through driver crashes: SIGKILL the whole Spark driver, many times, mid-run.
 
-A child process runs two streaming queries, one after the other (a pass-through filter into a
-rowtime stream and into a Parquet target) over a prepared source, ``availableNow``, restarting
-from their checkpoints each time it is started. The test kills the child's whole process group
-(Python driver, JVM, and with them the commits in flight) with SIGKILL at moments drawn from a
-fixed seed: a fraction of a second after a write task starts staging, or after one to three
-committed batches. It samples both targets' clocks while the child runs and between restarts,
-and finally lets a run finish. The targets must then hold exactly
-the expected rows, each once, and their clocks must never have gone back. The stream target
-is a folder, a stream on Redis or one on S3 (``stream_at``); with S3, the Parquet target is on
-S3 too. (A killed driver's lease on an object store partition, or on a Parquet target's commit,
-ends after ROWTIME_LEASE_S, 5 s here: the restarted driver's commit waits for it.)
+A child process runs four streaming queries, one after the other (a pass-through filter into a
+rowtime stream, a Parquet target, a Delta table and an Iceberg table) over a prepared source,
+``availableNow``, restarting from their checkpoints each time it is started. The test kills the
+child's whole process group (Python driver, JVM, and with them the commits in flight) with
+SIGKILL at moments drawn from a fixed seed: a fraction of a second after a write task starts
+staging (for a table: after Spark logged the batch's offsets and before it logged its commit),
+or after one to three committed batches. Each kill aims at one target, in turn: that target's
+query runs first in the killed run. It samples every target's clock while the child runs and
+between restarts, and finally lets a run finish. The targets must then hold exactly the
+expected rows, each once, and their clocks must never have gone back. The stream target is a
+folder, a stream on Redis or one on S3 (``stream_at``); with S3, the Parquet target, the Delta
+table and the Iceberg warehouse are on S3 too. (A killed driver's lease on an object store
+partition, or on a Parquet target's commit, ends after ROWTIME_LEASE_S, 5 s here: the restarted
+driver's commit waits for it.)
+
+The tables have another writer: before the first run, and after every kill, another
+application appends rows of its own to both tables (delta-rs ``write_deltalake(mode="append")``,
+pyiceberg ``add_files``; it created both tables, and the sink takes them over) and compacts them
+(delta-rs ``optimize.compact()`` and a log checkpoint; pyiceberg 0.12 has no file compaction, so
+``expire_snapshots`` drops the history instead). The tables must hold the sink's rows and the
+other writer's, each once, read with delta-rs and pyiceberg.
 
 How many kills: in ``./dev test`` (and CI) two on every backend, the first aimed between
 commits and the second at a write task's staging (the fixed seed's first two draws; where it
-lands depends on timing, and the test prints what each kill interrupted), about 5 minutes for
-the three backends; ``./dev long`` (``ROWTIME_LONG=1``) runs six kills for a folder and four for
-the others, about 7.5 minutes.
+lands depends on timing, and the test prints what each kill interrupted); the targets killed
+rotate with the backend (a folder: Delta, stream; Redis: stream, Iceberg; S3: Iceberg,
+Parquet), so that each target is killed on some backend. ``./dev long`` (``ROWTIME_LONG=1``)
+runs six kills for a folder and four for the others: every target on every backend.
 """
 
 from __future__ import annotations
@@ -32,6 +43,16 @@ from pathlib import Path
 
 import pyarrow as pa
 from sink_helpers import published_parquet
+from table_helpers import (
+    compact,
+    iceberg_catalog_env,
+    iceberg_props,
+    other_rows,
+    other_writer_appends,
+    read_table,
+    rows_of,
+    table_clock,
+)
 
 from pyspark_rowtime.api import create_stream, open_writer, read_stream
 from pyspark_rowtime.bounds.bounds import END_OF_STREAM_US
@@ -59,11 +80,17 @@ MAX_WAIT_COMMITS = 3
 #: The random choices (which phase each kill aims at, how long it waits) are the same on every
 #: run; ROWTIME_KILL_SEED explores others.
 SEED = 20_240_611
-#: Micro-batches the two queries run in all: data rows, bounds and the end of stream, cut into
-#: batches of ROWS_PER_BATCH records, once per target.
-BATCHES = 2 * -(-(ROWS + ROWS // BOUND_EVERY + 1) // ROWS_PER_BATCH)
-# Each kill uses at most MAX_WAIT_COMMITS commits and the one in flight: leave batches for all.
-assert KILLS * (MAX_WAIT_COMMITS + 1) < BATCHES, "too few micro-batches for every kill"
+#: The targets, in the order kills aim at them (each kill at the next); where a backend starts.
+TARGETS = ["delta", "stream", "iceberg", "parquet"]
+FIRST_AIM = {"log": 0, "redis": 1, "s3": 2}
+#: Micro-batches each query runs: data rows, bounds and the end of stream, cut into batches of
+#: ROWS_PER_BATCH records.
+BATCHES = -(-(ROWS + ROWS // BOUND_EVERY + 1) // ROWS_PER_BATCH)
+# Each kill uses at most MAX_WAIT_COMMITS commits of its target and the one in flight: leave
+# batches for all the kills aimed at one target.
+assert -(-KILLS // len(TARGETS)) * (MAX_WAIT_COMMITS + 1) < BATCHES, "too few micro-batches"
+#: Rows the other writer appends to each table, before the first run and after each kill.
+OTHER_ROWS = 5
 
 CHILD = textwrap.dedent(
     """
@@ -75,16 +102,23 @@ CHILD = textwrap.dedent(
     work = {work!r}
     df = (spark.readStream.format("rowtime").option("maxRowsPerBatch", {rows_per_batch})
           .load(work + "/src").where("is_bound OR id % 3 != 0"))
-    to_stream = df.writeStream.format("rowtime").option("checkpointLocation", work + "/ck-stream")
-    to_parquet = (df.writeStream.format("rowtime").option("target", "parquet")
-                  .option("granularity", "minute")
-                  .option("checkpointLocation", work + "/ck-parquet"))
-    runs = [(to_stream, {out!r}), (to_parquet, {pq!r})]
-    # One query after the other (the parent alternates which goes first, so kills hit both):
-    # Spark 4.3 can fail a micro-batch with "Task not serializable: Illegal size N of
+    def to(target, **options):
+        w = df.writeStream.format("rowtime").option("target", target)
+        for k, v in options.items():
+            w = w.option(k, v)
+        return w.option("checkpointLocation", work + "/ck-" + target)
+    runs = {{
+        "stream": (to("stream"), {out!r}),
+        "parquet": (to("parquet", granularity="minute"), {pq!r}),
+        "delta": (to("delta", granularity="hour"), {delta!r}),
+        "iceberg": (to("iceberg", granularity="hour"), {iceberg!r}),
+    }}
+    # One query after the other, in the order the parent gives (the target a kill aims at
+    # first): Spark 4.3 can fail a micro-batch with "Task not serializable: Illegal size N of
     # collection" when two queries over Python data sources serialize their jobs at the same
     # moment (a race inside the JVM, not in this sink).
-    for writer, path in (runs if sys.argv[1] == "stream-first" else runs[::-1]):
+    for name in sys.argv[1].split(","):
+        writer, path = runs[name]
         writer.trigger(availableNow=True).start(path).awaitTermination()
     print("done", flush=True)
     """
@@ -99,33 +133,56 @@ def commits(checkpoint: Path) -> list[int]:
         return []
 
 
-def staging(out: str, pq: str) -> bool:
-    """Whether a write task has staged runs for a batch not yet committed."""
-    return bool(open_sink_state(out).staged() or open_sink_state(pq).staged())
+def offsets(checkpoint: Path) -> list[int]:
+    """Batches Spark has logged as started (its checkpoint's offsets/ folder)."""
+    try:
+        return sorted(int(n) for n in os.listdir(checkpoint / "offsets") if n.isdigit())
+    except FileNotFoundError:
+        return []
+
+
+def staging(work: Path, target: str, at: dict[str, str]) -> bool:
+    """Whether ``target`` is inside a batch: a write task has staged runs for a batch not yet
+    committed (stream, Parquet); for a table, whose tasks write data files in place, Spark has
+    logged the batch's offsets and not yet its commit."""
+    if target in ("stream", "parquet"):
+        return bool(open_sink_state(at[target]).staged())
+    started, done = offsets(work / f"ck-{target}"), commits(work / f"ck-{target}")
+    return bool(started) and (not done or started[-1] > done[-1])
 
 
 class Clocks:
-    """Samples of both targets' clocks; asserts they never go back."""
+    """Samples of every target's clock; asserts none goes back. The tables' clocks are read
+    with their own libraries (``transaction_version("rowtime.clock")``, the Iceberg property),
+    at most every 0.2 s while the child runs."""
 
-    def __init__(self, out: str, pq: str) -> None:
-        self.out = out
-        self.pq = pq
-        self.samples: list[tuple[int | None, int | None]] = []
+    def __init__(self, at: dict[str, str], props: dict[str, str]) -> None:
+        self.at = at
+        self.props = props
+        self.samples: list[dict[str, int | None]] = []
+        self.last_table_read = 0.0
 
-    def sample(self) -> None:
-        out = self.out
+    def sample(self, tables: bool = True) -> None:
+        out = self.at["stream"]
         exists = what_is_at(out).kind is LocationKind.STREAM
-        stream = open_storage(out).stream_clock_us() if exists else None
-        pq = parquet_clock_us(self.pq)
+        now: dict[str, int | None] = {
+            "stream": open_storage(out).stream_clock_us() if exists else None,
+            "parquet": parquet_clock_us(self.at["parquet"]),
+        }
+        if tables or time.monotonic() - self.last_table_read > 0.2:
+            self.last_table_read = time.monotonic()
+            for kind in ("delta", "iceberg"):
+                now[kind] = table_clock(kind, self.at[kind], self.props)
         if self.samples:
-            last_stream, last_pq = self.samples[-1]
-            assert last_stream is None or (stream is not None and stream >= last_stream)
-            assert last_pq is None or (pq is not None and pq >= last_pq)
-        self.samples.append((stream, pq))
+            last = {k: v for s in self.samples for k, v in s.items() if v is not None}
+            for k, v in now.items():
+                assert k not in last or (v is not None and v >= last[k]), (k, last[k], v)
+        self.samples.append(now)
 
 
-def where_it_died(work: Path, location: str, pq_at: str) -> str:
+def where_it_died(work: Path, at: dict[str, str]) -> str:
     """What a kill interrupted, judged from the targets' state (for the test's report)."""
+    location, pq_at = at["stream"], at["parquet"]
     notes = []
     out = open_sink_state(location)
     latest = out.latest()
@@ -149,6 +206,10 @@ def where_it_died(work: Path, location: str, pq_at: str) -> str:
         logged = commits(work / checkpoint)
         if ids and (not logged or ids[-1] > logged[-1]):
             notes.append(f"{name}: batch {ids[-1]} committed by the sink, not yet by Spark")
+    for kind in ("delta", "iceberg"):
+        started, done = offsets(work / f"ck-{kind}"), commits(work / f"ck-{kind}")
+        if started and (not done or started[-1] > done[-1]):
+            notes.append(f"{kind}: batch {started[-1]} started, not committed by Spark")
     return "; ".join(notes) or "between the sink's commits"
 
 
@@ -170,46 +231,85 @@ def test_sigkill_the_driver_many_times_and_the_targets_hold_each_row_once(workdi
         w.end_stream()
 
     out = stream_at("out")
-    # The Parquet target goes where the stream target goes when that is object storage.
-    pq_at = stream_at("pq") if "://" in out and not out.startswith("redis") else str(workdir / "pq")
+    backend = "redis" if out.startswith("redis") else "s3" if "://" in out else "log"
+    # The Parquet target and the tables go where the stream target goes when that is object
+    # storage (the Iceberg catalog, a SQLite file, stays local).
+    remote = backend == "s3"
+    warehouse = stream_at("warehouse") if remote else (workdir / "warehouse").as_uri()
+    if not remote:
+        (workdir / "warehouse").mkdir()
+    props = iceberg_props(f"sqlite:///{workdir}/catalog.db", warehouse)
+    at = {
+        "stream": out,
+        "parquet": stream_at("pq") if remote else str(workdir / "pq"),
+        "delta": stream_at("delta") if remote else str(workdir / "delta"),
+        "iceberg": "iceberg://kill/crash.events",
+    }
     code = CHILD.format(
         integration=str(Path(__file__).parent),
         work=str(workdir),
         out=out,
-        pq=pq_at,
+        pq=at["parquet"],
+        delta=at["delta"],
+        iceberg=at["iceberg"],
         rows_per_batch=ROWS_PER_BATCH,
     )
-    clocks = Clocks(out, pq_at)
-    kills = KILLS if "://" not in out else KILLS_REMOTE
+    clocks = Clocks(at, props)
+    kills = KILLS if backend == "log" else KILLS_REMOTE
+
+    # The other writer: ids from 10**6 on, rowtimes inside the stream's 100 minutes.
+    others: list[tuple[int, int, str]] = []
+
+    def other_application(when: str) -> None:
+        for kind in ("delta", "iceberg"):
+            first = 10**6 + len(others)
+            ids = list(range(first, first + OTHER_ROWS))
+            times = [T0_US + (i - 10**6) * 61_000_000 for i in ids]
+            other_writer_appends(kind, at[kind], other_rows(ids, times, kind), props)
+            if kind == "iceberg":
+                others.extend((t, i, f"other{i}") for t, i in zip(times, ids, strict=True))
+            clocks.sample()
+            print(f"{when}: {kind}: {OTHER_ROWS} rows appended, {compact(kind, at[kind], props)}")
+            clocks.sample()
+
+    other_application("before the first run")
     landed = 0
     runs = 0
     while True:
         runs += 1
         # every run but the last is killed: more runs means a run neither finished nor died
         assert runs <= kills + 1, f"run {runs}: the queries neither finished nor were killed"
+        aim = TARGETS[(FIRST_AIM[backend] + landed) % len(TARGETS)]
+        order = TARGETS[TARGETS.index(aim) :] + TARGETS[: TARGETS.index(aim)]
         log = open(workdir / f"run-{runs}.log", "w+")  # a pipe could fill up and stall it
         child = subprocess.Popen(
-            [sys.executable, "-P", "-c", code, "stream-first" if runs % 2 else "parquet-first"],
+            [sys.executable, "-P", "-c", code, ",".join(order)],
             stdout=log,
             stderr=subprocess.STDOUT,
             text=True,
             start_new_session=True,  # its own process group: the driver, its JVM, ...
-            env={**os.environ, "PYSPARK_PYTHON": sys.executable, "ROWTIME_LEASE_S": "5"},
+            env={
+                **os.environ,
+                **iceberg_catalog_env("kill", props),
+                "PYSPARK_PYTHON": sys.executable,
+                "ROWTIME_LEASE_S": "5",
+            },
         )
         kill = landed < kills
         # Half the kills come a random moment after a write task starts staging (inside the
         # sink's two phases), the others a random moment after some batches commit.
         on_staging = rng.random() < 0.5
-        before = len(commits(workdir / "ck-stream")) + len(commits(workdir / "ck-parquet"))
+        checkpoint = workdir / f"ck-{aim}"
+        before = len(commits(checkpoint))
         wait_commits = rng.randint(1, MAX_WAIT_COMMITS)
         extra_s = rng.uniform(0.0, 0.3 if on_staging else 0.6)
         killed_at = None
         while child.poll() is None:
-            clocks.sample()
+            clocks.sample(tables=False)
             if kill and killed_at is None:
-                now = len(commits(workdir / "ck-stream")) + len(commits(workdir / "ck-parquet"))
+                now = len(commits(checkpoint))
                 if (
-                    (staging(out, pq_at) and now > before)
+                    (staging(workdir, aim, at) and now > before)
                     if on_staging
                     else now - before >= wait_commits
                 ):
@@ -225,14 +325,15 @@ def test_sigkill_the_driver_many_times_and_the_targets_hold_each_row_once(workdi
         clocks.sample()
         if child.returncode == -signal.SIGKILL:
             landed += 1
-            print(f"kill {landed}: {where_it_died(workdir, out, pq_at)}")
+            print(f"kill {landed} (aimed at {aim}): {where_it_died(workdir, at)}")
+            other_application(f"after kill {landed}")
             continue
         assert child.returncode == 0, f"run {runs} failed:\n{output[-6000:]}"
         assert "done" in output
         assert landed == kills, (
             f"the queries finished after {landed} of {kills} kills: they ran out of "
-            f"micro-batches to kill in (seed {seed}, {BATCHES} batches); give the source more "
-            "rows or lower ROWS_PER_BATCH"
+            f"micro-batches to kill in (seed {seed}, {BATCHES} batches a query); give the "
+            "source more rows or lower ROWS_PER_BATCH"
         )
         break
 
@@ -251,6 +352,7 @@ def test_sigkill_the_driver_many_times_and_the_targets_hold_each_row_once(workdi
     assert open_storage(out).stream_clock_us() == END_OF_STREAM_US
 
     # Parquet: the same rows, once; every minute complete
+    pq_at = at["parquet"]
     table = published_parquet(pq_at)
     assert table is not None
     got_pq = sorted(
@@ -268,4 +370,9 @@ def test_sigkill_the_driver_many_times_and_the_targets_hold_each_row_once(workdi
     assert all(f"{m}/{COMPLETE_MARKER}" in names for m in minutes)
     assert not any(n.startswith(f"{SINK_DIR}/staging/") for n in names)
     assert parquet_clock_us(pq_at) == END_OF_STREAM_US
+
+    # the tables, read by delta-rs and pyiceberg: the sink's rows and the other writer's, once
+    for kind in ("delta", "iceberg"):
+        assert rows_of(read_table(kind, at[kind], props)) == sorted(expected + others), kind
+        assert table_clock(kind, at[kind], props) == END_OF_STREAM_US, kind
     assert len(clocks.samples) > kills

@@ -7,6 +7,15 @@ with the table library alone (``transaction_version("rowtime.clock")``, the prop
 ``rowtime.clock``), and through ``get_rowtime_bound``.
 
 Queries are driven to quiescence (``processAllAvailable``, ``availableNow``); nothing sleeps.
+
+The pass-through runs on a local folder and on object storage: moto's S3 and Azurite
+(tests/objstore_servers.py; integration/conftest.py points the standard variables
+AWS_ENDPOINT_URL, AZURE_STORAGE_* at them before Spark starts). Delta goes to ``s3://`` and
+``az://`` through delta-rs, which reads those variables; Iceberg's warehouse goes to ``s3://``
+and ``abfs://CONTAINER/PATH`` (pyiceberg's PyArrowFileIO, pyarrow's own S3 and Azure
+filesystems; the sink fills pyiceberg's ``s3.*``/``adls.*`` properties from the same
+variables), its catalog a SQLite file. Under Spark Connect (``ROWTIME_SPARK_MODE=connect``)
+one pass-through per kind runs, on a folder: the sink's code is the same in both modes.
 """
 
 from __future__ import annotations
@@ -15,11 +24,14 @@ import datetime as dt
 import os
 import tempfile
 from pathlib import Path
+from typing import Any
 
 import pyarrow as pa
 import pytest
+from helpers import CONNECT
 from pyspark.errors import StreamingQueryException
 from pyspark.sql import functions as F
+from table_helpers import iceberg_props
 
 from pyspark_rowtime.api import create_stream, open_writer
 from pyspark_rowtime.bounds.bounds import END_OF_STREAM_US
@@ -32,6 +44,20 @@ _ICEBERG_ROOT = Path(tempfile.mkdtemp(prefix="rowtime-iceberg-"))
 (_ICEBERG_ROOT / "warehouse").mkdir()
 os.environ["PYICEBERG_CATALOG__TESTS__URI"] = f"sqlite:///{_ICEBERG_ROOT}/catalog.db"
 os.environ["PYICEBERG_CATALOG__TESTS__WAREHOUSE"] = f"file://{_ICEBERG_ROOT}/warehouse"
+#: Catalogs whose warehouse is on moto's S3 and on Azurite (their bucket and container are
+#: created when the server starts, tests/objstore_servers.py); only URI and WAREHOUSE are
+#: configured: the endpoints come from the standard variables, through the sink.
+_BUCKET = "rowtime-tests"
+WAREHOUSES = {
+    "tests": f"file://{_ICEBERG_ROOT}/warehouse",
+    "ons3": f"s3://{_BUCKET}/iceberg-{_ICEBERG_ROOT.name}",
+    "onaz": f"abfs://{_BUCKET}/iceberg-{_ICEBERG_ROOT.name}",
+}
+for _name, _warehouse in WAREHOUSES.items():
+    os.environ[f"PYICEBERG_CATALOG__{_name.upper()}__URI"] = (
+        f"sqlite:///{_ICEBERG_ROOT}/catalog-{_name}.db"
+    )
+    os.environ[f"PYICEBERG_CATALOG__{_name.upper()}__WAREHOUSE"] = _warehouse
 
 deltalake = pytest.importorskip("deltalake", reason="the delta extra is not installed")
 pyiceberg_catalog = pytest.importorskip("pyiceberg.catalog", reason="the iceberg extra is missing")
@@ -51,20 +77,20 @@ def iceberg_catalog() -> str:
     return "tests"
 
 
-def table_at(kind: str, workdir: Path, catalog: str) -> str:
+def table_at(kind: str, workdir: Path, catalog: str, server: Any = None) -> str:
     if kind == "delta":
-        return str(workdir / "table")
+        return str(workdir / "table") if server is None else server.url("delta")
     return f"iceberg://{catalog}/rt_{workdir.name.replace('-', '_')[-40:]}.events"
 
 
 def iceberg_of(location: str):  # type: ignore[no-untyped-def]
-    """The table through pyiceberg alone, its catalog's properties given in full (pyiceberg
-    reads its environment once, at import, maybe before this module set it)."""
+    """The table through pyiceberg alone, its catalog's properties given in full, endpoints
+    included, as a user gives them (pyiceberg reads its environment once, at import, maybe
+    before this module set it, and reads no AWS_ENDPOINT_URL or AZURE_STORAGE_* itself)."""
     catalog, _, name = location.removeprefix("iceberg://").partition("/")
-    props = {
-        "uri": os.environ["PYICEBERG_CATALOG__TESTS__URI"],
-        "warehouse": os.environ["PYICEBERG_CATALOG__TESTS__WAREHOUSE"],
-    }
+    props = iceberg_props(
+        os.environ[f"PYICEBERG_CATALOG__{catalog.upper()}__URI"], WAREHOUSES[catalog]
+    )
     return pyiceberg_catalog.load_catalog(catalog, **props).load_table(name)
 
 
@@ -78,9 +104,20 @@ def table_clock(kind: str, location: str) -> int | None:
     """The clock as a scheduler reads it: the table library alone, one read."""
     if kind == "delta":
         return deltalake.DeltaTable(location).transaction_version("rowtime.clock")
-    catalog, _, name = location.removeprefix("iceberg://").partition("/")
-    value = pyiceberg_catalog.load_catalog(catalog).load_table(name).properties.get("rowtime.clock")
+    value = iceberg_of(location).properties.get("rowtime.clock")
     return None if value is None else int(value)
+
+
+#: Where the pass-through's table is: a folder (and a local warehouse), moto's S3, Azurite.
+#: Under Spark Connect, a folder only.
+WHERE = ["local"] if CONNECT else ["local", "s3", "az"]
+CATALOG_ON = {"local": "tests", "s3": "ons3", "az": "onaz"}
+
+#: Under Spark Connect one case per kind (the pass-through): the other tests drive the same
+#: sink code, which does not depend on the mode.
+classic_pass_only = pytest.mark.skipif(
+    CONNECT, reason="under Spark Connect the pass-through case covers each kind"
+)
 
 
 def rows_of(t: pa.Table) -> list[tuple]:
@@ -95,12 +132,28 @@ def rows_of(t: pa.Table) -> list[tuple]:
 
 
 @pytest.mark.spark_subset
+@pytest.mark.parametrize("where", WHERE)
 @pytest.mark.parametrize("kind", KINDS)
 def test_pass_through_writes_every_row_once_and_the_clock_follows_the_bounds(
-    spark, workdir, kind, iceberg_catalog
+    spark, workdir, kind, where, request
 ):
+    if kind == "delta" and where == "az":
+        # Measured here: with delta-rs 1.6.6 on Azurite 3.35 every commit after a table's first
+        # fails with "Invalid table version: 1", write_deltalake(mode="append") alone too (no
+        # sink involved); the table stays readable at version 1. Not seen on S3 (moto) or a
+        # folder. Reported upstream as delta-io/delta-rs issue 3716 ("write_deltalake fail
+        # writes when using emulator", Azurite 3.35, delta-rs >= 1.1). strict: this fails
+        # loudly once delta-rs or Azurite no longer do it.
+        request.applymarker(
+            pytest.mark.xfail(
+                reason="delta-rs 1.6.6 on Azurite: a table's second commit fails ('Invalid table "
+                "version: 1'), without the sink too",
+                strict=True,
+            )
+        )
+    server = None if where == "local" else request.getfixturevalue(f"{where}_server")
     src = workdir / "src"
-    out = table_at(kind, workdir, iceberg_catalog)
+    out = table_at(kind, workdir, CATALOG_ON[where], server)
     create_stream(src, "id BIGINT, name STRING", partitions=2)
     df = spark.readStream.format("rowtime").load(str(src))
     query = (
@@ -140,6 +193,7 @@ def test_pass_through_writes_every_row_once_and_the_clock_follows_the_bounds(
     assert rows_of(read_table(kind, out)) == expected
 
 
+@classic_pass_only
 @pytest.mark.parametrize("kind", KINDS)
 def test_windowed_counts_land_with_the_watermark_as_clock(spark, workdir, kind, iceberg_catalog):
     src = workdir / "src"
@@ -170,6 +224,7 @@ def test_windowed_counts_land_with_the_watermark_as_clock(spark, workdir, kind, 
     assert table_clock(kind, out) == END_OF_STREAM_US
 
 
+@classic_pass_only
 @pytest.mark.parametrize("kind", KINDS)
 def test_a_table_whose_columns_do_not_fit_is_refused_naming_the_column(
     spark, workdir, kind, iceberg_catalog

@@ -88,7 +88,7 @@ class DeltaFormat:
         return target_files_at(self.cfg.location), ""
 
     def write_file(self, table: Any, files: TargetFiles, rel: str, data: pa.Table) -> Any:
-        size = write_parquet(files, rel, data, self.cfg)
+        size, _ = write_parquet(files, rel, data, self.cfg)
         rowtime = data.column(SPARK_ROWTIME).cast(pa.int64())
         lo, hi = pc.min_max(rowtime).values()
         # Delta keeps timestamp statistics in milliseconds: the minimum rounds down and the

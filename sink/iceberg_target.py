@@ -112,7 +112,7 @@ class IcebergFormat:
         return target_files_at(_local_or_url(table.location())), "data"
 
     def write_file(self, table: Any, files: TargetFiles, rel: str, data: pa.Table) -> Any:
-        from pyiceberg.io.pyarrow import parquet_file_to_data_file, schema_to_pyarrow
+        from pyiceberg.io.pyarrow import schema_to_pyarrow
 
         # Field ids in the file (the table's schema), so readers match columns by id.
         schema = schema_to_pyarrow(table.schema(), include_field_ids=True)
@@ -122,9 +122,10 @@ class IcebergFormat:
             else pa.nulls(data.num_rows, f.type)
             for f in schema
         ]
-        size = write_parquet(files, rel, pa.Table.from_arrays(columns, schema=schema), self.cfg)
+        data = pa.Table.from_arrays(columns, schema=schema)
+        size, footer = write_parquet(files, rel, data, self.cfg)
         path = f"{table.location().rstrip('/')}/{rel}"
-        data_file = parquet_file_to_data_file(table.io, table.metadata, path)
+        data_file = _data_file(table.metadata, path, size, footer)
         return size, data_file
 
     def commit(
@@ -149,6 +150,39 @@ class IcebergFormat:
         except CommitFailedException:
             return False
         return True
+
+
+def _data_file(metadata: Any, path: str, size: int, footer: Any) -> Any:
+    """The ``DataFile`` of a Parquet file just written with the table's schema (field ids
+    included), from the footer its writer returned. pyiceberg's ``parquet_file_to_data_file``
+    gives the same but reads the footer back from storage first (a read per file, a GET on
+    object storage); this is what pyiceberg's own ``write_file`` does with its writer's
+    footer."""
+    from pyiceberg.io.pyarrow import (
+        compute_statistics_plan,
+        data_file_statistics_from_parquet_metadata,
+        parquet_path_to_id_mapping,
+    )
+    from pyiceberg.manifest import DataFile, DataFileContent, FileFormat
+
+    schema = metadata.schema()
+    statistics = data_file_statistics_from_parquet_metadata(
+        parquet_metadata=footer,
+        stats_columns=compute_statistics_plan(schema, metadata.properties),
+        parquet_column_mapping=parquet_path_to_id_mapping(schema),
+    )
+    return DataFile.from_args(
+        content=DataFileContent.DATA,
+        file_path=path,
+        file_format=FileFormat.PARQUET,
+        partition=statistics.partition(metadata.spec(), schema),
+        file_size_in_bytes=size,
+        sort_order_id=None,
+        spec_id=metadata.default_spec_id,
+        equality_ids=None,
+        key_metadata=None,
+        **statistics.to_serialized_dict(),
+    )
 
 
 class _IcebergState:

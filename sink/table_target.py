@@ -158,8 +158,11 @@ class _TableStager:
             pass  # unreferenced files are invisible; the table's own clean-up removes them
 
 
-def write_parquet(files: TargetFiles, rel: str, data: pa.Table, cfg: SinkConfig) -> int:
-    """Write ``data`` as the durable Parquet file ``rel`` of ``files``; its size in bytes."""
+def write_parquet(
+    files: TargetFiles, rel: str, data: pa.Table, cfg: SinkConfig
+) -> tuple[int, pq.FileMetaData]:
+    """Write ``data`` as the durable Parquet file ``rel`` of ``files``; its size in bytes and
+    its footer as written (so that no one reads the file back for its statistics)."""
     codec = None if cfg.compression == "none" else cfg.compression
     out = files.open_output(rel)
     writer = pq.ParquetWriter(
@@ -169,7 +172,8 @@ def write_parquet(files: TargetFiles, rel: str, data: pa.Table, cfg: SinkConfig)
     writer.close()
     size = int(out.tell())
     files.close_output(out, rel)
-    return size
+    # The footer the writer wrote (pyiceberg's own write_file takes it from here too).
+    return size, writer.writer.metadata
 
 
 class TableTarget:

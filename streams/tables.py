@@ -178,6 +178,8 @@ def iceberg_catalog(loc: IcebergLocation, overrides: Mapping[str, str] | None = 
         **(Config().get_catalog_config(loc.catalog) or {}),
         **(overrides or {}),
     }
+    props = {**_cloud_defaults(props), **props}
+    _check_warehouse(loc, props)
     try:
         return load_catalog(loc.catalog, **props)
     except NotInstalledError as e:
@@ -190,6 +192,74 @@ def iceberg_catalog(loc: IcebergLocation, overrides: Mapping[str, str] | None = 
             "iceberg.warehouse; an embedded catalog is type sql on a SQLite file, e.g. "
             f"{var}=sqlite:////data/iceberg/catalog.db"
         ) from e
+
+
+def _cloud_defaults(props: Mapping[str, Any]) -> dict[str, str]:
+    """FileIO properties from the clouds' standard environment variables, which delta-rs, the
+    object store streams and Spark's workers read, and pyiceberg's PyArrowFileIO does not
+    (configured properties win over these):
+
+    * ``AWS_ENDPOINT_URL`` (an S3-compatible server, moto's in the tests) becomes
+      ``s3.endpoint``, and then ``AWS_REGION`` ``s3.region`` (without it pyiceberg asks AWS
+      for the bucket's region, which a server elsewhere cannot answer);
+    * ``AZURE_STORAGE_ACCOUNT_NAME``/``_KEY`` become ``adls.account-name``/``-key``, and
+      ``AZURE_STORAGE_ENDPOINT`` (``http://HOST:PORT/ACCOUNT``, Azurite) the blob and dfs
+      authorities and schemes of pyarrow's ``AzureFileSystem``;
+    * an ``abfs[s]://`` warehouse is reached through pyiceberg's PyArrowFileIO (pyarrow's own
+      Azure filesystem) unless ``py-io-impl`` is given or ``adlfs`` is installed: pyiceberg's
+      default for it, FsspecFileIO, needs ``adlfs``, a dependency this project does not add.
+    """
+    env = os.environ
+    out: dict[str, str] = {}
+    endpoint = env.get("AWS_ENDPOINT_URL_S3") or env.get("AWS_ENDPOINT_URL")
+    if endpoint and "s3.endpoint" not in props:
+        out["s3.endpoint"] = endpoint
+        region = env.get("AWS_REGION") or env.get("AWS_DEFAULT_REGION")
+        if region and "s3.region" not in props:
+            out["s3.region"] = region
+    for var, key in (
+        ("AZURE_STORAGE_ACCOUNT_NAME", "adls.account-name"),
+        ("AZURE_STORAGE_ACCOUNT_KEY", "adls.account-key"),
+    ):
+        if env.get(var) and key not in props:
+            out[key] = env[var]
+    azure = env.get("AZURE_STORAGE_ENDPOINT")
+    if azure and "adls.blob-storage-authority" not in props:
+        url = urllib.parse.urlparse(azure)
+        for kind in ("blob", "dfs"):
+            out[f"adls.{kind}-storage-authority"] = url.netloc
+            out[f"adls.{kind}-storage-scheme"] = url.scheme or "https"
+    warehouse = str(props.get("warehouse", ""))
+    scheme = urllib.parse.urlparse(warehouse).scheme.lower()
+    if scheme in ("abfs", "abfss", "wasb", "wasbs") and "py-io-impl" not in props:
+        try:
+            import adlfs  # noqa: F401
+        except ImportError:
+            out["py-io-impl"] = "pyiceberg.io.pyarrow.PyArrowFileIO"
+    return out
+
+
+def _check_warehouse(loc: IcebergLocation, props: Mapping[str, Any]) -> None:
+    """Refuse, naming the form that works, an Azure warehouse pyiceberg cannot reach here."""
+    warehouse = str(props.get("warehouse", ""))
+    url = urllib.parse.urlparse(warehouse)
+    scheme = url.scheme.lower()
+    pyarrow_io = props.get("py-io-impl") == "pyiceberg.io.pyarrow.PyArrowFileIO"
+    if scheme in ("az", "azure") and (pyarrow_io or "py-io-impl" not in props):
+        raise OptionError(
+            f"Iceberg catalog {loc.catalog!r}: warehouse {redact_url(warehouse)!r}: pyiceberg's "
+            f"PyArrowFileIO has no {scheme}:// scheme; write the warehouse as "
+            "abfs://CONTAINER/PATH (the account from AZURE_STORAGE_ACCOUNT_NAME or "
+            "adls.account-name)"
+        )
+    if scheme in ("abfs", "abfss") and "@" in url.netloc and pyarrow_io:
+        container = url.netloc.split("@", 1)[0]
+        raise OptionError(
+            f"Iceberg catalog {loc.catalog!r}: warehouse {redact_url(warehouse)!r}: pyiceberg "
+            "0.12's PyArrowFileIO takes CONTAINER@ACCOUNT... for the container's name; write "
+            f"abfs://{container}{url.path} (the account from AZURE_STORAGE_ACCOUNT_NAME or "
+            "adls.account-name), or install adlfs for pyiceberg's FsspecFileIO"
+        )
 
 
 def iceberg_table(location: str, overrides: Mapping[str, str] | None = None) -> Any | None:

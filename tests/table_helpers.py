@@ -1,181 +1,183 @@
-"""Delta and Iceberg targets built the way the sink lays them out (``streams/tables.py``), with
-the tables' own libraries, so the readers can be tested without Spark and without the sink.
+"""Delta and Iceberg tables as a test sees them: through their own libraries only (delta-rs,
+pyiceberg), which no one here wrote. The sink's crash tests use these to read rows and clocks
+back, and to play another application that appends to the same table and compacts it.
 
-Delta: a table partitioned by a string column ``rowtime_<granularity>``, the sink's
-``_rowtime_sink/target.json`` (kind delta), and per batch one commit of the batch's files with
-the app transaction ``rowtime.clock`` and commitInfo ``rowtime.clock``, ``rowtime.batch``,
-``rowtime.query-id``, ``userMetadata``. Iceberg: a table partitioned by ``hour(rowtime)`` or
-``day(rowtime)`` in a SQL catalog on SQLite, and per batch one transaction adding the files,
-with the snapshot summary and table properties ``rowtime.clock``, ``rowtime.batch``,
-``rowtime.query-id`` (and ``rowtime.granularity``).
+A table is named as the sink names it: a Delta table by its path (a folder, ``s3://``,
+``az://``), an Iceberg table by ``iceberg://CATALOG/NAMESPACE.TABLE``; an Iceberg catalog is
+configured here explicitly (:func:`iceberg_props`), as a user configures pyiceberg.
 """
 
 from __future__ import annotations
 
-import json
+import datetime as dt
 import os
-import uuid
-from pathlib import Path
+from typing import Any
 
 import pyarrow as pa
-import pyarrow.parquet as pq
 
-from pyspark_rowtime.sink.options import GRANULARITY_US
-from pyspark_rowtime.sink.parquet_target import partition_name
-
-UTC_US = pa.timestamp("us", tz="UTC")
-PAYLOAD = pa.schema([("k", pa.int64()), ("rowtime", UTC_US)])
+CLOCK_KEY = "rowtime.clock"
 
 
-def _rows(rows: list[tuple[int, int]]) -> pa.Table:
-    return pa.table(
-        {"k": [k for k, _ in rows], "rowtime": pa.array([t for _, t in rows], UTC_US)},
-        schema=PAYLOAD,
-    )
+def iceberg_props(uri: str, warehouse: str) -> dict[str, str]:
+    """A SQL catalog's properties, with the object store's endpoint as pyiceberg users give
+    it (pyiceberg reads no AWS_ENDPOINT_URL / AZURE_STORAGE_* variables of its own)."""
+    props = {"uri": uri, "warehouse": warehouse}
+    env = os.environ
+    if warehouse.startswith("s3://"):
+        props["s3.endpoint"] = env["AWS_ENDPOINT_URL"]
+        props["s3.region"] = env.get("AWS_REGION", "us-east-1")
+    if warehouse.startswith("abfs://"):
+        host = env["AZURE_STORAGE_ENDPOINT"].split("//", 1)[1].split("/", 1)[0]
+        props.update(
+            {
+                "py-io-impl": "pyiceberg.io.pyarrow.PyArrowFileIO",
+                "adls.account-name": env["AZURE_STORAGE_ACCOUNT_NAME"],
+                "adls.account-key": env["AZURE_STORAGE_ACCOUNT_KEY"],
+                "adls.blob-storage-authority": host,
+                "adls.dfs-storage-authority": host,
+                "adls.blob-storage-scheme": "http",
+                "adls.dfs-storage-scheme": "http",
+            }
+        )
+    return props
 
 
-def _by_partition(rows: list[tuple[int, int]], granularity: str) -> dict[int, pa.Table]:
-    width = GRANULARITY_US[granularity]
-    keys: dict[int, list[tuple[int, int]]] = {}
-    for k, t in rows:
-        keys.setdefault(t // width, []).append((k, t))
-    return {key: _rows(part) for key, part in sorted(keys.items())}
-
-
-# -- Delta ---------------------------------------------------------------------------------------
-
-
-def make_delta_target(path: Path, granularity: str = "hour", table: bool = True) -> str:
-    """A Delta target at ``path`` as the sink leaves it when its query started (``table``:
-    the table exists too, as after the sink's first commit)."""
-    from deltalake import DeltaTable
-
-    column = f"rowtime_{granularity}"
-    sink = path / "_rowtime_sink"
-    sink.mkdir(parents=True)
-    doc = {
-        "format": "pyspark-rowtime-sink",
-        "format_version": 1,
-        "kind": "delta",
-        "granularity": granularity,
-        "schema": "k BIGINT, rowtime TIMESTAMP",
+def iceberg_catalog_env(name: str, props: dict[str, str]) -> dict[str, str]:
+    """``props`` as pyiceberg's environment variables for catalog ``name`` (for a child)."""
+    return {
+        f"PYICEBERG_CATALOG__{name.upper()}__{k.upper().replace('.', '__').replace('-', '_')}": v
+        for k, v in props.items()
     }
-    (sink / "target.json").write_text(json.dumps(doc))
-    if table:
-        schema = pa.schema([*PAYLOAD, (column, pa.string())])
-        DeltaTable.create(str(path), schema, partition_by=[column])
-    return str(path)
 
 
-def delta_commit(
-    path: str,
-    rows: list[tuple[int, int]],
-    clock_us: int | None,
-    batch: int,
-    query_id: str = "q-1",
-    granularity: str = "hour",
-) -> None:
-    """One sink commit: the batch's files (one per time partition), the clock moved with it."""
-    from deltalake import CommitProperties, DeltaTable, Transaction
-    from deltalake.transaction import AddAction
-
-    column = f"rowtime_{granularity}"
-    table = DeltaTable(path)
-    actions = []
-    for key, part in _by_partition(rows, granularity).items():
-        folder = partition_name(key, granularity)
-        value = folder.partition("=")[2]
-        name = f"{folder}/part-{batch:020d}-{uuid.uuid4().hex[:8]}.parquet"
-        os.makedirs(os.path.join(path, folder), exist_ok=True)
-        pq.write_table(part, os.path.join(path, name))
-        stats = json.dumps({"numRecords": part.num_rows})
-        size = os.path.getsize(os.path.join(path, name))
-        actions.append(AddAction(name, size, {column: value}, 0, True, stats))
-    metadata = {"rowtime.batch": str(batch), "rowtime.query-id": query_id}
-    txns = []
-    if clock_us is not None:
-        metadata["rowtime.clock"] = str(clock_us)
-        metadata["userMetadata"] = f"rowtime clock {clock_us} us, batch {batch}"
-        txns = [Transaction("rowtime.clock", clock_us)]
-    table.create_write_transaction(
-        actions,
-        "append",
-        table.schema(),
-        partition_by=[column],
-        commit_properties=CommitProperties(custom_metadata=metadata, app_transactions=txns),
-    )
-
-
-# -- Iceberg -------------------------------------------------------------------------------------
-
-
-def iceberg_catalog_env(monkeypatch, root: Path, name: str = "local") -> None:
-    """Configure the SQL catalog ``name`` on SQLite below ``root`` as a user would, through
-    pyiceberg's environment variables. pyiceberg reads them once, when ``pyiceberg.catalog`` is
-    imported, so its configuration is read again here (a process started later reads them
-    itself)."""
-    import pyiceberg.catalog
-    from pyiceberg.utils.config import Config
-
-    warehouse = root / "warehouse"
-    warehouse.mkdir(parents=True, exist_ok=True)
-    monkeypatch.setenv(f"PYICEBERG_CATALOG__{name.upper()}__URI", f"sqlite:///{root}/catalog.db")
-    monkeypatch.setenv(f"PYICEBERG_CATALOG__{name.upper()}__WAREHOUSE", f"file://{warehouse}")
-    monkeypatch.setattr(pyiceberg.catalog, "_ENV_CONFIG", Config())
-
-
-def make_iceberg_target(location: str, granularity: str = "hour") -> None:
-    """The Iceberg table of ``location`` (``iceberg://CATALOG/NS.TABLE``), partitioned by
-    ``hour(rowtime)`` or ``day(rowtime)``."""
+def _iceberg(location: str, props: dict[str, str]) -> Any:
     from pyiceberg.catalog import load_catalog
-    from pyiceberg.partitioning import PartitionField, PartitionSpec
-    from pyiceberg.schema import Schema
-    from pyiceberg.transforms import DayTransform, HourTransform
-    from pyiceberg.types import LongType, NestedField, TimestamptzType
 
-    from pyspark_rowtime.streams.tables import parse_iceberg_location
+    catalog, _, name = location.removeprefix("iceberg://").partition("/")
+    return load_catalog(catalog, **props).load_table(name)
 
-    loc = parse_iceberg_location(location)
-    catalog = load_catalog(loc.catalog)
-    catalog.create_namespace_if_not_exists(loc.namespace)
-    schema = Schema(
-        NestedField(1, "k", LongType(), required=False),
-        NestedField(2, "rowtime", TimestamptzType(), required=False),
-    )
-    transform = HourTransform() if granularity == "hour" else DayTransform()
-    spec = PartitionSpec(
-        PartitionField(
-            source_id=2, field_id=1000, transform=transform, name=f"rowtime_{granularity}"
+
+def read_table(kind: str, location: str, props: dict[str, str] | None = None) -> pa.Table:
+    """Every row of the table, read by its library."""
+    if kind == "delta":
+        from deltalake import DeltaTable
+
+        return DeltaTable(location).to_pyarrow_table()
+    return _iceberg(location, props or {}).scan().to_arrow()
+
+
+def table_clock(kind: str, location: str, props: dict[str, str] | None = None) -> int | None:
+    """The clock as a scheduler reads it: the table's library alone, one read (None before
+    the sink moved it, or before there is a table)."""
+    if kind == "delta":
+        from deltalake import DeltaTable
+        from deltalake.exceptions import TableNotFoundError
+
+        try:
+            version = DeltaTable(location).transaction_version(CLOCK_KEY)
+        except TableNotFoundError:
+            return None
+        return None if version is None else int(version)
+    from pyiceberg.exceptions import NoSuchNamespaceError, NoSuchTableError
+
+    try:
+        value = _iceberg(location, props or {}).properties.get(CLOCK_KEY)
+    except (NoSuchTableError, NoSuchNamespaceError):
+        return None
+    return None if value is None else int(value)
+
+
+def _hour(us: int) -> str:
+    t = dt.datetime(1970, 1, 1, tzinfo=dt.timezone.utc) + dt.timedelta(microseconds=us)
+    return t.strftime("%Y-%m-%dT%H")
+
+
+def other_rows(ids: list[int], rowtimes_us: list[int], kind: str) -> pa.Table:
+    """Rows another application writes (columns id, name, rowtime; Delta's partition column
+    rowtime_hour as the sink names its values)."""
+    columns = {
+        "id": pa.array(ids, pa.int64()),
+        "name": pa.array([f"other{i}" for i in ids], pa.string()),
+        "rowtime": pa.array(rowtimes_us, pa.int64()).cast(pa.timestamp("us", tz="UTC")),
+    }
+    if kind == "delta":
+        columns["rowtime_hour"] = pa.array([_hour(t) for t in rowtimes_us], pa.string())
+    return pa.table(columns)
+
+
+def other_writer_appends(
+    kind: str, location: str, rows: pa.Table, props: dict[str, str] | None = None
+) -> None:
+    """Another application appends ``rows`` to the table, creating it (partitioned by hour of
+    rowtime, as the sink with granularity hour would) when there is none."""
+    if kind == "delta":
+        from deltalake import write_deltalake
+
+        write_deltalake(location, rows, mode="append", partition_by=["rowtime_hour"])
+        return
+    from pyiceberg.catalog import load_catalog
+    from pyiceberg.exceptions import NoSuchTableError
+    from pyiceberg.transforms import HourTransform
+
+    catalog_name, _, name = location.removeprefix("iceberg://").partition("/")
+    catalog = load_catalog(catalog_name, **(props or {}))
+    try:
+        table = catalog.load_table(name)
+    except NoSuchTableError:
+        catalog.create_namespace_if_not_exists(name.rpartition(".")[0])
+        table = catalog.create_table(name, schema=rows.schema)
+        with table.update_spec() as spec:
+            spec.add_field("rowtime", HourTransform(), "rowtime_hour")
+        table = catalog.load_table(name)
+    # table.append() into a table partitioned by hour(rowtime) needs pyiceberg-core (Rust), not
+    # installed here: write one Parquet file per hour as another application would, and add
+    # the files with pyiceberg's add_files (one commit).
+    import uuid
+
+    import pyarrow.compute as pc
+    import pyarrow.parquet as pq
+
+    hours = pc.floor_temporal(rows.column("rowtime"), unit="hour")
+    paths = []
+    for hour in pc.unique(hours):
+        part = rows.filter(pc.equal(hours, hour))
+        path = f"{table.location().rstrip('/')}/data/other-{uuid.uuid4().hex}.parquet"
+        with table.io.new_output(path).create() as out:
+            pq.write_table(part, out)
+        paths.append(path)
+    table.add_files(paths)
+
+
+def compact(kind: str, location: str, props: dict[str, str] | None = None) -> str:
+    """Compaction as each library offers it; returns what ran. Delta: ``optimize.compact()``
+    and a checkpoint of the log. Iceberg: pyiceberg 0.12 has no file compaction (no
+    ``rewrite_data_files``); the closest maintenance it has is expiring every snapshot but the
+    current one, which drops the history the sink's commits made."""
+    if kind == "delta":
+        from deltalake import DeltaTable
+
+        table = DeltaTable(location)
+        metrics = table.optimize.compact()
+        table.create_checkpoint()
+        return (
+            f"optimize.compact ({metrics.get('numFilesRemoved')} files into "
+            f"{metrics.get('numFilesAdded')}) + checkpoint"
+        )
+    table = _iceberg(location, props or {})
+    before = len(table.metadata.snapshots)
+    now = dt.datetime.now(dt.timezone.utc) + dt.timedelta(seconds=1)
+    table.maintenance.expire_snapshots().older_than(now).commit()
+    after = len(_iceberg(location, props or {}).metadata.snapshots)
+    return f"expire_snapshots ({before} snapshots -> {after})"
+
+
+def rows_of(t: pa.Table) -> list[tuple[int, int, str]]:
+    """``(rowtime_us, id, name)`` of every row, sorted."""
+    return sorted(
+        zip(
+            t.column("rowtime").cast(pa.int64()).to_pylist(),
+            t.column("id").to_pylist(),
+            t.column("name").to_pylist(),
+            strict=True,
         )
     )
-    catalog.create_table(
-        loc.identifier, schema, partition_spec=spec, properties={"rowtime.granularity": granularity}
-    )
-
-
-def iceberg_commit(
-    location: str,
-    rows: list[tuple[int, int]],
-    clock_us: int | None,
-    batch: int,
-    query_id: str = "q-1",
-    granularity: str = "hour",
-) -> None:
-    """One sink commit: the batch's files added and the clock property set in one transaction."""
-    from pyspark_rowtime.streams.tables import iceberg_table
-
-    table = iceberg_table(location)
-    assert table is not None
-    folder = table.location().removeprefix("file://") + "/data"
-    os.makedirs(folder, exist_ok=True)
-    files = []
-    for part in _by_partition(rows, granularity).values():
-        name = f"{folder}/{batch:020d}-{uuid.uuid4().hex[:8]}.parquet"
-        pq.write_table(part, name)
-        files.append(f"file://{name}")
-    props = {"rowtime.batch": str(batch), "rowtime.query-id": query_id}
-    if clock_us is not None:
-        props["rowtime.clock"] = str(clock_us)
-    with table.transaction() as tx:
-        tx.add_files(files, snapshot_properties=props)
-        tx.set_properties(props)

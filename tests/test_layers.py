@@ -229,8 +229,9 @@ LAZY_ROOTS = {
     "obstore": "extra [cloud]",
     "prometheus_client": "extra [metrics]",
     "matplotlib": "extras [demo], [bench]",
-    "deltalake": "a coming table backend",
-    "pyiceberg": "a coming table backend",
+    "deltalake": "extra [delta]",
+    "pyiceberg": "extra [iceberg]",
+    "adlfs": "pyiceberg's fsspec Azure filesystem, used when the user has it",
     "pyspark": "modules that must import without Spark",
 }
 #: Imports of the project's own modules that stay inside a function, each with why. (A project

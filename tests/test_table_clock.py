@@ -1,13 +1,13 @@
 """``get_rowtime_bound``, ``rowtime clock``, ``rowtime describe`` and ``rowtime metrics`` on Delta
 and Iceberg targets: real tables, written with delta-rs and pyiceberg as the sink lays them out
-(``table_helpers``), read back through the tables' own libraries."""
+(``table_builders``), read back through the tables' own libraries."""
 
 from __future__ import annotations
 
 import json
 
 import pytest
-from table_helpers import (
+from table_builders import (
     delta_commit,
     iceberg_catalog_env,
     iceberg_commit,

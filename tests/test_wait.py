@@ -13,7 +13,7 @@ import time
 
 import pytest
 from sink_helpers import make, records, run
-from table_helpers import (
+from table_builders import (
     delta_commit,
     iceberg_catalog_env,
     iceberg_commit,
