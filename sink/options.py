@@ -28,6 +28,7 @@ GRANULARITY_US = {
 }
 
 COMPRESSIONS = ("snappy", "zstd", "gzip", "lz4", "none")
+TARGETS = ("stream", "parquet", "delta", "iceberg")
 
 #: Every option the sink accepts (lower case, as Spark passes them), with what it accepts.
 SINK_OPTIONS: dict[str, str] = {
@@ -35,13 +36,26 @@ SINK_OPTIONS: dict[str, str] = {
     "redis:// or rediss:// stream location",
     "stream": "a stream's name in the catalog (instead of path)",
     "catalog": "the catalog file for option stream (else spark.rowtime.catalog, ROWTIME_CATALOG)",
-    "target": "stream (default: a rowtime stream) or parquet (files partitioned by rowtime)",
-    "granularity": "minute, hour (default) or day: the time partitions of a parquet target",
+    "target": (
+        "stream (default: a rowtime stream), parquet (files partitioned by rowtime), delta (a "
+        "Delta Lake table at path) or iceberg (an Iceberg table, path iceberg://CATALOG/NS.TABLE)"
+    ),
+    "granularity": (
+        "minute, hour (default) or day: the time partitions of a parquet, delta or iceberg target "
+        "(iceberg: hour or day)"
+    ),
     "clock": (
         "bounds (the bound records of an is_bound column; the default when the query has one) "
         "or watermark (the watermark each batch ran with; the default without is_bound)"
     ),
-    "compression": "snappy (default), zstd, gzip, lz4 or none: the codec of a parquet target",
+    "compression": (
+        "snappy (default), zstd, gzip, lz4 or none: the codec of the files of a parquet, delta or "
+        "iceberg target"
+    ),
+    "iceberg.<property>": (
+        "target=iceberg: a property of the Iceberg catalog (uri, warehouse, s3.endpoint, ...) "
+        "over pyiceberg's own configuration (.pyiceberg.yaml, PYICEBERG_CATALOG__<NAME>__*)"
+    ),
     "partitions": (
         "a whole number from 1 to 10000: the partitions of a new stream target (default: one per "
         "write task of the first batch with clock=bounds, 1 with clock=watermark)"
@@ -87,6 +101,8 @@ class SinkConfig:
     partitions: int | None = None
     #: The retention of a new target stream (its defaults ``retention``/``retention_size``).
     retention: dict[str, Any] = field(default_factory=dict)
+    #: target=iceberg: catalog properties given as options ``iceberg.<property>``.
+    table_options: dict[str, str] = field(default_factory=dict)
 
     @property
     def granularity_us(self) -> int:
@@ -160,7 +176,15 @@ def parse_sink_options(
     options: Mapping[str, Any], schema: pa.Schema, overwrite: bool = False
 ) -> SinkConfig:
     """Turn Spark's string options and the query's Arrow schema into a :class:`SinkConfig`."""
-    given = OPTIONS.lower(options)
+    prefix = "iceberg."
+    table_options = {
+        str(k)[len(prefix) :]: str(v)
+        for k, v in options.items()
+        if str(k).lower().startswith(prefix) and len(str(k)) > len(prefix)
+    }
+    given = OPTIONS.lower(
+        {k: v for k, v in options.items() if not str(k).lower().startswith(prefix)}
+    )
     if overwrite:
         raise OptionError(
             "writeStream.format('rowtime') appends: outputMode('complete') would rewrite the "
@@ -175,8 +199,13 @@ def parse_sink_options(
     payload, has_is_bound = check_columns(schema)
 
     target = given.get("target", "stream").strip().lower()
-    if target not in ("stream", "parquet"):
+    if target not in TARGETS:
         raise _bad("target", given["target"])
+    if table_options and target != "iceberg":
+        raise OptionError(
+            f"option iceberg.{next(iter(table_options))} applies to target=iceberg only; set "
+            "option target=iceberg or remove it"
+        )
     granularity = given.get("granularity", "hour").strip().lower()
     if granularity not in GRANULARITY_US:
         raise _bad("granularity", given["granularity"])
@@ -187,12 +216,12 @@ def parse_sink_options(
         extra = [k for k in ("granularity", "compression") if k in given]
         if extra:
             raise OptionError(
-                f"option {extra[0]} applies to target=parquet only; a rowtime stream target "
-                "keeps records in the log. Set option target=parquet or remove it"
+                f"option {extra[0]} applies to target=parquet, delta or iceberg only; a rowtime "
+                "stream target keeps records in the log. Set option target or remove it"
             )
     elif "partitions" in given:
         raise OptionError(
-            "option partitions applies to target=stream only; a parquet target is partitioned "
+            f"option partitions applies to target=stream only; a {target} target is partitioned "
             "by time (option granularity). Remove it"
         )
     partitions = None
@@ -209,7 +238,7 @@ def parse_sink_options(
         if key in given:
             if target != "stream":
                 raise OptionError(
-                    f"option {key} applies to target=stream only (a parquet target's files are "
+                    f"option {key} applies to target=stream only (a {target} target's files are "
                     "kept as written); remove it"
                 )
             from ..streams.retention import format_duration, parse_retention, parse_size
@@ -253,6 +282,7 @@ def parse_sink_options(
             "(a path or file:// URL) or to object storage (s3://, az://, abfss://); this "
             "location's backend keeps streams only: use target=stream, or a path for the files"
         )
+    _check_table_location(target, path, location, granularity)
     return SinkConfig(
         location=location,
         target=target,
@@ -265,4 +295,35 @@ def parse_sink_options(
         checkpoint=checkpoint,
         partitions=partitions,
         retention=retention,
+        table_options=table_options,
     )
+
+
+def _check_table_location(target: str, path: str, location: str, granularity: str) -> None:
+    """A table target's path is of its kind: an Iceberg table is named in its catalog, a Delta
+    table is a folder."""
+    from ..streams.tables import is_iceberg_location
+
+    iceberg = is_iceberg_location(location)
+    if target == "iceberg":
+        if not iceberg:
+            raise OptionError(
+                f"option path={redact_url(path)!r}: target=iceberg writes a table of an Iceberg "
+                "catalog, named iceberg://CATALOG/NAMESPACE.TABLE (e.g. iceberg://local/db.events)"
+            )
+        if granularity == "minute":
+            raise OptionError(
+                "option granularity=minute: Iceberg partitions time by hour or day (there is no "
+                "minute transform); use granularity hour or day with target=iceberg"
+            )
+    elif iceberg:
+        raise OptionError(
+            f"option path={redact_url(path)!r} names an Iceberg table: set option "
+            "target=iceberg to write it"
+        )
+    elif target == "delta" and sink_store(location) is not None and target_files(location) is None:
+        raise OptionError(
+            f"option path={redact_url(path)!r}: target=delta writes a Delta table to a local "
+            "folder or object storage (s3://, az://, abfss://); this location's backend keeps "
+            "streams only"
+        )

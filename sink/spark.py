@@ -40,7 +40,17 @@ QUERY_ID_PROPERTY = "sql.streaming.queryId"
 
 
 def make_target(cfg: SinkConfig) -> Target:
-    return ParquetTarget(cfg) if cfg.target == "parquet" else StreamTarget(cfg)
+    if cfg.target == "parquet":
+        return ParquetTarget(cfg)
+    if cfg.target == "delta":
+        from .delta_target import DeltaTarget
+
+        return DeltaTarget(cfg)
+    if cfg.target == "iceberg":
+        from .iceberg_target import IcebergTarget
+
+        return IcebergTarget(cfg)
+    return StreamTarget(cfg)
 
 
 class RowtimeCommitMessage(WriterCommitMessage):

@@ -80,6 +80,7 @@ def stage_task(
     info: TaskInfo,
     batches: Iterable[pa.RecordBatch],
     begin: Callable[[], tuple[int | None, Stager]],
+    committed: Callable[[], bool] | None = None,
 ) -> tuple[TaskReport, Stager | None]:
     """The shared part of ``write()``.
 
@@ -88,8 +89,10 @@ def stage_task(
     ``begin()`` gives the target's clock before this batch (rows below it fail the task) and a
     fresh :class:`Stager`; the rows go to it and, on any error, it is discarded before the
     error propagates. The report carries the staged files; the target adds its own fields.
+    ``committed`` tells a replay where the target's state is not a manifest (table targets:
+    the table's own log).
     """
-    if target.state.entry(info.batch_id) is not None:
+    if committed() if committed else target.state.entry(info.batch_id) is not None:
         for _ in batches:  # the commit finishes the batch from its own records
             pass
         return TaskReport(info=info, skipped=True), None

@@ -61,7 +61,9 @@ class StagedFile:
     ``final`` and ``key`` (the time partition's index: ``rowtime // granularity``) are set for
     Parquet targets, which publish a staged file by renaming it to ``final``. ``first`` is set
     for stream targets: the offset the file's first record gets if the file becomes a segment
-    of the partition the task wrote for as it is.
+    of the partition the task wrote for as it is. Table targets (Delta, Iceberg) write a file
+    where it stays and set ``size`` (bytes) and ``stats``: what the table's commit records of
+    the file (Delta's add-action statistics as JSON; Iceberg's data file, pickled, base64).
     """
 
     staged: str
@@ -69,6 +71,8 @@ class StagedFile:
     final: str | None = None
     key: int | None = None
     first: int | None = None
+    size: int | None = None
+    stats: str | None = None
 
     def to_dict(self) -> dict[str, Any]:
         return dataclasses.asdict(self)
@@ -84,6 +88,8 @@ class StagedFile:
             final=opt("final"),
             key=None if opt("key") is None else int(doc["key"]),
             first=None if opt("first") is None else int(doc["first"]),
+            size=None if opt("size") is None else int(doc["size"]),
+            stats=opt("stats"),
         )
 
 

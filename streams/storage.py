@@ -99,6 +99,7 @@ SINK_TARGET_FILE = "target.json"
 #: ``kind`` in the sink's target file.
 SINK_KIND_STREAM = "stream"
 SINK_KIND_PARQUET = "parquet"
+SINK_KIND_DELTA = "delta"
 
 
 @dataclass(frozen=True)
@@ -466,6 +467,10 @@ class LocationKind(enum.Enum):
     PENDING_STREAM_TARGET = "pending stream target"
     #: a Parquet target of the sink (its clock is the sink's, ``sink.parquet_target``)
     PARQUET_TARGET = "parquet target"
+    #: a Delta table the sink writes (its clock is an app transaction, ``streams.tables``)
+    DELTA_TARGET = "delta target"
+    #: an Iceberg table (``iceberg://``; its clock is a table property, ``streams.tables``)
+    ICEBERG_TARGET = "iceberg target"
     #: nothing this project wrote
     NOTHING = "nothing"
 

@@ -201,6 +201,11 @@ SINK_BAD: list[tuple[dict[str, str], str]] = [
     ({"path": ""}, "path"),
     ({"path": "gs://bucket/out"}, "path"),
     ({"checkpointLocation": "hdfs://nn/ck"}, "checkpointLocation"),
+    ({"target": "delta", "iceberg.uri": "sqlite:///c.db"}, "iceberg.uri"),
+    ({"target": "iceberg"}, "path"),  # a folder, not iceberg://CATALOG/NAMESPACE.TABLE
+    ({"target": "iceberg", "path": "iceberg://c/events"}, "iceberg://c/events"),  # no namespace
+    ({"target": "iceberg", "path": "iceberg://c/db.t", "granularity": "minute"}, "granularity"),
+    ({"target": "stream", "path": "iceberg://c/db.t"}, "target=iceberg"),
 ]
 
 
@@ -212,7 +217,11 @@ def test_a_bad_sink_option_is_refused_naming_it(options, named):
 
 
 def test_every_sink_option_has_at_least_one_bad_case():
-    tried = {k.lower() for options, _ in SINK_BAD for k in options}
+    tried = {
+        "iceberg.<property>" if k.lower().startswith("iceberg.") else k.lower()
+        for options, _ in SINK_BAD
+        for k in options
+    }
     assert not set(SINK_OPTIONS) - tried - {"stream", "catalog"}
 
 

@@ -64,7 +64,7 @@ def test_parquet_defaults_to_hourly_snappy_files():
         ({"target": "parquet", "granularity": "week"}, r"granularity='week'.*minute, hour"),
         ({"target": "parquet", "compression": "brotli"}, r"compression='brotli'"),
         ({"clock": "rows"}, r"option clock='rows' is not valid.*bounds.*watermark"),
-        ({"granularity": "day"}, r"option granularity applies to target=parquet only"),
+        ({"granularity": "day"}, r"option granularity applies to target=parquet, delta or ice"),
         ({"path": "  "}, r"option path is required"),
     ],
 )

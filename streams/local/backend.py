@@ -12,6 +12,7 @@ from ...bounds.errors import CorruptLogError
 from ..meta import META_FILE, read_meta
 from ..storage import (
     SINK_DIR,
+    SINK_KIND_DELTA,
     SINK_KIND_PARQUET,
     SINK_KIND_STREAM,
     SINK_TARGET_FILE,
@@ -54,6 +55,8 @@ class _EmbeddedLogBackend:
         kind = _sink_target_kind(resolved)
         if kind == SINK_KIND_PARQUET:
             return LocationKind.PARQUET_TARGET
+        if kind == SINK_KIND_DELTA:
+            return LocationKind.DELTA_TARGET
         if kind == SINK_KIND_STREAM and read_meta(resolved) is None:
             return LocationKind.PENDING_STREAM_TARGET
         return LocationKind.NOTHING

@@ -77,6 +77,7 @@ from ..meta import (
 from ..retention import RETENTION_FILE, TRIM_FILE, Retention, TrimResult, TrimState, Unit, data_loss
 from ..segments import SegmentStats, check_segment_files, segment_schema, write_segment_to
 from ..storage import (
+    SINK_KIND_DELTA,
     SINK_KIND_PARQUET,
     SINK_KIND_STREAM,
     LocationKind,
@@ -873,6 +874,8 @@ class _ObjectStoreBackend:
             return LocationKind.PENDING_STREAM_TARGET
         if kind == SINK_KIND_PARQUET:
             return LocationKind.PARQUET_TARGET
+        if kind == SINK_KIND_DELTA:
+            return LocationKind.DELTA_TARGET
         return LocationKind.NOTHING
 
     def sink_store(self, resolved: str) -> Any:
