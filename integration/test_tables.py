@@ -94,6 +94,7 @@ def rows_of(t: pa.Table) -> list[tuple]:
     )
 
 
+@pytest.mark.spark_subset
 @pytest.mark.parametrize("kind", KINDS)
 def test_pass_through_writes_every_row_once_and_the_clock_follows_the_bounds(
     spark, workdir, kind, iceberg_catalog

@@ -24,8 +24,6 @@ own property is not changed) and does its own retry: reload, check, commit.
 
 from __future__ import annotations
 
-import base64
-import pickle
 from collections.abc import Sequence
 from typing import Any
 
@@ -127,7 +125,7 @@ class IcebergFormat:
         size = write_parquet(files, rel, pa.Table.from_arrays(columns, schema=schema), self.cfg)
         path = f"{table.location().rstrip('/')}/{rel}"
         data_file = parquet_file_to_data_file(table.io, table.metadata, path)
-        return size, base64.b64encode(pickle.dumps(data_file)).decode("ascii")
+        return size, data_file
 
     def commit(
         self, table: Any, files: Sequence[StagedFile], entry: TableCommit, summary: dict[str, str]
@@ -145,7 +143,7 @@ class IcebergFormat:
         with tx.update_snapshot(snapshot_properties=summary).fast_append() as append:
             for f in files:
                 assert f.stats is not None
-                append.append_data_file(pickle.loads(base64.b64decode(f.stats)))
+                append.append_data_file(f.stats)
         try:
             tx.commit_transaction()
         except CommitFailedException:

@@ -63,7 +63,8 @@ class StagedFile:
     for stream targets: the offset the file's first record gets if the file becomes a segment
     of the partition the task wrote for as it is. Table targets (Delta, Iceberg) write a file
     where it stays and set ``size`` (bytes) and ``stats``: what the table's commit records of
-    the file (Delta's add-action statistics as JSON; Iceberg's data file, pickled, base64).
+    the file (Delta's add-action statistics as JSON text; Iceberg's ``DataFile``, which travels
+    to the driver inside Spark's commit message).
     """
 
     staged: str
@@ -72,7 +73,7 @@ class StagedFile:
     key: int | None = None
     first: int | None = None
     size: int | None = None
-    stats: str | None = None
+    stats: Any = None
 
     def to_dict(self) -> dict[str, Any]:
         return dataclasses.asdict(self)

@@ -401,6 +401,17 @@ def _start(catalog: str, name: str) -> tuple[subprocess.Popen[str], str]:
         time.sleep(0.2)
 
 
+def _wait_rows(url: str, partition: int, above: int, timeout: float = 30.0) -> int:
+    """Rows of ``partition`` once there are more than ``above`` (or when ``timeout`` ends: the
+    test's assertions then say what went wrong)."""
+    deadline = time.monotonic() + timeout
+    while True:
+        n = len(_rows(url, partition)) if what_is_at(url).kind is LocationKind.STREAM else 0
+        if n > above or time.monotonic() > deadline:
+            return n
+        time.sleep(0.02)
+
+
 def _stop(proc: subprocess.Popen[str], first: str) -> str:
     proc.send_signal(signal.SIGTERM)
     try:
@@ -421,9 +432,12 @@ def test_sigkill_of_a_directory_connector_on_object_storage_loses_and_repeats_no
     expected = _drop_files(tmp_path, files=8, per_file=30)
     done = tmp_path / "incoming" / "_done"
     at_kills = []  # rows written when each kill came
-    for delay in (0.3, 0.6, 0.9):
+    for delay in (0.0, 0.3, 0.6):
         proc, _first = _start(catalog, "files")
-        time.sleep(delay)  # a kill at whatever point it reached
+        # a kill once it has written (a loaded machine starts it slowly), then at whatever
+        # point it reached
+        _wait_rows(url, 0, above=at_kills[-1] if at_kills else 0)
+        time.sleep(delay)
         proc.send_signal(signal.SIGKILL)
         proc.wait(10)
         at_kills.append(len(_rows(url, 0)) if what_is_at(url).kind is LocationKind.STREAM else 0)
@@ -470,8 +484,10 @@ def test_sigkill_of_the_generator_on_object_storage_loses_and_repeats_nothing(
     # No count: it generates until stopped; its committed position says how many rows it made.
     catalog, url = _connectors(tmp_path, object_server, rate=500)
     Path(catalog).write_text(Path(catalog).read_text().replace("count = 300\n", ""))
-    for delay in (0.4, 0.7):
+    written = 0
+    for delay in (0.1, 0.3):
         proc, _first = _start(catalog, "gen")
+        written = _wait_rows(url, 1, above=written)  # it generates (a loaded machine is slow)
         time.sleep(delay)  # killed while generating
         proc.send_signal(signal.SIGKILL)
         proc.wait(10)
