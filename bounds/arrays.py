@@ -1,10 +1,11 @@
 """Arrow columns as numpy arrays, without pyarrow's pandas path.
 
 ``pa.Array.to_numpy`` goes through pyarrow's pandas conversion, whose first use in a process
-imports pandas when it is installed: 0.3-0.4 s here. Spark starts a new Python process for the
-driver side of every streaming query (``latestOffset``, ``partitions``) and every Python worker
-begins fresh, so the reader paid that import in its first planning step of each query, more
-than the step's own work over 10 million rows (``bench/suite.py``'s planning share). These
+imports pandas when it is installed, a fixed cost of a large import. Spark starts a new Python
+process for the driver side of every streaming query (``latestOffset``, ``partitions``) and
+every Python worker begins fresh, so the reader paid that import in its first planning step of
+each query, more than the step's own work over 10 million rows (``bench/suite.py``'s planning
+share; docs/benchmarks.md, "The reader"). These
 functions read the Arrow buffers directly: a view for fixed-width values, one vectorised unpack
 for booleans. Arrays with nulls keep pyarrow's own conversion (and its meaning of a null).
 """

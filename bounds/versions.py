@@ -1,4 +1,4 @@
-"""Stored formats across releases (SPEC 12, README "Upgrades: what is kept across versions").
+"""Stored formats across releases (SPEC 12; docs/operations/upgrades.md).
 
 Everything this project stores says which version of its format wrote it: a stream's metadata
 (``format_version``), each segment's footer (``rowtime.format_version``), a reader's offset

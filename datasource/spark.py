@@ -277,9 +277,10 @@ class RowtimeStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         takes the first answer as the query's final target, without telling the source its
         trigger. So on 4.1 the micro-batch is the whole backlog, never capped: a cap would end
         an ``availableNow`` query with records unread. The planner then holds up to 18 bytes a
-        new record on the driver (about 10 measured; README, Install). The start is the end of
-        the range Spark last planned (it calls ``partitions(end, end)`` on restart, before any
-        ``latestOffset()``), else the initial offset.
+        new record on the driver (docs/benchmarks.md, "Spark 4.1: a backlog in one
+        micro-batch"). The start is the end of the range Spark last planned (it calls
+        ``partitions(end, end)`` on restart, before any ``latestOffset()``), else the initial
+        offset.
         """
         if start is None:  # Spark 4.1
             start = self._seen_end if self._seen_end is not None else self.initialOffset()

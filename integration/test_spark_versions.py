@@ -180,7 +180,7 @@ def test_spark_4_0_finds_format_rowtime_and_every_entry_point_names_the_versions
     refused(write)
 
 
-#: The driver-memory check on Spark 4.1 (README, Install): 4 M rows, as in
+#: The driver-memory check on Spark 4.1 (docs/getting-started.md, Spark versions): 4 M rows, as in
 #: integration/test_driver_memory.py, planned in Spark 4.1's order as one step.
 MEMORY_ROWS = 4_000_000
 BYTES_PER_RECORD = 18
@@ -210,7 +210,7 @@ print(json.dumps({
 def test_spark_4_1_plans_a_backlog_in_one_step_within_the_stated_memory(tmp_path: Path) -> None:
     """On 4.1 the planner holds the whole backlog (no step cap can apply): every record in
     the first latestOffset(), within 18 bytes a record + 48 MiB (numpy's traced peak and
-    Arrow's pool peak; the README gives whole-process figures at 20 M and 50 M rows)."""
+    Arrow's pool peak; docs/benchmarks.md gives traced peaks at 20 M and 50 M rows)."""
     import pyspark_rowtime as pr
 
     location = tmp_path / "backlog"

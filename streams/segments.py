@@ -280,7 +280,7 @@ def batch_checksum(batch: pa.RecordBatch) -> bytes:
     modulo 2**64 (Fletcher's construction over blocks). Any damage within one word changes
     ``A``; blocks swapped or written in the wrong place change ``B`` unless their sums are
     equal; other damage goes unseen with a chance of about 2**-64. Chosen over CRC-32 for its
-    cost: numpy sums about ten times as fast as zlib's CRC here (see the README's figures).
+    cost: numpy sums far faster than zlib's CRC (docs/benchmarks.md, "Segment checksums").
     """
     message = batch.serialize()  # the bytes the IPC writer writes, whatever the slicing
     n = message.size // 8

@@ -1,7 +1,6 @@
 """Object storage servers for tests: moto's S3 server and Azurite (Azure Blob), on loopback ports.
 
-Both start in about a second (measured facts: ``/work/shared/notes/object-storage-test-servers.md``
-in the project's working notes):
+Both start in about a second:
 
 * **moto** runs in this process (``moto.server.ThreadedMotoServer``). Its conditional put looks
   the key up and then writes, with no lock between, so two racing creates of one key can both

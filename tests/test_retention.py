@@ -747,7 +747,7 @@ def test_an_idle_read_of_a_stream_trimmed_at_a_quiet_cut_equals_the_untrimmed_on
     of each partition's removed records from its trim (it cannot read them), so where every
     removed record arrived before every kept one and no partition was idle before the cut, it
     finds the same partitions idle and discards the same rows as late as a reader of the whole
-    log (README, known limits, says what a trim at another cut changes)."""
+    log (docs/limits.md says what a trim at another cut changes)."""
     defaults: dict[str, Any] = {"order": order}
     if order == "adjust":
         defaults.update(adjust_unit="usec", adjust_range=5_000)

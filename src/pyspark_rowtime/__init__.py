@@ -6,6 +6,9 @@ keeps a clock downstream jobs can wait on; the adapter API feeds streams from Py
 
 Attributes are imported lazily (PEP 562), so ``import pyspark_rowtime.bounds`` stays free of
 pyspark and the log, while Spark's lookup of ``pyspark_rowtime.DefaultSource`` still works.
+
+The code cites the project's rules as ``SPEC n``: section ``n`` of docs/design/rules.md in the
+repository (tests/test_spec_references.py keeps every citation resolvable).
 """
 
 from __future__ import annotations

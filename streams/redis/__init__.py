@@ -36,17 +36,14 @@ The reader's planner (on the Spark driver) needs each record's times, never its 
 of system columns only takes them from ``tm`` (17 bytes a record) instead of the entries, so the
 driver plans from entry IDs, offsets and clocks and the executors fetch the payloads themselves
 (entries written before ``tm`` existed are read whole, as before). It costs about 17 more bytes
-a record in the server's memory; planning 500,000 records of 200-byte rows (load 13) read 8 MB
-in 0.09 s from ``tm``, against 114 MB in 2.8 s from the entries.
+a record in the server's memory, and the planner reads a small fraction of the bytes it would
+read from the entries (docs/benchmarks.md, "Redis Streams").
 
-Why Arrow IPC per entry and not one entry per row with a field per column (``./dev bench log``,
-this 2-core machine, 4 columns: id BIGINT, price DOUBLE, qty INT, name STRING): Arrow entries
-take ``insert_arrow()`` at 1.8 M rows/s (the embedded log: 2.3 M) and read back at 2.6 M rows/s,
-in 56 bytes per row in Redis (17 of them the system columns; 76 with their copy in ``tm``,
-measured 2026-11); fields per row, pipelined in
-MULTI blocks of 10,000, write 0.02 M rows/s and read (XRANGE + conversion to Arrow) 0.014 M
-rows/s, in 50 bytes per row. A hundred times the speed for 12% more memory. Entries are not
-compressed (Arrow's lz4/zstd were not measured here).
+Why Arrow IPC per entry and not one entry per row with a field per column: a run is decoded and
+encoded by one Arrow call, where fields per row cost a Python conversion per value, so Arrow
+entries write and read about a hundred times as fast for a little more memory per row
+(``./dev bench log``; the figures are in docs/benchmarks.md, "Redis Streams"). Entries are not
+compressed.
 
 An external stream (:func:`.create.register_external`) is a Redis stream filled by any client with
 ``XADD key * field value ...``: one entry is one data row. Its records are numbered as entries
