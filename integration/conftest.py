@@ -65,6 +65,9 @@ def pytest_ignore_collect(collection_path: Path, config: pytest.Config) -> bool 
 
 
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    from xdist_plan import plan
+
+    plan(items)
     if not CONNECT:
         return
     for item in items:

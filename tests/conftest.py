@@ -22,3 +22,10 @@ settings.load_profile(
 
 # Object storage servers (moto's S3, Azurite) for the tests that take them.
 from objstore_servers import az_server, object_server, s3_server  # noqa: E402, F401
+
+
+def pytest_collection_modifyitems(config: object, items: list) -> None:  # type: ignore[type-arg]
+    """The order and the worker groups of ``./dev test``'s xdist run (tests/xdist_plan.py)."""
+    from xdist_plan import plan
+
+    plan(items)
