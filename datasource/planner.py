@@ -561,8 +561,8 @@ def sorted_step(
     clock before it, once the first is); a row is released up to a position found by binary
     search (all of them, for ``reject`` and ``drop``); it is emitted up to the stream clock,
     again a prefix. So one ordered-ness pass and a few binary searches replace the dozen
-    passes of :func:`scan_partition` and :func:`classify` over the step: the driver planned
-    10 million in-order records in 0.2 s that way, most of the time the tasks waited for it.
+    passes of :func:`scan_partition` and :func:`classify` over the step (what that saves is on
+    the benchmarks page, docs/benchmarks.md).
     The result (state and emitted runs) is the same as the general path's; a property test
     holds the two together (``tests/test_reader_sorted_step.py``).
     """

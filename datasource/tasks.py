@@ -211,8 +211,8 @@ def classify_pieces(
     records at a time; yields ``(first offset of the piece's window, what it decided)``.
 
     Why: over a backlog of millions of records, one pass allocates a dozen arrays as large as
-    the backlog; pieces keep them in the CPU caches and reuse memory (4-5x faster planning in
-    a fresh process, measured by ``bench/reader.py``). The result is the same as one pass: each
+    the backlog; pieces keep them in the CPU caches and reuse memory (``bench/reader.py``
+    measures it; the figures are on the benchmarks page). The result is the same as one pass: each
     piece resumes from the state the previous one left (its window starts at the first record
     still alive), and later pieces take the stream clock after the step as the clock before,
     since the earlier pieces already emitted every released row up to it. Rows come out in the
