@@ -165,6 +165,11 @@ def call_streams_api(spark: Any, workdir: Path) -> None:
     assert pr.read_stream(location).num_rows == 2
     assert pr.open_stream(location).meta.partitions == 1
     assert pr.to_rowtime_us(pr.get_rowtime_bound(location)) == BASE_US + US
+    # the clock has reached the bound: one read, no wait
+    reached = pr.wait_for_rowtime_bound(location, at(BASE_US + US), timeout=0)
+    assert pr.to_rowtime_us(reached) == BASE_US + US
+    with pytest.raises(pr.WaitTimeoutError, match="the clock of .* is .*, waiting for"):
+        pr.wait_for_rowtime_bound(location, at(BASE_US + 2 * US), timeout=0)
     assert pr.from_rowtime_us(BASE_US) == at(BASE_US)
 
 
@@ -191,6 +196,7 @@ CALLS: dict[str, Callable[[Any, Path], None]] = {
     "open_stream": call_streams_api,
     "read_stream": call_streams_api,
     "get_rowtime_bound": call_streams_api,
+    "wait_for_rowtime_bound": call_streams_api,
     "to_rowtime_us": call_streams_api,
     "from_rowtime_us": call_streams_api,
     "assign_panes": call_panes,
