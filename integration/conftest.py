@@ -38,29 +38,46 @@ def pytest_configure(config: pytest.Config) -> None:
     config.addinivalue_line(
         "markers", "classic_only(reason): needs classic Spark (a JVM in this process)"
     )
+    config.addinivalue_line(
+        "markers",
+        "connect(reason): runs in the Spark Connect pass too, outside CONNECT_FILES (the "
+        "reason says what differs under Connect)",
+    )
 
 
 def _java_ok() -> bool:
     return shutil.which("java") is not None or bool(os.environ.get("JAVA_HOME"))
 
 
-#: The files ``./dev test`` runs again in a Spark Connect session (ROWTIME_SPARK_MODE=connect).
+#: The files ``./dev test`` runs again, whole, in a Spark Connect session
+#: (ROWTIME_SPARK_MODE=connect): what the mode can change. Under Connect the client holds no
+#: JVM and sends plans over gRPC, so what differs is the client side: every public function
+#: (``test_connect.py``), the query checks and the watermark's way through each query shape
+#: (``test_query_shapes.py``), and the README's and the docs' code blocks. Any other test runs
+#: there too when marked ``@pytest.mark.connect("what differs")``: an error raised in the
+#: server's Python that must reach the client whole, one pass of each sink target.
+#:
+#: The rest is the same in both modes by construction, and ``tests/test_connect_scope.py``
+#: keeps it so: the data source (reader, sink, storage) imports from pyspark only the data
+#: source API and types, never a session or a DataFrame, and runs in the Python processes that
+#: Spark's driver and executors start, the same processes with the same pickled objects
+#: whichever client started the query; a restart, a window's emission or a brute-force
+#: comparison gives nothing more under Connect.
 CONNECT_FILES = [
     "test_query_shapes.py",
-    "test_windows.py",
-    "test_intervals.py",
-    "test_sink.py",
     "test_readme_blocks.py",
     "test_connect.py",
-    "test_tables.py",
 ]
 
 
 def pytest_ignore_collect(collection_path: Path, config: pytest.Config) -> bool | None:
-    """Under Spark Connect, only the listed files (the others test the reader, the log and
-    processes, which the mode does not change, or run Spark of their own in child processes)."""
+    """Under Spark Connect, only the listed files and those with a test marked ``connect``
+    (the others test the reader, the log and processes, which the mode does not change, or run
+    Spark of their own in child processes)."""
     if CONNECT and collection_path.suffix == ".py" and collection_path.name.startswith("test_"):
-        return collection_path.name not in CONNECT_FILES or None
+        if collection_path.name in CONNECT_FILES:
+            return None
+        return "pytest.mark.connect(" not in collection_path.read_text() or None
     return None
 
 
@@ -70,6 +87,16 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
     plan(items)
     if not CONNECT:
         return
+    # Outside CONNECT_FILES, only the tests marked connect run under Spark Connect.
+    outside = [
+        item
+        for item in items
+        if item.path.name not in CONNECT_FILES and item.get_closest_marker("connect") is None
+    ]
+    if outside:
+        config.hook.pytest_deselected(items=outside)
+        gone = {id(item) for item in outside}
+        items[:] = [item for item in items if id(item) not in gone]
     for item in items:
         marker = item.get_closest_marker("classic_only")
         if marker is not None:

@@ -168,7 +168,7 @@ def call_streams_api(spark: Any, workdir: Path) -> None:
     # the clock has reached the bound: one read, no wait
     reached = pr.wait_for_rowtime_bound(location, at(BASE_US + US), timeout=0)
     assert pr.to_rowtime_us(reached) == BASE_US + US
-    with pytest.raises(pr.WaitTimeoutError, match="the clock of .* is .*, waiting for"):
+    with pytest.raises(pr.WaitTimeoutError, match=r"the clock of .* is .*, waiting for"):
         pr.wait_for_rowtime_bound(location, at(BASE_US + 2 * US), timeout=0)
     assert pr.from_rowtime_us(BASE_US) == at(BASE_US)
 

@@ -309,6 +309,7 @@ def test_overlap_join_state_stays_bounded_by_both_clocks(spark: Any, workdir: Pa
     assert kept and max(kept) <= 30, kept
 
 
+@pytest.mark.connect("the refusals are raised in the client, before a plan is sent")
 def test_overlap_join_refuses_bad_arguments_before_starting(spark: Any, workdir: Path) -> None:
     a, b, _ = join_streams(spark, workdir, "bad")
     left = reader(spark, a, **{"interval.duration": "2"})
@@ -417,6 +418,7 @@ def test_grouped_windows_aggregate_to_the_relational_answer_with_a_restart(
     assert results[0] == results[1]
 
 
+@pytest.mark.connect("the refusals are raised in the client, before a plan is sent")
 def test_a_window_group_must_lie_within_one_aggregate_group(spark: Any, workdir: Path) -> None:
     location = workdir / "wbad"
     pr.create_stream(str(location), "i long, k string, v double", partitions=1)
@@ -464,6 +466,7 @@ def test_windows_into_the_left_overlap_join_against_brute_force_with_a_restart(
     assert results[0] == results[1]
 
 
+@pytest.mark.connect("the refusals are raised in the client, before a plan is sent")
 def test_a_window_group_must_lie_within_one_join_key(spark: Any, workdir: Path) -> None:
     a, b = workdir / "wjbad_a", workdir / "wjbad_b"
     pr.create_stream(str(a), "i long, k string, v double", partitions=1)

@@ -113,12 +113,6 @@ def table_clock(kind: str, location: str) -> int | None:
 WHERE = ["local"] if CONNECT else ["local", "s3", "az"]
 CATALOG_ON = {"local": "tests", "s3": "ons3", "az": "onaz"}
 
-#: Under Spark Connect one case per kind (the pass-through): the other tests drive the same
-#: sink code, which does not depend on the mode.
-classic_pass_only = pytest.mark.skipif(
-    CONNECT, reason="under Spark Connect the pass-through case covers each kind"
-)
-
 
 def rows_of(t: pa.Table) -> list[tuple]:
     t = t.sort_by("id")
@@ -131,6 +125,7 @@ def rows_of(t: pa.Table) -> list[tuple]:
     )
 
 
+@pytest.mark.connect("one pass of each table target, started from the client")
 @pytest.mark.spark_subset
 @pytest.mark.parametrize("where", WHERE)
 @pytest.mark.parametrize("kind", KINDS)
@@ -193,7 +188,6 @@ def test_pass_through_writes_every_row_once_and_the_clock_follows_the_bounds(
     assert rows_of(read_table(kind, out)) == expected
 
 
-@classic_pass_only
 @pytest.mark.parametrize("kind", KINDS)
 def test_windowed_counts_land_with_the_watermark_as_clock(spark, workdir, kind, iceberg_catalog):
     src = workdir / "src"
@@ -224,7 +218,7 @@ def test_windowed_counts_land_with_the_watermark_as_clock(spark, workdir, kind, 
     assert table_clock(kind, out) == END_OF_STREAM_US
 
 
-@classic_pass_only
+@pytest.mark.connect("an error raised in the server's Python reaches the client whole")
 @pytest.mark.parametrize("kind", KINDS)
 def test_a_table_whose_columns_do_not_fit_is_refused_naming_the_column(
     spark, workdir, kind, iceberg_catalog

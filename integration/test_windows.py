@@ -406,6 +406,7 @@ def test_sink_clock_covers_exactly_the_emitted_panes_when_only_bounds_follow(spa
 # -- parameters are checked before any query starts ----------------------------------------------
 
 
+@pytest.mark.connect("the refusals are raised in the client, before a plan is sent")
 def test_invalid_parameters_and_aggregates_fail_before_a_query_starts(spark, workdir):
     create_stream(workdir / "src", TRAFFIC)
     df = spark.readStream.format("rowtime").load(str(workdir / "src"))
