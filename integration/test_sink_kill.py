@@ -67,7 +67,7 @@ from pyspark_rowtime.streams.storage import LocationKind, open_storage, what_is_
 
 ROWS = 2400
 BOUND_EVERY = 100  # rows between the writer's bounds
-ROWS_PER_BATCH = 150  # the reader's maxRowsPerBatch: records per micro-batch
+ROWS_PER_BATCH = 300  # the reader's maxRowsPerBatch: records per micro-batch (9 a query)
 T0_US = 1_700_000_000_000_000
 #: ``./dev long`` (ROWTIME_LONG=1): the long form of this test.
 LONG = os.environ.get("ROWTIME_LONG") == "1"
