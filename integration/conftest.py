@@ -81,6 +81,14 @@ def pytest_ignore_collect(collection_path: Path, config: pytest.Config) -> bool 
     return None
 
 
+@pytest.hookimpl(optionalhook=True)
+def pytest_xdist_make_scheduler(config: pytest.Config, log: object) -> object:
+    """``./dev test``'s xdist scheduling (tests/xdist_plan.py)."""
+    from xdist_plan import make_scheduler
+
+    return make_scheduler(config, log)
+
+
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
     from xdist_plan import plan
 

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import os
 
+import pytest
 from hypothesis import HealthCheck, settings
 
 settings.register_profile(
@@ -22,6 +23,14 @@ settings.load_profile(
 
 # Object storage servers (moto's S3, Azurite) for the tests that take them.
 from objstore_servers import az_server, object_server, s3_server  # noqa: E402, F401
+
+
+@pytest.hookimpl(optionalhook=True)
+def pytest_xdist_make_scheduler(config: pytest.Config, log: object) -> object:
+    """``./dev test``'s xdist scheduling (tests/xdist_plan.py)."""
+    from xdist_plan import make_scheduler
+
+    return make_scheduler(config, log)
 
 
 def pytest_collection_modifyitems(config: object, items: list) -> None:  # type: ignore[type-arg]

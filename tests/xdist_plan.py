@@ -1,65 +1,69 @@
-"""How ``./dev test`` spreads the tests over pytest-xdist workers (``-n 2 --dist loadgroup``).
+"""How ``./dev test`` spreads the tests over pytest-xdist workers (``ROWTIME_WORKERS=N``).
 
-Both conftests call :func:`plan` from ``pytest_collection_modifyitems`` (it is idempotent), so a
-new test file is picked up with no list to keep:
+A scheduler of our own (``pytest_xdist_make_scheduler``, a public xdist hook; both conftests
+return it): xdist's ``--dist loadgroup`` reads ``xdist_group`` marks by rewriting a private
+attribute that pytest 9 no longer has, so its groups silently did nothing here. Ours groups by
+the node id alone, which the controller has:
 
-* a test whose fixtures include one of module or class scope (a child ``local-cluster`` run
-  shared by several tests, a venv built once, a server per module) runs on the same worker as
-  the other tests of its file, so that fixture is built once, as in one process;
-* the integration tests that do not take the session's ``spark`` fixture start processes of
-  their own (a child Spark driver killed again and again, a ``local-cluster``, the soaks, a
-  venv): they run together on one worker, one after the other, so that at most one child Spark
-  runs beside the other worker's session, and they are handed out first (they are the longest
-  unit, about half of the integration tests' time);
-* then the other tests that use Spark (``integration/``), and the pure Python ones (``tests/``)
-  last: the long Spark tests start early, and the tail of the run is made of short tests that
-  even out the two workers.
+* the integration files whose tests start processes of their own (a child Spark driver killed
+  again and again, a ``local-cluster``, the soaks, venvs: ``OWN_PROCESSES``) are one unit, run
+  on one worker one after the other, so that at most one child Spark runs beside the other
+  worker's session; they are handed out first, being the longest unit;
+* every other file is a unit of its own (module-scoped fixtures are built once, as in one
+  process), the Spark ones before the pure Python ones (``tests/``), so that the tail of the
+  run is made of short tests that even out the workers.
 
-Without xdist (``-p no:xdist``, ``-n 0``) the group marks are inert and the order is the only
-change.
+Without xdist (``ROWTIME_WORKERS=0``) only the order changes.
 """
 
 from __future__ import annotations
 
+from typing import Any
+
 import pytest
 
-_SHARED_SCOPES = {"module", "class", "package"}
+#: The integration files whose tests start Spark processes (or venvs) of their own.
+OWN_PROCESSES = {
+    "integration/test_sink_kill.py",
+    "integration/test_soak.py",
+    "integration/test_executor_lost.py",
+    "integration/test_reader_processes.py",
+    "integration/test_install.py",
+    "integration/test_driver_memory.py",
+}
+OWN_PROCESSES_UNIT = "own-processes"
 
 
-def _shares_a_fixture(item: pytest.Item) -> bool:
-    info = getattr(item, "_fixtureinfo", None)
-    if info is None:
-        return False
-    return any(defs and defs[-1].scope in _SHARED_SCOPES for defs in info.name2fixturedefs.values())
+def _file_of(nodeid: str) -> str:
+    return nodeid.split("::", 1)[0]
 
 
-def _file_of(item: pytest.Item) -> str:
-    return item.nodeid.split("::", 1)[0]
-
-
-#: The group of the integration tests that start processes of their own.
-OWN_PROCESSES = "own-processes"
-
-
-def _own_processes(item: pytest.Item) -> bool:
-    return _file_of(item).startswith("integration/") and "spark" not in getattr(
-        item, "fixturenames", ()
-    )
+def unit_of(nodeid: str) -> str:
+    """The scheduling unit of a test: its file, or one unit for every OWN_PROCESSES file."""
+    path = _file_of(nodeid)
+    return OWN_PROCESSES_UNIT if path in OWN_PROCESSES else path
 
 
 def _rank(item: pytest.Item) -> int:
-    if _own_processes(item):
+    path = _file_of(item.nodeid)
+    if path in OWN_PROCESSES:
         return 0
-    return 1 if _file_of(item).startswith("integration/") else 2
+    return 1 if path.startswith("integration/") else 2
 
 
 def plan(items: list[pytest.Item]) -> None:
-    for item in items:
-        if item.get_closest_marker("xdist_group") is not None:
-            continue
-        if _own_processes(item):
-            item.add_marker(pytest.mark.xdist_group(OWN_PROCESSES))
-        elif _shares_a_fixture(item):
-            item.add_marker(pytest.mark.xdist_group(_file_of(item)))
-    # A stable sort keeps each file's own order (and its parameters' order).
+    """The order: a stable sort keeps each file's own order (and its parameters')."""
     items.sort(key=_rank)
+
+
+def make_scheduler(config: Any, log: Any) -> Any:
+    """xdist's file scheduling (``loadscope``) with :func:`unit_of` as the scope, in collection
+    order (no reordering by size: :func:`plan` put the longest unit first)."""
+    from xdist.scheduler import LoadScopeScheduling
+
+    class Scheduler(LoadScopeScheduling):  # type: ignore[misc]
+        def _split_scope(self, nodeid: str) -> str:
+            return unit_of(nodeid)
+
+    config.option.loadscopereorder = False
+    return Scheduler(config, log)
