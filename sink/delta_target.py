@@ -9,8 +9,9 @@ that reads Delta: delta-rs, Spark with Delta Lake, DuckDB, Polars, Trino.
 Each batch is one Delta commit (``sink.table_target`` has the protocol) carrying:
 
 * an ``add`` action for each data file, with ``numRecords`` and the ``rowtime`` column's
-  minimum, maximum and null count (delta-rs never validates an add action: a file without
-  statistics reads as 0 rows in ``count()``, so every file gets them);
+  minimum, maximum and null count, taken from the footer the file's writer wrote (delta-rs
+  never validates an add action: a file without statistics reads as 0 rows in ``count()``, so
+  every file gets them);
 * ``txn(appId=<query id>, version=<batch id>)``, the app transaction Delta's own streaming sink
   (``DeltaSink``) commits and checks: a batch whose version the table already has for the query
   is skipped. delta-rs does not refuse a duplicate app transaction outside a race, so the check

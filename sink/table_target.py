@@ -7,8 +7,10 @@ folder and no manifest of its own, as Delta's and Iceberg's own streaming writer
 
 1. **executors** (``write()``): each task writes one Parquet file per time partition it has
    rows for, straight into the table's data folder, under a name no other task or attempt uses
-   (batch, task, attempt, a random part), and reports each file with what the table's commit
-   records of it (size, row count, statistics);
+   (batch, task, attempt, a random part), a row group at a time as its rows arrive (as the
+   Parquet target does: :class:`~.parquet_target.PartitionFiles`), and reports each file with
+   what the table's commit records of it (size, row count, statistics from the footer its
+   writer wrote);
 2. **driver** (``commit()``): load the table as of now; if the table already records this
    query's batch (Delta: the app transaction ``txn(queryId, version=batchId)``, as Delta's own
    ``DeltaSink`` skips a batch; Iceberg: the table properties ``rowtime.query-id`` and
