@@ -132,19 +132,49 @@ def remove(path: str) -> None:
     shutil.rmtree(location.removeprefix("file://"), ignore_errors=True)
 
 
-def drain(df: DataFrame, fmt: str, path: str, root: str, **options: str) -> tuple[float, int]:
-    """Seconds to drain ``df`` into the sink, and the summed addBatch milliseconds."""
+def tree_cpu_s() -> float:
+    """CPU seconds (user + system) of this process and all below it: Spark's JVM, its Python
+    daemons and workers (reused across queries), and children they reaped. Less moved by other
+    jobs on the machine than wall time: what a case costs, where wall time is what it takes."""
+    parent: dict[int, int] = {}
+    ticks: dict[int, int] = {}
+    for name in os.listdir("/proc"):
+        if not name.isdigit():
+            continue
+        try:
+            with open(f"/proc/{name}/stat") as f:
+                fields = f.read().rsplit(")", 1)[1].split()
+        except OSError:
+            continue
+        parent[int(name)] = int(fields[1])
+        ticks[int(name)] = sum(int(x) for x in fields[11:15])  # utime stime cutime cstime
+    mine = {os.getpid()}
+    grew = True
+    while grew:
+        more = {pid for pid, pp in parent.items() if pp in mine} - mine
+        grew = bool(more)
+        mine |= more
+    return sum(ticks[p] for p in mine if p in ticks) / os.sysconf("SC_CLK_TCK")
+
+
+def drain(
+    df: DataFrame, fmt: str, path: str, root: str, **options: str
+) -> tuple[float, int, float]:
+    """Seconds to drain ``df`` into the sink, the summed addBatch milliseconds, and the CPU
+    seconds it took (:func:`tree_cpu_s`)."""
     checkpoint = os.path.join(root, "checkpoints", uuid.uuid4().hex)
     writer = df.writeStream.format(fmt).trigger(availableNow=True)
     for key, value in {"checkpointLocation": checkpoint, **options}.items():
         writer = writer.option(key, value)
+    cpu0 = tree_cpu_s()
     t0 = time.perf_counter()
     query = writer.start(path)
     query.awaitTermination()
     seconds = time.perf_counter() - t0
+    cpu = tree_cpu_s() - cpu0
     add_batch = sum(p["durationMs"].get("addBatch", 0) for p in query.recentProgress)
     shutil.rmtree(checkpoint, ignore_errors=True)
-    return seconds, add_batch
+    return seconds, add_batch, cpu
 
 
 def main() -> None:
@@ -205,22 +235,23 @@ def main() -> None:
             remove(out)
 
         load = [os.getloadavg()[0]]
-        runs: dict[str, list[tuple[float, int]]] = {name: [] for name in cases}
+        runs: dict[str, list[tuple[float, int, float]]] = {name: [] for name in cases}
         for i in range(args.repeat):
             for name, (fmt, options) in cases.items():
                 out = out_of(name, str(i))
                 runs[name].append(drain(read(source), fmt, out, base, **options))
                 remove(out)
                 load.append(os.getloadavg()[0])
-        median = {n: statistics.median(s for s, _ in r) for n, r in runs.items()}
+        median = {n: statistics.median(s for s, _, _ in r) for n, r in runs.items()}
+        cpu = {n: statistics.median(c for _, _, c in r) for n, r in runs.items()}
         print(
             f"{'sink':<12}{'median s':>9}{'min-max s':>13}{'M rows/s':>10}{'of parquet':>11}"
-            f"{'of files':>9}  target  addBatch ms (median)"
+            f"{'of files':>9}  target  addBatch ms (median)  CPU s (median, of files)"
         )
         summary = {}
         for name, results in runs.items():
             seconds = median[name]
-            times = [s for s, _ in results]
+            times = [s for s, _, _ in results]
             of_spark = median["parquet"] / seconds if "parquet" in median else None
             of_files = median["files"] / seconds if "files" in median else None
             verdict = ""
@@ -232,17 +263,21 @@ def main() -> None:
                 verdict = f">={TABLE_RATIO} of files " + (
                     "ok" if of_files >= TABLE_RATIO else "MISS"
                 )
-            add_batch = statistics.median(a for _, a in results)
+            add_batch = statistics.median(a for _, a, _ in results)
+            cpu_of_files = cpu["files"] / cpu[name] if "files" in cpu else None
             print(
                 f"{name:<12}{seconds:9.2f}{min(times):6.2f}-{max(times):<6.2f}"
                 f"{args.rows / seconds / 1e6:10.2f}"
                 f"{'' if of_spark is None else f'{of_spark:.2f}':>11}"
                 f"{'' if of_files is None else f'{of_files:.2f}':>9}  {verdict}  {add_batch:.0f}"
+                f"  {cpu[name]:.1f}{'' if cpu_of_files is None else f' ({cpu_of_files:.2f})'}"
             )
             summary[name] = {
                 "seconds": {"median": seconds, "min": min(times), "max": max(times)},
                 "runs_s": times,
-                "add_batch_ms": [a for _, a in results],
+                "add_batch_ms": [a for _, a, _ in results],
+                "cpu_s": [c for _, _, c in results],
+                "cpu_of_files": cpu_of_files,
                 "of_parquet": of_spark,
                 "of_files": of_files,
             }

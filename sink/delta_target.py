@@ -9,8 +9,9 @@ that reads Delta: delta-rs, Spark with Delta Lake, DuckDB, Polars, Trino.
 Each batch is one Delta commit (``sink.table_target`` has the protocol) carrying:
 
 * an ``add`` action for each data file, with ``numRecords`` and the ``rowtime`` column's
-  minimum, maximum and null count (delta-rs never validates an add action: a file without
-  statistics reads as 0 rows in ``count()``, so every file gets them);
+  minimum, maximum and null count, taken from the footer the file's writer wrote (delta-rs
+  never validates an add action: a file without statistics reads as 0 rows in ``count()``, so
+  every file gets them);
 * ``txn(appId=<query id>, version=<batch id>)``, the app transaction Delta's own streaming sink
   (``DeltaSink``) commits and checks: a batch whose version the table already has for the query
   is skipped. delta-rs does not refuse a duplicate app transaction outside a race, so the check
@@ -36,7 +37,7 @@ from collections.abc import Sequence
 from typing import Any
 
 import pyarrow as pa
-import pyarrow.compute as pc
+import pyarrow.parquet as pq
 
 from ..bounds.errors import CorruptLogError, OptionError, SchemaError
 from ..streams.columns import SPARK_ROWTIME
@@ -45,11 +46,35 @@ from ..streams.storage import SINK_KIND_DELTA, LocationKind, TargetFiles, what_i
 from ..streams.tables import CLOCK_KEY, delta_table, delta_uri, require_deltalake
 from .layout import open_sink_state
 from .options import SinkConfig
-from .parquet_target import target_files_at
-from .table_target import TableCommit, TableTarget, partition_value, write_parquet
+from .parquet_target import WrittenFile, target_files_at
+from .table_target import TableCommit, TableTarget, partition_value
 from .task import StagedFile
 
 __all__ = ["DeltaFormat", "DeltaTarget"]
+
+
+def _rowtime_range_us(footer: pq.FileMetaData) -> tuple[int, int]:
+    """The lowest and highest rowtime (microseconds) of a data file, from the statistics of
+    its row groups in the footer its writer wrote."""
+    lo = hi = None
+    for i in range(footer.num_row_groups):
+        group = footer.row_group(i)
+        column = next(
+            group.column(j)
+            for j in range(group.num_columns)
+            if group.column(j).path_in_schema == SPARK_ROWTIME
+        )
+        stats = column.statistics
+        unit = json.loads(stats.logical_type.to_json()).get("timeUnit") if stats else None
+        if stats is None or not stats.has_min_max or unit != "microseconds":
+            raise CorruptLogError(
+                f"a data file's footer has no microsecond statistics of {SPARK_ROWTIME} "
+                f"({stats}); the sink writes them with every file"
+            )
+        lo = stats.min_raw if lo is None else min(lo, stats.min_raw)
+        hi = stats.max_raw if hi is None else max(hi, stats.max_raw)
+    assert lo is not None and hi is not None  # a file has at least one row group
+    return int(lo), int(hi)
 
 
 def _ms_floor(us: int) -> str:
@@ -87,19 +112,20 @@ class DeltaFormat:
     def data_files(self, table: Any) -> tuple[TargetFiles, str]:
         return target_files_at(self.cfg.location), ""
 
-    def write_file(self, table: Any, files: TargetFiles, rel: str, data: pa.Table) -> Any:
-        size, _ = write_parquet(files, rel, data, self.cfg)
-        rowtime = data.column(SPARK_ROWTIME).cast(pa.int64())
-        lo, hi = pc.min_max(rowtime).values()
+    def file_schema(self, table: Any) -> None:
+        return None  # the rows' own: the partition column is in the add action, not the file
+
+    def file_stats(self, table: Any, written: WrittenFile) -> str:
+        lo, hi = _rowtime_range_us(written.footer)
         # Delta keeps timestamp statistics in milliseconds: the minimum rounds down and the
         # maximum up, so that skipping files by rowtime never skips a row.
         stats = {
-            "numRecords": data.num_rows,
-            "minValues": {SPARK_ROWTIME: _ms_floor(lo.as_py())},
-            "maxValues": {SPARK_ROWTIME: _ms_floor(hi.as_py() + 999)},
+            "numRecords": written.footer.num_rows,
+            "minValues": {SPARK_ROWTIME: _ms_floor(lo)},
+            "maxValues": {SPARK_ROWTIME: _ms_floor(hi + 999)},
             "nullCount": {SPARK_ROWTIME: 0},
         }
-        return size, json.dumps(stats, separators=(",", ":"))
+        return json.dumps(stats, separators=(",", ":"))
 
     def commit(
         self, table: Any, files: Sequence[StagedFile], entry: TableCommit, summary: dict[str, str]

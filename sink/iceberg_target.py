@@ -40,8 +40,8 @@ from ..streams.tables import (
     require_pyiceberg,
 )
 from .options import SinkConfig
-from .parquet_target import target_files_at
-from .table_target import TableCommit, TableTarget, write_parquet
+from .parquet_target import WrittenFile, target_files_at
+from .table_target import TableCommit, TableTarget
 from .task import StagedFile
 
 __all__ = ["IcebergFormat", "IcebergTarget"]
@@ -111,22 +111,15 @@ class IcebergFormat:
     def data_files(self, table: Any) -> tuple[TargetFiles, str]:
         return target_files_at(_local_or_url(table.location())), "data"
 
-    def write_file(self, table: Any, files: TargetFiles, rel: str, data: pa.Table) -> Any:
+    def file_schema(self, table: Any) -> pa.Schema:
         from pyiceberg.io.pyarrow import schema_to_pyarrow
 
         # Field ids in the file (the table's schema), so readers match columns by id.
-        schema = schema_to_pyarrow(table.schema(), include_field_ids=True)
-        columns = [
-            data.column(f.name).cast(f.type)
-            if f.name in data.column_names
-            else pa.nulls(data.num_rows, f.type)
-            for f in schema
-        ]
-        data = pa.Table.from_arrays(columns, schema=schema)
-        size, footer = write_parquet(files, rel, data, self.cfg)
-        path = f"{table.location().rstrip('/')}/{rel}"
-        data_file = _data_file(table.metadata, path, size, footer)
-        return size, data_file
+        return schema_to_pyarrow(table.schema(), include_field_ids=True)
+
+    def file_stats(self, table: Any, written: WrittenFile) -> Any:
+        path = f"{table.location().rstrip('/')}/{written.rel}"
+        return _data_file(table.metadata, path, written.size, written.footer)
 
     def commit(
         self, table: Any, files: Sequence[StagedFile], entry: TableCommit, summary: dict[str, str]

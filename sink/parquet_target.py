@@ -2,7 +2,7 @@
 
 Layout (``granularity`` hour here)::
 
-    <path>/rowtime_hour=2024-05-01T10/part-00000000000000000007-00001-0-1a2b3c4d.parquet
+    <path>/rowtime_hour=2024-05-01T10/part-00000000000000000007-00001-0-1a2b3c4d5e6f.parquet
     <path>/rowtime_hour=2024-05-01T10/_COMPLETE     the hour is complete (written once, JSON)
     <path>/_rowtime_sink/...                        manifest, staging, clock (sink.layout)
 
@@ -41,6 +41,7 @@ This module imports no pyspark.
 
 from __future__ import annotations
 
+import dataclasses
 import os
 import shutil
 import uuid
@@ -85,6 +86,7 @@ from .task import StagedFile, TaskInfo, TaskReport, iso, reports_query_id
 __all__ = [
     "COMPLETE_MARKER",
     "ParquetTarget",
+    "PartitionFiles",
     "is_parquet_target",
     "parquet_clock_us",
     "partition_name",
@@ -232,29 +234,60 @@ def parquet_clock_us(path: str) -> int | None:
     return None if clock is None else int(clock)
 
 
-class _Stager:
-    """One task's open Parquet files, one per time partition it has rows for."""
+@dataclasses.dataclass(frozen=True)
+class WrittenFile:
+    """A Parquet file :class:`PartitionFiles` wrote and closed: durable, with the footer its
+    writer wrote (the statistics a table's commit records come from here, not from reading the
+    file back)."""
 
-    def __init__(self, target: ParquetTarget, info: TaskInfo) -> None:
-        self.target = target
+    key: int
+    rel: str
+    rows: int
+    size: int
+    footer: pq.FileMetaData
+
+
+class PartitionFiles:
+    """One task's open Parquet files, one per time partition it has rows for, written as the
+    rows arrive: each partition gathers rows until a row group is full (:data:`ROW_GROUP_ROWS`)
+    and writes it to its open ``pq.ParquetWriter``, so a task holds at most one row group per
+    partition in memory, and encoding overlaps with Spark handing over the next rows.
+
+    Each target says where a partition's file goes (:meth:`path`, asked when the partition's
+    first row group is written; :meth:`file_name` names it) and what it does with the closed
+    files; a table target may also give the rows another schema before they are written
+    (:meth:`conform`)."""
+
+    def __init__(self, cfg: SinkConfig, files: TargetFiles, info: TaskInfo) -> None:
+        self.cfg = cfg
+        self.files = files
         self.info = info
-        self.folder_rel = "/".join(
-            (
-                SINK_DIR,
-                "staging",
-                batch_name(info.batch_id),
-                f"{info.task:05d}-{info.attempt}-{uuid.uuid4().hex[:12]}",
-            )
-        )
         self.writers: dict[int, pq.ParquetWriter] = {}
         self.outputs: dict[int, Any] = {}
+        self.paths: dict[int, str] = {}
         self.pending: dict[int, list[pa.RecordBatch]] = {}
         self.pending_rows: dict[int, int] = {}
         self.rows: dict[int, int] = {}
-        self.files: dict[int, StagedFile] = {}
+
+    def path(self, key: int) -> str:
+        """Where time partition ``key``'s file goes, relative to :attr:`files`."""
+        raise NotImplementedError
+
+    def file_name(self, key: int) -> str:
+        """``<partition folder>/<file>`` for partition ``key``: a name no other task, attempt
+        or query uses (batch, task, attempt, a random part)."""
+        i = self.info
+        return (
+            f"{partition_name(key, self.cfg.granularity)}/part-{batch_name(i.batch_id)}-"
+            f"{i.task:05d}-{i.attempt}-{uuid.uuid4().hex[:12]}.parquet"
+        )
+
+    def conform(self, data: pa.Table) -> pa.Table:
+        """The rows as the file stores them (by default as they are)."""
+        return data
 
     def add(self, batch: pa.RecordBatch, rowtime_us: np.ndarray) -> None:
-        keys = rowtime_us // self.target.cfg.granularity_us
+        keys = rowtime_us // self.cfg.granularity_us
         first, last = int(keys[0]), int(keys[-1])
         if first == last and int(keys.min()) == int(keys.max()):
             self._add(first, batch)
@@ -274,20 +307,14 @@ class _Stager:
         self.pending_rows.pop(key, None)
         if not batches:
             return
-        table = pa.Table.from_batches(batches)
+        table = self.conform(pa.Table.from_batches(batches))
         writer = self.writers.get(key)
         if writer is None:
-            cfg = self.target.cfg
-            part = partition_name(key, cfg.granularity)
-            i = self.info
-            name = (
-                f"part-{batch_name(i.batch_id)}-{i.task:05d}-{i.attempt}-"
-                f"{uuid.uuid4().hex[:8]}.parquet"
-            )
-            staged_rel = f"{self.folder_rel}/{part}/{name}"
-            codec = None if cfg.compression == "none" else cfg.compression
-            out = self.target.files.open_output(staged_rel)
+            rel = self.path(key)
+            codec = None if self.cfg.compression == "none" else self.cfg.compression
+            out = self.files.open_output(rel)
             self.outputs[key] = out
+            self.paths[key] = rel
             writer = pq.ParquetWriter(
                 out,
                 table.schema,
@@ -295,32 +322,68 @@ class _Stager:
                 dictionary_pagesize_limit=DICTIONARY_PAGE_BYTES,
             )
             self.writers[key] = writer
-            self.files[key] = StagedFile(staged=staged_rel, rows=0, final=f"{part}/{name}", key=key)
         writer.write_table(table, row_group_size=ROW_GROUP_ROWS)
         self.rows[key] = self.rows.get(key, 0) + table.num_rows
 
-    def close(self) -> list[StagedFile]:
+    def finish(self) -> list[WrittenFile]:
+        """Write what is left and close every file; each is durable when this returns."""
         for key in list(self.pending):
             self._flush(key)
-        out = []
-        files = self.target.files
-        for key, writer in self.writers.items():
+        done = []
+        for key in sorted(self.writers):
+            writer, out, rel = self.writers[key], self.outputs[key], self.paths[key]
             writer.close()
-            f = self.files[key]
-            files.close_output(self.outputs[key], f.staged)  # durable from here
-            out.append(StagedFile(staged=f.staged, rows=self.rows[key], final=f.final, key=key))
-        return out
+            size = int(out.tell())
+            self.files.close_output(out, rel)  # durable from here
+            footer = writer.writer.metadata  # as written: no one reads the file back
+            done.append(WrittenFile(key, rel, self.rows[key], size, footer))
+        return done
 
-    def discard(self) -> None:
+    def abandon(self) -> None:
+        """Close every file without finishing it (the task failed): on object storage an
+        unfinished upload never becomes an object; local files stay for the caller to
+        remove (:attr:`paths`)."""
         for writer in self.writers.values():
             try:
                 writer.close()
             except Exception:
                 pass
-        files = self.target.files
+        for out in self.outputs.values():
+            try:
+                out.close()  # an object store's output finishes only in close_output
+            except Exception:
+                pass
+
+
+class _Stager(PartitionFiles):
+    """One task's staged Parquet files, one per time partition it has rows for."""
+
+    def __init__(self, target: ParquetTarget, info: TaskInfo) -> None:
+        super().__init__(target.cfg, target.files, info)
+        self.folder_rel = "/".join(
+            (
+                SINK_DIR,
+                "staging",
+                batch_name(info.batch_id),
+                f"{info.task:05d}-{info.attempt}-{uuid.uuid4().hex[:12]}",
+            )
+        )
+        self.finals: dict[int, str] = {}
+
+    def path(self, key: int) -> str:
+        self.finals[key] = self.file_name(key)
+        return f"{self.folder_rel}/{self.finals[key]}"
+
+    def close(self) -> list[StagedFile]:
+        return [
+            StagedFile(staged=f.rel, rows=f.rows, final=self.finals[f.key], key=f.key)
+            for f in self.finish()
+        ]
+
+    def discard(self) -> None:
+        self.abandon()
+        files = self.files
         if isinstance(files, LocalFiles):
-            for out in self.outputs.values():
-                out.close()
             files.remove_folder(self.folder_rel)
             return
         # An object store's unfinished upload never becomes an object; finished ones are

@@ -7,8 +7,10 @@ folder and no manifest of its own, as Delta's and Iceberg's own streaming writer
 
 1. **executors** (``write()``): each task writes one Parquet file per time partition it has
    rows for, straight into the table's data folder, under a name no other task or attempt uses
-   (batch, task, attempt, a random part), and reports each file with what the table's commit
-   records of it (size, row count, statistics);
+   (batch, task, attempt, a random part), a row group at a time as its rows arrive (as the
+   Parquet target does: :class:`~.parquet_target.PartitionFiles`), and reports each file with
+   what the table's commit records of it (size, row count, statistics from the footer its
+   writer wrote);
 2. **driver** (``commit()``): load the table as of now; if the table already records this
    query's batch (Delta: the app transaction ``txn(queryId, version=batchId)``, as Delta's own
    ``DeltaSink`` skips a batch; Iceberg: the table properties ``rowtime.query-id`` and
@@ -36,20 +38,16 @@ This module imports no pyspark; the table libraries only where a target of their
 from __future__ import annotations
 
 import dataclasses
-import uuid
 from collections.abc import Iterable, Sequence
 from typing import Any, Protocol
 
-import numpy as np
 import pyarrow as pa
-import pyarrow.parquet as pq
 
 from ..bounds.errors import CommitError
 from ..streams.storage import TargetFiles
 from .clock import advance, checkpoint_query_id
-from .layout import batch_name
 from .options import SinkConfig
-from .parquet_target import DICTIONARY_PAGE_BYTES, ROW_GROUP_ROWS, partition_name
+from .parquet_target import PartitionFiles, WrittenFile, partition_name
 from .target import stage_task
 from .task import StagedFile, TaskInfo, TaskReport, iso, reports_query_id
 
@@ -94,9 +92,14 @@ class TableFormat(Protocol):
         """The clock ``table`` records."""
         ...
 
-    def write_file(self, table: Any, files: TargetFiles, rel: str, data: pa.Table) -> Any:
-        """Executor: write ``data`` (one time partition) as the Parquet file ``rel``; returns
-        the statistics the commit records (a string)."""
+    def file_schema(self, table: Any) -> pa.Schema | None:
+        """Executor: the schema ``table``'s data files are written with (the rows are cast to
+        it, a column the rows lack written as nulls); None: the rows' own."""
+        ...
+
+    def file_stats(self, table: Any, written: WrittenFile) -> Any:
+        """Executor: what the commit records of a data file just written (one time
+        partition), from the footer its writer wrote (no file is read back)."""
         ...
 
     def commit(
@@ -111,69 +114,46 @@ class TableFormat(Protocol):
         ...
 
 
-class _TableStager:
-    """One task's open data files, one per time partition it has rows for."""
+class _TableStager(PartitionFiles):
+    """One task's data files, one per time partition it has rows for, written where they stay
+    as the rows arrive (:class:`~.parquet_target.PartitionFiles`)."""
 
     def __init__(self, target: TableTarget, info: TaskInfo, table: Any) -> None:
+        files, self.folder = target.format.data_files(table)
+        super().__init__(target.cfg, files, info)
         self.target = target
-        self.info = info
         self.table = table
-        self.files, self.folder = target.format.data_files(table)
-        self.pending: dict[int, list[pa.RecordBatch]] = {}
-        self.rows: dict[int, int] = {}
-        self.written: list[StagedFile] = []
+        self.schema = target.format.file_schema(table)
 
-    def add(self, batch: pa.RecordBatch, rowtime_us: np.ndarray) -> None:
-        keys = rowtime_us // self.target.cfg.granularity_us
-        if int(keys.min()) == int(keys.max()):
-            self._add(int(keys[0]), batch)
-            return
-        for key in np.unique(keys):
-            self._add(int(key), batch.filter(pa.array(keys == key)))
+    def path(self, key: int) -> str:
+        name = self.file_name(key)
+        return f"{self.folder}/{name}" if self.folder else name
 
-    def _add(self, key: int, batch: pa.RecordBatch) -> None:
-        self.pending.setdefault(key, []).append(batch)
-        self.rows[key] = self.rows.get(key, 0) + batch.num_rows
+    def conform(self, data: pa.Table) -> pa.Table:
+        schema = self.schema
+        if schema is None:
+            return data
+        columns = [
+            data.column(f.name).cast(f.type)
+            if f.name in data.column_names
+            else pa.nulls(data.num_rows, f.type)
+            for f in schema
+        ]
+        return pa.Table.from_arrays(columns, schema=schema)
 
     def close(self) -> list[StagedFile]:
-        i, cfg = self.info, self.target.cfg
-        for key in sorted(self.pending):
-            part = partition_name(key, cfg.granularity)
-            name = (
-                f"part-{batch_name(i.batch_id)}-{i.task:05d}-{i.attempt}-"
-                f"{uuid.uuid4().hex[:12]}.parquet"
-            )
-            rel = f"{self.folder}/{part}/{name}" if self.folder else f"{part}/{name}"
-            data = pa.Table.from_batches(self.pending.pop(key))
-            size, stats = self.target.format.write_file(self.table, self.files, rel, data)
-            self.written.append(
-                StagedFile(staged=rel, rows=data.num_rows, key=key, size=size, stats=stats)
-            )
-        return list(self.written)
+        stats = self.target.format.file_stats
+        return [
+            StagedFile(f.rel, f.rows, key=f.key, size=f.size, stats=stats(self.table, f))
+            for f in self.finish()
+        ]
 
     def discard(self) -> None:
+        self.abandon()
         try:
-            self.files.remove([f.staged for f in self.written])
+            self.files.remove(list(self.paths.values()))
         except Exception:
             pass  # unreferenced files are invisible; the table's own clean-up removes them
-
-
-def write_parquet(
-    files: TargetFiles, rel: str, data: pa.Table, cfg: SinkConfig
-) -> tuple[int, pq.FileMetaData]:
-    """Write ``data`` as the durable Parquet file ``rel`` of ``files``; its size in bytes and
-    its footer as written (so that no one reads the file back for its statistics)."""
-    codec = None if cfg.compression == "none" else cfg.compression
-    out = files.open_output(rel)
-    writer = pq.ParquetWriter(
-        out, data.schema, compression=codec, dictionary_pagesize_limit=DICTIONARY_PAGE_BYTES
-    )
-    writer.write_table(data, row_group_size=ROW_GROUP_ROWS)
-    writer.close()
-    size = int(out.tell())
-    files.close_output(out, rel)
-    # The footer the writer wrote (pyiceberg's own write_file takes it from here too).
-    return size, writer.writer.metadata
 
 
 class TableTarget:
