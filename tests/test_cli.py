@@ -11,10 +11,12 @@ import shutil
 import subprocess
 import sys
 import time
+import types
 from pathlib import Path
 
 import pytest
 
+import pyspark_rowtime.cli as cli_module
 from pyspark_rowtime.api import create_stream, open_writer, read_stream
 from pyspark_rowtime.bounds.bounds import END_OF_STREAM_US
 from pyspark_rowtime.cli import build_parser, commands, main
@@ -303,7 +305,9 @@ def test_tail_follow_can_be_driven_in_process(loc, capsys, monkeypatch):
         else:
             raise KeyboardInterrupt
 
-    monkeypatch.setattr(time, "sleep", fake_sleep)
+    # the cli module's time only: time.sleep itself is every thread's (pytest-xdist's channel)
+    fake_time = types.SimpleNamespace(sleep=fake_sleep, time_ns=time.time_ns)
+    monkeypatch.setattr(cli_module, "time", fake_time)
     code, out, _ = run(capsys, "tail", loc, "--follow")
     assert code == 130
     assert json.loads(out.strip())["id"] == 7

@@ -379,6 +379,10 @@ class CommittingStream(MemoryStream):
 
 
 class _WallClock:
+    """The planner's wall clock and its ``time`` module (it calls ``time.sleep`` only). Not
+    ``time.sleep`` patched: that is the process's, and another thread's sleep (pytest-xdist's
+    channel) would move this clock and make Hypothesis's replays draw differently."""
+
     def __init__(self) -> None:
         self.now = 0
 
@@ -413,7 +417,7 @@ def test_a_step_planned_while_commits_are_under_way_decides_as_the_finished_log(
     with (
         serving(stream),
         mock.patch.object(planner_module, "wall_clock_us", lambda: clock.now),
-        mock.patch.object(planner_module.time, "sleep", clock.sleep),
+        mock.patch.object(planner_module, "time", clock),
     ):
         planner = Planner(cfg)
         pos = planner.start_position()
@@ -462,7 +466,7 @@ def test_a_batch_read_takes_every_record_written_whatever_the_arrivals_say_of_no
     with (
         serving(stream),
         mock.patch.object(planner_module, "wall_clock_us", lambda: clock.now),
-        mock.patch.object(planner_module.time, "sleep", clock.sleep),
+        mock.patch.object(planner_module, "time", clock),
     ):
         if ref is None:
             with pytest.raises(LateRowError):
