@@ -65,7 +65,13 @@ def test_readme_python_blocks_run(spark, workdir: Path) -> None:
 def test_the_docs_pages_have_code_to_run() -> None:
     # A guard against a pattern or a folder that silently finds nothing to run.
     names = {str(p.relative_to(DOCS)) for p in pages_with_code()}
-    expected = {"users/reader.md", "users/windows.md", "users/sink.md", "adapters/api.md"}
+    expected = {
+        "users/reader.md",
+        "users/windows.md",
+        "users/sink.md",
+        "adapters/api.md",
+        "tables.md",
+    }
     assert expected <= names, sorted(names)
 
 
