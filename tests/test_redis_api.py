@@ -156,3 +156,41 @@ def test_a_writer_whose_server_goes_away_fails_clearly_and_loses_nothing_it_ackn
             assert w.flush() == 8  # the kept buffer, committed once the server is back
         ids = read_stream(url).column("id").to_pylist()
         assert ids == list(range(8))  # nothing acknowledged lost, nothing twice
+
+
+def test_a_reader_opening_a_stream_while_it_is_created_sees_all_of_it_or_nothing(
+    server: RedisServer,
+) -> None:
+    """The meta hash is written in one step: a reader polling while a stream is created finds
+    no stream or the whole document, never ``meta`` without ``format`` (a CI failure: the
+    SIGKILL test's clock read saw a half-created stream and called it corrupt)."""
+    import threading
+
+    from pyspark_rowtime.bounds.errors import StreamNotFoundError
+    from pyspark_rowtime.streams.redis import open_redis_stream
+
+    names = [server.url(f"race{next(_n)}") for _ in range(150)]
+    seen: list[str] = []
+    done = threading.Event()
+
+    def poll() -> None:
+        while not done.is_set():
+            for name in names:
+                try:
+                    open_redis_stream(name)
+                    seen.append("whole")
+                except StreamNotFoundError:
+                    pass
+                except Exception as e:  # the failure this test is about
+                    seen.append(f"{type(e).__name__}: {e}")
+
+    reader = threading.Thread(target=poll)
+    reader.start()
+    try:
+        for name in names:
+            create_stream(name, "id BIGINT")
+    finally:
+        done.set()
+        reader.join()
+    assert [s for s in seen if s != "whole"] == []
+    assert "whole" in seen

@@ -24,6 +24,7 @@ class RedisConnection:
         self.loc = loc
         self.client = loc.connect()
         self.append = self.client.register_script(scripts.APPEND)
+        self.create = self.client.register_script(scripts.CREATE)
         self.index = self.client.register_script(scripts.INDEX)
         self.renew = self.client.register_script(scripts.RENEW)
         self.release = self.client.register_script(scripts.RELEASE)

@@ -70,11 +70,10 @@ def _create(loc: RedisLocation, meta: StreamMeta, external: ExternalSpec | None)
     key = meta_key(loc)
 
     def create() -> bool:
-        # HSETNX on one field first: of two creators, exactly one writes the document.
-        if not conn.client.hsetnx(key, "meta", doc["meta"]):
-            return False
-        conn.client.hset(key, mapping=doc)
-        return True
+        # One script: of two creators exactly one writes the document, and no reader sees a
+        # part of it (two commands let a reader in between find ``meta`` without ``format``).
+        rest = [part for field, value in doc.items() if field != "meta" for part in (field, value)]
+        return bool(conn.create(keys=[key], args=["meta", doc["meta"], *rest]))
 
     if conn.call(f"creating {loc}", create):
         return RedisStream(loc, meta, external)

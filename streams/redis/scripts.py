@@ -4,7 +4,7 @@ them). :class:`.connection.RedisConnection` registers them per client."""
 
 from __future__ import annotations
 
-__all__ = ["APPEND", "INDEX", "RELEASE", "RENEW", "TRIM"]
+__all__ = ["APPEND", "CREATE", "INDEX", "RELEASE", "RENEW", "TRIM"]
 
 # An own stream's append (:mod:`.appender`): entries of a run, fenced by the lock token,
 # idempotent (a retry of the same run finds its id in the tail). KEYS: p, i, s, t, lock, tm.
@@ -84,4 +84,13 @@ return 0
 RELEASE = """
 if redis.call('GET', KEYS[1]) == ARGV[1] then return redis.call('DEL', KEYS[1]) end
 return 0
+"""
+
+# A stream's creation (:mod:`.create`): the whole meta hash at once, only if no one created it
+# first; a reader never sees the ``meta`` field without ``format``. KEYS: meta; ARGV: field,
+# value, field, value, ... with ``meta`` first. Returns 1 if this call created it.
+CREATE = """
+if redis.call('HSETNX', KEYS[1], ARGV[1], ARGV[2]) == 0 then return 0 end
+if #ARGV > 2 then redis.call('HSET', KEYS[1], unpack(ARGV, 3)) end
+return 1
 """
