@@ -43,6 +43,9 @@ def pytest_configure(config: pytest.Config) -> None:
         "connect(reason): runs in the Spark Connect pass too, outside CONNECT_FILES (the "
         "reason says what differs under Connect)",
     )
+    from xdist_plan import register_worker_times  # each xdist worker's minutes, at the end
+
+    register_worker_times(config)
 
 
 def _java_ok() -> bool:

@@ -25,6 +25,13 @@ settings.load_profile(
 from objstore_servers import az_server, object_server, s3_server  # noqa: E402, F401
 
 
+def pytest_configure(config: pytest.Config) -> None:
+    """Each xdist worker's minutes at the end of the run (tests/xdist_plan.py)."""
+    from xdist_plan import register_worker_times
+
+    register_worker_times(config)
+
+
 @pytest.hookimpl(optionalhook=True)
 def pytest_xdist_make_scheduler(config: pytest.Config, log: object) -> object:
     """``./dev test``'s xdist scheduling (tests/xdist_plan.py)."""

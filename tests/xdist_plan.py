@@ -67,3 +67,42 @@ def make_scheduler(config: Any, log: Any) -> Any:
 
     config.option.loadscopereorder = False
     return Scheduler(config, log)
+
+
+class WorkerTimes:
+    """On xdist's controller: the seconds each worker spent in each unit (setup, call and
+    teardown), printed at the end, so that CI's log shows whether the workers were even."""
+
+    name = "rowtime-worker-times"
+
+    def __init__(self) -> None:
+        self.seconds: dict[str, dict[str, float]] = {}
+
+    @pytest.hookimpl
+    def pytest_runtest_logreport(self, report: pytest.TestReport) -> None:
+        node = getattr(report, "node", None)
+        worker = getattr(getattr(node, "gateway", None), "id", None)
+        if worker is None:
+            return
+        units = self.seconds.setdefault(worker, {})
+        unit = unit_of(report.nodeid)
+        units[unit] = units.get(unit, 0.0) + report.duration
+
+    @pytest.hookimpl
+    def pytest_terminal_summary(self, terminalreporter: Any) -> None:
+        if not self.seconds:
+            return
+        terminalreporter.section("minutes of test time per xdist worker (tests/xdist_plan.py)")
+        for worker, units in sorted(self.seconds.items()):
+            top = sorted(units.items(), key=lambda kv: -kv[1])[:4]
+            parts = ", ".join(f"{unit} {s / 60:.1f}" for unit, s in top)
+            terminalreporter.write_line(
+                f"{worker}: {sum(units.values()) / 60:.1f} min in {len(units)} units ({parts}, ...)"
+            )
+
+
+def register_worker_times(config: pytest.Config) -> None:
+    """Both conftests call this; the plugin is registered once, on the controller only."""
+    if hasattr(config, "workerinput") or config.pluginmanager.has_plugin(WorkerTimes.name):
+        return
+    config.pluginmanager.register(WorkerTimes(), WorkerTimes.name)
