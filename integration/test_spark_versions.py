@@ -16,6 +16,7 @@ from __future__ import annotations
 import json
 import subprocess
 import sys
+from collections import Counter
 from pathlib import Path
 from typing import Any
 
@@ -241,3 +242,101 @@ def test_spark_4_1_plans_a_backlog_in_one_step_within_the_stated_memory(tmp_path
     got = json.loads(out.stdout.strip().splitlines()[-1])
     assert got["rows"] == MEMORY_ROWS and got["again"]
     assert got["peak"] < BYTES_PER_RECORD * MEMORY_ROWS + FIXED_BYTES, got
+
+
+# -- availableNow runs the no-data batch: what the last bound closes comes out in the same run --
+
+
+def write_minutes(location: Path, first_s: int, last_s: int, bound_s: int) -> list[int]:
+    """A row every half second of ``[first_s, last_s)`` after BASE_US, alternating between two
+    partitions, with key ``k`` a or b; then a bound at ``bound_s`` in each. Returns the
+    rowtimes."""
+    times = [BASE_US + h * US // 2 for h in range(2 * first_s, 2 * last_s)]
+    for p in (0, 1):
+        rows = [
+            ({"p": p, "i": h, "k": "ab"[h % 4 // 2]}, t)
+            for h, t in enumerate(times, start=2 * first_s)
+            if h % 2 == p
+        ]
+        write_rows(location, p, rows, bound_us=BASE_US + bound_s * US)
+    return times
+
+
+def closed_minutes(times: list[int], watermark_us: int) -> Counter[int]:
+    """Rows per one-minute window (its start, µs) of the windows ending at or below the
+    watermark: what a windowed count in append mode has emitted once Spark applied it."""
+    minute = 60 * US
+    return Counter(
+        t // minute * minute for t in times if t // minute * minute + minute <= watermark_us
+    )
+
+
+@needs_supported
+def test_available_now_emits_the_windows_panes_and_joined_rows_its_last_bound_closes(
+    spark: SparkSession, tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    """Issue 34: Spark 4.1 runs ``availableNow`` over a Python source as ``Trigger.Once``
+    unless ``with_watermark`` turned on Spark's wrapper; a windowed count, a
+    ``time_interval_aggregate`` and a left ``overlap_join`` then emit, in the run, everything
+    their last bound closes, as 4.2 and later do, and a second run from the checkpoint adds
+    what its own bound closes."""
+    from pyspark.sql import functions as F
+
+    import pyspark_rowtime as pr
+    from pyspark_rowtime.watermark import AVAILABLE_NOW_WRAPPER
+
+    location = tmp_path / "s"
+    pr.create_stream(str(location), "p INT, i INT, k STRING", partitions=2)
+    times = write_minutes(location, 0, 150, 150)  # 22:13:20 to 22:15:50, bound 22:15:50
+
+    def windowed(spark_df: Any) -> Any:
+        counts = pr.with_watermark(spark_df).groupBy(F.window("rowtime", "1 minute")).count()
+        return counts.select(F.col("window.start").alias("start"), "count")
+
+    def minutes(run: Run) -> Counter[int]:
+        return Counter({r["start"]: r["count"] for r in run.records})
+
+    # the 1 ms delay of with_watermark: a window ending exactly at a bound stays open
+    first = run_available_now(windowed(reader(spark, location)), tmp_path / "cp-w")
+    assert minutes(first) == closed_minutes(times, BASE_US + 150 * US - 1000) != Counter()
+    if SPARK_VERSION[:2] == (4, 1):
+        assert spark.conf.get(AVAILABLE_NOW_WRAPPER) == "true"
+    more = write_minutes(location, 150, 270, 270)
+    second = run_available_now(windowed(reader(spark, location)), tmp_path / "cp-w")
+    closed = closed_minutes(times + more, BASE_US + 270 * US - 1000)
+    assert minutes(second) == closed - minutes(first) != Counter()
+
+    panes = pr.time_interval_aggregate(
+        reader(spark, location), F.count("*").alias("n"), interval_duration="1 minute"
+    )
+    run = run_available_now(panes, tmp_path / "cp-p")
+    assert Counter({r["interval_start"]: r["n"] for r in run.records}) == closed
+
+    # a left join: left rows valid 2 s, one right row valid 1 s at the start with key a; the
+    # left rows that meet it form pairs, every other one comes out alone once the watermark
+    # (both clocks) passed its end, those the last bound closes included
+    right = tmp_path / "r"
+    pr.create_stream(str(right), "p INT, i INT, k STRING", partitions=1)
+    write_rows(right, 0, [({"p": 0, "i": -1, "k": "a"}, BASE_US)], bound_us=BASE_US + 270 * US)
+    joined = pr.overlap_join(
+        reader(spark, location, **{"interval.duration": "2 seconds"}),
+        reader(spark, right, **{"interval.duration": "1 second"}),
+        "k",
+        how="left",
+    )
+    run = run_available_now(joined, tmp_path / "cp-j")
+    pairs = sorted(r["left_i"] for r in run.records if r["right_i"] is not None)
+    alone = sorted(r["left_i"] for r in run.records if r["right_i"] is None)
+    watermark = BASE_US + 270 * US - 1000
+    assert pairs == [0, 1]  # a at 0 s and 0.5 s overlap [0 s, 1 s)
+    assert alone == [h for h, t in enumerate(times + more) if h > 1 and t + 2 * US <= watermark]
+
+    if SPARK_VERSION[:2] == (4, 1):  # a session where the user turned the wrapper off: warned
+        spark.conf.set(AVAILABLE_NOW_WRAPPER, "false")
+        try:
+            with caplog.at_level("WARNING", logger="pyspark_rowtime"):
+                pr.with_watermark(reader(spark, location))
+            assert f"{AVAILABLE_NOW_WRAPPER}=false" in caplog.text
+            assert "processingTime" in caplog.text
+        finally:
+            spark.conf.set(AVAILABLE_NOW_WRAPPER, "true")

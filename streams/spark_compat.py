@@ -7,11 +7,16 @@ on each older minor). What each minor has that the reader and sink use:
   (``latestOffset(start, limit)``, ``getDefaultReadLimit``, ``ReadMaxRows``) and implement
   ``SupportsTriggerAvailableNow`` (``pyspark.sql.streaming.datasource``, new in 4.2).
 * **4.1**: no ``pyspark.sql.streaming.datasource``. Spark calls ``latestOffset()`` with no
-  arguments and applies no read limit, and under ``trigger(availableNow=True)`` it wraps the
-  source (``AvailableNowDataStreamWrapper``): the first ``latestOffset()`` is the query's final
-  target. A capped micro-batch would end the query there and leave the rest of the backlog
-  unread, so on 4.1 the reader never caps a micro-batch (each one takes the whole backlog) and
-  refuses ``maxRowsPerBatch`` by name (:func:`refuse_before_admission_control`).
+  arguments and applies no read limit. Under ``trigger(availableNow=True)`` it runs a source
+  without ``SupportsTriggerAvailableNow`` as ``Trigger.Once`` (one micro-batch, no no-data
+  batch: what the last bound closes is withheld), unless
+  ``spark.sql.streaming.triggerAvailableNowWrapper.enabled`` is on; ``with_watermark`` turns it
+  on (:func:`pyspark_rowtime.watermark.available_now_runs_no_data_batches`). Either way the
+  first ``latestOffset()`` is the run's final target (the wrapper asks for it before the
+  checkpoint is read, so it is planned from the initial offset). A capped micro-batch would end
+  the query there and leave the rest of the backlog unread, so on 4.1 the reader never caps a
+  micro-batch (each one takes the whole backlog) and refuses ``maxRowsPerBatch`` by name
+  (:func:`refuse_before_admission_control`).
   ``to_arrow_schema`` takes ``timestamp_utc=True`` where 4.2 takes ``timezone="UTC"``.
 * **4.0** and older: refused. The sink's base class ``DataSourceStreamArrowWriter`` is new in
   4.1. The modules Spark imports to find ``rowtime`` still import cleanly there (the names

@@ -130,11 +130,60 @@ def watermark_rowtime(
     data_rows = F.when(F.col("rowtime").isNotNull(), ~F.col("is_bound")).otherwise(F.lit(False))
     barrier = F.spark_partition_id() >= 0
     result = watermarked.where(data_rows & barrier).drop("is_bound")
+    spark = df.sparkSession
+    available_now_runs_no_data_batches(spark)
     try:
-        watch_queries(df.sparkSession)
+        watch_queries(spark)
     except Exception as e:  # the check is a help, never a reason to fail the user's query
         log.debug("pyspark_rowtime: could not watch queries: %s", e)
     return result
+
+
+#: Spark's setting that gives ``trigger(availableNow=True)`` its meaning for a source that does
+#: not implement ``SupportsTriggerAvailableNow`` itself (default false).
+AVAILABLE_NOW_WRAPPER = "spark.sql.streaming.triggerAvailableNowWrapper.enabled"
+
+
+def available_now_runs_no_data_batches(spark: SparkSession) -> None:
+    """On Spark 4.1, turn on :data:`AVAILABLE_NOW_WRAPPER` in ``spark`` (unless set already).
+
+    Every Python stream source on 4.1 lacks ``SupportsTriggerAvailableNow`` (new in 4.2), and
+    with the setting off (its default) Spark runs an ``availableNow`` query over one as
+    ``Trigger.Once``: a single micro-batch and never the no-data batch that applies its
+    watermark. A window, a ``time_interval_aggregate`` pane or an interval join's row that the
+    run's last bound closes is then withheld until the next run, run after run, without an
+    error. With the setting on, Spark wraps the source (``AvailableNowDataStreamWrapper``): the
+    run reads the backlog in one micro-batch (Spark 4.1 sets no read limit) and then runs the
+    no-data batches, as 4.2 and later do. Spark reads the setting when a query starts, so
+    setting it here, before ``start()``, covers every query built on this DataFrame. A session
+    where the user set it to false keeps it, with a warning naming the cost.
+    """
+    try:
+        version = str(spark.version)
+        if not version.startswith("4.1."):
+            return
+        current = spark.conf.get(AVAILABLE_NOW_WRAPPER, None)
+        if current is None:
+            spark.conf.set(AVAILABLE_NOW_WRAPPER, "true")
+            log.info(
+                "pyspark_rowtime: Spark %s: set %s=true, so that availableNow queries run the "
+                "no-data batch that emits what their last bound closes",
+                version,
+                AVAILABLE_NOW_WRAPPER,
+            )
+        elif str(current).strip().lower() != "true":
+            log.warning(
+                "pyspark_rowtime: Spark %s with %s=%s runs a trigger(availableNow=True) query "
+                "over format('rowtime') as Trigger.Once: one micro-batch and no no-data batch, "
+                "so windows and panes its last bound closes are withheld until the next run. "
+                "Unset it (pyspark_rowtime sets it to true), use a processingTime trigger, or "
+                "run Spark 4.2 or later",
+                version,
+                AVAILABLE_NOW_WRAPPER,
+                current,
+            )
+    except Exception as e:  # a help for 4.1; never a reason to fail the user's query
+        log.debug("pyspark_rowtime: could not check %s: %s", AVAILABLE_NOW_WRAPPER, e)
 
 
 # -- reading Spark's analyzed plans, as text (classic Spark and Spark Connect alike) -----------
