@@ -45,7 +45,7 @@ from pyspark_rowtime.bounds.bounds import END_OF_STREAM_US
 PARTITIONS = 2
 ROUNDS = 6
 ROWS_PER_ROUND = 50  # per partition; a bound after each round, the end of stream after the last
-OPTIONS = {"maxRowsPerBatch": 100}  # about 50 records a partition: 7 micro-batches
+OPTIONS = {"maxRowsPerBatch": 200}  # about 100 records a partition: 4 micro-batches
 #: The case -> the row (partition, index) whose first task attempt kills its executor: each in
 #: the middle of its partition's share of a middle micro-batch (the tests check that rows of
 #: the task passed the step before it, and that the batch is neither the first nor the last).
@@ -54,7 +54,7 @@ KILL_AT = {
     "folder": (1, 175),
     "redis": (0, 220),
     "s3": (1, 230),
-    "parquet": (1, 80),
+    "parquet": (1, 140),
     "delta": (0, 160),
     "iceberg": (1, 210),
 }
