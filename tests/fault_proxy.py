@@ -19,7 +19,8 @@ or one pipeline), together with the server's answer to them. Neither client here
 HTTP requests, and a Redis pipeline is one write then one read, so a turn is one request (or
 one pipeline). The proxy parses nothing: a turn starts when client bytes arrive on a
 connection whose previous turn got its answer (or on a new connection), and its fault is
-decided then, by one ``random.Random(seed)`` that every connection draws from in the order turns
+decided then (by :meth:`FaultProxy.target` when a test aims at a request, else) by one
+``random.Random(seed)`` that every connection draws from in the order turns
 start. A sequential client therefore meets the same faults on a replay with the same seed;
 concurrent clients (a lease renewing thread) draw in whatever order the OS runs them.
 
@@ -110,6 +111,7 @@ class FaultProxy:
         self._stop = threading.Event()
         self._listener = socket.create_server(("127.0.0.1", 0))
         self.port: int = self._listener.getsockname()[1]
+        self._targets: list[tuple[tuple[bytes, ...], str, list[int]]] = []
         self._conns: set[socket.socket] = set()
         self._conns_lock = threading.Lock()
         self._threads: list[threading.Thread] = []
@@ -145,6 +147,15 @@ class FaultProxy:
             conns, self._conns = list(self._conns), set()
         for s in conns:
             _reset(s)
+
+    def target(self, fault: str, *needles: bytes, times: int = 1) -> None:
+        """Inject ``fault`` into the next ``times`` turns whose first bytes contain every one
+        of ``needles`` (``b"PUT "``, ``b"/_commits/"``: a request line), whatever the rates
+        say: a test aims at one request this way."""
+        if fault not in FAULTS:
+            raise ValueError(f"unknown fault {fault!r}; one of {FAULTS}")
+        with self._rng_lock:
+            self._targets.append((needles, fault, [times]))
 
     @property
     def injected(self) -> int:
@@ -182,10 +193,15 @@ class FaultProxy:
         with self._conns_lock:
             self._conns.difference_update(socks)
 
-    def _decide(self) -> tuple[str | None, float]:
+    def _decide(self, first: bytes) -> tuple[str | None, float]:
         with self._rng_lock:
             faults = self.faults
             fault = faults.choose(self._rng)
+            for needles, aimed, left in self._targets:
+                if left[0] > 0 and all(n in first for n in needles):
+                    left[0] -= 1
+                    fault = aimed
+                    break
             hold = faults.latency_s * self._rng.random() if fault == "latency" else faults.stall_s
             self.counts["turns"] += 1
             if fault:
@@ -221,7 +237,7 @@ class FaultProxy:
                     if key.data == "client":
                         if not in_turn:
                             in_turn = True
-                            fault, hold = self._decide()
+                            fault, hold = self._decide(data)
                             if fault == "reset":
                                 return  # neither side gets the request
                             if fault in ("latency", "stall"):
