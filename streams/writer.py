@@ -23,7 +23,8 @@ What is guaranteed:
 * ``flush`` makes the buffer one committed segment: durable and visible to readers as a whole,
   never in part. A flush that raised may or may not have committed (a store's lost reply);
   its records stay buffered, and calling ``flush()`` again completes that same append or finds
-  it committed, never both (each backend knows the retried append by its id). Without a flush the buffer is flushed when it grows past ``flush_records``
+  it committed, never both (each backend knows the retried append by its id). Without a
+  flush the buffer is flushed when it grows past ``flush_records``
   records or ``flush_bytes`` bytes of Arrow data, on ``close`` and by heartbeats.
 * A partition's clock is the highest bound or data rowtime (explicit, the time of insert for
   implicit rows, or the arrival of an implicit row written before 0.2.0). After
