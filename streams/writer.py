@@ -21,7 +21,10 @@ What is guaranteed:
   to the buffer or raise and append nothing: wrong keys or types, a bound below the partition
   clock, and (when the stream's default ``order`` is ``reject``) a row below the partition clock.
 * ``flush`` makes the buffer one committed segment: durable and visible to readers as a whole,
-  never in part. Without a flush the buffer is flushed when it grows past ``flush_records``
+  never in part. A flush that raised may or may not have committed (a store's lost reply);
+  its records stay buffered, and calling ``flush()`` again completes that same append or finds
+  it committed, never both (each backend knows the retried append by its id). Without a
+  flush the buffer is flushed when it grows past ``flush_records``
   records or ``flush_bytes`` bytes of Arrow data, on ``close`` and by heartbeats.
 * A partition's clock is the highest bound or data rowtime (explicit, the time of insert for
   implicit rows, or the arrival of an implicit row written before 0.2.0). After
@@ -53,6 +56,7 @@ import pyarrow.compute as pc
 from ..bounds.bounds import END_OF_STREAM_US, NO_TIME, normalize_bound
 from ..bounds.errors import (
     BoundError,
+    CorruptLogError,
     InvalidRowtimeError,
     LateRowError,
     OptionError,
@@ -60,6 +64,7 @@ from ..bounds.errors import (
     SchemaError,
     UnflushedRecordsError,
     WriterClosedError,
+    WriterLockedError,
 )
 from ..bounds.time import TimeFormat, parse_duration_us
 from ..bounds.time import format_rowtime as _iso  # the one formatter, short for messages
@@ -218,6 +223,9 @@ class Writer:
         self._chunk_stats: list[SegmentStats] = []
         self._chunk_records = 0
         self._chunk_bytes = 0
+        # A flush that raised: (its stats, its chunks as sent, how many buffered chunks it
+        # holds), retried first by the next flush.
+        self._attempt: tuple[SegmentStats, list[pa.Table], int] | None = None
         self._row_room = flush_records  # rows the row buffer may take before a flush
         # When a call last wrote (heartbeats wait for a quiet interval after it).
         self._activity_us = self._clock_now() if heartbeat_us is not None else NO_TIME
@@ -599,8 +607,18 @@ class Writer:
 
     def flush(self) -> int:
         """Commit the buffer as one segment (durable, visible to readers as a whole) and
-        return :attr:`end_offset`. A no-op with an empty buffer. If writing fails the buffer is
-        kept and nothing is committed."""
+        return :attr:`end_offset`. A no-op with an empty buffer.
+
+        When it returns, every record buffered before the call is committed, once. When it
+        raises, the append may or may not have been committed (the store may have applied it
+        and lost its reply: a timeout, a reset connection); the records stay in the buffer
+        (do not insert them again) and **calling** ``flush()`` **again is safe**: it completes
+        that same append, or finds it already committed, never both, then commits whatever was
+        inserted since. So an adapter retries ``flush()`` (with a backoff) until it returns, or
+        gives up and, before writing the same rows elsewhere, opens a new writer to see what
+        was committed (:attr:`end_offset`). A :class:`WriterLockedError` (another writer
+        took the partition over) is final for this writer. The records of a retried append
+        keep the arrival time of its first attempt."""
         with self._mutex:
             self._check_open()
             return self._flush_locked()
@@ -700,6 +718,14 @@ class Writer:
 
     def _flush_locked(self) -> int:
         self._seal_rows()
+        if self._attempt is not None:
+            # A flush that raised: retry exactly that append (same records, same arrival, same
+            # offsets), which the backend completes or recognises as committed (its id), then
+            # go on with what was inserted since.
+            stats, chunks, count = self._attempt
+            self._append(stats, chunks)
+            self._attempt = None
+            self._committed(stats, count)
         if not self._chunks:
             return self._end
         # Every record of a commit arrives when it commits (SPEC 12: arrival is the commit's
@@ -726,11 +752,32 @@ class Writer:
             }
         )
         try:
-            self._appender.append_run(stats, chunks)
-        except RowtimeError:
-            # A backend's own error (a Redis server that did not answer) already says what
-            # was done and what to do; the buffer is intact for a retry all the same.
+            self._append(stats, chunks)
+        except BaseException:
+            # Kept as sent: a retry must be the same append (the backend knows it by its
+            # first offset and id), and later inserts must not arrive before it.
+            self._attempt = (stats, chunks, len(self._chunks))
+            self._arrival = max(self._arrival, stamp)
             raise
+        self._committed(stats, len(self._chunks))
+        return self._end
+
+    def _append(self, stats: SegmentStats, chunks: list[pa.Table]) -> None:
+        try:
+            self._appender.append_run(stats, chunks)
+        except (WriterLockedError, CorruptLogError):
+            raise  # final for this writer: its message says what to do
+        except RowtimeError as e:
+            if not isinstance(e, ConnectionError):
+                raise
+            # The store did not answer (after its own timeouts and retries): the append may
+            # have been applied, its reply lost. Say what the caller may do.
+            raise type(e)(
+                f"{e}. flush() of {stats.count} record(s) [{stats.first}, {stats.end}) of "
+                f"{self._where} did not complete: it may or may not be committed. The records "
+                "are kept in the buffer (do not insert them again): call flush() again, which "
+                "completes this append or finds it committed, never both"
+            ) from None
         except OSError as e:
             # A full disk, a read-only folder: the segment is not committed (its temporary file
             # is gone) and the buffer, this call's records included, is intact for a retry.
@@ -741,14 +788,18 @@ class Writer:
                 "(this call's too: do not insert them again). Free space or fix the folder, "
                 "then call flush() again",
             ) from e
+
+    def _committed(self, stats: SegmentStats, count: int) -> None:
+        """The first ``count`` buffered chunks are committed as ``stats``."""
+        done = self._chunks[:count]
+        del self._chunks[:count]
+        del self._chunk_stats[:count]
+        self._count_chunks(self._chunk_records - sum(c.num_rows for c in done))
+        self._chunk_bytes = sum(c.nbytes for c in self._chunks)
         self._end = stats.end
-        self._arrival = stamp
-        self._chunks = []
-        self._chunk_stats = []
-        self._count_chunks(0)
-        self._chunk_bytes = 0
+        assert stats.last_arrival_us is not None
+        self._arrival = max(self._arrival, stats.last_arrival_us)
         self._retention.after_append()
-        return self._end
 
     def close(self) -> None:
         """Flush, stop the heartbeat and release the partition. Idempotent."""
@@ -777,6 +828,7 @@ class Writer:
             self._thread.join()
         with self._mutex:
             self._clear_rows()
+            self._attempt = None
             self._chunks = []
             self._chunk_stats = []
             self._count_chunks(0)

@@ -37,7 +37,7 @@ def test_full_location_is_parsed() -> None:
 def test_defaults_and_percent_encoded_password() -> None:
     loc = parse_location("redis://:p%40ss%3Aw@127.0.0.1/0/s")
     assert loc.port == 6379 and loc.username is None and loc.password == "p@ss:w"
-    assert (loc.connect_timeout_s, loc.retries) == (5.0, 5)
+    assert (loc.connect_timeout_s, loc.retries) == (5.0, 3)
     assert not loc.tls
     assert is_redis_location("REDIS://h/0/s") and not is_redis_location("/data/s")
 

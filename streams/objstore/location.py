@@ -229,6 +229,100 @@ def require_conditional_writes(loc: ObjectLocation) -> None:
     _CONDITIONAL_OK.add(key)
 
 
+#: The client's timeouts and retries: (environment variable, default, what it is). The
+#: defaults bound how long one request to a store that does not answer may take: a refused
+#: connection fails in about a second (``RETRIES`` quick attempts), a store that accepts the
+#: connection and never answers in ``TIMEOUT`` (a request that timed out is retried only while
+#: ``RETRY_TIMEOUT`` has not passed). obstore's own defaults (10 retries within 3 minutes)
+#: made an unreachable endpoint fail after minutes.
+STORE_SETTINGS: dict[str, tuple[str, float, str]] = {
+    "timeout": ("ROWTIME_STORE_TIMEOUT_S", 30.0, "seconds one request may take, body included"),
+    "connect_timeout": ("ROWTIME_STORE_CONNECT_TIMEOUT_S", 5.0, "seconds to connect"),
+    "max_retries": ("ROWTIME_STORE_RETRIES", 3, "retries of a failed request"),
+    "retry_timeout": (
+        "ROWTIME_STORE_RETRY_TIMEOUT_S",
+        20.0,
+        "seconds after a request's first attempt during which it may be retried",
+    ),
+}
+
+
+def store_settings() -> dict[str, float]:
+    """The client settings of :data:`STORE_SETTINGS`, each from its environment variable when
+    set (a number >= 0; :class:`OptionError` otherwise), else its default."""
+    import os
+
+    out: dict[str, float] = {}
+    for name, (env, default, what) in STORE_SETTINGS.items():
+        raw = os.environ.get(env)
+        if raw is None or raw == "":
+            out[name] = default
+            continue
+        try:
+            value = float(raw) if name != "max_retries" else int(raw)
+        except ValueError:
+            value = -1
+        if value < 0 or (name != "max_retries" and value == 0):
+            kind = "a whole number >= 0" if name == "max_retries" else "a number of seconds > 0"
+            raise OptionError(f"{env}={raw!r} ({what}) must be {kind}")
+        out[name] = value
+    return out
+
+
+#: obstore's HTTP client settings that it also reads from ``AWS_<KEY>`` / ``AZURE_<KEY>``
+#: variables: handing it client options replaces what it read from the environment, so the
+#: backend passes these on itself (``AWS_ALLOW_HTTP`` above all).
+_ENV_CLIENT_KEYS = {
+    "allow_http": bool,
+    "allow_invalid_certificates": bool,
+    "default_content_type": str,
+    "http1_only": bool,
+    "http2_only": bool,
+    "pool_idle_timeout": str,
+    "pool_max_idle_per_host": str,
+    "proxy_url": str,
+    "proxy_ca_certificate": str,
+    "proxy_excludes": str,
+    "user_agent": str,
+    "read_timeout": str,
+}
+
+
+def _env_client_options(cloud: str) -> dict[str, Any]:
+    import os
+
+    prefix = "AWS_" if cloud == "s3" else "AZURE_"
+    out: dict[str, Any] = {}
+    for key, kind in _ENV_CLIENT_KEYS.items():
+        raw = os.environ.get(prefix + key.upper())
+        if raw is None:
+            continue
+        out[key] = raw.strip().lower() in ("1", "true", "yes", "on") if kind is bool else raw
+    return out
+
+
+def _client_options(cloud: str) -> dict[str, Any]:
+    from datetime import timedelta
+
+    got = store_settings()
+    return {
+        "client_options": {
+            **_env_client_options(cloud),
+            "timeout": timedelta(seconds=got["timeout"]),
+            "connect_timeout": timedelta(seconds=got["connect_timeout"]),
+        },
+        "retry_config": {
+            "max_retries": int(got["max_retries"]),
+            "retry_timeout": timedelta(seconds=got["retry_timeout"]),
+            "backoff": {
+                "init_backoff": timedelta(milliseconds=100),
+                "max_backoff": timedelta(seconds=5),
+                "base": 2,
+            },
+        },
+    }
+
+
 def _make_store(loc: ObjectLocation) -> Any:
     try:
         from obstore.store import AzureStore, S3Store
@@ -237,12 +331,13 @@ def _make_store(loc: ObjectLocation) -> Any:
             f"{loc} is an object storage location, and obstore is not installed: "
             "pip install 'pyspark-rowtime[cloud]'"
         ) from None
+    options = _client_options(loc.cloud)
     try:
         if loc.cloud == "s3":
-            return S3Store(loc.bucket)
+            return S3Store(loc.bucket, **options)
         if loc.account:
-            return AzureStore(loc.bucket, account_name=loc.account)
-        return AzureStore(loc.bucket)
+            return AzureStore(loc.bucket, account_name=loc.account, **options)
+        return AzureStore(loc.bucket, **options)
     except Exception as e:  # obstore's configuration errors name keys, never their values
         raise OptionError(f"cannot configure a client for {loc}: {_short(e)}") from None
 
@@ -280,7 +375,8 @@ def call(loc: ObjectLocation, what: str, fn: Callable[[], T]) -> T:
         if type(e).__module__.startswith("obstore") or isinstance(e, (OSError, TimeoutError)):
             raise ObjectStoreUnavailableError(
                 f"the object store did not complete {what} at {loc} ({_short(e)}). Nothing of "
-                "that step is assumed done; retry when the store answers"
+                "that step is assumed done; retry when the store answers (timeouts and retries: "
+                "ROWTIME_STORE_TIMEOUT_S, ROWTIME_STORE_RETRIES, ROWTIME_STORE_RETRY_TIMEOUT_S)"
             ) from None
         raise
 

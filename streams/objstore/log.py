@@ -32,6 +32,14 @@ trim keeps: an object store has no rename, no append and no lock, and this needs
 * **"Already exists" is confirmed**: obstore reports S3's retryable 409 ConditionalRequest
   Conflict as "already exists", so a failed create is read back: a commit carrying this
   writer's commit id is its own.
+* **An unknown outcome is resolved, never guessed**: when a commit's create gets no answer (a
+  timeout, a reset, a reply lost after the store applied it), the appender keeps the commit
+  document as pending and commits nothing else; the writer's next flush retries the same
+  append, which reads commit ``seq`` back: this commit's id means it was made (nothing is
+  written again), absence means it was not, and the same document is created again (a late
+  copy of the first request and the retry carry one id, so only one can count), another
+  writer's commit means this writer was fenced. ``tests/test_faults_wire.py`` proves it
+  through a fault proxy.
 * **Retention** removes whole segments from the head: ``_trim.json`` is replaced by
   compare-and-swap (one trim wins), then the segments before the first kept offset and the
   commits before the first one still needed are deleted.
@@ -600,6 +608,8 @@ class ObjectAppender:
         )
         self.epoch = self.lease.acquire()
         self._broken: str | None = None
+        # A commit whose outcome is unknown: (its number, its document).
+        self._pending: tuple[int, dict[str, Any]] | None = None
         try:
             self._take_over()
         except BaseException:
@@ -687,15 +697,61 @@ class ObjectAppender:
                 )
                 raise WriterLockedError(self._broken) from None
         except BaseException:
-            # Unknown outcome (the store did not answer): whether commit `seq` is ours cannot be
-            # told from here, so this appender stops; a new writer takes over cleanly.
-            self._broken = (
-                f"{self.where}: an earlier commit's outcome is unknown (the store did not "
-                "answer); open a new writer, which finds out what was committed"
-            )
+            if fenced_ok:
+                raise  # taking over: the constructor fails, the next writer looks again
+            # Unknown outcome (the store did not answer, or its reply was lost): commit `seq`
+            # may be ours. Nothing else may be committed before we know: the next append must
+            # be this one again, and :meth:`_finish_pending` finds out (the commit's id).
+            self._pending = (seq, doc)
             raise
         self._next_seq = seq + 1
         return True
+
+    def _finish_pending(self, first: int, end: int) -> None:
+        """Complete the commit whose outcome is unknown, or recognise it as made: read commit
+        ``seq`` back; ours (its id) means it was made and its reply lost; absent means it was
+        not (yet): create the same document again (the same id, so a late copy of the first
+        request and this one cannot both count); another writer's means this one was fenced.
+        ``[first, end)`` is what the caller retries: it must be the pending append."""
+        from obstore.exceptions import AlreadyExistsError, PreconditionError
+
+        assert self._pending is not None
+        seq, doc = self._pending
+        segs = doc["segments"]
+        pending_end = SegmentStats(**segs[-1]["stats"]).end if segs else int(doc["first"])
+        if (first, end) != (int(doc["first"]), pending_end):
+            raise OptionError(
+                f"{self.where}: the append of records [{doc['first']}, {pending_end}) failed "
+                f"with an unknown outcome, and records [{first}, {end}) are appended next: "
+                "retry the same append first (Writer.flush() does), or open a new writer"
+            )
+        import obstore
+
+        stream = self.stream
+        key = stream._key(self.partition, COMMITS, commit_name(seq))
+        theirs = stream._read_commit(self.partition, seq)
+        if theirs is None:
+            try:
+                call(
+                    stream.loc,
+                    f"committing to {self.where} (again: the first attempt's outcome was unknown)",
+                    lambda: obstore.put(stream.store, key, json.dumps(doc).encode(), mode="create"),
+                )
+                theirs = doc
+            except (AlreadyExistsError, PreconditionError):
+                theirs = stream._read_commit(self.partition, seq)
+        if theirs is None or theirs.get("id") != doc["id"]:
+            self._pending = None
+            self._broken = (
+                f"{self.where}: this writer (epoch {self.epoch}) was fenced: another writer "
+                f"took the partition over (commit {seq} is epoch "
+                f"{None if theirs is None else theirs.get('epoch')}'s) while this writer's "
+                f"append of records [{first}, {end}) had an unknown outcome; that append is not "
+                "visible. Open a new writer (its end_offset says what is committed)"
+            )
+            raise WriterLockedError(self._broken)
+        self._pending = None
+        self._next_seq = seq + 1
 
     def tail(self) -> PartitionTail:
         return self._tail
@@ -729,9 +785,23 @@ class ObjectAppender:
         self._create_commit({"first": self._tail.end, "segments": segments})
         self._tail = PartitionTail(last.end, last.clock_us, last.last_arrival_us)
 
+    def _retried(self, first: int, last: SegmentStats) -> bool:
+        """True if this append is the one whose commit had an unknown outcome, now made."""
+        if self._pending is None:
+            return False
+        self._finish_pending(first, last.end)
+        self._tail = PartitionTail(last.end, last.clock_us, last.last_arrival_us)
+        return True
+
     def append_run(self, stats: SegmentStats, chunks: Sequence[pa.Table | pa.RecordBatch]) -> None:
-        """Upload the run as one segment object, then commit it (one conditional create)."""
+        """Upload the run as one segment object, then commit it (one conditional create).
+
+        After an error the outcome may be unknown (the commit's reply lost): the same call
+        again completes that commit or finds it made, never both (:meth:`_finish_pending`).
+        """
         self._check()
+        if self._retried(stats.first, stats):
+            return
         check_continues(self.where, stats.first, self._tail.end)
         sink = pa.BufferOutputStream()
         write_segment_to(sink, stats, self.stream.file_schema, chunks)
@@ -743,6 +813,8 @@ class ObjectAppender:
         self._check()
         checked = check_appended_files(self, paths, reject=reject, verify=verify)
         if not checked:
+            return
+        if self._retried(checked[0][1].first, checked[-1][1]):
             return
         segments = []
         for path, stats in checked:

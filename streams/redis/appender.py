@@ -146,8 +146,10 @@ class RedisAppender:
                 self._lost = True
                 raise WriterLockedError(
                     f"{self._where}: this writer no longer holds the partition (its lease "
-                    "expired and another writer may have taken it); nothing of this run was "
-                    "written: open a new writer"
+                    "expired and another writer may have taken it); records "
+                    f"[{first.first}, {last.end}) were not written now (an earlier attempt "
+                    "whose reply was lost may have written them): open a new writer, whose "
+                    "end_offset says what is committed"
                 ) from None
             if "ROWTIME_OFFSET" in text:
                 raise CorruptLogError(

@@ -7,8 +7,8 @@ optional query settings::
 
 ========================  =====================================================================
 ``connect_timeout``       how long one connection attempt may take (duration; default 5 s)
-``socket_timeout``        how long one command may wait for its reply (duration; default 30 s)
-``retries``               attempts after the first on a connection error or timeout (default 5)
+``socket_timeout``        how long one command may wait for its reply (duration; default 10 s)
+``retries``               attempts after the first on a connection error or timeout (default 3)
 ``backoff``               the first wait between attempts, doubled each time up to ``backoff_cap``
                           (durations; defaults 100 ms and 5 s), with jitter
 ``password_env``          read the password from this environment variable instead of the URL
@@ -89,8 +89,8 @@ class RedisLocation:
     username: str | None = None
     password: str | None = field(default=None, repr=False)
     connect_timeout_s: float = 5.0
-    socket_timeout_s: float = 30.0
-    retries: int = 5
+    socket_timeout_s: float = 10.0
+    retries: int = 3
     backoff_s: float = 0.1
     backoff_cap_s: float = 5.0
     password_env: str | None = None

@@ -7,14 +7,18 @@ from __future__ import annotations
 __all__ = ["APPEND", "CREATE", "INDEX", "RELEASE", "RENEW", "TRIM"]
 
 # An own stream's append (:mod:`.appender`): entries of a run, fenced by the lock token,
-# idempotent (a retry of the same run finds its id in the tail). KEYS: p, i, s, t, lock, tm.
+# idempotent: a retry of the same run (its reply was lost) finds its id as the tail's last run
+# and changes nothing, even when the lease ran out meanwhile (the run was committed while the
+# lock was held). KEYS: p, i, s, t, lock, tm.
 APPEND = """
+local cur = tonumber(redis.call('HGET', KEYS[4], 'end') or '0')
+if cur == tonumber(ARGV[3]) and redis.call('HGET', KEYS[4], 'run') == ARGV[6] then
+  return 'DUP'
+end
 if redis.call('GET', KEYS[5]) ~= ARGV[1] then
   return redis.error_reply('ROWTIME_LOCK the lock is not held by this writer')
 end
-local cur = tonumber(redis.call('HGET', KEYS[4], 'end') or '0')
 if cur ~= tonumber(ARGV[2]) then
-  if redis.call('HGET', KEYS[4], 'run') == ARGV[6] then return 'DUP' end
   return redis.error_reply('ROWTIME_OFFSET ' .. cur)
 end
 local runs = tonumber(ARGV[7])
