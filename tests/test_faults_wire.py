@@ -305,3 +305,26 @@ def test_an_unreachable_store_fails_within_seconds_naming_the_settings(tmp_path:
     assert took < 10, took
     text = str(caught.value)
     assert "object store" in text and "ROWTIME_STORE_TIMEOUT_S" in text, text
+
+
+def test_a_redis_that_never_answers_fails_after_retries_plus_one_timeouts(
+    redis: RedisServer,
+) -> None:
+    """A server that accepts connections and stalls every request: the error comes after
+    ``retries + 1`` socket timeouts (plus backoff), not ``(retries + 1) ** 2`` (redis-py retries
+    the handshake inside each retry of a command), and names the location and the retries.
+    With the defaults (10 s, 3 retries) that is under a minute."""
+    from pyspark_rowtime.streams.redis import open_redis_stream
+
+    url = redis.url("stalled")
+    pr.create_stream(url, "id BIGINT")
+    with FaultProxy(redis.port, _seed()) as proxy:
+        proxy.faults = Faults(stall=1.0, stall_s=math.inf)
+        via = f"redis://127.0.0.1:{proxy.port}/0/stalled?socket_timeout=1s&retries=2&backoff=10ms"
+        t = time.monotonic()
+        with pytest.raises(ConnectionError) as caught:
+            open_redis_stream(via)
+        took = time.monotonic() - t
+    # 3 attempts of 1 s (each a connection whose handshake stalls); squared it was 9 s or more
+    assert 2.5 < took < 6, took
+    assert "did not answer" in str(caught.value) and "2 retries" in str(caught.value)

@@ -26,6 +26,7 @@ from __future__ import annotations
 
 import os
 import re
+import threading
 import urllib.parse
 from dataclasses import dataclass, field
 from typing import Any
@@ -75,6 +76,10 @@ def redact(text: str) -> str:
 
 def is_redis_location(location: object) -> bool:
     return isinstance(location, str) and location.split("://", 1)[0].lower() in SCHEMES
+
+
+#: How deep this thread is in redis-py retry loops (``RedisLocation.connect``'s ``_Retry``).
+_NESTED = threading.local()
 
 
 @dataclass(frozen=True)
@@ -144,7 +149,13 @@ class RedisLocation:
 
         class _Retry(Retry):
             """Retries connection errors and timeouts, but not refused credentials (redis-py
-            makes AuthenticationError a ConnectionError): a wrong password stays wrong."""
+            makes AuthenticationError a ConnectionError): a wrong password stays wrong.
+
+            redis-py retries a command with this object and, inside each attempt, the
+            connection's handshake with it again: a server that accepts connections and never
+            answers cost ``(retries + 1) ** 2`` socket timeouts. Inside another retry loop of
+            this thread, one attempt only: the outer loop retries, so it costs ``retries + 1``
+            (:data:`_NESTED`)."""
 
             def call_with_retry(  # type: ignore[override]
                 self, do: Any, fail: Any, is_retryable: Any = None, **kw: Any
@@ -154,7 +165,19 @@ class RedisLocation:
                         return False
                     return is_retryable(error) if is_retryable else True
 
-                return super().call_with_retry(do, fail, retryable, **kw)
+                depth = getattr(_NESTED, "depth", 0)
+                if depth:
+                    try:
+                        return do()
+                    except (redis.ConnectionError, redis.TimeoutError) as error:
+                        if retryable(error):
+                            fail(error, 1) if kw.get("with_failure_count") else fail(error)
+                        raise
+                _NESTED.depth = depth + 1
+                try:
+                    return super().call_with_retry(do, fail, retryable, **kw)
+                finally:
+                    _NESTED.depth = depth
 
         retry = _Retry(
             EqualJitterBackoff(cap=self.backoff_cap_s, base=self.backoff_s),
