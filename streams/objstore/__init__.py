@@ -10,7 +10,7 @@ Install with ``pip install 'pyspark-rowtime[cloud]'``. Served through the storag
 
 from __future__ import annotations
 
-from .log import OBJECT_STORE_BACKEND as BACKEND
+from .create import OBJECT_STORE_BACKEND as BACKEND
 
 #: The URL schemes this backend serves (each an entry point ``pyspark_rowtime.backends``).
 SCHEMES = ("s3", "s3a", "az", "azure", "abfs", "abfss")

@@ -17,11 +17,13 @@ shown in every error, plan and ``describe``; obstore's messages name paths, neve
 
 from __future__ import annotations
 
+import os
 import threading
 import urllib.parse
 import uuid
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
+from datetime import timedelta
 from functools import partial
 from typing import Any, TypeVar
 
@@ -250,8 +252,6 @@ STORE_SETTINGS: dict[str, tuple[str, float, str]] = {
 def store_settings() -> dict[str, float]:
     """The client settings of :data:`STORE_SETTINGS`, each from its environment variable when
     set (a number >= 0; :class:`OptionError` otherwise), else its default."""
-    import os
-
     out: dict[str, float] = {}
     for name, (env, default, what) in STORE_SETTINGS.items():
         raw = os.environ.get(env)
@@ -289,8 +289,6 @@ _ENV_CLIENT_KEYS = {
 
 
 def _env_client_options(cloud: str) -> dict[str, Any]:
-    import os
-
     prefix = "AWS_" if cloud == "s3" else "AZURE_"
     out: dict[str, Any] = {}
     for key, kind in _ENV_CLIENT_KEYS.items():
@@ -302,8 +300,6 @@ def _env_client_options(cloud: str) -> dict[str, Any]:
 
 
 def _client_options(cloud: str) -> dict[str, Any]:
-    from datetime import timedelta
-
     got = store_settings()
     return {
         "client_options": {
