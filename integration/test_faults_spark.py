@@ -32,6 +32,7 @@ from pyspark.sql import SparkSession
 import pyspark_rowtime as pr
 from pyspark_rowtime.api import read_stream, rowtime_bound_us
 from pyspark_rowtime.bounds.bounds import END_OF_STREAM_US
+from pyspark_rowtime.bounds.errors import StreamNotFoundError
 
 ROWS = 1200
 PARTITIONS = 2
@@ -94,7 +95,7 @@ def test_reader_and_sink_on_redis_through_a_faulty_network(
                 cause = [line for line in str(e).splitlines() if "Redis at " in line]
                 failures.append(f"run {run}: {(cause or str(e).splitlines())[0].strip()[:300]}")
                 finished = False
-            clocks.append(rowtime_bound_us(out))  # read past the proxy; None before a commit
+            clocks.append(_clock(out))  # read past the proxy
             if finished:
                 break
         else:
@@ -102,9 +103,11 @@ def test_reader_and_sink_on_redis_through_a_faulty_network(
         print(proxy.summary())
         print("\n".join(failures) or "no run failed")
         assert proxy.injected > 0, proxy.summary()
-    # runs failed on faults and were restarted from the checkpoint; each said which store did
-    # not answer and in which step
-    assert failures and all("Redis at " in f and " while " in f for f in failures), failures
+    # runs failed on faults and were restarted from the checkpoint; a failure raised by our
+    # code says which store did not answer and in which step (a failed write job may reach
+    # the query as Spark's own "Writing job failed", its cause in the executor's log)
+    assert failures, "no run failed: the faults did not reach the queries"
+    assert any("Redis at " in f and " while " in f for f in failures), failures
 
     seen = [c for c in clocks if c is not None]
     assert seen == sorted(seen), clocks  # the target's clock never went back
@@ -119,3 +122,11 @@ def test_reader_and_sink_on_redis_through_a_faulty_network(
         )
     )
     assert got == expected, f"{len(got)} rows, {len(set(got))} distinct; {len(expected)} expected"
+
+
+def _clock(location: str) -> int | None:
+    """The target's clock; None before it exists (the sink creates it when it claims it)."""
+    try:
+        return rowtime_bound_us(location)
+    except StreamNotFoundError:
+        return None
