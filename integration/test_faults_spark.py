@@ -78,16 +78,18 @@ def test_reader_and_sink_on_redis_through_a_faulty_network(
 
         proxy.faults = Faults.mix(0.06, latency_s=0.01)
         for run in range(1, MAX_RUNS + 1):
-            query = (
-                spark.readStream.format("rowtime")
-                .option("maxRowsPerBatch", MAX_ROWS)
-                .load(via(src))
-                .writeStream.format("rowtime")
-                .option("checkpointLocation", str(tmp_path / "ck"))
-                .trigger(availableNow=True)
-                .start(via(out))
-            )
             try:
+                # load() reads the stream's schema and start() claims the target, both through
+                # the proxy: a fault there fails the run as a fault in a micro-batch does
+                query = (
+                    spark.readStream.format("rowtime")
+                    .option("maxRowsPerBatch", MAX_ROWS)
+                    .load(via(src))
+                    .writeStream.format("rowtime")
+                    .option("checkpointLocation", str(tmp_path / "ck"))
+                    .trigger(availableNow=True)
+                    .start(via(out))
+                )
                 query.awaitTermination()
                 finished = True
             except PySparkException as e:
