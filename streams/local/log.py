@@ -333,8 +333,11 @@ class Stream:
             return None
         total = 0
         for entry in os.scandir(folder):
-            if entry.is_file(follow_symlinks=False):
-                total += entry.stat(follow_symlinks=False).st_size
+            try:
+                if entry.is_file(follow_symlinks=False):
+                    total += entry.stat(follow_symlinks=False).st_size
+            except FileNotFoundError:
+                pass  # removed since the listing (a trim, a merge): it takes no space now
         return total
 
     def verify(self, partition: int) -> tuple[int, int]:
