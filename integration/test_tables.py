@@ -132,20 +132,6 @@ def rows_of(t: pa.Table) -> list[tuple]:
 def test_pass_through_writes_every_row_once_and_the_clock_follows_the_bounds(
     spark, workdir, kind, where, request
 ):
-    if kind == "delta" and where == "az":
-        # Measured here: with delta-rs 1.6.6 on Azurite 3.35 every commit after a table's first
-        # fails with "Invalid table version: 1", write_deltalake(mode="append") alone too (no
-        # sink involved); the table stays readable at version 1. Not seen on S3 (moto) or a
-        # folder. Reported upstream as delta-io/delta-rs issue 3716 ("write_deltalake fail
-        # writes when using emulator", Azurite 3.35, delta-rs >= 1.1). strict: this fails
-        # loudly once delta-rs or Azurite no longer do it.
-        request.applymarker(
-            pytest.mark.xfail(
-                reason="delta-rs 1.6.6 on Azurite: a table's second commit fails ('Invalid table "
-                "version: 1'), without the sink too",
-                strict=True,
-            )
-        )
     server = None if where == "local" else request.getfixturevalue(f"{where}_server")
     src = workdir / "src"
     out = table_at(kind, workdir, CATALOG_ON[where], server)

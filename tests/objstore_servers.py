@@ -19,6 +19,7 @@ Every server listens on 127.0.0.1 only.
 
 from __future__ import annotations
 
+import json
 import os
 import shutil
 import socket
@@ -31,6 +32,11 @@ from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
+#: The Azurite the tests run (.ci/run installs the same). On 3.35, which npm's unpinned install
+#: gave until then, every delta-rs 1.6.6 commit after a table's second failed with "Invalid table
+#: version: 1", write_deltalake alone too (delta-io/delta-rs issue 3716); on 3.37.0 the same
+#: writes commit versions 2, 3, ... (measured here, 2026-11-27).
+AZURITE_VERSION = "3.37.0"
 #: Azurite's published development account and key (the same in every emulator).
 AZURITE_ACCOUNT = "devstoreaccount1"
 AZURITE_KEY = (
@@ -204,18 +210,30 @@ def why_no_azurite() -> str | None:
 
 
 def install_azurite() -> Path:
-    """Azurite's ``azurite-blob`` command, installed from npm when missing. (npm silently
-    installs nothing into a folder named ``azurite``: the folder is ``azurite-npm``.)"""
-    return _npm_command(azurite_dir(), "azurite", "azurite-blob")
+    """Azurite's ``azurite-blob`` command, installed from npm when missing or of another
+    version. (npm silently installs nothing into a folder named ``azurite``: the folder is
+    ``azurite-npm``.)"""
+    return _npm_command(azurite_dir(), "azurite", "azurite-blob", AZURITE_VERSION)
 
 
-def _npm_command(folder: Path, package: str, command: str) -> Path:
-    """``command`` of npm ``package``, installed into ``folder`` when missing."""
+def npm_version(folder: Path, package: str) -> str | None:
+    """The version of npm ``package`` installed into ``folder``, or None."""
+    try:
+        meta = json.loads((folder / "node_modules" / package / "package.json").read_text())
+    except (OSError, ValueError):
+        return None
+    return str(meta.get("version"))
+
+
+def _npm_command(folder: Path, package: str, command: str, version: str | None = None) -> Path:
+    """``command`` of npm ``package`` (of ``version`` when given), installed into ``folder``
+    when missing or of another version."""
     exe = folder / "node_modules" / ".bin" / command
-    if not exe.exists():
+    if not exe.exists() or (version is not None and npm_version(folder, package) != version):
         folder.mkdir(parents=True, exist_ok=True)
+        spec = package if version is None else f"{package}@{version}"
         subprocess.run(
-            ["npm", "install", "--no-audit", "--no-fund", "--prefix", str(folder), package],
+            ["npm", "install", "--no-audit", "--no-fund", "--prefix", str(folder), spec],
             check=True,
             stdout=subprocess.DEVNULL,
             timeout=600,
