@@ -46,6 +46,10 @@ def pytest_configure(config: pytest.Config) -> None:
     from xdist_plan import register_worker_times  # each xdist worker's minutes, at the end
 
     register_worker_times(config)
+    if not hasattr(config, "workerinput"):  # pytest's own process, before xdist's workers
+        from jvm_archive import ensure_archive  # Spark's classes mapped, not loaded: see there
+
+        ensure_archive(wait=False)
 
 
 def _java_ok() -> bool:

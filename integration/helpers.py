@@ -46,22 +46,34 @@ BASE_US = 1_700_000_000 * US
 #: Nothing Spark computes depends on them; users' JVMs keep their own.
 TEST_JVM_OPTIONS = "-XX:TieredStopAtLevel=1 -XX:+UseSerialGC"
 
-#: The test session's settings, the same in both modes (a Connect server gets them at launch).
-SPARK_CONFS = {
-    "spark.sql.shuffle.partitions": "2",
-    "spark.sql.session.timeZone": "UTC",
-    "spark.ui.enabled": "false",
-    "spark.sql.streaming.stateStore.providerClass":
-        "org.apache.spark.sql.execution.streaming.state.HDFSBackedStateStoreProvider",
-    "spark.driver.memory": "2g",
-    "spark.driver.extraJavaOptions": TEST_JVM_OPTIONS,
-    "spark.executor.extraJavaOptions": TEST_JVM_OPTIONS,
-}  # fmt: skip
+
+def jvm_options(archive: bool = True) -> str:
+    """:data:`TEST_JVM_OPTIONS`, and the run's class-data archive when there is one
+    (``integration/jvm_archive.py``: it halves a Spark JVM's start)."""
+    path = os.environ.get("ROWTIME_JVM_ARCHIVE", "0")
+    if archive and path != "0" and os.path.isfile(path):
+        return f"{TEST_JVM_OPTIONS} -XX:SharedArchiveFile={path}"
+    return TEST_JVM_OPTIONS
+
+
+def spark_confs() -> dict[str, str]:
+    """The test session's settings, the same in both modes (a Connect server gets them at
+    launch)."""
+    return {
+        "spark.sql.shuffle.partitions": "2",
+        "spark.sql.session.timeZone": "UTC",
+        "spark.ui.enabled": "false",
+        "spark.sql.streaming.stateStore.providerClass":
+            "org.apache.spark.sql.execution.streaming.state.HDFSBackedStateStoreProvider",
+        "spark.driver.memory": "2g",
+        "spark.driver.extraJavaOptions": jvm_options(),
+        "spark.executor.extraJavaOptions": jvm_options(),
+    }  # fmt: skip
 
 
 def spark_builder(master: str = "local[2]"):  # type: ignore[no-untyped-def]
     builder = SparkSession.builder.master(master).appName("pyspark-rowtime-tests")
-    for k, v in SPARK_CONFS.items():
+    for k, v in spark_confs().items():
         builder = builder.config(k, v)
     return builder
 
@@ -95,7 +107,7 @@ def connect_server(log: Path, master: str = "local[2]") -> Iterator[str]:
         "spark.connect.grpc.binding.address": "127.0.0.1",
         "spark.connect.grpc.binding.port": str(port),
         "spark.log.level": "WARN",  # the server's INFO lines: one per RPC
-        **{k: v for k, v in SPARK_CONFS.items()},
+        **spark_confs(),
     }
     cmd = [
         os.path.join(_find_spark_home(), "bin", "spark-submit"),
