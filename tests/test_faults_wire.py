@@ -16,139 +16,28 @@ from __future__ import annotations
 
 import math
 import os
-import random
 import subprocess
 import sys
 import textwrap
 import time
 from collections.abc import Iterator
-from contextlib import contextmanager
 from pathlib import Path
-from typing import Any
 
 import pytest
 from fault_proxy import FaultProxy, Faults
+from fault_writes import (
+    environ,
+    ids,
+    seed,
+    through_proxy,
+    write_through_faults,
+)
 from objstore_servers import ObjectServer
 from redis_server import RedisServer, redis_server
 
 import pyspark_rowtime as pr
 from pyspark_rowtime.bounds.errors import WriterLockedError
-from pyspark_rowtime.streams.objstore.location import forget_stores
 from pyspark_rowtime.streams.storage import open_storage
-
-#: Short client timeouts, so that a stalled request fails in about a second.
-FAST_TIMEOUTS = {
-    "ROWTIME_STORE_TIMEOUT_S": "1",
-    "ROWTIME_STORE_CONNECT_TIMEOUT_S": "1",
-    "ROWTIME_STORE_RETRIES": "2",
-    "ROWTIME_STORE_RETRY_TIMEOUT_S": "2",
-}
-#: What one failed flush may take at most with FAST_TIMEOUTS (a few requests, each bounded).
-FLUSH_BOUND_S = 15.0
-
-
-def _seed() -> int:
-    raw = os.environ.get("ROWTIME_FAULT_SEED")
-    seed = int(raw) if raw else random.randrange(1 << 30)
-    print(f"fault proxy seed {seed} (ROWTIME_FAULT_SEED={seed} replays it)")
-    return seed
-
-
-def _port_of(server: ObjectServer) -> int:
-    url = server.env.get("AWS_ENDPOINT_URL") or server.env["AZURE_STORAGE_ENDPOINT"]
-    return int(url.split("://", 1)[1].split("/", 1)[0].rsplit(":", 1)[1])
-
-
-@contextmanager
-def _environ(values: dict[str, str]) -> Iterator[None]:
-    old = {k: os.environ.get(k) for k in values}
-    os.environ.update(values)
-    forget_stores()
-    try:
-        yield
-    finally:
-        for k, v in old.items():
-            if v is None:
-                os.environ.pop(k, None)
-            else:
-                os.environ[k] = v
-        forget_stores()
-
-
-@contextmanager
-def _through_proxy(server: ObjectServer) -> Iterator[FaultProxy]:
-    """A proxy in front of ``server``, the object store clients of this process pointed at
-    it (with FAST_TIMEOUTS) while the block runs."""
-    port = _port_of(server)
-    with FaultProxy(port, _seed()) as proxy:
-        env = {
-            k: v.replace(f"127.0.0.1:{port}", f"127.0.0.1:{proxy.port}")
-            for k, v in server.env.items()
-        }
-        with _environ({**env, **FAST_TIMEOUTS}):
-            yield proxy
-        print(proxy.summary())
-
-
-def _ids(url: str) -> list[int]:
-    s = open_storage(url)
-    return s.read(0, s.start_offset(0), s.end_offset(0)).column("id").to_pylist()
-
-
-def _flush_until_done(w: Any, store: str, proxy: FaultProxy, stats: dict[str, Any]) -> None:
-    """flush() until it returns, checking each error: bounded in time, naming the store and
-    the operation, and saying to call flush() again."""
-    for _ in range(40):
-        t = time.monotonic()
-        try:
-            w.flush()
-            return
-        except (ConnectionError, OSError) as e:
-            took = time.monotonic() - t
-            stats["raised"] += 1
-            stats["slowest_s"] = max(stats["slowest_s"], took)
-            text = str(e)
-            assert took < FLUSH_BOUND_S, f"{proxy.summary()}: a flush took {took:.1f} s"
-            assert store in text, text
-            assert "flush() again" in text, text
-            assert any(op in text for op in ("committing", "uploading", "appending", "reading")), (
-                text
-            )
-    raise AssertionError(f"{proxy.summary()}: flush() never completed")
-
-
-def _write_through_faults(
-    url: str, proxy: FaultProxy, store: str, flushes: int, per: int, rate: float
-) -> dict[str, Any]:
-    """``flushes`` appends of ``per`` records each with faults on about ``rate`` of the
-    requests. After a failed flush, flush() is retried at once, or (half the time, decided
-    by the seed) only after the next records were inserted: the retry then completes the
-    failed append and commits the new records after it."""
-    rng = random.Random(proxy.seed)
-    stats: dict[str, Any] = {"raised": 0, "slowest_s": 0.0, "deferred": 0}
-    w = pr.open_writer(url)
-    proxy.faults = Faults.mix(rate, stall=rate / 10, stall_s=3.0, latency_s=0.02)
-    try:
-        for f in range(flushes):
-            for i in range(per):
-                w.insert({"id": f * per + i})
-            t = time.monotonic()
-            try:
-                w.flush()
-            except (ConnectionError, OSError):
-                took = time.monotonic() - t
-                assert took < FLUSH_BOUND_S, f"{proxy.summary()}: a flush took {took:.1f} s"
-                stats["slowest_s"] = max(stats["slowest_s"], took)
-                stats["raised"] += 1
-                if rng.random() < 0.5 and f + 1 < flushes:
-                    stats["deferred"] += 1
-                    continue  # the next flush retries it, with more records behind
-                _flush_until_done(w, store, proxy, stats)
-        _flush_until_done(w, store, proxy, stats)
-    finally:
-        proxy.faults = Faults()
-        w.close()
-    return stats
 
 
 def test_every_flush_through_a_faulty_network_lands_exactly_once_on_object_storage(
@@ -157,11 +46,11 @@ def test_every_flush_through_a_faulty_network_lands_exactly_once_on_object_stora
     url = object_server.url("wire")
     pr.create_stream(url, "id BIGINT")
     flushes, per = (60, 100) if object_server.scheme == "s3" else (30, 100)
-    with _through_proxy(object_server) as proxy:
-        stats = _write_through_faults(url, proxy, "object store", flushes, per, rate=0.2)
+    with through_proxy(object_server) as proxy:
+        stats = write_through_faults(url, proxy, "object store", flushes, per, rate=0.2)
         assert proxy.injected >= 10, proxy.summary()
     print(f"{object_server.scheme}: {stats}")
-    assert _ids(url) == list(range(flushes * per)), proxy.summary()
+    assert ids(url) == list(range(flushes * per)), proxy.summary()
     assert stats["raised"] > 0, proxy.summary()  # the retry path ran
 
 
@@ -176,13 +65,13 @@ def test_every_flush_through_a_faulty_network_lands_exactly_once_on_redis(
 ) -> None:
     url = redis.url("wire")
     pr.create_stream(url, "id BIGINT")
-    with FaultProxy(redis.port, _seed()) as proxy:
+    with FaultProxy(redis.port, seed()) as proxy:
         # No retries in the client: every fault reaches the writer, whose retry is the test.
         via = f"redis://127.0.0.1:{proxy.port}/0/wire?socket_timeout=1s&retries=0"
-        stats = _write_through_faults(via, proxy, "Redis", 60, 100, rate=0.2)
+        stats = write_through_faults(via, proxy, "Redis", 60, 100, rate=0.2)
         print(proxy.summary(), stats)
         assert proxy.injected >= 10, proxy.summary()
-    assert _ids(url) == list(range(6000)), proxy.summary()
+    assert ids(url) == list(range(6000)), proxy.summary()
     assert stats["raised"] > 0, proxy.summary()
 
 
@@ -191,7 +80,7 @@ def test_a_commit_whose_reply_was_lost_is_recognised_as_its_own(s3_server: Objec
     and hears "already exists": the commit is read back and found to be this writer's."""
     url = s3_server.url("lost-commit")
     pr.create_stream(url, "id BIGINT")
-    with _through_proxy(s3_server) as proxy:
+    with through_proxy(s3_server) as proxy:
         w = pr.open_writer(url)
         w.insert({"id": 0})
         proxy.target("drop", b"PUT ", b"/_commits/")
@@ -203,12 +92,12 @@ def test_a_commit_whose_reply_was_lost_is_recognised_as_its_own(s3_server: Objec
         assert w.flush() == 2
         w.close()
         assert proxy.counts["drop"] == 1, proxy.summary()
-    assert _ids(url) == [0, 1]
+    assert ids(url) == [0, 1]
 
 
 def test_a_stream_created_while_the_reply_was_lost_is_recognised(s3_server: ObjectServer) -> None:
     url = s3_server.url("lost-create")
-    with _through_proxy(s3_server) as proxy:
+    with through_proxy(s3_server) as proxy:
         proxy.target("drop", b"PUT ", b"/_stream.json")
         for _ in range(3):
             try:
@@ -219,7 +108,7 @@ def test_a_stream_created_while_the_reply_was_lost_is_recognised(s3_server: Obje
         assert proxy.counts["drop"] == 1
     with pr.open_writer(url) as w:
         w.insert({"id": 7})
-    assert _ids(url) == [7]
+    assert ids(url) == [7]
 
 
 def test_a_lease_renewal_whose_reply_was_lost_keeps_the_lease(s3_server: ObjectServer) -> None:
@@ -229,7 +118,7 @@ def test_a_lease_renewal_whose_reply_was_lost_keeps_the_lease(s3_server: ObjectS
 
     url = s3_server.url("lost-renewal")
     pr.create_stream(url, "id BIGINT")
-    with _through_proxy(s3_server) as proxy:
+    with through_proxy(s3_server) as proxy:
         stream = open_storage(url)
         assert isinstance(stream, ObjectStream)
         appender = stream.lock_partition(0, "partition 0", lease_s=600)
@@ -260,7 +149,7 @@ def test_a_writer_whose_lease_renewals_time_out_is_fenced(s3_server: ObjectServe
     of its later records is visible: never two writers appending."""
     url = s3_server.url("fenced")
     pr.create_stream(url, "id BIGINT")
-    with _through_proxy(s3_server) as proxy, _environ({"ROWTIME_LEASE_S": "1"}):
+    with through_proxy(s3_server) as proxy, environ({"ROWTIME_LEASE_S": "1"}):
         a = pr.open_writer(url)
         for i in range(10):
             a.insert({"id": i})
@@ -279,7 +168,7 @@ def test_a_writer_whose_lease_renewals_time_out_is_fenced(s3_server: ObjectServe
             a.flush()
         assert "open a new writer" in str(caught.value)
         a.abort()
-    assert _ids(url) == [*range(10), *range(100, 110)]
+    assert ids(url) == [*range(10), *range(100, 110)]
 
 
 def test_an_unreachable_store_fails_within_seconds_naming_the_settings(tmp_path: Path) -> None:
@@ -297,7 +186,7 @@ def test_an_unreachable_store_fails_within_seconds_naming_the_settings(tmp_path:
         "AWS_SECRET_ACCESS_KEY": "testing-secret",
         "AWS_REGION": "us-east-1",
     }
-    with _environ(env):
+    with environ(env):
         t = time.monotonic()
         with pytest.raises(ConnectionError) as caught:
             pr.create_stream("s3://nowhere/stream", "id BIGINT")
@@ -318,7 +207,7 @@ def test_a_redis_that_never_answers_fails_after_retries_plus_one_timeouts(
 
     url = redis.url("stalled")
     pr.create_stream(url, "id BIGINT")
-    with FaultProxy(redis.port, _seed()) as proxy:
+    with FaultProxy(redis.port, seed()) as proxy:
         proxy.faults = Faults(stall=1.0, stall_s=math.inf)
         via = f"redis://127.0.0.1:{proxy.port}/0/stalled?socket_timeout=1s&retries=2&backoff=10ms"
         t = time.monotonic()

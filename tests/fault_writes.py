@@ -1,0 +1,138 @@
+"""Writers through the fault proxy: what ``tests/test_faults_wire.py`` checks in CI and
+``integration/soak_faults.py`` (``./dev soak faults``) repeats for minutes at rising rates.
+
+:func:`write_through_faults` appends numbered records through a :class:`FaultProxy`, retrying
+each failed flush as the contract of ``Writer.flush`` tells an adapter to, and checks every
+error on the way (bounded in time, naming the store and the step, saying to call ``flush()``
+again); :func:`ids` reads the stream back for the exactly-once check.
+"""
+
+from __future__ import annotations
+
+import os
+import random
+import time
+from collections.abc import Iterator
+from contextlib import contextmanager
+from typing import Any
+
+from fault_proxy import FaultProxy, Faults
+from objstore_servers import ObjectServer
+
+import pyspark_rowtime as pr
+from pyspark_rowtime.streams.objstore.location import forget_stores
+from pyspark_rowtime.streams.storage import open_storage
+
+#: Short client timeouts, so that a stalled request fails in about a second.
+FAST_TIMEOUTS = {
+    "ROWTIME_STORE_TIMEOUT_S": "1",
+    "ROWTIME_STORE_CONNECT_TIMEOUT_S": "1",
+    "ROWTIME_STORE_RETRIES": "2",
+    "ROWTIME_STORE_RETRY_TIMEOUT_S": "2",
+}
+#: What one failed flush may take at most with FAST_TIMEOUTS (a few requests, each bounded).
+FLUSH_BOUND_S = 15.0
+
+
+def seed() -> int:
+    raw = os.environ.get("ROWTIME_FAULT_SEED")
+    seed = int(raw) if raw else random.randrange(1 << 30)
+    print(f"fault proxy seed {seed} (ROWTIME_FAULT_SEED={seed} replays it)")
+    return seed
+
+
+def port_of(server: ObjectServer) -> int:
+    url = server.env.get("AWS_ENDPOINT_URL") or server.env["AZURE_STORAGE_ENDPOINT"]
+    return int(url.split("://", 1)[1].split("/", 1)[0].rsplit(":", 1)[1])
+
+
+@contextmanager
+def environ(values: dict[str, str]) -> Iterator[None]:
+    old = {k: os.environ.get(k) for k in values}
+    os.environ.update(values)
+    forget_stores()
+    try:
+        yield
+    finally:
+        for k, v in old.items():
+            if v is None:
+                os.environ.pop(k, None)
+            else:
+                os.environ[k] = v
+        forget_stores()
+
+
+@contextmanager
+def through_proxy(server: ObjectServer) -> Iterator[FaultProxy]:
+    """A proxy in front of ``server``, the object store clients of this process pointed at
+    it (with FAST_TIMEOUTS) while the block runs."""
+    port = port_of(server)
+    with FaultProxy(port, seed()) as proxy:
+        env = {
+            k: v.replace(f"127.0.0.1:{port}", f"127.0.0.1:{proxy.port}")
+            for k, v in server.env.items()
+        }
+        with environ({**env, **FAST_TIMEOUTS}):
+            yield proxy
+        print(proxy.summary())
+
+
+def ids(url: str) -> list[int]:
+    s = open_storage(url)
+    return s.read(0, s.start_offset(0), s.end_offset(0)).column("id").to_pylist()
+
+
+def flush_until_done(w: Any, store: str, proxy: FaultProxy, stats: dict[str, Any]) -> None:
+    """flush() until it returns, checking each error: bounded in time, naming the store and
+    the operation, and saying to call flush() again."""
+    for _ in range(40):
+        t = time.monotonic()
+        try:
+            w.flush()
+            return
+        except (ConnectionError, OSError) as e:
+            took = time.monotonic() - t
+            stats["raised"] += 1
+            stats["slowest_s"] = max(stats["slowest_s"], took)
+            text = str(e)
+            assert took < FLUSH_BOUND_S, f"{proxy.summary()}: a flush took {took:.1f} s"
+            assert store in text, text
+            assert "flush() again" in text, text
+            assert any(op in text for op in ("committing", "uploading", "appending", "reading")), (
+                text
+            )
+    raise AssertionError(f"{proxy.summary()}: flush() never completed")
+
+
+def write_through_faults(
+    url: str, proxy: FaultProxy, store: str, flushes: int, per: int, rate: float
+) -> dict[str, Any]:
+    """``flushes`` appends of ``per`` records each with faults on about ``rate`` of the
+    requests. After a failed flush, flush() is retried at once, or (half the time, decided
+    by the seed) only after the next records were inserted: the retry then completes the
+    failed append and commits the new records after it."""
+    rng = random.Random(proxy.seed)
+    stats: dict[str, Any] = {"raised": 0, "slowest_s": 0.0, "deferred": 0}
+    w = pr.open_writer(url)
+    proxy.faults = Faults.mix(rate, stall=rate / 10, stall_s=3.0, latency_s=0.02)
+    try:
+        for f in range(flushes):
+            for i in range(per):
+                w.insert({"id": f * per + i})
+            t = time.monotonic()
+            try:
+                w.flush()
+            except (ConnectionError, OSError):
+                took = time.monotonic() - t
+                assert took < FLUSH_BOUND_S, f"{proxy.summary()}: a flush took {took:.1f} s"
+                stats["slowest_s"] = max(stats["slowest_s"], took)
+                stats["raised"] += 1
+                if rng.random() < 0.5 and f + 1 < flushes:
+                    stats["deferred"] += 1
+                    continue  # the next flush retries it, with more records behind
+                flush_until_done(w, store, proxy, stats)
+        flush_until_done(w, store, proxy, stats)
+    finally:
+        proxy.faults = Faults()
+        w.close()
+    return stats
