@@ -73,7 +73,13 @@ def ensure_archive(wait: bool = True) -> Path | None:
     if tuple(int(p) for p in pyspark.__version__.split(".")[:2]) < (4, 1):
         return None  # format rowtime is refused there: nothing to archive
     try:
-        path = archive_dir() / f"spark-{pyspark.__version__}-{archive_key()}.jsa"
+        from pyspark.find_spark_home import _find_spark_home
+
+        # one archive per Spark installation (a clone's venv): the name says which, the key
+        # whether it changed since
+        home = hashlib.sha256(os.path.realpath(_find_spark_home()).encode()).hexdigest()[:8]
+        name = f"spark-{pyspark.__version__}-{home}"
+        path = archive_dir() / f"{name}-{archive_key()}.jsa"
     except (OSError, subprocess.SubprocessError) as e:
         print(f"jvm_archive: no archive ({e})", file=sys.stderr)
         return None
@@ -81,8 +87,8 @@ def ensure_archive(wait: bool = True) -> Path | None:
     if path.is_file():
         return path
     path.parent.mkdir(parents=True, exist_ok=True)
-    for stale in path.parent.glob(f"spark-{pyspark.__version__}-*"):
-        stale.unlink(missing_ok=True)  # of a Spark installed before (~170 MB), its log, a .tmp
+    for stale in path.parent.glob(f"{name}-*"):
+        stale.unlink(missing_ok=True)  # of this Spark as it was before (~170 MB), a log, a .tmp
     cmd = [sys.executable, __file__, "--dump", str(path)]
     if not wait:
         log = open(path.with_suffix(".log"), "w")
