@@ -10,22 +10,31 @@ order, with the end of stream (brute force over what the writer wrote); its cloc
 after every run past the proxy, never went back; and each restart resumed where the failed
 run stopped (no micro-batch of the target is written twice: the sink's exactly-once protocol).
 
-Redis, because a location names its server's port, so the proxy sits in front of it for this
-test alone; the object-store backends take their endpoint from the environment the session's
-Spark workers started with, and ``tests/test_faults_wire.py`` drives them through the proxy
-without Spark.
+On Redis the query runs in the test's session: a location names its server's port, so the
+proxy sits in front of it for this test alone. The object-store backends (moto's S3, Azurite)
+take their endpoint from the environment a Spark process starts with: there the query runs in
+a child Spark whose environment points the driver and its Python workers at the proxy, and
+which waits after each failed run until the test has read the target's clock past the proxy.
 """
 
 from __future__ import annotations
 
+import json
 import os
 import random
+import subprocess
+import sys
+import textwrap
+import threading
+from collections import deque
 from pathlib import Path
 from typing import Any
 
 import pyarrow as pa
+import pytest
 from fault_proxy import FaultProxy, Faults
 from helpers import BASE_US, US
+from objstore_servers import ObjectServer
 from pyspark.errors import PySparkException
 from pyspark.sql import SparkSession
 
@@ -48,12 +57,8 @@ def _seed() -> int:
     return seed
 
 
-def test_reader_and_sink_on_redis_through_a_faulty_network(
-    spark: SparkSession, redis_for_tests: Any, tmp_path: Path
-) -> None:
-    seed = _seed()
-    name = f"faults-{seed}-{os.getpid()}"
-    src, out = redis_for_tests.url(f"{name}-src"), redis_for_tests.url(f"{name}-out")
+def _write_source(src: str) -> list[tuple[int, int]]:
+    """The source stream, written past the proxy; the (rowtime, id) of its rows, sorted."""
     pr.create_stream(src, "id BIGINT, p INT", partitions=PARTITIONS)
     expected = []
     for p in range(PARTITIONS):
@@ -65,7 +70,36 @@ def test_reader_and_sink_on_redis_through_a_faulty_network(
                 if i % 100 < PARTITIONS:
                     w.set_rowtime_bound(t // 1000)
             w.end_stream()
-    expected.sort()
+    return sorted(expected)
+
+
+def _check_target(
+    out: str, expected: list[tuple[int, int]], clocks: list[int | None], failures: list[str]
+) -> None:
+    """Every row once, the clock never back and at the end of stream, and runs that failed."""
+    assert failures, "no run failed: the faults did not reach the queries"
+    seen = [c for c in clocks if c is not None]
+    assert seen == sorted(seen), clocks  # the target's clock never went back
+    assert seen[-1] == END_OF_STREAM_US
+    t = read_stream(out)
+    rows = t.filter(pa.compute.invert(t.column("is_bound")))
+    got = sorted(
+        zip(
+            rows.column("rowtime").cast(pa.int64()).to_pylist(),
+            rows.column("id").to_pylist(),
+            strict=True,
+        )
+    )
+    assert got == expected, f"{len(got)} rows, {len(set(got))} distinct; {len(expected)} expected"
+
+
+def test_reader_and_sink_on_redis_through_a_faulty_network(
+    spark: SparkSession, redis_for_tests: Any, tmp_path: Path
+) -> None:
+    seed = _seed()
+    name = f"faults-{seed}-{os.getpid()}"
+    src, out = redis_for_tests.url(f"{name}-src"), redis_for_tests.url(f"{name}-out")
+    expected = _write_source(src)
 
     failures: list[str] = []
     clocks: list[int | None] = []
@@ -108,22 +142,121 @@ def test_reader_and_sink_on_redis_through_a_faulty_network(
     # runs failed on faults and were restarted from the checkpoint; a failure raised by our
     # code says which store did not answer and in which step (a failed write job may reach
     # the query as Spark's own "Writing job failed", its cause in the executor's log)
-    assert failures, "no run failed: the faults did not reach the queries"
     assert any("Redis at " in f and " while " in f for f in failures), failures
+    _check_target(out, expected, clocks, failures)
 
-    seen = [c for c in clocks if c is not None]
-    assert seen == sorted(seen), clocks  # the target's clock never went back
-    assert seen[-1] == END_OF_STREAM_US
-    t = read_stream(out)
-    rows = t.filter(pa.compute.invert(t.column("is_bound")))
-    got = sorted(
-        zip(
-            rows.column("rowtime").cast(pa.int64()).to_pylist(),
-            rows.column("id").to_pylist(),
-            strict=True,
+
+#: The child Spark of the object-store cases: runs the query from its checkpoint until a run
+#: finishes, printing each run's end on a line of its own, and after a failed run waits for a
+#: line on stdin (the test has read the target's clock).
+CHILD = textwrap.dedent(
+    """
+    import json, sys
+    sys.path.insert(0, {integration!r})
+    from helpers import spark_builder
+    from pyspark.errors import PySparkException
+    spark = spark_builder().getOrCreate()
+    spark.sparkContext.setLogLevel("ERROR")
+    for run in range(1, {max_runs} + 1):
+        try:
+            query = (
+                spark.readStream.format("rowtime").option("maxRowsPerBatch", {max_rows})
+                .load({src!r})
+                .writeStream.format("rowtime").option("checkpointLocation", {checkpoint!r})
+                .trigger(availableNow=True).start({out!r})
+            )
+            query.awaitTermination()
+            print("RUN " + json.dumps({{"run": run, "error": None}}), flush=True)
+            break
+        except PySparkException as e:
+            print("RUN " + json.dumps({{"run": run, "error": str(e)}}), flush=True)
+            sys.stdin.readline()
+    """
+)
+
+#: Short client timeouts in the child, so that a lost reply fails its request in seconds.
+CHILD_TIMEOUTS = {
+    "ROWTIME_STORE_TIMEOUT_S": "2",
+    "ROWTIME_STORE_CONNECT_TIMEOUT_S": "1",
+    "ROWTIME_STORE_RETRIES": "1",
+    "ROWTIME_STORE_RETRY_TIMEOUT_S": "4",
+}
+
+
+#: The fault rates of the object-store cases: a few failed runs each (a case's runs make some
+#: 1,300 to 2,500 requests in all; at 4% S3 took 15 runs and 127 s, at 1.2% 6 runs and 75 s).
+FAULT_RATE = {"s3": 0.008, "az": 0.02}
+#: What the child may take, all its runs together, before the test kills it and fails.
+CHILD_LIMIT_S = 900
+
+
+@pytest.mark.parametrize("store", ["s3", "az"])
+def test_reader_and_sink_on_object_storage_through_a_faulty_network(
+    store: str, request: pytest.FixtureRequest, tmp_path: Path
+) -> None:
+    server: ObjectServer = request.getfixturevalue(f"{store}_server")
+    seed = _seed()
+    src, out = server.url("faults-src"), server.url("faults-out")
+    expected = _write_source(src)  # straight to the server, as is every read of the test's
+    endpoint = server.env.get("AWS_ENDPOINT_URL") or server.env["AZURE_STORAGE_ENDPOINT"]
+    port = int(endpoint.split("://", 1)[1].split("/", 1)[0].rsplit(":", 1)[1])
+
+    failures: list[str] = []
+    clocks: list[int | None] = []
+    with FaultProxy(port, seed) as proxy:
+        env = {
+            **os.environ,
+            **{k: v.replace(f":{port}", f":{proxy.port}") for k, v in server.env.items()},
+            **CHILD_TIMEOUTS,
+            "PYSPARK_PYTHON": sys.executable,
+        }
+        code = CHILD.format(
+            integration=str(Path(__file__).parent),
+            max_runs=MAX_RUNS,
+            max_rows=MAX_ROWS,
+            src=src,
+            out=out,
+            checkpoint=str(tmp_path / "ck"),
         )
+        proxy.faults = Faults.mix(FAULT_RATE[store], latency_s=0.01)
+        child = subprocess.Popen(
+            [sys.executable, "-P", "-c", code],
+            stdin=subprocess.PIPE,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.STDOUT,
+            text=True,
+            env=env,
+        )
+        assert child.stdin is not None and child.stdout is not None
+        tail: deque[str] = deque(maxlen=200)
+        finished = False
+        watchdog = threading.Timer(CHILD_LIMIT_S, child.kill)  # a hung child fails the test
+        watchdog.start()
+        for line in child.stdout:
+            tail.append(line)
+            if not line.startswith("RUN "):
+                continue
+            run = json.loads(line[4:])
+            clocks.append(_clock(out))  # read straight from the server
+            if run["error"] is None:
+                finished = True
+                break
+            text = run["error"]
+            cause = [x for x in text.splitlines() if "the object store did not complete" in x]
+            failures.append(f"run {run['run']}: {(cause or text.splitlines())[0].strip()[:300]}")
+            child.stdin.write("\n")
+            child.stdin.flush()
+        child.stdin.close()
+        rest = child.stdout.read()
+        watchdog.cancel()
+        assert child.wait(timeout=120) == 0 and finished, "".join(tail)[-6000:] + rest[-2000:]
+        print(proxy.summary())
+        print("\n".join(failures) or "no run failed")
+        assert proxy.injected > 0, proxy.summary()
+    assert any("the object store did not complete" in f and f"{store}://" in f for f in failures), (
+        failures
     )
-    assert got == expected, f"{len(got)} rows, {len(set(got))} distinct; {len(expected)} expected"
+    _check_target(out, expected, clocks, failures)
 
 
 def _clock(location: str) -> int | None:

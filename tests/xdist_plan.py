@@ -30,6 +30,7 @@ OWN_PROCESSES = {
     "integration/test_reader_processes.py",
     "integration/test_install.py",
     "integration/test_driver_memory.py",
+    "integration/test_faults_spark.py",
 }
 OWN_PROCESSES_UNIT = "own-processes"
 
@@ -44,8 +45,17 @@ def unit_of(nodeid: str) -> str:
     return OWN_PROCESSES_UNIT if path in OWN_PROCESSES else path
 
 
+#: The OWN_PROCESSES file run first: it builds venvs and starts the Spark of a fresh install,
+#: which the test JVMs' class-data archive (integration/jvm_archive.py, dumped in the
+#: background as the run starts) cannot serve anyway; the child Sparks after it find the
+#: archive ready.
+OWN_PROCESSES_FIRST = "integration/test_install.py"
+
+
 def _rank(item: pytest.Item) -> int:
     path = _file_of(item.nodeid)
+    if path == OWN_PROCESSES_FIRST:
+        return -1
     if path in OWN_PROCESSES:
         return 0
     return 1 if path.startswith("integration/") else 2
