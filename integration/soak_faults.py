@@ -11,9 +11,13 @@ inserted), and each error is checked on the way: it came within the configured t
 the store and the step, and said to call ``flush()`` again (``fault_writes.flush_until_done``).
 
 After each round its stream is read back straight from the server: every record once, in
-order. A line per round says what was injected and what was checked; the last line is a JSON
-summary. Exits 1 at the first round that loses or doubles a record, or whose error broke the
-contract, printing its seed (``ROWTIME_FAULT_SEED=N`` replays the rounds from there).
+order. After each cycle of rates (unless ``--no-spark``), Spark's round on each object store:
+``integration/test_faults_spark.py``'s reader and sink in a child Spark through the proxy at a
+tenth of the cycle's last rate, restarted from its checkpoint until a run finishes; every row
+once, the clock never back, each failure naming the store and the step. A line per round says
+what was injected and what was checked; the last line is a JSON summary. Exits 1 at the
+first round that loses or doubles a record, or whose error broke the contract, printing its
+seed (``ROWTIME_FAULT_SEED=N`` replays the rounds from there).
 """
 
 from __future__ import annotations
@@ -85,7 +89,17 @@ def _round(store: str, server: Any, rate: float, seed: int, flushes: int) -> dic
     }
 
 
-def main(seconds: float, rates: tuple[float, ...] = RATES, flushes: int = FLUSHES) -> int:
+def _spark_round(server: Any, rate: float, seed: int, work: Path) -> str:
+    """Spark's round (see the module's docstring): a line of what happened."""
+    from test_faults_spark import spark_through_faults
+
+    summary, failures = spark_through_faults(server, rate, seed, work)
+    return f"{summary}  Spark: {len(failures)} failed runs restarted, every row once"
+
+
+def main(
+    seconds: float, rates: tuple[float, ...] = RATES, flushes: int = FLUSHES, spark: bool = True
+) -> int:
     """Rounds at each of ``rates`` in turn on every store, at least one cycle, until
     ``seconds`` have passed; 0 when every round held, else 1."""
     start = time.monotonic()
@@ -111,6 +125,23 @@ def main(seconds: float, rates: tuple[float, ...] = RATES, flushes: int = FLUSHE
             return 1
         seeds = itertools.count(first_seed)
         for n, rate in enumerate(itertools.cycle(rates)):
+            if spark and n and n % len(rates) == 0:  # a cycle ended: Spark's rounds
+                for store, server in servers.items():
+                    if store == "redis":
+                        continue  # Redis's Spark case runs in the test's own session
+                    seed = next(seeds)
+                    try:
+                        line = _spark_round(server, rates[-1] / 10, seed, work)
+                    except AssertionError as e:
+                        print(f"soak faults: FAILED (Spark on {store}): {str(e)[-3000:]}")
+                        print(f"soak faults: replay with ROWTIME_FAULT_SEED={seed}")
+                        return 1
+                    totals["spark_rounds"] = totals.get("spark_rounds", 0) + 1
+                    print(
+                        f"{time.monotonic() - start:6.0f} s  {store:5s} Spark at "
+                        f"{rates[-1] / 10:.3f}  {line}",
+                        flush=True,
+                    )
             if time.monotonic() - start >= seconds and n >= len(rates):
                 break
             for store, server in servers.items():
@@ -147,6 +178,12 @@ if __name__ == "__main__":
     parser.add_argument("seconds", nargs="?", type=float, default=600.0)
     parser.add_argument("--rates", default=",".join(str(r) for r in RATES))
     parser.add_argument("--flushes", type=int, default=FLUSHES, help="appends per round")
+    parser.add_argument(
+        "--spark",
+        action=argparse.BooleanOptionalAction,
+        default=True,
+        help="Spark's rounds on the object stores after each cycle of rates",
+    )
     args = parser.parse_args()
     rates = tuple(float(r) for r in args.rates.split(","))
-    sys.exit(main(args.seconds, rates, args.flushes))
+    sys.exit(main(args.seconds, rates, args.flushes, args.spark))

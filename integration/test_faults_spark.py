@@ -195,7 +195,18 @@ def test_reader_and_sink_on_object_storage_through_a_faulty_network(
     store: str, request: pytest.FixtureRequest, tmp_path: Path
 ) -> None:
     server: ObjectServer = request.getfixturevalue(f"{store}_server")
-    seed = _seed()
+    summary, failures = spark_through_faults(server, FAULT_RATE[store], _seed(), tmp_path)
+    print(summary)
+    print("\n".join(failures))
+
+
+def spark_through_faults(
+    server: ObjectServer, rate: float, seed: int, workdir: Path
+) -> tuple[str, list[str]]:
+    """The object-store case: a child Spark through a proxy at ``rate``, run again from its
+    checkpoint until a run finishes, then the checks (AssertionError when one fails). Returns
+    the proxy's summary and the failed runs. ``integration/soak_faults.py`` runs it too."""
+    store = server.scheme
     src, out = server.url("faults-src"), server.url("faults-out")
     expected = _write_source(src)  # straight to the server, as is every read of the test's
     endpoint = server.env.get("AWS_ENDPOINT_URL") or server.env["AZURE_STORAGE_ENDPOINT"]
@@ -216,9 +227,9 @@ def test_reader_and_sink_on_object_storage_through_a_faulty_network(
             max_rows=MAX_ROWS,
             src=src,
             out=out,
-            checkpoint=str(tmp_path / "ck"),
+            checkpoint=str(workdir / f"ck-{seed}"),
         )
-        proxy.faults = Faults.mix(FAULT_RATE[store], latency_s=0.01)
+        proxy.faults = Faults.mix(rate, latency_s=0.01)
         child = subprocess.Popen(
             [sys.executable, "-P", "-c", code],
             stdin=subprocess.PIPE,
@@ -250,13 +261,13 @@ def test_reader_and_sink_on_object_storage_through_a_faulty_network(
         rest = child.stdout.read()
         watchdog.cancel()
         assert child.wait(timeout=120) == 0 and finished, "".join(tail)[-6000:] + rest[-2000:]
-        print(proxy.summary())
-        print("\n".join(failures) or "no run failed")
-        assert proxy.injected > 0, proxy.summary()
+        summary = proxy.summary()
+        assert proxy.injected > 0, summary
     assert any("the object store did not complete" in f and f"{store}://" in f for f in failures), (
         failures
     )
     _check_target(out, expected, clocks, failures)
+    return summary, failures
 
 
 def _clock(location: str) -> int | None:

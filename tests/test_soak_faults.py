@@ -17,7 +17,7 @@ SOAK = Path(__file__).parent.parent / "integration" / "soak_faults.py"
 def test_the_fault_soak_checks_each_round_and_sums_them_up() -> None:
     env = {**os.environ, "ROWTIME_FAULT_SEED": "20261127"}
     proc = subprocess.run(
-        [sys.executable, str(SOAK), "0", "--rates", "0.1,0.4", "--flushes", "6"],
+        [sys.executable, str(SOAK), "0", "--rates", "0.1,0.4", "--flushes", "6", "--no-spark"],
         capture_output=True,
         text=True,
         timeout=600,
