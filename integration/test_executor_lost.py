@@ -5,8 +5,9 @@ One child process (``local-cluster[2,1,1024]``: two executors, each its own JVM 
 Python workers) runs seven streaming queries one after the other over the same prepared source:
 the reader into ``foreachBatch``, and the sink into a stream target in a folder, a stream target
 on Redis, a stream target on S3 (moto's server, tests/objstore_servers.py), a Parquet target, a
-Delta table and an Iceberg table (a SQLite catalog, a local warehouse). The tables are read back
-with their own libraries (delta-rs, pyiceberg) and their clocks with them too.
+Delta table on Azure Blob (Azurite) and an Iceberg table (a SQLite catalog, its warehouse on S3).
+The tables are read back with their own libraries (delta-rs, pyiceberg) and their clocks with
+them too. (The driver SIGKILL test has both tables in a folder, on S3 and on Azure Blob.)
 Each query passes its rows through a step (``mapInArrow``) in the same stage as the reader's
 scan and the sink's write tasks. The first task attempt that meets the case's chosen row (a
 fixed partition, in the middle of a middle micro-batch) passes the rows before it on, then
@@ -87,8 +88,8 @@ def make_source(location: Path) -> list[tuple[int, int, str]]:
     return sorted(expected)
 
 
-#: The child: ``work``, ``src``, ``redis_out``, ``s3_out`` and ``kill_at`` are set before it; it
-#: prints ``RESULT <json>``.
+#: The child: ``work``, ``src``, ``redis_out``, ``s3_out``, ``delta_at`` and ``kill_at`` are set
+#: before it; it prints ``RESULT <json>``.
 CHILD = """
 import json, os, time
 from pyspark.sql import functions as F
@@ -177,7 +178,7 @@ def clock_of(location):
         catalog, _, name = location.removeprefix("iceberg://").partition("/")
         value = load_catalog(catalog).load_table(name).properties.get("rowtime.clock")
         return None if value is None else int(value)
-    if location.endswith("/delta"):
+    if location == delta_at:
         from deltalake import DeltaTable
         return DeltaTable(location).transaction_version("rowtime.clock")
     return rowtime_bound_us(location)
@@ -233,7 +234,7 @@ result["seconds"]["reader"] = round(time.monotonic() - started, 1)
 
 for case, out, target in [("folder", work + "/out", "stream"), ("redis", redis_out, "stream"),
                           ("s3", s3_out, "stream"), ("parquet", work + "/pq", "parquet"),
-                          ("delta", work + "/delta", "delta"), ("iceberg", iceberg_at, "iceberg")]:
+                          ("delta", delta_at, "delta"), ("iceberg", iceberg_at, "iceberg")]:
     clocks.location = out
     w = source(case).writeStream.format("rowtime").option("target", target)
     if target == "parquet":
@@ -277,7 +278,7 @@ spark.stop()
 
 @pytest.fixture(scope="module")
 def lost(
-    tmp_path_factory: pytest.TempPathFactory, redis_for_tests: Any, s3_server: Any
+    tmp_path_factory: pytest.TempPathFactory, redis_for_tests: Any, s3_server: Any, az_server: Any
 ) -> dict[str, Any]:
     """Runs the child once for all cases (local-cluster takes 10-20 s to start)."""
     work = tmp_path_factory.mktemp("executor-lost")
@@ -285,11 +286,11 @@ def lost(
     redis_out = redis_for_tests.url("executor-lost-out")
     s3_out = s3_server.url("executor-lost-out")  # the child inherits the variables reaching it
     kill_at = {case: row_id(*at) for case, at in KILL_AT.items()}
-    (work / "warehouse").mkdir()
-    props = iceberg_props(f"sqlite:///{work}/catalog.db", (work / "warehouse").as_uri())
+    delta_at = az_server.url("executor-lost-delta")
+    props = iceberg_props(f"sqlite:///{work}/catalog.db", s3_server.url("executor-lost-warehouse"))
     setup = (
         f"work, src, redis_out = {str(work)!r}, {str(work / 'src')!r}, {redis_out!r}\n"
-        f"s3_out, iceberg_at = {s3_out!r}, {ICEBERG_AT!r}\n"
+        f"s3_out, iceberg_at, delta_at = {s3_out!r}, {ICEBERG_AT!r}, {delta_at!r}\n"
         f"rows_per_batch = {OPTIONS['maxRowsPerBatch']}\nkill_at = {kill_at!r}\n"
     )
     # the child, its executors and their Python workers inherit the catalog's configuration
@@ -309,6 +310,7 @@ def lost(
         "expected": expected,
         "redis_out": redis_out,
         "s3_out": s3_out,
+        "delta_at": delta_at,
         "iceberg_props": props,
         "result": result,
         "marks": marks,
@@ -438,7 +440,7 @@ def test_a_table_holds_each_row_once_after_an_executor_is_lost(
     """The killed attempt's data files are in the table's folder and in no commit: delta-rs and
     pyiceberg read each row once; the clock, read with them, never went back."""
     assert_lost_and_retried(lost, kind)
-    at = str(lost["work"] / "delta") if kind == "delta" else ICEBERG_AT
+    at = lost["delta_at"] if kind == "delta" else ICEBERG_AT
     props = lost["iceberg_props"]
     assert rows_of(read_table(kind, at, props)) == lost["expected"]
     assert table_clock(kind, at, props) == END_OF_STREAM_US

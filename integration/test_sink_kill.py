@@ -11,7 +11,9 @@ query runs first in the killed run. It samples every target's clock while the ch
 between restarts, and finally lets a run finish. The targets must then hold exactly the
 expected rows, each once, and their clocks must never have gone back. The stream target is a
 folder, a stream on Redis or one on S3 (``stream_at``); with S3, the Parquet target, the Delta
-table and the Iceberg warehouse are on S3 too. (A killed driver's lease on an object store
+table and the Iceberg warehouse are on S3 too, and with Redis they are on Azure Blob
+(Azurite), so that each of them meets kills in a folder, on S3 and on Azure Blob. (A killed
+driver's lease on an object store
 partition, or on a Parquet target's commit, ends after ROWTIME_LEASE_S, 5 s here: the restarted
 driver's commit waits for it.)
 
@@ -42,6 +44,7 @@ import time
 from pathlib import Path
 
 import pyarrow as pa
+import pytest
 from sink_helpers import published_parquet
 from table_helpers import (
     compact,
@@ -217,7 +220,9 @@ def where_it_died(work: Path, at: dict[str, str]) -> str:
     return "; ".join(notes) or "between the sink's commits"
 
 
-def test_sigkill_the_driver_many_times_and_the_targets_hold_each_row_once(workdir: Path, stream_at):
+def test_sigkill_the_driver_many_times_and_the_targets_hold_each_row_once(
+    workdir: Path, stream_at, request: pytest.FixtureRequest
+):
     seed = int(os.environ.get("ROWTIME_KILL_SEED", SEED))
     print(f"ROWTIME_KILL_SEED={seed}")
     rng = random.Random(seed)
@@ -236,17 +241,23 @@ def test_sigkill_the_driver_many_times_and_the_targets_hold_each_row_once(workdi
 
     out = stream_at("out")
     backend = "redis" if out.startswith("redis") else "s3" if "://" in out else "log"
-    # The Parquet target and the tables go where the stream target goes when that is object
-    # storage (the Iceberg catalog, a SQLite file, stays local).
-    remote = backend == "s3"
-    warehouse = stream_at("warehouse") if remote else (workdir / "warehouse").as_uri()
-    if not remote:
+    # The Parquet target and the tables go where the stream target goes when that is S3, and
+    # on Azurite when it is Redis (the Iceberg catalog, a SQLite file, stays local).
+    place = None
+    if backend == "s3":
+        place = stream_at
+    elif backend == "redis":
+        place = request.getfixturevalue("az_server").url
+    if place is None:
         (workdir / "warehouse").mkdir()
+        warehouse = (workdir / "warehouse").as_uri()
+    else:  # pyiceberg's Azure file IO takes abfs://CONTAINER/PATH
+        warehouse = place("warehouse").replace("az://", "abfs://", 1)
     props = iceberg_props(f"sqlite:///{workdir}/catalog.db", warehouse)
     at = {
         "stream": out,
-        "parquet": stream_at("pq") if remote else str(workdir / "pq"),
-        "delta": stream_at("delta") if remote else str(workdir / "delta"),
+        "parquet": place("pq") if place else str(workdir / "pq"),
+        "delta": place("delta") if place else str(workdir / "delta"),
         "iceberg": "iceberg://kill/crash.events",
     }
     code = CHILD.format(
