@@ -57,7 +57,6 @@ FLUSHES, PER = 40, 100
 def _round(store: str, server: Any, rate: float, seed: int, flushes: int) -> dict[str, Any]:
     """One round: a fresh stream, ``flushes`` appends through the proxy at ``rate``, read
     back straight from the server."""
-    os.environ["ROWTIME_FAULT_SEED"] = str(seed)
     if store == "redis":
         url = server.url(f"soak-{uuid.uuid4().hex[:8]}")
         pr.create_stream(url, "id BIGINT")
@@ -70,7 +69,7 @@ def _round(store: str, server: Any, rate: float, seed: int, flushes: int) -> dic
     else:
         url = server.url("soak")
         pr.create_stream(url, "id BIGINT")
-        with through_proxy(server) as proxy:
+        with through_proxy(server, seed) as proxy:
             stats = write_through_faults(url, proxy, "object store", flushes, PER, rate)
             summary = proxy.summary()
     got = ids(url)

@@ -33,6 +33,7 @@ from typing import Any
 import pyarrow as pa
 import pytest
 from fault_proxy import FaultProxy, Faults
+from fault_writes import port_of
 from helpers import BASE_US, US
 from objstore_servers import ObjectServer
 from pyspark.errors import PySparkException
@@ -209,8 +210,7 @@ def spark_through_faults(
     store = server.scheme
     src, out = server.url("faults-src"), server.url("faults-out")
     expected = _write_source(src)  # straight to the server, as is every read of the test's
-    endpoint = server.env.get("AWS_ENDPOINT_URL") or server.env["AZURE_STORAGE_ENDPOINT"]
-    port = int(endpoint.split("://", 1)[1].split("/", 1)[0].rsplit(":", 1)[1])
+    port = port_of(server)
 
     failures: list[str] = []
     clocks: list[int | None] = []

@@ -17,7 +17,7 @@ from contextlib import contextmanager
 from typing import Any
 
 from fault_proxy import FaultProxy, Faults
-from objstore_servers import ObjectServer
+from objstore_servers import ObjectServer, set_environ
 
 import pyspark_rowtime as pr
 from pyspark_rowtime.streams.objstore.location import forget_stores
@@ -48,26 +48,23 @@ def port_of(server: ObjectServer) -> int:
 
 @contextmanager
 def environ(values: dict[str, str]) -> Iterator[None]:
-    old = {k: os.environ.get(k) for k in values}
-    os.environ.update(values)
-    forget_stores()
+    """``values`` in ``os.environ`` for a while, the object stores this process made before
+    and during it forgotten, so that the next ones read the variables anew."""
     try:
-        yield
+        with set_environ(values):
+            forget_stores()
+            yield
     finally:
-        for k, v in old.items():
-            if v is None:
-                os.environ.pop(k, None)
-            else:
-                os.environ[k] = v
         forget_stores()
 
 
 @contextmanager
-def through_proxy(server: ObjectServer) -> Iterator[FaultProxy]:
-    """A proxy in front of ``server``, the object store clients of this process pointed at
-    it (with FAST_TIMEOUTS) while the block runs."""
+def through_proxy(server: ObjectServer, at_seed: int | None = None) -> Iterator[FaultProxy]:
+    """A proxy in front of ``server`` (its faults drawn from ``at_seed``, else :func:`seed`),
+    the object store clients of this process pointed at it (with FAST_TIMEOUTS) while the
+    block runs."""
     port = port_of(server)
-    with FaultProxy(port, seed()) as proxy:
+    with FaultProxy(port, seed() if at_seed is None else at_seed) as proxy:
         env = {
             k: v.replace(f"127.0.0.1:{port}", f"127.0.0.1:{proxy.port}")
             for k, v in server.env.items()

@@ -79,17 +79,24 @@ class ObjectServer:
 
     @contextmanager
     def environ(self) -> Iterator[None]:
-        """Set :attr:`env` in ``os.environ`` (and the backend's store cache) for a while."""
-        old = {k: os.environ.get(k) for k in self.env}
-        os.environ.update(self.env)
-        try:
+        """Set :attr:`env` in ``os.environ`` for a while."""
+        with set_environ(self.env):
             yield
-        finally:
-            for k, v in old.items():
-                if v is None:
-                    os.environ.pop(k, None)
-                else:
-                    os.environ[k] = v
+
+
+@contextmanager
+def set_environ(values: dict[str, str]) -> Iterator[None]:
+    """Set ``values`` in ``os.environ`` for a while; then each variable as it was (or unset)."""
+    old = {k: os.environ.get(k) for k in values}
+    os.environ.update(values)
+    try:
+        yield
+    finally:
+        for k, v in old.items():
+            if v is None:
+                os.environ.pop(k, None)
+            else:
+                os.environ[k] = v
 
 
 def why_no_moto() -> str | None:
