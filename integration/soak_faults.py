@@ -73,7 +73,7 @@ def _round(store: str, server: Any, rate: float, seed: int, flushes: int) -> dic
             stats = write_through_faults(url, proxy, "object store", flushes, PER, rate)
             summary = proxy.summary()
     got = ids(url)
-    exact = got == list(range(flushes * PER))
+    exact = got == list(range(stats["flushes"] * PER))
     return {
         "store": store,
         "rate": rate,

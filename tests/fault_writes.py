@@ -9,6 +9,7 @@ again); :func:`ids` reads the stream back for the exactly-once check.
 
 from __future__ import annotations
 
+import itertools
 import os
 import random
 import time
@@ -101,19 +102,49 @@ def flush_until_done(w: Any, store: str, proxy: FaultProxy, stats: dict[str, Any
     raise AssertionError(f"{proxy.summary()}: flush() never completed")
 
 
+#: The faults that fail a request (the others only delay it).
+BREAKING = ("reset", "drop", "cut", "stall")
+
+
+def breaking(proxy: FaultProxy) -> int:
+    """Turns whose request failed or whose reply was lost or cut."""
+    return sum(proxy.counts[f] for f in BREAKING)
+
+
 def write_through_faults(
-    url: str, proxy: FaultProxy, store: str, flushes: int, per: int, rate: float
+    url: str,
+    proxy: FaultProxy,
+    store: str,
+    flushes: int,
+    per: int,
+    rate: float,
+    at_least: int = 0,
 ) -> dict[str, Any]:
     """``flushes`` appends of ``per`` records each with faults on about ``rate`` of the
     requests. After a failed flush, flush() is retried at once, or (half the time, decided
     by the seed) only after the next records were inserted: the retry then completes the
-    failed append and commits the new records after it."""
+    failed append and commits the new records after it.
+
+    With ``at_least``, appends go on past ``flushes`` (up to four times as many) until that
+    many requests broke and at least one flush raised: what a test means to prove then
+    happened whatever the seed drew. ``stats["flushes"]`` says how many appends there were;
+    the stream then holds ids ``0 .. flushes * per - 1``."""
     rng = random.Random(proxy.seed)
-    stats: dict[str, Any] = {"raised": 0, "slowest_s": 0.0, "deferred": 0}
+    stats: dict[str, Any] = {"raised": 0, "slowest_s": 0.0, "deferred": 0, "flushes": 0}
     w = pr.open_writer(url)
     proxy.faults = Faults.mix(rate, stall=rate / 10, stall_s=3.0, latency_s=0.02)
+
+    def more(f: int) -> bool:
+        if f < flushes:
+            return True
+        enough = breaking(proxy) >= at_least and (stats["raised"] > 0 or not at_least)
+        return not enough and f < 4 * flushes
+
     try:
-        for f in range(flushes):
+        for f in itertools.count():
+            if not more(f):
+                break
+            stats["flushes"] = f + 1
             for i in range(per):
                 w.insert({"id": f * per + i})
             t = time.monotonic()
