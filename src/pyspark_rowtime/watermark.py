@@ -474,10 +474,47 @@ def watch_queries(spark: SparkSession) -> None:
         def onQueryTerminated(self, event: Any) -> None:
             pass
 
+        if not connect:
+
+            @property
+            def _jlistener(self) -> Any:
+                # classic Spark hands the JVM this object (addListener, removeListener)
+                if not hasattr(self, "_jlistenerobj"):
+                    self._jlistenerobj = _started_only(self)
+                return self._jlistenerobj
+
     listener = _ShapeWatch()
     spark.streams.addListener(listener)
     # Spark would otherwise call into this interpreter while it shuts down (a Py4J stack trace).
     atexit.register(_unwatch, spark, listener)
+
+
+def _started_only(listener: Any) -> Any:
+    """The JVM's handle on ``listener`` (classic Spark), which converts only the events of a
+    query's start and drops the others in the callback, before PySpark reads them.
+
+    PySpark's own handle turns each event into Python first. For a progress event that reads
+    the whole progress through Py4J and, for each observed metric (the windows and joins of
+    this package observe theirs), looks ``PythonSQLUtils`` up by name, which Py4J resolves by
+    trying each imported package in turn, every miss a search of every jar on the classpath.
+    Measured on ``integration/test_intervals.py``: half of the driver JVM's CPU samples were
+    that search, on Spark's listener thread, for a watch that has nothing to do with progress.
+    """
+    from pyspark import SparkContext
+    from pyspark.sql.streaming.listener import JStreamingQueryListener
+
+    class StartedOnly(JStreamingQueryListener):
+        def onQueryProgress(self, jevent: Any) -> None:
+            pass
+
+        def onQueryIdle(self, jevent: Any) -> None:
+            pass
+
+        def onQueryTerminated(self, jevent: Any) -> None:
+            pass
+
+    jvm: Any = SparkContext._jvm
+    return jvm.PythonStreamingQueryListenerWrapper(StartedOnly(listener))
 
 
 def _starting_dataframe() -> DataFrame | None:
