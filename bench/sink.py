@@ -57,6 +57,8 @@ START_US = 1_700_000_000_000_000
 STEP_US = 100  # ~10,000 rows per second of event time per partition
 WORDS = np.array(["ORCL", "MSFT", "IBM", "SAP", "AAPL", "GOOG", "AMZN", "META"])
 TARGET_RATIO = 0.6
+#: The stream and Parquet targets, of the durable floor (issue 35's bar).
+FLOOR_RATIO = 0.9
 #: The table targets, of the Parquet target ("files"): issue 31's bar.
 TABLE_RATIO = 0.8
 #: The embedded Iceberg catalog the bench writes to, configured as pyiceberg users do.
@@ -75,6 +77,55 @@ class _DrainWriter(DataSourceStreamArrowWriter):
 
     def commit(self, messages: Any, batchId: int) -> None:
         pass
+
+
+class _Files(WriterCommitMessage):
+    def __init__(self, files: list[str]) -> None:
+        self.files = files
+
+
+class _DurableWriter(DataSourceStreamArrowWriter):
+    """Each task writes its Arrow batches to one IPC file and fsyncs it; the commit lists the
+    batch's files in a manifest, written aside, fsynced and renamed into place."""
+
+    def __init__(self, path: str) -> None:
+        self.path = path
+
+    def write(self, iterator: Any) -> _Files:
+        os.makedirs(self.path, exist_ok=True)
+        name = f"part-{uuid.uuid4().hex}.arrow"
+        with open(os.path.join(self.path, name), "wb") as f:
+            writer = None
+            for batch in iterator:
+                if writer is None:
+                    writer = pa.ipc.new_file(f, batch.schema)
+                writer.write_batch(batch)
+            if writer is not None:
+                writer.close()
+            f.flush()
+            os.fsync(f.fileno())
+        return _Files([name])
+
+    def commit(self, messages: Any, batchId: int) -> None:
+        files = [f for m in messages if m is not None for f in m.files]
+        manifest = os.path.join(self.path, f"_manifest-{batchId}")
+        with open(manifest + ".tmp", "w") as f:
+            f.write("\n".join(files))
+            f.flush()
+            os.fsync(f.fileno())
+        os.rename(manifest + ".tmp", manifest)
+
+
+class DurableFloor(DataSource):
+    """The cheapest durable Python sink (issue 35's floor for this sink): what a Python sink
+    that keeps its rows and commits a batch atomically cannot do without."""
+
+    @classmethod
+    def name(cls) -> str:
+        return "durable-floor"
+
+    def streamWriter(self, schema: Any, overwrite: bool) -> _DurableWriter:
+        return _DurableWriter(self.options["path"])
 
 
 class PythonNoop(DataSource):
@@ -116,6 +167,20 @@ def write_source(path: str, rows: int) -> None:
                 w.insert_arrow(table, rowtime_column="rowtime")
                 w.set_rowtime_bound(table.column("rowtime")[-1].as_py())
             w.end_stream()
+
+
+def write_parquet_source(path: str, rows: int) -> None:
+    """The same rows as :func:`write_source`, as Parquet files for Spark's own file stream
+    source (``--source parquet``): no Python source in front of the sinks."""
+    import pyarrow.parquet as pq
+
+    os.makedirs(path, exist_ok=True)
+    per_partition = rows // PARTITIONS
+    for p in range(PARTITIONS):
+        rng = np.random.default_rng(p)
+        for first in range(0, per_partition, CHUNK):
+            n = min(CHUNK, per_partition - first)
+            pq.write_table(chunk(p, first, n, rng), os.path.join(path, f"p{p}-{first}.parquet"))
 
 
 def remove(path: str) -> None:
@@ -188,6 +253,13 @@ def main() -> None:
         help="which cases, comma-separated (parquet and files are the references)",
     )
     ap.add_argument("--out", default=None, help="write the runs and medians to this JSON file")
+    ap.add_argument(
+        "--source",
+        choices=("rowtime", "parquet"),
+        default="rowtime",
+        help="what feeds every sink: this reader, or Spark's Parquet file stream source (so "
+        "that no Python source hides the sinks' costs; then the case floor is the bar)",
+    )
     args = ap.parse_args()
     base = args.dir or tempfile.mkdtemp(prefix="bench-sink-")
     # The Iceberg catalog, set before Spark starts (its Python workers inherit it).
@@ -200,9 +272,11 @@ def main() -> None:
     )
     spark = spark_session("bench-sink")
     spark.dataSource.register(PythonNoop)
+    spark.dataSource.register(DurableFloor)
     every: dict[str, tuple[str, dict[str, str]]] = {
         "parquet": ("parquet", {}),
         "python-noop": ("python-noop", {}),
+        "floor": ("durable-floor", {}),
         "stream": ("rowtime", {}),
         "files": ("rowtime", {"target": "parquet"}),
         "delta": ("rowtime", {"target": "delta"}),
@@ -218,15 +292,20 @@ def main() -> None:
     try:
         t0 = time.perf_counter()
         source = os.path.join(base, "source")
-        write_source(source, args.rows)
         warm = os.path.join(base, "warm")
-        write_source(warm, 200_000)
+        write = write_parquet_source if args.source == "parquet" else write_source
+        write(source, args.rows)
+        write(warm, 200_000)
         print(
             f"rows: {args.rows:,} in {PARTITIONS} partitions (source written in "
-            f"{time.perf_counter() - t0:.0f} s); Spark {spark.version}, local[2]"
+            f"{time.perf_counter() - t0:.0f} s), read by the {args.source} source; "
+            f"Spark {spark.version}, local[2]"
         )
 
         def read(path: str) -> Any:
+            if args.source == "parquet":
+                schema = "id BIGINT, v DOUBLE, s STRING, rowtime TIMESTAMP"
+                return spark.readStream.schema(schema).parquet(path)
             return spark.readStream.format("rowtime").load(path)
 
         for name, (fmt, options) in cases.items():  # warm up every sink once, small
@@ -255,9 +334,14 @@ def main() -> None:
             of_spark = median["parquet"] / seconds if "parquet" in median else None
             of_files = median["files"] / seconds if "files" in median else None
             verdict = ""
+            of_floor = median["floor"] / seconds if "floor" in median else None
             if name in ("stream", "files") and of_spark is not None:
                 verdict = f">={TARGET_RATIO} of parquet " + (
                     "ok" if of_spark >= TARGET_RATIO else "MISS"
+                )
+            if name in ("stream", "files") and of_floor is not None:
+                verdict += f"{'; ' if verdict else ''}{of_floor:.2f} of floor, >={FLOOR_RATIO} " + (
+                    "ok" if of_floor >= FLOOR_RATIO else "MISS"
                 )
             if name in ("delta", "iceberg") and of_files is not None:
                 verdict = f">={TABLE_RATIO} of files " + (
@@ -280,6 +364,7 @@ def main() -> None:
                 "cpu_of_files": cpu_of_files,
                 "of_parquet": of_spark,
                 "of_files": of_files,
+                "of_floor": of_floor,
             }
         if args.out:
             doc = {
@@ -288,6 +373,7 @@ def main() -> None:
                     "partitions": PARTITIONS,
                     "rounds": args.repeat,
                     "master": "local[2]",
+                    "source": args.source,
                     "cpus": os.cpu_count(),
                     "load_min": min(load),
                     "load_max": max(load),
