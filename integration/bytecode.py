@@ -24,9 +24,9 @@ compiled before instead of in every process. ``ROWTIME_BYTECODE=0`` leaves both 
 
 from __future__ import annotations
 
+import compileall
 import importlib.util
 import os
-import py_compile
 import sys
 import tempfile
 import warnings
@@ -87,27 +87,14 @@ def _pyc(code: object, source: bytes) -> bytes:
     return bytes(_code_to_hash_pyc(code, importlib.util.source_hash(source), checked=True))
 
 
-def compile_package(name: str = "pyspark_rowtime") -> int:
+def compile_package(name: str = "pyspark_rowtime") -> bool:
     """Write the bytecode of every module of the installed package ``name`` (through the
-    links of an editable install) where the import looks for it; returns how many were
-    compiled (a pyc as new as its source is kept)."""
+    file links of an editable install) where the import looks for it; a pyc as new as its
+    source is kept. False if a module failed to compile."""
     spec = importlib.util.find_spec(name)
     if spec is None or not spec.submodule_search_locations:
-        return 0
-    done = 0
-    for top in spec.submodule_search_locations:
-        for folder, dirs, files in os.walk(top, followlinks=True):
-            dirs[:] = [d for d in dirs if d != "__pycache__"]
-            for f in files:
-                if not f.endswith(".py"):
-                    continue
-                source = os.path.join(folder, f)
-                cached = importlib.util.cache_from_source(source)
-                if os.path.exists(cached) and os.stat(cached).st_mtime >= os.stat(source).st_mtime:
-                    continue
-                py_compile.compile(source, cfile=cached, doraise=True)
-                done += 1
-    return done
+        return True
+    return all(compileall.compile_dir(top, quiet=1) for top in spec.submodule_search_locations)
 
 
 def main() -> None:

@@ -102,12 +102,13 @@ def flush_until_done(w: Any, store: str, proxy: FaultProxy, stats: dict[str, Any
     raise AssertionError(f"{proxy.summary()}: flush() never completed")
 
 
-#: The faults that fail a request (the others only delay it).
+#: The faults that fail a request: a stall (3 s) outlasts FAST_TIMEOUTS' 1 s; latency (at most
+#: 20 ms) only delays one.
 BREAKING = ("reset", "drop", "cut", "stall")
 
 
 def breaking(proxy: FaultProxy) -> int:
-    """Turns whose request failed or whose reply was lost or cut."""
+    """Turns whose request was reset or timed out, or whose reply was lost or cut."""
     return sum(proxy.counts[f] for f in BREAKING)
 
 
