@@ -348,22 +348,29 @@ def test_a_connector_on_object_storage_without_state_says_what_to_set(
 
 
 def test_the_generator_feeds_a_stream_on_object_storage(
-    object_server: ObjectServer, tmp_path: Path
+    object_server: ObjectServer, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    # 10 ms apart and at most 5 ms early: the source's bound passes the rows between them.
+    # 10 ms apart and at most 5 ms early: the source's bound passes the rows between them. The
+    # generator's clock moves 50 ms a step (5 rows), whatever the machine's load: with the wall
+    # clock a slow step took more rows at once, and fewer bounds came between them.
+    from pyspark_rowtime.connectors import sources
+
+    now = [1_800_000_000_000_000]
+    monkeypatch.setattr(sources, "wall_us", lambda: now[0])
     catalog, url = _connectors(tmp_path, object_server, rate=100, count=40)
     feed, source = build(load_catalog(catalog), "gen")
-    deadline = time.monotonic() + 30
+    steps = 0
     while feed.position is None or feed.position["next"] < 40:
-        assert time.monotonic() < deadline
-        if not source.step():
-            time.sleep(0.005)
+        now[0] += 50_000
+        assert source.step()
+        steps += 1
+    assert steps == 9  # row 0 at the first step's clock, then 5 rows a step
     feed.close(feed.position)
     assert Path(feed.dir) == tmp_path / "state" / "gen"
     assert (Path(feed.dir) / "progress.json").exists()
     records = _records(url, 1)
     assert [r["qty"] for r in records if not r["__is_bound"]] == list(range(40))
-    assert sum(r["__is_bound"] for r in records) >= 10
+    assert sum(r["__is_bound"] for r in records) >= steps  # a bound after each step's rows
     _bounds_hold(records)
     assert _records(url, 0) == []  # its partition only
     # Started again it has nothing more to make: no row twice.
