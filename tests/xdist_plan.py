@@ -8,7 +8,7 @@ the node id alone, which the controller has:
 * the integration files whose tests start processes of their own (a child Spark driver killed
   again and again, a ``local-cluster``, the soaks, venvs: ``OWN_PROCESSES``) are one unit, run
   on one worker one after the other, so that at most one child Spark runs beside the other
-  workers' sessions; they are handed out first, being the longest unit;
+  worker's session; they are handed out first, being the longest unit;
 * every other file is a unit of its own (module-scoped fixtures are built once, as in one
   process), the Spark ones before the pure Python ones (``tests/``), so that the tail of the
   run is made of short tests that even out the workers.
