@@ -38,6 +38,7 @@ from collections.abc import Iterator
 import numpy as np
 import pyarrow as pa
 
+from ..bounds.arrays import as_numpy
 from ..bounds.bounds import END_OF_STREAM_US, NO_TIME
 from ..bounds.errors import RowtimeError, SchemaError
 from ..bounds.intervals import INFINITY_US, sliding_window_ends
@@ -189,9 +190,9 @@ def read_task_with_intervals(
         successors = Successors(cfg, task, open_storage(cfg.location))
     emitted = 0
     for batch in read_task(cfg, task, base):
-        bound = batch.column(SPARK_IS_BOUND).to_numpy(zero_copy_only=False)
+        bound = as_numpy(batch.column(SPARK_IS_BOUND))
         data = np.flatnonzero(~bound)
-        start = batch.column(SPARK_ROWTIME).cast(pa.int64()).to_numpy(zero_copy_only=False)
+        start = as_numpy(batch.column(SPARK_ROWTIME).cast(pa.int64()))
         end = np.zeros(len(bound), dtype=np.int64)
         if successors is not None:
             end[data] = successors.ends(emitted, len(data))

@@ -60,6 +60,7 @@ from typing import Any
 import numpy as np
 import pyarrow as pa
 
+from ..bounds.arrays import as_numpy
 from ..bounds.bounds import NO_TIME, merge_clock
 from ..bounds.errors import CorruptLogError, LateRowError, OptionError, SchemaError
 from ..bounds.versions import newer_format
@@ -189,7 +190,9 @@ class _Runs:
             n = sum(len(t) for t in times)
             lo, hi = int(times[0][0]), int(times[-1][-1])
         else:
-            table = pa.Table.from_batches(batches).combine_chunks()
+            # take() gathers across the batches as they are: combining them first copied the
+            # run once more, 3x the sort's CPU (docs/benchmarks.md, issue 35)
+            table = pa.Table.from_batches(batches)
             rt = np.concatenate(times)
             order = np.argsort(rt, kind="stable")
             batches = table.take(pa.array(order)).to_batches(max_chunksize=WRITE_ROWS)
@@ -547,7 +550,7 @@ def _merged(runs: Iterable[pa.Table]) -> pa.Table:
         t = t.drop_columns(list(LOG_SYSTEM_COLUMNS))
         tables.append(t.append_column(SPARK_ROWTIME, rowtime))
     table = pa.concat_tables(tables) if len(tables) > 1 else tables[0]
-    rt = table.column(SPARK_ROWTIME).cast(pa.int64()).to_numpy()
+    rt = as_numpy(table.column(SPARK_ROWTIME).cast(pa.int64()))  # no pandas import (bounds/arrays)
     if not _is_sorted(rt):
         table = table.take(pa.array(np.argsort(rt, kind="stable")))
     return table
