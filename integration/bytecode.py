@@ -1,25 +1,33 @@
-"""Bytecode for the Python processes Spark starts, made once at install by ``./dev``.
+"""Where the Python processes Spark starts import PySpark from, and the project's bytecode: set
+up once per venv by ``./dev`` at install (``.venv`` and each ``./dev matrix`` venv).
 
 Spark starts a Python process at every streaming query's start (the Python data source's
 planner) beside its worker daemons, and the tests start a thousand queries and many child
-drivers. Two things made each of those processes compile sources anew:
+drivers. Two things made each of those processes slower than it needs to be:
 
 * Spark puts ``$SPARK_HOME/python/lib/pyspark.zip`` ahead of site-packages on their path, so
-  they import PySpark from that zip; a zip holds sources only and ``zipimport`` never writes
-  bytecode. :func:`add_bytecode` adds a ``.pyc`` beside each ``.py`` (PySpark's own tests
-  aside), compiled by this interpreter and checked against its source's hash
-  (``CHECKED_HASH``: a pyc that does not match its source is ignored and the source compiled,
-  as before); ``zipimport`` looks for the ``.pyc`` first.
+  they import PySpark from that zip: a zip holds sources only (``zipimport`` writes no
+  bytecode), so each of them compiled PySpark anew, and every Python task re-reads the zip's
+  directory once for each PySpark package imported from it (PySpark's ``setup_spark_files``
+  calls ``importlib.invalidate_caches()``; Python 3.11's ``zipimport`` then reads the whole
+  directory again, in Python, for each): 67 ms of CPU a task for PySpark 4.3's 1,486 entries.
+  :func:`write_path_file` puts a ``.pth`` file into the venv's site-packages that takes the zip
+  off ``sys.path`` as a process starts (:data:`PTH_LINE`), so PySpark comes from site-packages:
+  the same files, built into the wheel from the same tree (:func:`zip_matches_site_packages`
+  checks every source, and no ``.pth`` is written if one differs), with the bytecode pip
+  compiled at install, found by the ordinary path finder.
 * the project's strict editable install links its files into ``build/`` and nothing compiles
   them there, and where ``PYTHONDONTWRITEBYTECODE`` is set (it is on this workplace's
   machines) no process writes their bytecode either. :func:`compile_package` compiles them
   (timestamp-checked, as Python's own caches: an edited module is compiled again in memory
   until the next ``./dev`` run writes its new pyc).
 
-Measured on ``integration/test_intervals.py`` with py-spy: 46% of the planners' samples were
-compiling PySpark's sources from the zip; its import took 0.88-0.95 s of CPU from the zip as
-shipped and 0.31-0.40 s with its bytecode. Nothing Spark runs changes: the same sources,
-compiled before instead of in every process. ``ROWTIME_BYTECODE=0`` leaves both alone.
+Measured (docs/benchmarks.md, "The test suite and CI"): PySpark's import in a planner took
+0.88-0.95 s of CPU from the zip as shipped; with a ``.pyc`` added into the zip (this module's
+earlier way) 0.31-0.40 s, but the zip's directory, twice as long, cost every task 86 ms instead
+of 67; from site-packages ``integration/test_reader.py`` used 84.7 s of CPU in all its
+processes against 94.8 s with the bytecode in the zip. Nothing Spark runs changes: the same
+PySpark sources. ``ROWTIME_BYTECODE=0`` removes the ``.pth`` file and compiles nothing.
 """
 
 from __future__ import annotations
@@ -28,13 +36,20 @@ import compileall
 import importlib.util
 import os
 import sys
-import tempfile
-import warnings
+import sysconfig
 import zipfile
 from pathlib import Path
 
-#: An entry whose presence says the zip has this interpreter's bytecode.
-MARKER = f"pyspark/__bytecode_{sys.implementation.cache_tag}__"
+#: The file in site-packages; the name says whose it is.
+PTH_NAME = "pyspark_rowtime_tests_pyspark_path.pth"
+#: Its one line (a ``.pth`` line that starts with ``import`` is run by ``site`` at start-up):
+#: every ``sys.path`` entry that is this zip, by its real path, goes.
+#: (``site`` runs it with ``exec`` inside a function: a name it binds is not seen inside the
+#: comprehension, so the zip's path is written into it.)
+PTH_LINE = (
+    "import os, sys; "
+    "sys.path[:] = [p for p in sys.path if os.path.realpath(p) != os.path.realpath({zip!r})]"
+)
 
 
 def pyspark_zip() -> Path | None:
@@ -46,45 +61,42 @@ def pyspark_zip() -> Path | None:
     return path if path.is_file() else None
 
 
-def add_bytecode(path: Path) -> bool:
-    """Rewrite ``path`` with a ``.pyc`` beside each ``.py`` (atomically: a process that has
-    the old zip open keeps reading it). False if it had them already."""
-    with zipfile.ZipFile(path) as old:
-        names = set(old.namelist())
-        if MARKER in names:
-            return False
-        fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=".pyspark-", suffix=".zip")
-        os.close(fd)
-        try:
-            with zipfile.ZipFile(tmp, "w", zipfile.ZIP_DEFLATED) as new:
-                for info in old.infolist():
-                    data = old.read(info)
-                    new.writestr(info, data)
-                    if not info.filename.endswith(".py") or "/tests/" in info.filename:
-                        continue  # PySpark's own tests: never imported by a Spark process
-                    pyc = info.filename[:-3] + ".pyc"
-                    if pyc in names:
-                        continue
-                    try:
-                        with warnings.catch_warnings():
-                            warnings.simplefilter("ignore")  # shown where it is imported
-                            code = compile(data, f"{path}/{info.filename}", "exec")
-                    except SyntaxError:
-                        continue  # left to compile (and fail) where it is imported, as before
-                    new.writestr(zipfile.ZipInfo(pyc, info.date_time), _pyc(code, data))
-                new.writestr(MARKER, b"")
-            os.chmod(tmp, path.stat().st_mode & 0o777)
-            os.replace(tmp, path)
-        except BaseException:
-            os.unlink(tmp)
-            raise
-    return True
+#: Folders of the zip that the wheel may leave out: PySpark's own tests and benchmark scripts
+#: (4.3's wheel has no ``pyspark/sql/streaming/benchmark``), which no Spark process imports.
+SKIPPED = frozenset({"tests", "benchmark"})
 
 
-def _pyc(code: object, source: bytes) -> bytes:
-    from importlib._bootstrap_external import _code_to_hash_pyc  # type: ignore[attr-defined]
+def zip_matches_site_packages(zip_path: Path, site_packages: Path) -> str | None:
+    """None when every ``.py`` in the zip has a byte-identical file at the same place under
+    ``site_packages``; else the first that does not, named."""
+    with zipfile.ZipFile(zip_path) as z:
+        for info in z.infolist():
+            if not info.filename.endswith(".py") or SKIPPED.intersection(info.filename.split("/")):
+                continue
+            there = site_packages / info.filename
+            try:
+                same = there.read_bytes() == z.read(info)
+            except OSError:
+                same = False
+            if not same:
+                return info.filename
+    return None
 
-    return bytes(_code_to_hash_pyc(code, importlib.util.source_hash(source), checked=True))
+
+def write_path_file(zip_path: Path, site_packages: Path) -> str | None:
+    """Write :data:`PTH_NAME` into ``site_packages`` unless the zip differs from what lies
+    there; returns why not, or None when it is in place."""
+    differs = zip_matches_site_packages(zip_path, site_packages)
+    target = site_packages / PTH_NAME
+    if differs is not None:
+        target.unlink(missing_ok=True)
+        return f"{differs} in {zip_path} differs from site-packages: the zip stays in use"
+    line = PTH_LINE.format(zip=str(zip_path)) + "\n"
+    if not target.is_file() or target.read_text() != line:
+        tmp = target.with_suffix(".tmp")
+        tmp.write_text(line)
+        os.replace(tmp, target)
+    return None
 
 
 def compile_package(name: str = "pyspark_rowtime") -> bool:
@@ -98,11 +110,15 @@ def compile_package(name: str = "pyspark_rowtime") -> bool:
 
 
 def main() -> None:
+    site_packages = Path(sysconfig.get_paths()["purelib"])
     if os.environ.get("ROWTIME_BYTECODE", "1") == "0":
+        (site_packages / PTH_NAME).unlink(missing_ok=True)
         return
     found = pyspark_zip()
-    if found is not None and add_bytecode(found):
-        print(f"bytecode: added to {found}", file=sys.stderr)
+    if found is not None:
+        why = write_path_file(found, site_packages)
+        if why is not None:
+            print(f"bytecode: {why}", file=sys.stderr)
     compile_package()
 
 
