@@ -25,9 +25,10 @@ drivers. Two things made each of those processes slower than it needs to be:
 Measured (docs/benchmarks.md, "The test suite and CI"): PySpark's import in a planner took
 0.88-0.95 s of CPU from the zip as shipped; with a ``.pyc`` added into the zip (this module's
 earlier way) 0.31-0.40 s, but the zip's directory, twice as long, cost every task 86 ms instead
-of 67; from site-packages ``integration/test_reader.py`` used 84.7 s of CPU in all its
-processes against 94.8 s with the bytecode in the zip. Nothing Spark runs changes: the same
-PySpark sources. ``ROWTIME_BYTECODE=0`` removes the ``.pth`` file and compiles nothing.
+of 67. With the ``.pth``, the query planners of ``integration/test_reader.py`` used 21.5 and
+22.0 s of CPU against 26.4 and 26.7 s with the bytecode in the zip (two interleaved runs each).
+Nothing Spark runs changes: the same PySpark sources. ``ROWTIME_BYTECODE=0`` removes the
+``.pth`` file and compiles nothing.
 """
 
 from __future__ import annotations
