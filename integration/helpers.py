@@ -338,6 +338,15 @@ def input_rows(progress: Any) -> int:
     return int(sum(source["numInputRows"] for source in d["sources"]))
 
 
+def forget_commit(checkpoint: Path, batch_id: int) -> None:
+    """Remove Spark's record that ``batch_id`` was committed, as a driver that died between
+    the sink's commit and Spark's would leave the checkpoint: a restart runs the batch again
+    from its logged offsets. Its Hadoop checksum file goes too where there is one (Spark's
+    defaults write it; the test sessions' ``LOCAL_CHECKPOINT_CONFS`` do not)."""
+    (checkpoint / "commits" / str(batch_id)).unlink()
+    (checkpoint / "commits" / f".{batch_id}.crc").unlink(missing_ok=True)
+
+
 def run_available_now(df: DataFrame, checkpoint: Path) -> Run:
     run = Run()
     q = start(df, checkpoint, run, available_now=True)

@@ -24,6 +24,7 @@ from helpers import (
     check_batches,
     drain,
     dropped_by_watermark,
+    forget_commit,
     plain,
     reader,
     run_available_now,
@@ -121,8 +122,7 @@ def test_a_silent_partition_stops_holding_windows_and_its_late_rows_are_quaranti
         assert end["partitions"]["0"]["discarded"] == 0
 
         # a restart from the checkpoint that forgets the last commit replays that batch
-        for name in (str(last_batch), f".{last_batch}.crc"):
-            (ck / "commits" / name).unlink()
+        forget_commit(ck, last_batch)
         replay = Run()
         q = start_append(query_df, ck, replay)
         drain(q, replay)

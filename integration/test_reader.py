@@ -27,6 +27,7 @@ from helpers import (
     check_batches,
     drain,
     dropped_by_watermark,
+    forget_commit,
     jittered_rows,
     names_and_rowtimes,
     plain,
@@ -658,8 +659,7 @@ def test_a_restart_from_the_checkpoint_gives_exactly_the_uninterrupted_output(
     # Forget that the last batch was committed: the restart must run it again from its offsets,
     # though the log has grown meanwhile, and give the same rows and the same bound.
     last = parts.batches[-1][0]
-    for name in (str(last), f".{last}.crc"):
-        (tmp_path / "b" / "commits" / name).unlink()
+    forget_commit(tmp_path / "b", last)
     write_round(2, end=True)
     run("b", parts)  # restarts from the checkpoint
     whole = Run()
