@@ -25,7 +25,6 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-import pyspark
 import pytest
 from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql import functions as F
@@ -33,6 +32,7 @@ from pyspark.sql.types import TimestampType
 
 import pyspark_rowtime as pr
 from pyspark_rowtime.bounds.time import from_rowtime_us
+from pyspark_rowtime.streams.spark_compat import SPARK_VERSION
 
 US = 1_000_000
 #: 2023-11-14T22:13:20Z, a round number of seconds.
@@ -72,7 +72,7 @@ def jvm_options(archive: bool = True) -> str:
 #: Spark's defaults. Spark 4.1 moved the class into ``checkpointing``.
 LOCAL_CHECKPOINT_CONFS = {
     "spark.sql.streaming.checkpointFileManagerClass": "org.apache.spark.sql.execution.streaming."
-    + ("checkpointing." if tuple(map(int, pyspark.__version__.split(".")[:2])) >= (4, 1) else "")
+    + ("checkpointing." if SPARK_VERSION >= (4, 1) else "")
     + "FileSystemBasedCheckpointFileManager",
     "spark.hadoop.fs.file.impl": "org.apache.hadoop.fs.RawLocalFileSystem",
 }
