@@ -5,7 +5,10 @@ HYPOTHESIS_PROFILE=thorough|ci|quick overrides the choice."""
 
 from __future__ import annotations
 
+import functools
 import os
+from collections.abc import Iterator
+from typing import Any
 
 import pytest
 from hypothesis import HealthCheck, settings
@@ -45,3 +48,53 @@ def pytest_collection_modifyitems(config: object, items: list) -> None:  # type:
     from xdist_plan import plan
 
     plan(items)
+
+
+#: Line coverage (``./dev test``'s figure) traces the first this many examples of each property
+#: and runs the rest untraced. Coverage.py's tracer costs the properties about 0.75x of their
+#: time (``dev``: coverage_args), and a property's later examples run the lines its first ones
+#: ran: the figure is the same, its price a fraction. Pausing can only lose a line (one that
+#: only a later example reaches), never count one that did not run. 0 traces every example.
+#: Measured in docs/benchmarks.md ("The test suite and CI").
+TRACED_EXAMPLES = int(os.environ.get("ROWTIME_TRACED_EXAMPLES", "100"))
+
+
+def _coverage() -> Any:
+    """The Coverage that pytest-cov started in this process, or None."""
+    import sys
+
+    if "coverage" not in sys.modules:
+        return None
+    import coverage
+
+    return coverage.Coverage.current()  # the latest started one (coverage 5.0+)
+
+
+@pytest.hookimpl(wrapper=True)
+def pytest_runtest_call(item: pytest.Item) -> Iterator[None]:
+    """Pause line coverage after a property's first :data:`TRACED_EXAMPLES` examples, through
+    Hypothesis's public hook for wrapping each example (``test.hypothesis.inner_test``)."""
+    handle = getattr(getattr(item, "obj", None), "hypothesis", None)
+    cov = _coverage() if handle is not None and TRACED_EXAMPLES > 0 else None
+    if cov is None:
+        return (yield)
+    inner = handle.inner_test
+    seen = 0
+    paused = False
+
+    @functools.wraps(inner)
+    def first_traced(*args: Any, **kwargs: Any) -> Any:
+        nonlocal seen, paused
+        seen += 1
+        if seen > TRACED_EXAMPLES and not paused:
+            cov.stop()
+            paused = True
+        return inner(*args, **kwargs)
+
+    handle.inner_test = first_traced
+    try:
+        return (yield)
+    finally:
+        handle.inner_test = inner
+        if paused:
+            cov.start()
