@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import functools
 import os
+import sys
 from collections.abc import Iterator
 from typing import Any
 
@@ -60,14 +61,9 @@ TRACED_EXAMPLES = int(os.environ.get("ROWTIME_TRACED_EXAMPLES", "100"))
 
 
 def _coverage() -> Any:
-    """The Coverage that pytest-cov started in this process, or None."""
-    import sys
-
-    if "coverage" not in sys.modules:
-        return None
-    import coverage
-
-    return coverage.Coverage.current()  # the latest started one (coverage 5.0+)
+    """The Coverage that pytest-cov started in this process (coverage 5.0+), or None."""
+    coverage = sys.modules.get("coverage")  # not imported: nothing measures this run
+    return None if coverage is None else coverage.Coverage.current()
 
 
 @pytest.hookimpl(wrapper=True)
