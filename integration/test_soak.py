@@ -53,6 +53,28 @@ def test_the_soak_judges_python_memory_always_and_the_jvm_once_settled():
     assert len(memory_failures(500, 100, 300)) == 2
 
 
+def test_the_soak_judges_each_process_from_its_settled_size():
+    """A Python worker Spark starts mid-run imports pyarrow and this package in its first
+    seconds: judged from SETTLE_S after it appeared, its start-up is not growth, while a
+    process that keeps growing is judged from the quarter mark; one seen only at the end is
+    not judged."""
+    from soak import SETTLE_S, rss_growth_mb
+
+    def sizes(t: int) -> dict[int, float]:
+        mb = {1: 100.0 + 10 * t}  # grows 10 MB a second all along
+        if t >= 7:  # a worker started at 7 s: 30 MB, then 130 MB from 9 s on
+            mb[2] = 30.0 if t < 9 else 130.0
+        if t >= 28:
+            mb[3] = 50.0 + t
+        return mb
+
+    samples = [(float(t), sizes(t)) for t in range(31)]
+    assert SETTLE_S == 5.0  # the worker's baseline below is its size at 12 s
+    assert rss_growth_mb(samples, 7.5) == {1: 220.0, 2: 0.0}
+    assert rss_growth_mb(samples, 7.5, only={1}) == {1: 220.0}
+    assert rss_growth_mb([], 7.5) == {}
+
+
 def test_the_soak_fails_on_a_micro_batch_that_breaks_spec_7(spark, workdir):
     """The soak's per-batch check, fed micro-batches with the reader's schema: sound ones pass,
     each broken rule makes the soak fail naming the batch (the reader itself never produces
