@@ -27,7 +27,7 @@ partition gets its end of stream and both queries drain. Then:
 Prints one JSON line of figures; exits 1 (printing why) if a check fails.
 
 **A month in minutes** (``./dev soak month [SECONDS] [DAYS]``, default 1800 s for 30 days;
-``integration/test_soak.py`` runs 4 days in 60 s): ``DAYS`` of rowtime pass in ``SECONDS`` of
+``integration/test_soak.py`` runs 4 days in 120 s): ``DAYS`` of rowtime pass in ``SECONDS`` of
 wall time. Three writer processes write explicit rowtimes at a steady rate (20 rows a wall
 second each, a commit every 0.1 s) to a stream with ``order=drop`` and a retention of one
 simulated day; the writer of partition 1 is SIGKILLed at a fifth of the run and never
@@ -65,6 +65,7 @@ import subprocess
 import sys
 import tempfile
 import textwrap
+import threading
 import time
 from collections import Counter
 from pathlib import Path
@@ -354,8 +355,8 @@ def main(seconds: float) -> int:
     growth = sum(grown.values())
     jvm_growth = sum(rss_growth_mb(samples, seconds / 4, jvms).values())
     memory = memory_failures(growth, jvm_growth, seconds)
-    if memory:  # name the processes that grew most, with the sample they are judged from
-        most = sorted(grown.items(), key=lambda kv: -kv[1])[:4]
+    most = sorted(grown.items(), key=lambda kv: -kv[1])[:4]
+    if memory:  # name the processes that grew most
         memory.append("grew most: " + "; ".join(
             f"pid {pid} +{mb:.0f} MB ({names.get(pid, '?')})" for pid, mb in most
         ))  # fmt: skip
@@ -373,6 +374,7 @@ def main(seconds: float) -> int:
         "memory_mb_end": round(sum(samples[-1][1].values())) if samples else None,
         "memory_growth_mb": round(growth),
         "memory_growth_jvm_mb": round(jvm_growth),
+        "memory_growth_most_mb": [[round(mb), names.get(pid, "?")[:40]] for pid, mb in most],
         "ok": not failures,
     }
     print(json.dumps(figures), flush=True)
@@ -470,8 +472,13 @@ class Ledger:
         self.arrivals: dict[str, int] = {}
         self.copies: Counter[str] = Counter()
         self.missed: list[str] = []
+        self.lock = threading.Lock()
 
     def catch_up(self) -> None:
+        with self.lock:
+            self._catch_up()
+
+    def _catch_up(self) -> None:
         from pyspark_rowtime.api import open_stream
         from pyspark_rowtime.streams.columns import LOG_ARRIVAL_US, LOG_IS_BOUND, LOG_ROWTIME_US
 
@@ -498,6 +505,37 @@ class Ledger:
                 self.arrivals.setdefault(i, a)
                 self.copies[i] += 1
             self.seen[p] = end
+
+
+class Follower(threading.Thread):
+    """Catches ``ledgers`` up every ``every`` seconds beside the rounds: a round waits for
+    Spark's batch reads and the CLI, seconds each on a loaded machine, while the writers'
+    retention may remove a record a simulated day after its commit (30 s of wall time in
+    integration/test_soak.py's run). The first error stops it and is raised by :meth:`check`."""
+
+    def __init__(self, ledgers: dict[str, Ledger], every: float = 0.2) -> None:
+        super().__init__(daemon=True)
+        self.ledgers, self.every = ledgers, every
+        self.done = threading.Event()
+        self.error: BaseException | None = None
+
+    def run(self) -> None:
+        while not self.done.wait(self.every):
+            try:
+                for ledger in self.ledgers.values():
+                    ledger.catch_up()
+            except BaseException as e:
+                self.error = e
+                return
+
+    def check(self) -> None:
+        if self.error is not None:
+            raise self.error
+
+    def stop(self) -> None:
+        self.done.set()
+        self.join()
+        self.check()
 
 
 def first_kept(stream: Any, partition: int) -> int:
@@ -703,6 +741,8 @@ def month(seconds: float, days: float = 30.0) -> int:
     silent_since: float | None = None
     restarted_gen: int | None = None
     ledgers = {"source": Ledger(src), "target": Ledger(out)}
+    follower = Follower(ledgers)
+    follower.start()
     clocks: dict[str, list[int]] = {"source": [], "target": []}
     disk: list[tuple[float, int]] = []
     polls = {"trim": 0, "metrics": 0, "reread": 0}
@@ -743,8 +783,7 @@ def month(seconds: float, days: float = 30.0) -> int:
             time.sleep(0.25)  # paces the rounds; the queries run on their own triggers
             if query.exception() is not None:
                 raise query.exception()  # type: ignore[misc]
-            for ledger in ledgers.values():
-                ledger.catch_up()  # before any trim below can remove what was committed
+            follower.check()  # it reads what is committed before any trim can remove it
             for name, path in (("source", src), ("target", out)):
                 try:
                     clock = open_stream(str(path)).stream_clock_us()
@@ -759,7 +798,7 @@ def month(seconds: float, days: float = 30.0) -> int:
                 if first_now > nxt:
                     skipped.setdefault(p, []).append((nxt, first_now))
             if time.time() >= next_quarantine:
-                # A discarded row lives a simulated day (15 s of wall time in CI's run) before
+                # A discarded row lives a simulated day (30 s of wall time in CI's run) before
                 # retention removes it: read the quarantine at least every second.
                 read_quarantine()
                 next_quarantine = time.time() + 1.0
@@ -799,6 +838,7 @@ def month(seconds: float, days: float = 30.0) -> int:
                 w.send_signal(signal.SIGKILL)
                 w.wait()
     collect(wait=True)
+    follower.stop()
     end_day = sim_day()
     for p in (STEADY, SILENT):  # the killed partition stays silent: it must not hold the clock
         with open_writer(str(src), p) as w:

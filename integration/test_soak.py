@@ -4,7 +4,7 @@ Four writer processes killed at random, heartbeats, random bounds and 1% disorde
 ``adjust`` while a query reads and a sink writes; the script checks counts, clocks and memory
 (see its docstring) and prints its figures. ``./dev soak SECONDS`` runs it for longer. Its
 per-batch SPEC 7 check is shown to fail on broken micro-batches, in this session's Spark.
-The month mode (``soak.py month``) runs four simulated days in a minute; its final accounting is
+The month mode (``soak.py month``) runs four simulated days in two minutes; its final accounting is
 shown to fail on each fault it looks for.
 """
 
@@ -134,7 +134,7 @@ def test_the_soak_fails_on_a_micro_batch_that_breaks_spec_7(spark, workdir):
 
 
 def test_a_short_month_keeps_every_row_and_flat_disk(tmp_path):
-    """``soak.py month 60 4``: four simulated days in a minute (retention one day, a writer
+    """``soak.py month 120 4``: four simulated days in two minutes (retention one day, a writer
     killed for good, one restarted after a silence); the script's checks, and its figures."""
     from soak import missing_features
 
@@ -143,7 +143,7 @@ def test_a_short_month_keeps_every_row_and_flat_disk(tmp_path):
         pytest.skip(f"needs {', '.join(missing)} (SPEC 12: branches retention and idle-metrics)")
     env = {**os.environ, "PYSPARK_PYTHON": sys.executable, "TMPDIR": str(tmp_path)}
     done = subprocess.run(
-        [sys.executable, str(SCRIPT), "month", "60", "4"],
+        [sys.executable, str(SCRIPT), "month", "120", "4"],
         capture_output=True, text=True, timeout=900, env=env,
     )  # fmt: skip
     figures = json.loads(done.stdout.strip().splitlines()[-1]) if done.stdout.strip() else {}
