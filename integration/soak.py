@@ -703,8 +703,8 @@ def month(seconds: float, days: float = 30.0) -> int:
 
     def read_quarantine() -> None:
         """The quarantine as a batch read now (the stream's kept records, with the query's
-        idle.timeout; ``output=discarded`` is for batch reads only): read before each trim, so
-        that no discarded row is trimmed unseen."""
+        idle.timeout; ``output=discarded`` is for batch reads only): read every second, so that
+        no discarded row is trimmed unseen."""
         r = spark.read.format("rowtime").option("output", "discarded").option("idle.timeout", idle)
         # A read starts at the first kept record, the next that the writers' retention (every
         # CHECK_EVERY_S per partition) removes: on a loaded machine, where a read takes
