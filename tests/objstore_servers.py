@@ -2,11 +2,14 @@
 
 Both start in about a second:
 
-* **moto** runs in this process (``moto.server.ThreadedMotoServer``). Its conditional put looks
-  the key up and then writes, with no lock between, so two racing creates of one key can both
-  win: :func:`moto_server` serialises moto's object writes behind one lock, so that the race
-  tests test the backend and not moto. Real S3 (and Azurite) decide a conditional put
-  atomically.
+* **moto** (``moto.server.ThreadedMotoServer``) runs in a Python process of its own
+  (:func:`serve_moto`). Its conditional put looks the key up and then writes, with no lock
+  between, so two racing creates of one key can both win: the server serialises moto's object
+  writes behind one lock, so that the race tests test the backend and not moto. Real S3 (and
+  Azurite) decide a conditional put atomically. In the test's own process it shared the GIL
+  with the test and was traced by coverage: Spark's sink on S3 (``integration/test_sink.py``,
+  the chain of streams), two interleaved runs each under coverage, took 81 and 84 s (100 and
+  104 CPU-s of the machine) with moto in process, 67 and 72 s (85 and 92 CPU-s) with it apart.
 * **Azurite** is Microsoft's emulator from the npm registry: installed into
   ``~/.cache/pyspark-rowtime/azurite-npm`` (``ROWTIME_AZURITE_DIR`` overrides) when missing,
   started with ``--disableTelemetry`` (without it Azurite sends telemetry off the machine).
@@ -24,6 +27,7 @@ import os
 import shutil
 import socket
 import subprocess
+import sys
 import threading
 import time
 import uuid
@@ -181,30 +185,43 @@ def _port(env: str) -> int:
 
 @contextmanager
 def moto_server(port: int | None = None) -> Iterator[ObjectServer]:
-    """moto's S3 server on a loopback port (a free one by default), with one bucket."""
+    """moto's S3 server on a loopback port (a free one by default), with one bucket, in a
+    Python process of its own (:func:`serve_moto`)."""
+    port = port or _free_port()
+    proc = subprocess.Popen(
+        [sys.executable, __file__, "moto", str(port)],
+        stdin=subprocess.PIPE,  # closed when this process ends, however it ends
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+    )
+    try:
+        _wait_port(port, proc)
+        env = s3_env(port)
+        bucket = "rowtime-tests"
+        import boto3
+
+        boto3.client(
+            "s3",
+            endpoint_url=env["AWS_ENDPOINT_URL"],
+            aws_access_key_id="testing",
+            aws_secret_access_key="testing-secret",
+            region_name="us-east-1",
+        ).create_bucket(Bucket=bucket)
+        yield ObjectServer("s3", bucket, env)
+    finally:
+        _stop(proc)
+
+
+def serve_moto(port: int) -> None:
+    """The moto server process: serves until its parent closes our stdin (or dies)."""
     from moto.server import ThreadedMotoServer
 
     _serialise_moto_writes()
     _quiet_moto()
-    port = port or _free_port()
     server = ThreadedMotoServer(ip_address="127.0.0.1", port=port, verbose=False)
     server.start()
-    _wait_port(port)
-    env = s3_env(port)
-    bucket = "rowtime-tests"
-    import boto3
-
-    boto3.client(
-        "s3",
-        endpoint_url=env["AWS_ENDPOINT_URL"],
-        aws_access_key_id="testing",
-        aws_secret_access_key="testing-secret",
-        region_name="us-east-1",
-    ).create_bucket(Bucket=bucket)
-    try:
-        yield ObjectServer("s3", bucket, env)
-    finally:
-        server.stop()
+    sys.stdin.read()
+    server.stop()
 
 
 def azurite_dir() -> Path:
@@ -412,3 +429,8 @@ def s3rver_server(workdir: Path) -> Iterator[ObjectServer]:
         yield ObjectServer("s3", bucket, env)
     finally:
         _stop(proc)
+
+
+if __name__ == "__main__":
+    if sys.argv[1:2] == ["moto"]:
+        serve_moto(int(sys.argv[2]))
