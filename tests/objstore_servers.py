@@ -431,6 +431,7 @@ def s3rver_server(workdir: Path) -> Iterator[ObjectServer]:
         _stop(proc)
 
 
-if __name__ == "__main__":
-    if sys.argv[1:2] == ["moto"]:
-        serve_moto(int(sys.argv[2]))
+if __name__ == "__main__":  # moto_server's child
+    if len(sys.argv) != 3 or sys.argv[1] != "moto" or not sys.argv[2].isdigit():
+        sys.exit(f"usage: python {sys.argv[0]} moto PORT (the S3 server of the tests)")
+    serve_moto(int(sys.argv[2]))
