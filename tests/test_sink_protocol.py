@@ -273,6 +273,28 @@ def test_large_tasks_stage_several_runs_that_become_consecutive_segments(tmp_pat
     assert data_rows(target) == [(i, T0 + i) for i in range(7)]
 
 
+def test_a_task_whose_runs_overlap_is_merged_by_the_commit_into_one_segment(tmp_path, at):
+    """Rows reaching one task out of order in more runs than one (here runs of 3): each run
+    is staged sorted, they overlap, so the commit merges them (ties in the order the rows came)
+    and appends them as one segment; the staged runs are gone once the batch is published."""
+    from pyspark_rowtime.sink import stream_target
+
+    target = make(tmp_path, "stream", location=at)
+    times = [30, 10, 20, 50, 20, 40, 60, 0]  # runs [10 20 30] [20 40 50] [0 60]: overlapping
+    batches = [records([(i, T0 + t)]) for i, t in enumerate(times)]
+    with mock.patch.object(stream_target, "RUN_ROWS", 3):
+        report = target.write(TaskInfo(0, 0, 0, "q1"), iter(batches))
+    assert [(f.rows, f.first) for f in report.files] == [(3, 0), (3, 3), (2, 6)]
+    assert not report.ordered
+    target.state.claim("q1")
+    target.commit([report], 0, None)
+    assert [part["mode"] for part in target.state.entry(0)["parts"]] == ["merge"]
+    expected = sorted(enumerate(times), key=lambda r: r[1])  # stable: 2 before 4 at T0 + 20
+    assert data_rows(target) == [(i, T0 + t) for i, t in expected]
+    assert len(open_storage(target.cfg.location).partition_stats(0)) == 1
+    assert target.state.staged() == []
+
+
 def test_a_stream_target_is_created_by_the_first_commit_with_the_payload_columns(tmp_path, at):
     target = make(tmp_path, "stream", location=at)
     assert clock(target) is None
@@ -639,7 +661,9 @@ batch_plan = st.lists(
 @settings(max_examples=40, deadline=None)
 @given(kind=st.sampled_from(TARGETS), plan=batch_plan)
 def test_exactly_once_and_a_monotone_clock_whatever_the_crashes(make_kind, kind, plan):
-    with tempfile.TemporaryDirectory() as tmp:
+    from pyspark_rowtime.sink import stream_target
+
+    with tempfile.TemporaryDirectory() as tmp, mock.patch.object(stream_target, "RUN_ROWS", 2):
         target = make_kind(Path(tmp), kind)
         expected: list[tuple[int, int]] = []
         clock_now = T0
@@ -656,7 +680,14 @@ def test_exactly_once_and_a_monotone_clock_whatever_the_crashes(make_kind, kind,
                 tasks.append(rows)
             top = max([t for rows in tasks for _, t in rows], default=clock_now)
             bound = None if bound_step is None else top + bound_step
-            batches = [[records(rows, bound if i == 0 else None)] for i, rows in enumerate(tasks)]
+            # A batch a row, in runs of at most two rows: a task's rows out of order overlap
+            # from run to run, and its commit merges them (one task or several).
+            batches = [
+                [records([r]) for r in rows]
+                + ([records([], bound)] if i == 0 and bound is not None else [])
+                or [records([])]
+                for i, rows in enumerate(tasks)
+            ]
             if lose:
                 target.write(TaskInfo(batch_id, 0, 0, "q1"), iter(batches[0]))
             if crash is not None:
