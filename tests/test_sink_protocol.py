@@ -680,14 +680,15 @@ def test_exactly_once_and_a_monotone_clock_whatever_the_crashes(make_kind, kind,
                 tasks.append(rows)
             top = max([t for rows in tasks for _, t in rows], default=clock_now)
             bound = None if bound_step is None else top + bound_step
-            # A batch a row, in runs of at most two rows: a task's rows out of order overlap
-            # from run to run, and its commit merges them (one task or several).
-            batches = [
-                [records([r]) for r in rows]
-                + ([records([], bound)] if i == 0 and bound is not None else [])
-                or [records([])]
-                for i, rows in enumerate(tasks)
-            ]
+            # A batch a row (task 0's bound with its last row, as before), in runs of at most
+            # two rows: a task's rows out of order overlap from run to run, and its commit
+            # merges them (one task or several).
+            batches = []
+            for i, rows in enumerate(tasks):
+                b = bound if i == 0 else None
+                last = len(rows) - 1
+                batch = [records([r], b if k == last else None) for k, r in enumerate(rows)]
+                batches.append(batch or [records([], b)])
             if lose:
                 target.write(TaskInfo(batch_id, 0, 0, "q1"), iter(batches[0]))
             if crash is not None:
