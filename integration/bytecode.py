@@ -1,34 +1,39 @@
-"""Where the Python processes Spark starts import PySpark from, and the project's bytecode: set
-up once per venv by ``./dev`` at install (``.venv`` and each ``./dev matrix`` venv).
+"""Where the Python processes Spark starts import PySpark and Py4J from, and the bytecode they
+find: set up once per venv by ``./dev`` at install (``.venv`` and each ``./dev matrix`` venv).
 
 Spark starts a Python process at every streaming query's start (the Python data source's
 planner) beside its worker daemons, and the tests start a thousand queries and many child
-drivers. Two things made each of those processes slower than it needs to be:
+drivers. Three things made each of those processes slower than it needs to be:
 
-* Spark puts ``$SPARK_HOME/python/lib/pyspark.zip`` ahead of site-packages on their path, so
-  they import PySpark from that zip: a zip holds sources only (``zipimport`` writes no
-  bytecode), so each of them compiled PySpark anew, and every Python task re-reads the zip's
-  directory once for each PySpark package imported from it (PySpark's ``setup_spark_files``
-  calls ``importlib.invalidate_caches()``; Python 3.11's ``zipimport`` then reads the whole
-  directory again, in Python, for each): 67 ms of CPU a task for PySpark 4.3's 1,486 entries.
-  :func:`write_path_file` puts a ``.pth`` file into the venv's site-packages that takes the zip
-  off ``sys.path`` as a process starts (:data:`PTH_LINE`), so PySpark comes from site-packages:
-  the same files, built into the wheel from the same tree (:func:`zip_matches_site_packages`
-  checks every source, and no ``.pth`` is written if one differs), with the bytecode pip
-  compiled at install, found by the ordinary path finder.
-* the project's strict editable install links its files into ``build/`` and nothing compiles
-  them there, and where ``PYTHONDONTWRITEBYTECODE`` is set (it is on this workplace's
-  machines) no process writes their bytecode either. :func:`compile_package` compiles them
-  (timestamp-checked, as Python's own caches: an edited module is compiled again in memory
-  until the next ``./dev`` run writes its new pyc).
+* Spark puts ``$SPARK_HOME/python/lib/pyspark.zip`` and Py4J's source zip
+  (``py4j-*-src.zip``) ahead of site-packages on their path, so they import PySpark and Py4J
+  from those zips: a zip holds sources only (``zipimport`` writes no bytecode), so each of them
+  compiled PySpark and Py4J anew, and every Python task re-reads a zip's directory once for
+  each package imported from it (PySpark's ``setup_spark_files`` calls
+  ``importlib.invalidate_caches()``; Python 3.11's ``zipimport`` then reads the whole directory
+  again, in Python, for each): 67 ms of CPU a task for PySpark 4.3's 1,486 entries.
+  :func:`write_path_file` puts a ``.pth`` file into the venv's site-packages that takes the
+  zips off ``sys.path`` as a process starts (:data:`PTH_LINE`), so both come from
+  site-packages: the same files (pip installs Py4J, and PySpark's wheel is built from the same
+  tree; :func:`zip_matches_site_packages` checks every source, and a zip that differs stays on
+  the path), found by the ordinary path finder with their bytecode.
+* that bytecode: uv installs without compiling, and where ``PYTHONDONTWRITEBYTECODE`` is set
+  (it is on this workplace's machines) no process writes any either, so every process compiled
+  numpy, pyarrow, PySpark and the rest from source at each start. ``./dev`` lets Python write its
+  bytecode cache (it unsets the variable for what it runs), so each module is compiled once,
+  by the first process that imports it.
+* the project's strict editable install links its files into ``build/``: :func:`compile_package`
+  compiles them at install (timestamp-checked, as Python's own caches).
 
 Measured (docs/benchmarks.md, "The test suite and CI"): PySpark's import in a planner took
 0.88-0.95 s of CPU from the zip as shipped; with a ``.pyc`` added into the zip (this module's
 earlier way) 0.31-0.40 s, but the zip's directory, twice as long, cost every task 86 ms instead
 of 67. With the ``.pth``, the query planners of ``integration/test_reader.py`` used 21.5 and
 22.0 s of CPU against 26.4 and 26.7 s with the bytecode in the zip (two interleaved runs each).
-Nothing Spark runs changes: the same PySpark sources. ``ROWTIME_BYTECODE=0`` removes the
-``.pth`` file and compiles nothing.
+With the bytecode cache written, ``integration/test_windows.py`` took 63.5 and 66.7 CPU-s of the
+whole machine against 86.8 and 80.7 without (interleaved). Nothing Spark runs changes: the same
+sources. ``ROWTIME_BYTECODE=0`` removes the ``.pth`` file, compiles nothing, and leaves
+``PYTHONDONTWRITEBYTECODE`` as it is.
 """
 
 from __future__ import annotations
@@ -44,22 +49,22 @@ from pathlib import Path
 #: The file in site-packages; the name says whose it is.
 PTH_NAME = "pyspark_rowtime_tests_pyspark_path.pth"
 #: Its one line (a ``.pth`` line that starts with ``import`` is run by ``site`` at start-up):
-#: every ``sys.path`` entry that is this zip, by its real path, goes.
+#: every ``sys.path`` entry that is one of these zips, by its real path, goes.
 #: (``site`` runs it with ``exec`` inside a function: a name it binds is not seen inside the
-#: comprehension, so the zip's path is written into it.)
+#: comprehension, so the zips' paths are written into it.)
 PTH_LINE = (
-    "import os, sys; "
-    "sys.path[:] = [p for p in sys.path if os.path.realpath(p) != os.path.realpath({zip!r})]"
+    "import os, sys; sys.path[:] = [p for p in sys.path if os.path.realpath(p) not in {zips!r}]"
 )
 
 
-def pyspark_zip() -> Path | None:
-    """The zip the installed PySpark's Python processes import from, if there is one."""
+def spark_zips() -> list[Path]:
+    """The zips the installed PySpark's Python processes import from (PySpark's and Py4J's
+    sources), those that exist."""
     spec = importlib.util.find_spec("pyspark")
     if spec is None or spec.origin is None:
-        return None
-    path = Path(spec.origin).parent / "python" / "lib" / "pyspark.zip"
-    return path if path.is_file() else None
+        return []
+    lib = Path(spec.origin).parent / "python" / "lib"
+    return [p for p in [lib / "pyspark.zip", *sorted(lib.glob("py4j-*-src.zip"))] if p.is_file()]
 
 
 #: Folders of the zip that the wheel may leave out: PySpark's own tests and benchmark scripts
@@ -84,20 +89,26 @@ def zip_matches_site_packages(zip_path: Path, site_packages: Path) -> str | None
     return None
 
 
-def write_path_file(zip_path: Path, site_packages: Path) -> str | None:
-    """Write :data:`PTH_NAME` into ``site_packages`` unless the zip differs from what lies
-    there; returns why not, or None when it is in place."""
-    differs = zip_matches_site_packages(zip_path, site_packages)
+def write_path_file(zip_paths: list[Path], site_packages: Path) -> list[str]:
+    """Write :data:`PTH_NAME` into ``site_packages`` for those of the zips whose sources are
+    all there (none: no file); returns why each of the others stays in use."""
+    why, gone = [], []
+    for zip_path in zip_paths:
+        differs = zip_matches_site_packages(zip_path, site_packages)
+        if differs is None:
+            gone.append(os.path.realpath(zip_path))
+        else:
+            why.append(f"{differs} in {zip_path} differs from site-packages: the zip stays in use")
     target = site_packages / PTH_NAME
-    if differs is not None:
+    if not gone:
         target.unlink(missing_ok=True)
-        return f"{differs} in {zip_path} differs from site-packages: the zip stays in use"
-    line = PTH_LINE.format(zip=str(zip_path)) + "\n"
+        return why
+    line = PTH_LINE.format(zips=tuple(gone)) + "\n"
     if not target.is_file() or target.read_text() != line:
         tmp = target.with_suffix(".tmp")
         tmp.write_text(line)
         os.replace(tmp, target)
-    return None
+    return why
 
 
 def compile_package(name: str = "pyspark_rowtime") -> bool:
@@ -115,11 +126,8 @@ def main() -> None:
     if os.environ.get("ROWTIME_BYTECODE", "1") == "0":
         (site_packages / PTH_NAME).unlink(missing_ok=True)
         return
-    found = pyspark_zip()
-    if found is not None:
-        why = write_path_file(found, site_packages)
-        if why is not None:
-            print(f"bytecode: {why}", file=sys.stderr)
+    for why in write_path_file(spark_zips(), site_packages):
+        print(f"bytecode: {why}", file=sys.stderr)
     compile_package()
 
 

@@ -1,6 +1,7 @@
 """``integration/bytecode.py``, which ``./dev`` runs at install: a ``.pth`` file takes Spark's
-``pyspark.zip`` off the path of the venv's Python processes, so that they import the same
-PySpark from site-packages, and only when every source in the zip is the one in site-packages."""
+``pyspark.zip`` and Py4J's source zip off the path of the venv's Python processes, so that they
+import the same PySpark and Py4J from site-packages, each only when every source in its zip is
+the one in site-packages."""
 
 from __future__ import annotations
 
@@ -31,19 +32,23 @@ def _tree(tmp_path: Path, zip_files: dict[str, bytes], site_files: dict[str, byt
     for name, data in site_files.items():
         (site / name).parent.mkdir(parents=True, exist_ok=True)
         (site / name).write_bytes(data)
-    zip_path = site / "pkg" / "python" / "lib" / "pyspark.zip"
+    return _zip(site / "pkg" / "python" / "lib" / "pyspark.zip", zip_files), site
+
+
+def _zip(zip_path: Path, files: dict[str, bytes]) -> Path:
     zip_path.parent.mkdir(parents=True, exist_ok=True)
     with zipfile.ZipFile(zip_path, "w") as z:
-        for name, data in zip_files.items():
+        for name, data in files.items():
             z.writestr(name, data)
-    return zip_path, site
+    return zip_path
 
 
-def _imported_from(zip_path: Path, site: Path) -> str:
-    """Where ``pkg.mod`` comes from in a fresh process that has the zip first on its path (as
+def _imported_from(zip_path: Path | list[Path], site: Path, module: str = "pkg.mod") -> str:
+    """Where ``module`` comes from in a fresh process that has the zips first on its path (as
     Spark's Python processes do) and processes ``site``'s ``.pth`` files."""
-    code = f"import site; site.addsitedir({str(site)!r}); import pkg.mod as m; print(m.WHERE)"
-    env = {**os.environ, "PYTHONPATH": str(zip_path)}
+    zips = zip_path if isinstance(zip_path, list) else [zip_path]
+    code = f"import site; site.addsitedir({str(site)!r}); import {module} as m; print(m.WHERE)"
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join(map(str, zips))}
     out = subprocess.run(
         [sys.executable, "-c", code], capture_output=True, text=True, env=env, timeout=60
     )
@@ -59,9 +64,9 @@ def test_the_processes_import_from_site_packages_once_the_path_file_is_written(
     zip_path, site = _tree(tmp_path, {**same, "pkg/tests/test_x.py": b"1\n"}, same)
     assert ".zip" in _imported_from(zip_path, site)  # Spark's order: the zip first
 
-    assert bytecode.write_path_file(zip_path, site) is None
+    assert bytecode.write_path_file([zip_path], site) == []
     assert _imported_from(zip_path, site) == str(site / "pkg" / "mod.py")
-    assert bytecode.write_path_file(zip_path, site) is None  # again: the same file, unchanged
+    assert bytecode.write_path_file([zip_path], site) == []  # again: the same file, unchanged
     assert len(list(site.glob("*.pth"))) == 1
 
 
@@ -71,27 +76,44 @@ def test_a_zip_whose_sources_differ_stays_in_use(tmp_path: Path) -> None:
     site_files = {"pkg/__init__.py": b"", "pkg/mod.py": b"WHERE = 'other'\n"}
     zip_path, site = _tree(tmp_path, zip_files, site_files)
     (site / bytecode.PTH_NAME).write_text("# from an earlier run\n")
-    why = bytecode.write_path_file(zip_path, site)
-    assert why is not None and "pkg/mod.py" in why and "stays in use" in why
+    (why,) = bytecode.write_path_file([zip_path], site)
+    assert "pkg/mod.py" in why and "stays in use" in why
     assert not (site / bytecode.PTH_NAME).exists()  # an earlier run's file goes too
     assert _imported_from(zip_path, site).startswith("zip ")
 
 
-def test_the_test_venv_has_it_and_pyspark_comes_from_site_packages() -> None:
-    """What ``./dev`` set up for this run: Spark's Python processes get PySpark from
-    site-packages, with the zip on their path as Spark puts it."""
+def test_of_two_zips_the_one_that_matches_goes_and_the_other_stays(tmp_path: Path) -> None:
+    """Spark's two zips (PySpark's and Py4J's) are judged each on its own."""
     bytecode = _bytecode()
-    found = bytecode.pyspark_zip()
+    same = {"pkg/__init__.py": b"", "pkg/mod.py": b"WHERE = __file__\n"}
+    other = {"lib4j/__init__.py": b"", "lib4j/mod.py": b"WHERE = 'zip ' + __file__\n"}
+    site_other = {"lib4j/__init__.py": b"", "lib4j/mod.py": b"WHERE = 'site'\n"}
+    zip_path, site = _tree(tmp_path, same, {**same, **site_other})
+    zip4j = _zip(zip_path.parent / "lib4j-src.zip", other)
+    (why,) = bytecode.write_path_file([zip_path, zip4j], site)
+    assert "lib4j/mod.py" in why and str(zip4j) in why
+    assert _imported_from([zip_path, zip4j], site) == str(site / "pkg" / "mod.py")
+    assert _imported_from([zip_path, zip4j], site, "lib4j.mod").startswith("zip ")
+
+
+def test_the_test_venv_has_it_and_pyspark_comes_from_site_packages() -> None:
+    """What ``./dev`` set up for this run: Spark's Python processes get PySpark and Py4J from
+    site-packages, with the zips on their path as Spark puts them."""
+    bytecode = _bytecode()
+    found = bytecode.spark_zips()
     pth = Path(sysconfig.get_paths()["purelib"]) / bytecode.PTH_NAME
-    if found is None or not pth.is_file():
+    if not found or not pth.is_file():
         pytest.skip("this venv was not set up by ./dev (integration/bytecode.py), or has no zip")
-    env = {**os.environ, "PYTHONPATH": str(found)}
+    assert {p.name.split("-")[0] for p in found} == {"pyspark.zip", "py4j"}
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join(map(str, found))}
     out = subprocess.run(
-        [sys.executable, "-c", "import pyspark; print(pyspark.__file__)"],
+        [sys.executable, "-c", "import pyspark, py4j; print(pyspark.__file__, py4j.__file__)"],
         capture_output=True,
         text=True,
         env=env,
         timeout=60,
         check=True,
     )
-    assert ".zip" not in out.stdout and out.stdout.strip().endswith("pyspark/__init__.py")
+    where = out.stdout.split()
+    assert ".zip" not in out.stdout and where[0].endswith("pyspark/__init__.py"), where
+    assert where[1].endswith("site-packages/py4j/__init__.py"), where
