@@ -598,19 +598,22 @@ def month_failures(
     clock than the streaming query did). Returns the failures and the accounting: every
     committed row is in the target, discarded with a reason, or beyond retention (in a range
     trimmed before a query read it), and none twice (but a row in the target that only such
-    reads discarded, counted apart)."""
+    reads discarded, counted in ``in_target`` and apart in ``judged_after_trim``): the figures
+    ``in_target``, ``discarded``, ``beyond_retention`` and ``lost`` add up to ``committed``."""
     failures: list[str] = []
     dropped = Counter(i for i, _ in discarded.elements())
-    in_target = beyond = lost = after_trim = 0
+    in_target = only_discarded = beyond = lost = after_trim = 0
     for i, (p, offset, _) in source.items():
         n, d = target.get(i, 0), dropped.get(i, 0)
         if n == 1 and d > 0 and i in (judged_after_trim or set()):
-            in_target += 1
+            in_target += 1  # counted once, in the target, and apart
             after_trim += 1
         elif n + d > 1:
             failures.append(f"row {i} is in the target {n} times and discarded {d} times")
         elif n == 1:
             in_target += 1
+        elif d == 1:
+            only_discarded += 1
         elif (
             d == 0
             and offset < first_kept_at_end.get(p, 0)
@@ -643,7 +646,7 @@ def month_failures(
     figures = {
         "committed": len(source),
         "in_target": in_target,
-        "discarded": sum(dropped.values()),
+        "discarded": only_discarded,  # rows discarded and not in the target
         "beyond_retention": beyond,
         "lost": lost,
         "judged_after_trim": after_trim,
