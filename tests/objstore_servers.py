@@ -2,8 +2,8 @@
 
 Both start in about a second:
 
-* **moto** (``moto.server.ThreadedMotoServer``) runs in a Python process of its own
-  (:func:`serve_moto`). Its conditional put looks the key up and then writes, with no lock
+* **moto** (its werkzeug application, served as ``moto.server.ThreadedMotoServer`` serves it)
+  runs in a Python process of its own (:func:`serve_moto`). Its conditional put looks the key up and then writes, with no lock
   between, so two racing creates of one key can both win: the server serialises moto's object
   writes behind one lock, so that the race tests test the backend and not moto. Real S3 (and
   Azurite) decide a conditional put atomically. In the test's own process it shared the GIL
@@ -17,21 +17,25 @@ Both start in about a second:
 Clients are pointed at them through the standard variables (``AWS_ENDPOINT_URL``,
 ``AZURE_STORAGE_ENDPOINT``, ...), as users point the backend at their clouds; :meth:`env` gives
 them. Tests skip, saying why, only when node/npm are absent (Azurite) or moto is not installed.
-Every server listens on 127.0.0.1 only.
+Every server listens on 127.0.0.1 only. A server's start waits until that process itself
+listens (a connection could reach another process's socket on the port), and its failure
+carries the server's output.
 """
 
 from __future__ import annotations
 
 import json
 import os
+import random
 import shutil
 import socket
 import subprocess
 import sys
+import tempfile
 import threading
 import time
 import uuid
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Collection, Iterator
 from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
@@ -55,17 +59,104 @@ def _free_port() -> int:
         return int(s.getsockname()[1])
 
 
+def _ephemeral_range() -> tuple[int, int]:
+    """The ports the kernel hands out for ``bind(0)`` and outgoing connections (inclusive)."""
+    try:
+        lo, hi = Path("/proc/sys/net/ipv4/ip_local_port_range").read_text().split()
+        return int(lo), int(hi)
+    except (OSError, ValueError):
+        return 32768, 60999  # Linux's default
+
+
+#: Where reserved ports are drawn from: above the well-known and registered ports tools use
+#: (Spark Connect's 15002, Spark's UI 4040 and up), below the kernel's ephemeral range.
+_RESERVED_FROM = 20000
+_RESERVED_SLICE = 1000  # ports per xdist worker: gw0 draws from the first slice, gw1 the next
+
+
+def _reserved_port(taken: Collection[int] = ()) -> int:
+    """A free loopback port that stays free until a server binds it, maybe minutes later.
+
+    A port from ``bind(0)`` is in the kernel's ephemeral range: once it is closed again, any
+    process's next ``bind(0)`` or outgoing connection may take it (Spark's JVMs and workers
+    make thousands). That happened in a CI run (2026-11-28): Azurite, started 10 minutes after
+    its port was chosen, found it taken and exited, while the wait for it connected to the
+    other process's socket and the container's creation timed out. So the port comes from
+    outside that range, from the xdist worker's own slice (workers of one run never draw the
+    same port), and is checked free now."""
+    lo, hi = _ephemeral_range()
+    worker = os.environ.get("PYTEST_XDIST_WORKER", "gw0").removeprefix("gw")
+    index = int(worker) if worker.isdigit() else 0
+    start = _RESERVED_FROM + (index % 8) * _RESERVED_SLICE
+    candidates = [
+        p for p in range(start, start + _RESERVED_SLICE) if not lo <= p <= hi and p not in taken
+    ]
+    random.shuffle(candidates)
+    for port in candidates[:200]:
+        with socket.socket() as s:
+            try:
+                s.bind(("127.0.0.1", port))
+            except OSError:
+                continue
+            return port
+    return _free_port()  # an unusual port range: the ephemeral way, as before
+
+
+def _log_tail(log: Path | None, limit: int = 4000) -> str:
+    if log is None:
+        return ""
+    try:
+        text = log.read_text(errors="replace").strip()
+    except OSError:
+        return ""
+    return f"; its output ({log}):\n{text[-limit:]}" if text else f"; it printed nothing ({log})"
+
+
+def _listens(port: int, proc: subprocess.Popen[bytes] | None) -> bool:
+    """Whether ``proc`` (any process, when None) listens on 127.0.0.1:``port``. Linux tells
+    which process holds the listening socket: a connection alone would also succeed on another
+    process's socket on that port, and the wait would end on a server that is not ours."""
+    if proc is not None and Path("/proc/net/tcp").exists():
+        try:
+            listening = set()
+            for table in ("/proc/net/tcp", "/proc/net/tcp6"):
+                if not Path(table).exists():  # no IPv6 here
+                    continue
+                for line in Path(table).read_text().splitlines()[1:]:
+                    fields = line.split()
+                    if fields[3] == "0A" and int(fields[1].rsplit(":", 1)[1], 16) == port:
+                        listening.add(f"socket:[{fields[9]}]")
+            fds = Path(f"/proc/{proc.pid}/fd")
+            return any(os.readlink(fd) in listening for fd in fds.iterdir())
+        except OSError:
+            return False  # the process is gone: the caller sees it exit
+    try:
+        with socket.create_connection(("127.0.0.1", port), timeout=0.5):
+            return True
+    except OSError:
+        return False
+
+
 def _wait_port(port: int, proc: subprocess.Popen[bytes] | None = None) -> None:
     deadline = time.monotonic() + _START_TIMEOUT_S
     while time.monotonic() < deadline:
         if proc is not None and proc.poll() is not None:
-            raise RuntimeError(f"the server exited with {proc.returncode} before it listened")
-        try:
-            with socket.create_connection(("127.0.0.1", port), timeout=0.5):
-                return
-        except OSError:
-            time.sleep(0.05)
+            raise RuntimeError(
+                f"the server exited with {proc.returncode} before it listened on 127.0.0.1:{port}"
+            )
+        if _listens(port, proc):
+            return
+        time.sleep(0.05)
     raise RuntimeError(f"nothing listens on 127.0.0.1:{port} after {_START_TIMEOUT_S:g} s")
+
+
+@contextmanager
+def _explained(what: str, log: Path | None) -> Iterator[None]:
+    """Errors while a server is set up carry its output."""
+    try:
+        yield
+    except Exception as e:
+        raise RuntimeError(f"{what} did not start: {e}{_log_tail(log)}") from e
 
 
 class ObjectServer:
@@ -172,7 +263,8 @@ def azurite_env(port: int) -> dict[str, str]:
 def reserve_ports() -> None:
     """Choose the session's server ports now and point the standard variables at them in
     ``os.environ`` (the servers start later, when a test asks for them)."""
-    s3, az = _free_port(), _free_port()
+    s3 = _reserved_port()
+    az = _reserved_port({s3})
     os.environ[S3_PORT_ENV], os.environ[AZURITE_PORT_ENV] = str(s3), str(az)
     os.environ.update(s3_env(s3))
     os.environ.update(azurite_env(az))
@@ -188,40 +280,53 @@ def moto_server(port: int | None = None) -> Iterator[ObjectServer]:
     """moto's S3 server on a loopback port (a free one by default), with one bucket, in a
     Python process of its own (:func:`serve_moto`)."""
     port = port or _free_port()
-    proc = subprocess.Popen(
-        [sys.executable, __file__, "moto", str(port)],
-        stdin=subprocess.PIPE,  # closed when this process ends, however it ends
-        stdout=subprocess.DEVNULL,
-        stderr=subprocess.DEVNULL,
-    )
+    fd, name = tempfile.mkstemp(prefix=f"rowtime-moto-{port}-", suffix=".log")
+    log = Path(name)
+    with open(fd, "wb") as out:
+        proc = subprocess.Popen(
+            [sys.executable, __file__, "moto", str(port)],
+            stdin=subprocess.PIPE,  # closed when this process ends, however it ends
+            stdout=out,
+            stderr=out,
+        )
     try:
-        _wait_port(port, proc)
-        env = s3_env(port)
-        bucket = "rowtime-tests"
-        import boto3
+        with _explained(f"moto's S3 server on 127.0.0.1:{port}", log):
+            _wait_port(port, proc)
+            env = s3_env(port)
+            bucket = "rowtime-tests"
+            import boto3
 
-        boto3.client(
-            "s3",
-            endpoint_url=env["AWS_ENDPOINT_URL"],
-            aws_access_key_id="testing",
-            aws_secret_access_key="testing-secret",
-            region_name="us-east-1",
-        ).create_bucket(Bucket=bucket)
+            boto3.client(
+                "s3",
+                endpoint_url=env["AWS_ENDPOINT_URL"],
+                aws_access_key_id="testing",
+                aws_secret_access_key="testing-secret",
+                region_name="us-east-1",
+            ).create_bucket(Bucket=bucket)
         yield ObjectServer("s3", bucket, env)
     finally:
         _stop(proc)
+        log.unlink(missing_ok=True)
 
 
 def serve_moto(port: int) -> None:
     """The moto server process: serves until its parent closes our stdin (or dies)."""
-    from moto.server import ThreadedMotoServer
+    from moto.moto_server.werkzeug_app import (
+        DomainDispatcherApplication,
+        MotoRequestHandler,
+        create_backend_app,
+    )
+    from werkzeug.serving import make_server
 
     _serialise_moto_writes()
     _quiet_moto()
-    server = ThreadedMotoServer(ip_address="127.0.0.1", port=port, verbose=False)
-    server.start()
+    # What moto's ThreadedMotoServer does, but binding here: its thread binds, and when the port
+    # is taken the thread dies and start() waits forever. make_server exits, saying why.
+    app = DomainDispatcherApplication(create_backend_app)
+    server = make_server("127.0.0.1", port, app, True, request_handler=MotoRequestHandler)
+    threading.Thread(target=server.serve_forever, daemon=True).start()
     sys.stdin.read()
-    server.stop()
+    server.shutdown()
 
 
 def azurite_dir() -> Path:
@@ -279,6 +384,9 @@ def azurite_server(workdir: Path, port: int | None = None) -> Iterator[ObjectSer
     """Azurite's blob service on a loopback port (a free one by default), with one container."""
     exe = install_azurite()
     port = port or _free_port()
+    workdir.mkdir(parents=True, exist_ok=True)
+    log = workdir / "azurite.log"  # --silent keeps requests out of it; errors stay
+    out = log.open("wb")
     proc = subprocess.Popen(
         [
             str(exe),
@@ -292,21 +400,25 @@ def azurite_server(workdir: Path, port: int | None = None) -> Iterator[ObjectSer
             "--skipApiVersionCheck",
             "--silent",
         ],
-        stdout=subprocess.DEVNULL,
-        stderr=subprocess.DEVNULL,
+        stdout=out,
+        stderr=out,
     )
+    out.close()
     try:
-        _wait_port(port, proc)
-        env = azurite_env(port)
-        endpoint = env["AZURE_STORAGE_ENDPOINT"]
-        container = "rowtime-tests"
-        from azure.storage.blob import BlobServiceClient
+        with _explained(f"Azurite on 127.0.0.1:{port}", log):
+            _wait_port(port, proc)
+            env = azurite_env(port)
+            endpoint = env["AZURE_STORAGE_ENDPOINT"]
+            container = "rowtime-tests"
+            from azure.storage.blob import BlobServiceClient
 
-        conn = (
-            f"DefaultEndpointsProtocol=http;AccountName={AZURITE_ACCOUNT};"
-            f"AccountKey={AZURITE_KEY};BlobEndpoint={endpoint};"
-        )
-        BlobServiceClient.from_connection_string(conn).create_container(container)
+            conn = (
+                f"DefaultEndpointsProtocol=http;AccountName={AZURITE_ACCOUNT};"
+                f"AccountKey={AZURITE_KEY};BlobEndpoint={endpoint};"
+            )
+            BlobServiceClient.from_connection_string(
+                conn, connection_timeout=10, read_timeout=30
+            ).create_container(container)
         yield ObjectServer("az", container, env)
     finally:
         _stop(proc)
