@@ -90,6 +90,52 @@ def test_the_installed_entry_points_name_each_backend_for_the_schemes_it_serves(
             assert ep.load() is package.BACKEND, (name, scheme)
 
 
+def test_the_packaged_schemes_are_the_entry_points_and_need_no_metadata(monkeypatch):
+    # storage.PACKAGED and pyproject.toml's entry points name the same backends: a process that
+    # opens a stream of this package's schemes reads no distribution's metadata (0.1 s of CPU
+    # in each Spark Python process, whose path holds Spark's 5,973-entry spark-core jar).
+    points = {ep.name: ep.value for ep in entry_points(group=storage.ENTRY_POINT_GROUP)}
+    packaged = {
+        scheme or storage.PATH_SCHEME: f"pyspark_rowtime.streams.{module}:BACKEND"
+        for scheme, module in storage.PACKAGED.items()
+    }
+    assert packaged == points
+
+    def no_metadata() -> dict[str, object]:
+        raise AssertionError("the metadata was read for a packaged scheme")
+
+    monkeypatch.setattr(storage, "_entry_points", no_metadata)
+    monkeypatch.setattr(storage, "_BACKENDS", {})
+    for scheme, module in storage.PACKAGED.items():
+        location = "relative/path" if scheme == "" else f"{scheme}://host/x/y"
+        backend = backend_for(location)
+        assert backend is importlib.import_module(f"pyspark_rowtime.streams.{module}").BACKEND
+
+
+def test_another_packages_scheme_is_found_by_its_entry_point_and_ours_stay_ours(monkeypatch):
+    # A backend from another distribution: its entry point is loaded the first time a location
+    # of its scheme is used. One that claims a scheme of this package's does not replace it
+    # (register_backend does, on purpose).
+    from importlib.metadata import EntryPoint
+
+    local = importlib.import_module("pyspark_rowtime.streams.local")
+    redis = importlib.import_module("pyspark_rowtime.streams.redis")
+    group = storage.ENTRY_POINT_GROUP
+    theirs = {
+        "demo": EntryPoint("demo", "pyspark_rowtime.streams.local:BACKEND", group),
+        "s3": EntryPoint("s3", "pyspark_rowtime.streams.redis:BACKEND", group),
+        "broken": EntryPoint("broken", "no_such_module_rowtime:BACKEND", group),
+    }
+    monkeypatch.setattr(storage, "_entry_points", lambda: theirs)
+    monkeypatch.setattr(storage, "_BACKENDS", {})
+    assert backend_for("demo://anything/s") is local.BACKEND
+    assert backend_for("s3://bucket/s") is not redis.BACKEND
+    with pytest.raises(
+        OptionError, match=r"broken:// locations \(no_such_module_rowtime:BACKEND\)"
+    ):
+        backend_for("broken://x/s")
+
+
 def test_a_location_loads_its_own_backend_and_no_other(tmp_path):
     # A fresh interpreter: the package, then a local path, imports neither the Redis backend
     # nor the Redis client; a redis:// location imports the backend, still not the client
