@@ -16,7 +16,13 @@ drivers. Three things made each of those processes slower than it needs to be:
   zips off ``sys.path`` as a process starts (:data:`PTH_LINE`), so both come from
   site-packages: the same files (pip installs Py4J, and PySpark's wheel is built from the same
   tree; :func:`zip_matches_site_packages` checks every source, and a zip that differs stays on
-  the path), found by the ordinary path finder with their bytecode.
+  the path), found by the ordinary path finder with their bytecode. Spark puts its spark-core
+  jar on that path too (5,973 entries, no Python): :func:`spark_core_jars`, gone the same way.
+  The line also drops the zip importers that imports before it cached for these paths
+  (coverage's ``.pth`` runs first), which ``invalidate_caches()`` made re-read the jar's and
+  the zips' directories in every task: ``integration/test_windows.py``, interleaved, 76.6 and
+  74.3 CPU-s of the machine before, 72.0 and 66.1 with this and the stream backends found
+  without the metadata (``streams/storage.py``, ``PACKAGED``).
 * that bytecode: uv installs without compiling, and where ``PYTHONDONTWRITEBYTECODE`` is set
   (it is on this workplace's machines) no process writes any either, so every process compiled
   numpy, pyarrow, PySpark and the rest from source at each start. ``./dev`` lets Python write its
@@ -49,11 +55,16 @@ from pathlib import Path
 #: The file in site-packages; the name says whose it is.
 PTH_NAME = "pyspark_rowtime_tests_pyspark_path.pth"
 #: Its one line (a ``.pth`` line that starts with ``import`` is run by ``site`` at start-up):
-#: every ``sys.path`` entry that is one of these zips, by its real path, goes.
-#: (``site`` runs it with ``exec`` inside a function: a name it binds is not seen inside the
-#: comprehension, so the zips' paths are written into it.)
+#: every ``sys.path`` entry that is one of these archives, by its real path, goes, and so does
+#: the importer that an earlier ``.pth`` file's imports cached for it (coverage's runs first):
+#: ``importlib.invalidate_caches()``, which PySpark calls in every task, re-reads the directory
+#: of each zip importer in ``sys.path_importer_cache``. (``site`` runs the line with ``exec``
+#: inside a function: a name it binds is not seen inside a comprehension, so the paths are
+#: written into it twice.)
 PTH_LINE = (
-    "import os, sys; sys.path[:] = [p for p in sys.path if os.path.realpath(p) not in {zips!r}]"
+    "import os, sys; sys.path[:] = [p for p in sys.path if os.path.realpath(p) not in {zips!r}]; "
+    "[sys.path_importer_cache.pop(k) for k in list(sys.path_importer_cache) "
+    "if any((os.path.realpath(k) + os.sep).startswith(z + os.sep) for z in {zips!r})]"
 )
 
 
@@ -65,6 +76,24 @@ def spark_zips() -> list[Path]:
         return []
     lib = Path(spec.origin).parent / "python" / "lib"
     return [p for p in [lib / "pyspark.zip", *sorted(lib.glob("py4j-*-src.zip"))] if p.is_file()]
+
+
+def spark_core_jars() -> list[Path]:
+    """The jar Spark also puts on its Python processes' path (the one that holds
+    ``PythonUtils``, spark-core: for a YARN assembly that carried PySpark), those that exist.
+    PySpark's wheel ships it with 5,973 entries and no Python in them, and ``zipimport`` reads
+    its whole directory for every import searched past it, and again after every
+    ``importlib.invalidate_caches()``; ``importlib.metadata`` lists it on each call too."""
+    spec = importlib.util.find_spec("pyspark")
+    if spec is None or spec.origin is None:
+        return []
+    return sorted((Path(spec.origin).parent / "jars").glob("spark-core_*.jar"))
+
+
+def has_python(archive: Path) -> bool:
+    """Whether ``archive`` (a zip or jar) holds anything Python could import."""
+    with zipfile.ZipFile(archive) as z:
+        return any(n.endswith((".py", ".pyc", ".so", ".pyd")) for n in z.namelist())
 
 
 #: Folders of the zip that the wheel may leave out: PySpark's own tests and benchmark scripts
@@ -89,9 +118,12 @@ def zip_matches_site_packages(zip_path: Path, site_packages: Path) -> str | None
     return None
 
 
-def write_path_file(zip_paths: list[Path], site_packages: Path) -> list[str]:
+def write_path_file(
+    zip_paths: list[Path], site_packages: Path, jars: list[Path] | None = None
+) -> list[str]:
     """Write :data:`PTH_NAME` into ``site_packages`` for those of the zips whose sources are
-    all there (none: no file); returns why each of the others stays in use."""
+    all there and those of ``jars`` that hold no Python (none: no file); returns why each of
+    the others stays in use."""
     why, gone = [], []
     for zip_path in zip_paths:
         differs = zip_matches_site_packages(zip_path, site_packages)
@@ -99,6 +131,11 @@ def write_path_file(zip_paths: list[Path], site_packages: Path) -> list[str]:
             gone.append(os.path.realpath(zip_path))
         else:
             why.append(f"{differs} in {zip_path} differs from site-packages: the zip stays in use")
+    for jar in jars or []:
+        if has_python(jar):
+            why.append(f"{jar} holds Python: it stays in use")
+        else:
+            gone.append(os.path.realpath(jar))
     target = site_packages / PTH_NAME
     if not gone:
         target.unlink(missing_ok=True)
@@ -126,7 +163,7 @@ def main() -> None:
     if os.environ.get("ROWTIME_BYTECODE", "1") == "0":
         (site_packages / PTH_NAME).unlink(missing_ok=True)
         return
-    for why in write_path_file(spark_zips(), site_packages):
+    for why in write_path_file(spark_zips(), site_packages, spark_core_jars()):
         print(f"bytecode: {why}", file=sys.stderr)
     compile_package()
 

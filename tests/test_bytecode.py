@@ -96,6 +96,38 @@ def test_of_two_zips_the_one_that_matches_goes_and_the_other_stays(tmp_path: Pat
     assert _imported_from([zip_path, zip4j], site, "lib4j.mod").startswith("zip ")
 
 
+def test_a_jar_without_python_leaves_the_path_and_no_zip_importer_stays_cached(
+    tmp_path: Path,
+) -> None:
+    """Spark's spark-core jar (no Python in it) is on its Python processes' path too; it goes,
+    and so does every zip importer that imports before the ``.pth`` line cached (PySpark calls
+    ``importlib.invalidate_caches()`` in every task: each cached zip importer re-reads its
+    whole directory). A jar that holds Python stays."""
+    bytecode = _bytecode()
+    same = {"pkg/__init__.py": b"", "pkg/mod.py": b"WHERE = __file__\n"}
+    zip_path, site = _tree(tmp_path, same, same)
+    jar = _zip(tmp_path / "jars" / "spark-core_2.13-9.9.9.jar", {"org/A.class": b"\xca\xfe"})
+    with_python = _zip(tmp_path / "jars" / "spark-other.jar", {"lib/m.py": b"X = 1\n"})
+    # An earlier .pth file that imports (as coverage's does) fills sys.path_importer_cache.
+    (site / "a0_imports.pth").write_text("import json.decoder\n")
+    (why,) = bytecode.write_path_file([zip_path], site, [jar, with_python])
+    assert str(with_python) in why and "holds Python" in why
+    code = (
+        f"import site, sys; site.addsitedir({str(site)!r}); "
+        f"print([p for p in sys.path if p.startswith({str(tmp_path)!r}) and p[-4] == '.']); "
+        "print(sorted(k for k, v in sys.path_importer_cache.items() "
+        "if type(v).__name__ == 'zipimporter'))"
+    )
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join(map(str, [zip_path, jar, with_python]))}
+    out = subprocess.run(
+        [sys.executable, "-c", code], capture_output=True, text=True, env=env, timeout=60
+    )
+    assert out.returncode == 0 and not out.stderr, out.stderr
+    path, cached = out.stdout.splitlines()
+    assert path == repr([str(with_python)]), path
+    assert str(zip_path) not in cached and str(jar) not in cached, cached
+
+
 def test_the_test_venv_has_it_and_pyspark_comes_from_site_packages() -> None:
     """What ``./dev`` set up for this run: Spark's Python processes get PySpark and Py4J from
     site-packages, with the zips on their path as Spark puts them."""
