@@ -3,13 +3,14 @@
 Both start in about a second:
 
 * **moto** (its werkzeug application, served as ``moto.server.ThreadedMotoServer`` serves it)
-  runs in a Python process of its own (:func:`serve_moto`). Its conditional put looks the key up and then writes, with no lock
-  between, so two racing creates of one key can both win: the server serialises moto's object
-  writes behind one lock, so that the race tests test the backend and not moto. Real S3 (and
-  Azurite) decide a conditional put atomically. In the test's own process it shared the GIL
-  with the test and was traced by coverage: Spark's sink on S3 (``integration/test_sink.py``,
-  the chain of streams), two interleaved runs each under coverage, took 81 and 84 s (100 and
-  104 CPU-s of the machine) with moto in process, 67 and 72 s (85 and 92 CPU-s) with it apart.
+  runs in a Python process of its own (:func:`serve_moto`). Its conditional put looks the key up
+  and then writes, with no lock between, so two racing creates of one key can both win: the
+  server serialises moto's object writes behind one lock, so that the race tests test the
+  backend and not moto. Real S3 (and Azurite) decide a conditional put atomically. In the test's
+  own process it shared the GIL with the test and was traced by coverage: Spark's sink on S3
+  (``integration/test_sink.py``, the chain of streams), two interleaved runs each under
+  coverage, took 81 and 84 s (100 and 104 CPU-s of the machine) with moto in process, 67 and 72
+  s (85 and 92 CPU-s) with it apart.
 * **Azurite** is Microsoft's emulator from the npm registry: installed into
   ``~/.cache/pyspark-rowtime/azurite-npm`` (``ROWTIME_AZURITE_DIR`` overrides) when missing,
   started with ``--disableTelemetry`` (without it Azurite sends telemetry off the machine).
