@@ -32,6 +32,7 @@ import numpy.typing as npt
 import pyarrow as pa
 import pyarrow.compute as pc
 
+from .arrays import as_numpy, to_arrow
 from .bounds import END_OF_STREAM_US, MIN_ROWTIME_US
 from .durations import parse_duration_us
 from .errors import InvalidRowtimeError, OptionError, shown
@@ -442,7 +443,7 @@ def _array_to_us(array: pa.Array, tf: TimeFormat, what: str, base: int) -> Int64
     if pa.types.is_dictionary(array.type):
         array = array.dictionary_decode()
     if array.null_count:
-        index = int(np.flatnonzero(array.is_null().to_numpy(zero_copy_only=False))[0])
+        index = int(np.flatnonzero(as_numpy(array.is_null()))[0])
         raise _bad_value(what, base, index, None, "a null, but a rowtime is required", tf)
     kind = array.type
 
@@ -462,28 +463,28 @@ def _array_to_us(array: pa.Array, tf: TimeFormat, what: str, base: int) -> Int64
         return result
 
     if pa.types.is_timestamp(kind):
-        raw = array.view(pa.int64()).to_numpy(zero_copy_only=False)
+        raw = as_numpy(array.view(pa.int64()))
         result = _scale_ints(raw, *EPOCH_UNITS_US[kind.unit], array, what, base, tf)
         if kind.tz is None:
             result = wall_to_utc_array(result, tf.tz)
         return check_range(result)
     if pa.types.is_date32(kind):
-        days = array.view(pa.int32()).to_numpy(zero_copy_only=False).astype(np.int64)
+        days = as_numpy(array.view(pa.int32())).astype(np.int64)
         return check_range(wall_to_utc_array(days * US_PER_DAY, tf.tz))
     if pa.types.is_date64(kind):
-        ms = array.view(pa.int64()).to_numpy(zero_copy_only=False)
+        ms = as_numpy(array.view(pa.int64()))
         result = _scale_ints(ms, 1_000, 1, array, what, base, tf)
         return check_range(wall_to_utc_array(result, tf.tz))
     if pa.types.is_integer(kind):
         if pa.types.is_uint64(kind):
             big = pc.greater(array, pa.scalar(2**63 - 1, pa.uint64()))
             if pc.any(big).as_py():
-                index = int(np.flatnonzero(big.to_numpy(zero_copy_only=False))[0])
+                index = int(np.flatnonzero(as_numpy(big))[0])
                 raise _bad_value(what, base, index, _item(array, index), "out of range", tf)
-        raw = array.cast(pa.int64(), safe=False).to_numpy(zero_copy_only=False)
+        raw = as_numpy(array.cast(pa.int64(), safe=False))
         return check_range(_scale_ints(raw, *EPOCH_UNITS_US[tf.unit], array, what, base, tf))
     if pa.types.is_floating(kind):
-        floats = array.cast(pa.float64()).to_numpy(zero_copy_only=False)
+        floats = as_numpy(array.cast(pa.float64()))
         finite = np.isfinite(floats)
         mul, div = EPOCH_UNITS_US[tf.unit]
         limit = (np.abs(floats) * mul / div) <= float(END_OF_STREAM_US) + 2
@@ -558,7 +559,7 @@ def _scale_ints(
 def _digits(field: pa.Array, default: str = "0") -> Int64Array:
     """A column of ASCII digit strings as int64; empty strings (absent groups) read as default."""
     filled = pc.if_else(pc.equal(pc.utf8_length(field), 0), default, field)
-    return filled.cast(pa.int64()).to_numpy(zero_copy_only=False)
+    return as_numpy(filled.cast(pa.int64()))
 
 
 def _strings_to_us(strings: pa.Array, tf: TimeFormat, what: str, base: int) -> Int64Array:
@@ -575,15 +576,15 @@ def _strings_to_us(strings: pa.Array, tf: TimeFormat, what: str, base: int) -> I
             out[remaining[matched]] = converted
         else:
             extracted = pc.extract_regex(pending, pattern=form.re2)
-            matched = extracted.is_valid().to_numpy(zero_copy_only=False)
+            matched = as_numpy(extracted.is_valid())
             if matched.any():
                 rows = remaining[matched]
-                fields = extracted.filter(pa.array(matched))
+                fields = extracted.filter(to_arrow(matched))
                 out[rows] = _fields_to_us(fields, form, rows, strings, tf, what, base)
         if not matched.all():
             keep = ~matched
             remaining = remaining[keep]
-            pending = pending.filter(pa.array(keep))
+            pending = pending.filter(to_arrow(keep))
         else:
             remaining = remaining[:0]
     if remaining.size:
@@ -617,7 +618,7 @@ def _arrow_fast(
     if form is not ISO and form is not SDP:
         return None
     matched = pc.match_substring_regex(strings, pattern=form.re2)
-    mask = matched.to_numpy(zero_copy_only=False)
+    mask = as_numpy(matched)
     if not mask.any():
         return None
     subset = strings if mask.all() else strings.filter(matched)
@@ -627,20 +628,18 @@ def _arrow_fast(
     else:
         iso = subset
         # Scan rather than guess: a cast that fails costs far more than this regex.
-        zoned = pc.match_substring_regex(subset, pattern=_ISO_ZONED_RE).to_numpy(
-            zero_copy_only=False
-        )
+        zoned = as_numpy(pc.match_substring_regex(subset, pattern=_ISO_ZONED_RE))
     out = np.empty(len(subset), dtype=np.int64)
     for want_zoned, kind in ((True, pa.timestamp("ns", "UTC")), (False, pa.timestamp("ns"))):
         picked = zoned if want_zoned else ~zoned
         if not picked.any():
             continue
-        part = iso if picked.all() else iso.filter(pa.array(picked))
+        part = iso if picked.all() else iso.filter(to_arrow(picked))
         try:
             ns = pc.cast(part, kind)
         except pa.ArrowInvalid:
             return None
-        us = ns.view(pa.int64()).to_numpy(zero_copy_only=False) // 1_000
+        us = as_numpy(ns.view(pa.int64())) // 1_000
         out[picked] = us if want_zoned else wall_to_utc_array(us, tz)
     return mask, out
 
@@ -675,13 +674,13 @@ def _fields_to_us(
     if "hour12" in names:
         hour12 = _digits(col("hour12"))
         valid &= (hour12 >= 1) & (hour12 <= 12)
-        pm = pc.equal(pc.utf8_lower(col("ampm")), "pm").to_numpy(zero_copy_only=False)
+        pm = as_numpy(pc.equal(pc.utf8_lower(col("ampm")), "pm"))
         hour = hour12 % 12 + np.where(pm, 12, 0)
     minute = _digits(col("minute")) if "minute" in names else 0
     second = _digits(col("second")) if "second" in names else 0
     if "frac" in names:
         frac_ns = pc.utf8_rpad(col("frac"), width=9, padding="0").cast(pa.int64())
-        micro = frac_ns.to_numpy(zero_copy_only=False) // 1_000
+        micro: np.ndarray | int = as_numpy(frac_ns) // 1_000
     else:
         micro = 0
 
@@ -699,15 +698,13 @@ def _fields_to_us(
         offh = _digits(col("offh"))
         offm = _digits(col("offm"))
         valid &= (offh <= 18) & (offm <= 59)
-        minus = pc.equal(col("offsign"), "-").to_numpy(zero_copy_only=False)
-        has_sign = pc.greater(pc.utf8_length(col("offsign")), 0).to_numpy(zero_copy_only=False)
+        minus = as_numpy(pc.equal(col("offsign"), "-"))
+        has_sign = as_numpy(pc.greater(pc.utf8_length(col("offsign")), 0))
         offset = np.where(minus, -1, 1) * (offh * 3600 + offm * 60) * US_PER_S
         offset = np.where(has_sign, offset, 0)
         has_offset = has_sign
     if "offz" in names:
-        has_offset = has_offset | pc.greater(pc.utf8_length(col("offz")), 0).to_numpy(
-            zero_copy_only=False
-        )
+        has_offset = has_offset | as_numpy(pc.greater(pc.utf8_length(col("offz")), 0))
     if not valid.all():
         index = int(rows[np.flatnonzero(~valid)[0]])
         raise _bad_value(
@@ -723,8 +720,8 @@ def _fields_to_us(
     if "zone" in names:
         zones = col("zone")
         zone_values = zones.to_numpy(zero_copy_only=False)
-        has_zone = pc.greater(pc.utf8_length(zones), 0).to_numpy(zero_copy_only=False)
-        for name in pc.unique(zones.filter(pa.array(has_zone & naive))).to_pylist():
+        has_zone = as_numpy(pc.greater(pc.utf8_length(zones), 0))
+        for name in pc.unique(zones.filter(to_arrow(has_zone & naive))).to_pylist():
             picked = naive & has_zone & (zone_values == name)
             try:
                 check_zone(name)

@@ -12,6 +12,7 @@ from collections.abc import Iterator
 import numpy as np
 import pyarrow as pa
 
+from ..bounds.arrays import to_arrow
 from ..bounds.bounds import END_OF_STREAM_US
 from ..bounds.policies import (
     NO_TIME,
@@ -39,7 +40,7 @@ from .tasks import (
 
 
 def _timestamps(values_us: np.ndarray) -> pa.Array:
-    return pa.array(values_us, type=pa.int64()).view(TS_TYPE)
+    return to_arrow(values_us, pa.int64()).view(TS_TYPE)
 
 
 def _emit_rows(table: pa.Table, c: Classified) -> pa.Table:
@@ -47,7 +48,7 @@ def _emit_rows(table: pa.Table, c: Classified) -> pa.Table:
     n = len(idx)
     if n and int(idx[-1]) - int(idx[0]) + 1 == n and bool(np.all(np.diff(idx) > 0)):
         return table.slice(int(idx[0]), n)  # in order and contiguous: zero copy
-    return table.take(pa.array(idx, type=pa.int64()))
+    return table.take(to_arrow(idx, pa.int64()))
 
 
 def read_task(cfg: ReaderConfig, task: ReadTask, schema: pa.Schema) -> Iterator[pa.RecordBatch]:
@@ -87,12 +88,12 @@ def read_task(cfg: ReaderConfig, task: ReadTask, schema: pa.Schema) -> Iterator[
             elif len(c.emit):
                 rows = _emit_rows(window, c).select(payload)
                 arrays = [*rows.columns, _timestamps(c.emit_rowtime_us)]
-                arrays.append(pa.array(np.zeros(len(c.emit), dtype=bool)))
+                arrays.append(to_arrow(np.zeros(len(c.emit), dtype=bool)))
                 out = pa.Table.from_arrays(arrays, schema=schema)
                 yield from out.to_batches(max_chunksize=batch_rows(rows))
     if task.bound is not None and cfg.output == "rows":
         arrays = [pa.nulls(1, type=f.type) for f in schema][:-2]
-        arrays += [_timestamps(np.array([task.bound], dtype=np.int64)), pa.array([True])]
+        arrays += [_timestamps(np.array([task.bound], dtype=np.int64)), to_arrow([True])]
         yield pa.RecordBatch.from_arrays(arrays, schema=schema)
 
 
@@ -155,7 +156,7 @@ def _runs_batches(
         spans.append((first, hi, table.select(payload)))
         if false is None:  # the batch size, from the first rows read
             size = batch_rows(spans[-1][2])
-            false = pa.array(np.zeros(size, dtype=bool))
+            false = to_arrow(np.zeros(size, dtype=bool))
         t, _ = record_times(table, cfg, partition, first)
         if len(starts) == 1 and first == lo:
             off = np.arange(lo, hi, dtype=np.int64)
@@ -216,7 +217,7 @@ def _emit_batches(
             # concatenate every chunk of it.
             first, last = int(i.min()), int(i.max())
             span = rows.slice(first, last - first + 1)
-            part = span.take(pa.array(i - first, type=pa.int64()))
+            part = span.take(to_arrow(i - first, pa.int64()))
         arrays = [*part.columns, _timestamps(t[a:b]), false.slice(0, b - a)]
         yield from pa.Table.from_arrays(arrays, schema=schema).to_batches()
 
@@ -231,12 +232,12 @@ def _discarded_batches(
 ) -> Iterator[pa.RecordBatch]:
     if not len(c.discarded):
         return
-    idx = pa.array(c.discarded, type=pa.int64())
+    idx = to_arrow(c.discarded, pa.int64())
     rows = table.take(idx)
     arrays = [*rows.select(payload).columns, _timestamps(c.discarded_rowtime_us)]
     arrays += [
-        pa.array(np.full(len(idx), partition, dtype=np.int32)),
-        pa.array(c.discarded + first, type=pa.int64()),
+        to_arrow(np.full(len(idx), partition, dtype=np.int32)),
+        to_arrow(c.discarded + first, pa.int64()),
         rows.column(LOG_ARRIVAL_US).cast(pa.int64()).combine_chunks().view(TS_TYPE),
         pa.array(c.discarded_reason, type=pa.string()),
         _timestamps(c.discarded_clock_us),

@@ -38,7 +38,7 @@ from collections.abc import Iterator
 import numpy as np
 import pyarrow as pa
 
-from ..bounds.arrays import as_numpy
+from ..bounds.arrays import as_numpy, to_arrow
 from ..bounds.bounds import END_OF_STREAM_US, NO_TIME
 from ..bounds.errors import RowtimeError, SchemaError
 from ..bounds.intervals import INFINITY_US, sliding_window_ends
@@ -201,7 +201,7 @@ def read_task_with_intervals(
                 start[data], int(cfg.interval_duration_us or 0), cfg.interval_slide_us or 1
             )
         emitted += len(data)
-        column = pa.array(end, type=pa.int64(), mask=bound).view(TS_TYPE)
+        column = to_arrow(end, pa.int64(), mask=bound).view(TS_TYPE)
         arrays = batch.columns
         arrays.insert(at, column)
         yield pa.RecordBatch.from_arrays(arrays, schema=schema)

@@ -19,7 +19,7 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from ..bounds.arrays import as_numpy
+from ..bounds.arrays import as_numpy, to_arrow
 from ..bounds.errors import InvalidRowtimeError, SchemaError
 from ..bounds.policies import (
     AdjustPolicy,
@@ -114,7 +114,7 @@ def record_times(
         return t, is_bound
     column = table.column(cfg.rowtime_column)
     data = np.flatnonzero(~is_bound)
-    values = column if len(data) == len(t) else column.take(pa.array(data))
+    values = column if len(data) == len(t) else column.take(to_arrow(data))
     what = f"rowtime.column {cfg.rowtime_column!r} of {where_of(cfg, partition)}"
     try:
         promoted = cfg.time_format.read_array(values, what=what)

@@ -53,6 +53,7 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.parquet as pq
 
+from ..bounds.arrays import to_arrow
 from ..bounds.errors import CorruptLogError, OptionError, SchemaError
 from ..bounds.time import from_rowtime_us
 from ..streams.columns import SPARK_ROWTIME
@@ -293,7 +294,7 @@ class PartitionFiles:
             self._add(first, batch)
             return
         for key in np.unique(keys):
-            self._add(int(key), batch.filter(pa.array(keys == key)))
+            self._add(int(key), batch.filter(to_arrow(keys == key)))
 
     def _add(self, key: int, batch: pa.RecordBatch) -> None:
         self.pending.setdefault(key, []).append(batch)

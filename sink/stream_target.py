@@ -60,7 +60,7 @@ from typing import Any
 import numpy as np
 import pyarrow as pa
 
-from ..bounds.arrays import as_numpy
+from ..bounds.arrays import as_numpy, to_arrow
 from ..bounds.bounds import NO_TIME, merge_clock
 from ..bounds.errors import CorruptLogError, LateRowError, OptionError, SchemaError
 from ..bounds.versions import newer_format
@@ -195,7 +195,7 @@ class _Runs:
             table = pa.Table.from_batches(batches)
             rt = np.concatenate(times)
             order = np.argsort(rt, kind="stable")
-            batches = table.take(pa.array(order)).to_batches(max_chunksize=WRITE_ROWS)
+            batches = table.take(to_arrow(order)).to_batches(max_chunksize=WRITE_ROWS)
             n, lo, hi = len(rt), int(rt[order[0]]), int(rt[order[-1]])
         self._sorted, self._last = True, None
         if self._top is not None and lo < self._top:
@@ -552,5 +552,5 @@ def _merged(runs: Iterable[pa.Table]) -> pa.Table:
     table = pa.concat_tables(tables) if len(tables) > 1 else tables[0]
     rt = as_numpy(table.column(SPARK_ROWTIME).cast(pa.int64()))  # no pandas import (bounds/arrays)
     if not _is_sorted(rt):
-        table = table.take(pa.array(np.argsort(rt, kind="stable")))
+        table = table.take(to_arrow(np.argsort(rt, kind="stable")))
     return table

@@ -20,13 +20,16 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from ..bounds.arrays import as_numpy
+from ..bounds.arrays import as_numpy, to_arrow
 from ..bounds.errors import InvalidRowtimeError, LateRowError
 from ..bounds.time import format_rowtime, from_rowtime_us
 from ..streams.columns import SPARK_IS_BOUND, SPARK_ROWTIME
 from .options import SinkConfig
 
 UTC_US = pa.timestamp("us", tz="UTC")
+#: A null flag is no bound. (``pa.scalar(False)``, which ``pc.fill_null`` makes of ``False``,
+#: imports pandas: bounds/arrays.py.)
+_FALSE = to_arrow([False])[0]
 
 
 #: The sink's name for the one rowtime formatter (kept so the targets' call sites stay short).
@@ -191,7 +194,7 @@ class RowSplitter:
         if batch.num_rows == 0:
             return None
         if self._is_bound is not None:
-            flags = pc.fill_null(batch.column(self._is_bound), False)
+            flags = pc.fill_null(batch.column(self._is_bound), _FALSE)
             if pc.any(flags).as_py():
                 self._bounds(batch.filter(flags))
                 batch = batch.filter(pc.invert(flags))

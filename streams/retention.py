@@ -56,6 +56,7 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
+from ..bounds.arrays import as_numpy, to_arrow
 from ..bounds.bounds import END_OF_STREAM_US, NO_TIME
 from ..bounds.durations import parse_duration_us
 from ..bounds.errors import CorruptLogError, OptionError, RowtimeError, shown
@@ -476,13 +477,12 @@ def unit_times(
     default ``column`` when given; a bound's bound) and which records are bounds."""
     cols = list(LOG_SYSTEM_COLUMNS) + ([column] if column is not None else [])
     table = storage.read(partition, first, end, columns=cols)
-    is_bound = table.column(LOG_IS_BOUND).to_numpy(zero_copy_only=False)
-    t = pc.coalesce(table.column(LOG_ROWTIME_US), table.column(LOG_ARRIVAL_US))
-    t = t.to_numpy() if isinstance(t, pa.Array) else t.combine_chunks().to_numpy()
+    is_bound = as_numpy(table.column(LOG_IS_BOUND))
+    t = as_numpy(pc.coalesce(table.column(LOG_ROWTIME_US), table.column(LOG_ARRIVAL_US)))
     if column is not None and len(t):
         data = np.flatnonzero(~is_bound)
         if len(data):
-            values = table.column(column).take(pa.array(data))
+            values = table.column(column).take(to_arrow(data))
             t = t.copy()
             t[data] = _time_format(storage.meta.defaults).read_array(
                 values, what=f"rowtime_column {column!r} of {storage.location}"

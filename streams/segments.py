@@ -35,6 +35,7 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
+from ..bounds.arrays import as_numpy, to_arrow
 from ..bounds.bounds import END_OF_STREAM_US, NO_TIME
 from ..bounds.errors import BoundError, CorruptLogError, LateRowError
 from ..bounds.time import format_rowtime
@@ -402,8 +403,8 @@ def segment_record_batches(
         if not blocks or len(blocks[0]) < n:
             size = max(n, WRITE_ROWS)
             blocks[:] = [
-                pa.array(np.full(size, arrival_us, dtype=np.int64)),
-                pa.array(np.zeros(size, dtype=np.bool_)),
+                to_arrow(np.full(size, arrival_us, dtype=np.int64)),
+                to_arrow(np.zeros(size, dtype=np.bool_)),
             ]
         arrays = [
             blocks[0].slice(0, n),
@@ -504,15 +505,19 @@ def _check_footer(
     return stats
 
 
+#: 0 as an int64 scalar made without ``pa.scalar``, which imports pandas (bounds/arrays.py).
+_ZERO = to_arrow([0], pa.int64())[0]
+
+
 def _verify_records(
     table: pa.Table, stats: SegmentStats, path: str, where: str, clock: int, reject: bool
 ) -> None:
     """A segment file's records, checked against its footer and the partition's rules."""
-    arrivals = table.column(LOG_ARRIVAL_US).to_numpy()
+    arrivals = as_numpy(table.column(LOG_ARRIVAL_US))
     rowtime = table.column(LOG_ROWTIME_US)
-    has_rt = rowtime.is_valid().to_numpy(zero_copy_only=False)
-    rt = pc.fill_null(rowtime, 0).to_numpy()
-    is_bound = table.column(LOG_IS_BOUND).to_numpy(zero_copy_only=False)
+    has_rt = as_numpy(rowtime.is_valid())
+    rt = as_numpy(pc.fill_null(rowtime, _ZERO))
+    is_bound = as_numpy(table.column(LOG_IS_BOUND))
     if len(arrivals) > 1 and not bool(np.all(arrivals[1:] >= arrivals[:-1])):
         raise CorruptLogError(f"segment file {path} has arrival times that go back")
     prev = None if clock == NO_TIME else clock

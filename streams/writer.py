@@ -51,8 +51,8 @@ from typing import Any
 
 import numpy as np
 import pyarrow as pa
-import pyarrow.compute as pc
 
+from ..bounds.arrays import as_numpy, to_arrow
 from ..bounds.bounds import END_OF_STREAM_US, NO_TIME, normalize_bound
 from ..bounds.errors import (
     BoundError,
@@ -95,7 +95,7 @@ def constant_int64(n: int, value: int) -> pa.ChunkedArray:
     """``n`` copies of ``value`` as a chunked array whose chunks share one block of at most
     :data:`_CONSTANT_BLOCK` values: the arrival column of a large insert costs no memory (and
     no page faults) per row; the IPC writer writes the chunks one after another."""
-    block = pa.array(np.full(min(n, _CONSTANT_BLOCK), value, dtype=np.int64))
+    block = to_arrow(np.full(min(n, _CONSTANT_BLOCK), value, dtype=np.int64))
     full, rest = divmod(n, _CONSTANT_BLOCK)
     chunks = [block] * full
     if rest:
@@ -498,7 +498,7 @@ class Writer:
                                 f"({field.type}); the cast fails: {e}. Nothing was written"
                             ) from None
                     if not field.nullable and col.null_count:
-                        first = int(np.flatnonzero(col.is_null().to_numpy(zero_copy_only=False))[0])
+                        first = int(np.flatnonzero(as_numpy(col.is_null()))[0])
                         raise SchemaError(
                             f"column {field.name!r} of {self._where} is NOT NULL, but row {first} "
                             "of the inserted table has null there. Nothing was written"
@@ -528,7 +528,7 @@ class Writer:
                     if late.any():
                         i = int(np.flatnonzero(late)[0])
                         self._late(int(rt[i]), int(before[i]), False, index=i)
-                rowtime_arr = pa.chunked_array([pa.array(rt, type=pa.int64())])
+                rowtime_arr = pa.chunked_array([to_arrow(rt, pa.int64())])
                 low, last = int(rt.min()), int(rt[-1])
             else:
                 top = arrival
@@ -548,7 +548,7 @@ class Writer:
             system = [
                 constant_int64(n, arrival),
                 rowtime_arr,
-                pa.chunked_array([pa.array(np.zeros(n, dtype=np.bool_))]),
+                pa.chunked_array([to_arrow(np.zeros(n, dtype=np.bool_))]),
             ]
             chunk = pa.Table.from_arrays([*system, *columns], schema=self._file_schema)
             # Everything checked: from here on nothing raises.
@@ -668,22 +668,27 @@ class Writer:
         n = len(self._arrivals)
         if not n:
             return
-        arrival = pa.array(self._arrivals, type=pa.int64())
-        rowtime = pa.array(self._rowtimes, type=pa.int64())
+        # Arrivals and rowtimes are checked ints (None: an implicit rowtime). Built through numpy,
+        # and a column of nulls (a bound's payload) as nulls: pyarrow's own conversion imports
+        # pandas the first time, and the sink's commit, which writes its bounds through here,
+        # runs in a fresh Python process of Spark's (bounds/arrays.py).
+        arrival_np = np.array(self._arrivals, dtype=np.int64)
+        has_rowtime = np.array([t is not None for t in self._rowtimes], dtype=np.bool_)
+        rowtime_np = np.array([0 if t is None else t for t in self._rowtimes], dtype=np.int64)
         is_bound_np = np.zeros(n, dtype=np.bool_)
         is_bound_np[self._bound_at] = True
-        arrays = [arrival, rowtime, pa.array(is_bound_np)]
+        rowtime = to_arrow(rowtime_np, mask=~has_rowtime)
+        arrays = [to_arrow(arrival_np), rowtime, to_arrow(is_bound_np)]
         for values, field in zip(self._columns, self._schema, strict=True):
+            if all(v is None for v in values):
+                arrays.append(pa.nulls(n, field.type))
+                continue
             try:
                 arrays.append(pa.array(values, type=field.type))
             except (pa.ArrowException, TypeError, ValueError, OverflowError):
                 self._drop_unconvertible(field, values)
         chunk = pa.Table.from_arrays(arrays, schema=self._file_schema)
-        has_rowtime = rowtime.is_valid().to_numpy(zero_copy_only=False)
-        rowtime_np = pc.fill_null(rowtime, 0).to_numpy()
-        stats = SegmentStats.compute(
-            0, arrival.to_numpy(), rowtime_np, has_rowtime, is_bound_np, None
-        )
+        stats = SegmentStats.compute(0, arrival_np, rowtime_np, has_rowtime, is_bound_np, None)
         self._chunks.append(chunk)
         self._chunk_stats.append(stats)
         self._count_chunks(self._chunk_records + n)
