@@ -73,15 +73,19 @@ def to_arrow(
     mask: np.ndarray | None = None,
 ) -> pa.Array:
     """A one-dimensional numpy array of booleans or numbers (a list: as numpy reads it) as an
-    Arrow array without nulls: the same array as ``pa.array(values, type=type)``, without
-    pyarrow's pandas path. ``pa.array`` asks pandas whether the values are categorical, and its
-    first call in a process imports pandas (0.3 s of CPU, 40 MB, in each of Spark's Python
-    workers and planners). ``type``, when given, is an integer, floating point or boolean type
-    the values are converted to (numpy's rules, as a ``safe=False`` cast); ``mask``, when
-    given, is True where the value is null (as ``pa.array``'s)."""
+    Arrow array: the same array as ``pa.array(values, type=type, mask=mask)``, without pyarrow's
+    pandas path. ``pa.array`` (and ``pa.scalar``) ask pandas whether the values are
+    categorical, and the first call in a process imports pandas: 389 ms of CPU and 38 MB
+    measured, in each of Spark's Python workers and planners. ``type``, when given, is an
+    integer, floating point or boolean type the values are converted to (numpy's rules, as a
+    ``safe=False`` cast); ``mask``, when given, is True where the value is null."""
     array = np.asarray(values)
     if array.ndim != 1:
         raise ValueError(f"to_arrow takes one-dimensional arrays, not {array.ndim}-dimensional")
+    if array.dtype.kind not in "biuf":
+        raise TypeError(f"to_arrow makes boolean and number arrays, not of numpy {array.dtype}")
+    if mask is not None and len(mask) != len(array):
+        raise ValueError(f"to_arrow: a mask of {len(mask)} for {len(array)} values")
     if type is not None:
         array = array.astype(_numpy_dtype(type), copy=False)
     if array.dtype == np.bool_:

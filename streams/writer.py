@@ -673,8 +673,14 @@ class Writer:
         # pandas the first time, and the sink's commit, which writes its bounds through here,
         # runs in a fresh Python process of Spark's (bounds/arrays.py).
         arrival_np = np.array(self._arrivals, dtype=np.int64)
-        has_rowtime = np.array([t is not None for t in self._rowtimes], dtype=np.bool_)
-        rowtime_np = np.array([0 if t is None else t for t in self._rowtimes], dtype=np.int64)
+        rts = self._rowtimes
+        if None not in rts:  # every rowtime given (as fast as pyarrow's conversion)
+            rowtime_np, has_rowtime = np.array(rts, dtype=np.int64), np.ones(n, dtype=np.bool_)
+        elif rts.count(None) == n:  # every rowtime implicit
+            rowtime_np, has_rowtime = np.zeros(n, dtype=np.int64), np.zeros(n, dtype=np.bool_)
+        else:
+            has_rowtime = np.array([t is not None for t in rts], dtype=np.bool_)
+            rowtime_np = np.array([0 if t is None else t for t in rts], dtype=np.int64)
         is_bound_np = np.zeros(n, dtype=np.bool_)
         is_bound_np[self._bound_at] = True
         rowtime = to_arrow(rowtime_np, mask=~has_rowtime)

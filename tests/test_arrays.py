@@ -111,6 +111,10 @@ def test_to_arrow_refuses_what_it_does_not_make() -> None:
         to_arrow(np.zeros((2, 2)))
     with pytest.raises(TypeError, match="not string"):
         to_arrow(np.zeros(2), pa.string())
+    with pytest.raises(TypeError, match="numpy object"):
+        to_arrow(np.array([1, None], dtype=object))
+    with pytest.raises(ValueError, match="a mask of 1 for 2 values"):
+        to_arrow(np.zeros(2), mask=np.array([True]))
     assert to_arrow([True]).to_pylist() == [True]
 
 
