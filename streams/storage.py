@@ -7,12 +7,13 @@ interfaces below, and never names a backend. A backend is a package (the embedde
 :class:`PartitionAppender`, wraps them in a :class:`Backend`, and names that object in an entry
 point of the group :data:`ENTRY_POINT_GROUP` for each URL scheme it serves (``file`` also serves
 plain paths). :func:`backend_for` loads a backend the first time a location of its scheme is
-used, so a user of one backend never imports another's package or client library. The package
-also exposes ``BACKEND`` and ``SCHEMES``, which find it where the distribution's metadata is
-missing. What only some backends can do is a capability the caller looks for with ``getattr``
-(``sink_store``, ``target_files`` and ``entry_source`` on a :class:`Backend`; ``retention``,
-``set_retention``, ``trim_partition``, ``stored_bytes``, ``verify`` on a stream). Nothing in
-``datasource/``, ``sink/``, ``connectors/`` or the face changes for a new backend.
+used, so a user of one backend never imports another's package or client library. This
+package's own backends are also named in :data:`PACKAGED`, which finds them without reading
+any distribution's metadata (and where it is missing). What only some backends can do is a
+capability the caller looks for with ``getattr`` (``sink_store``, ``target_files`` and
+``entry_source`` on a :class:`Backend`; ``retention``, ``set_retention``, ``trim_partition``,
+``stored_bytes``, ``verify`` on a stream). Nothing in ``datasource/``, ``sink/``,
+``connectors/`` or the face changes for a new backend.
 
 Units and ends, for every backend:
 
@@ -61,7 +62,6 @@ from __future__ import annotations
 import enum
 import importlib
 import os
-import pkgutil
 import re
 import urllib.parse
 from collections.abc import Callable, Iterable, Sequence
@@ -654,10 +654,10 @@ def _import_backend(scheme: str, load: Callable[[], Backend], where: str) -> Bac
 
 
 def _load(scheme: str) -> Backend | None:
-    """The backend of ``scheme``: registered, else this package's own (:data:`PACKAGED`), else
-    its entry point, each loaded now (only the one asked for: a location of one backend imports
-    no other backend's package), else one of the packages in ``streams/`` that says it serves
-    the scheme."""
+    """The backend of ``scheme``: registered, else this package's own (:data:`PACKAGED`, also
+    where no metadata is installed: the package shipped to executors as a zip by
+    ``--py-files``), else another distribution's entry point, each loaded now (only the one
+    asked for: a location of one backend imports no other backend's package)."""
     backend = _BACKENDS.get(scheme)
     if backend is not None:
         return backend
@@ -671,36 +671,12 @@ def _load(scheme: str) -> Backend | None:
     ep = _entry_points().get(scheme or PATH_SCHEME)
     if ep is not None:
         return _BACKENDS.setdefault(scheme, _import_backend(scheme, ep.load, ep.value))
-    _register_packaged()
-    return _BACKENDS.get(scheme)
-
-
-def _register_packaged() -> None:
-    """Without the metadata (the package shipped to executors as a zip by ``--py-files``, or a
-    stale install), the backend packages this one carries are still found: every package in
-    ``streams/`` with a ``BACKEND`` and the ``SCHEMES`` it serves (``""``: plain paths).
-    Registration keeps what is registered already (entry points first)."""
-
-    streams = importlib.import_module(__name__.rpartition(".")[0])
-    for info in pkgutil.iter_modules(streams.__path__):
-        if not info.ispkg:
-            continue
-        try:
-            module = importlib.import_module(f"{streams.__name__}.{info.name}")
-        except ImportError:
-            continue  # a backend whose dependencies are not installed serves nothing here
-        backend = getattr(module, "BACKEND", None)
-        schemes = getattr(module, "SCHEMES", None)
-        if backend is None or not schemes:
-            continue
-        for scheme in schemes:
-            _BACKENDS.setdefault(scheme.lower(), backend)
+    return None
 
 
 def _known_schemes() -> list[str]:
-    """Every URL scheme some backend serves (the packaged ones loaded to learn theirs)."""
-    _register_packaged()
-    return sorted((set(_BACKENDS) | set(_entry_points())) - {""})
+    """Every URL scheme some backend serves (registered, packaged, or an entry point)."""
+    return sorted((set(_BACKENDS) | set(PACKAGED) | set(_entry_points())) - {""})
 
 
 def _scheme(location: str | os.PathLike[str]) -> str:

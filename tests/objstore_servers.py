@@ -92,7 +92,7 @@ def _reserved_port(taken: Collection[int] = ()) -> int:
     candidates = [
         p for p in range(start, start + _RESERVED_SLICE) if not lo <= p <= hi and p not in taken
     ]
-    random.shuffle(candidates)
+    random.Random().shuffle(candidates)  # not the global state, which Hypothesis watches
     for port in candidates[:200]:
         with socket.socket() as s:
             try:

@@ -157,7 +157,8 @@ assert "pyspark_rowtime.streams.redis" in loaded() and "redis" not in loaded(), 
 
 def test_without_the_metadata_the_packaged_backends_serve_their_schemes(monkeypatch, tmp_path):
     # The package shipped as a zip (--py-files) has no entry points: every location still
-    # finds its backend, through the packages in streams/ that expose BACKEND and SCHEMES.
+    # finds its backend, through storage.PACKAGED (the Iceberg module included, which the scan
+    # of streams/' packages this replaced did not find).
     monkeypatch.setattr(storage, "_entry_points", dict)
     monkeypatch.setattr(storage, "_BACKENDS", {})
     local = importlib.import_module(BUILTIN_PACKAGES[0])
@@ -171,7 +172,8 @@ def test_without_the_metadata_the_packaged_backends_serve_their_schemes(monkeypa
     create_stream(tmp_path / "s", "a INT")
     assert what_is_at(tmp_path / "s").kind is LocationKind.STREAM
     with pytest.raises(
-        OptionError, match=r"file:// URLs, redis:// URLs, rediss:// URLs, s3:// URLs.*kafka"
+        OptionError,
+        match=r"file:// URLs, iceberg:// URLs, redis:// URLs, rediss:// URLs, s3:// URLs.*kafka",
     ):
         backend_for("kafka://localhost:9092/orders")
 
