@@ -27,10 +27,7 @@ from ..streams.spark_compat import (
     require_supported_spark,
 )
 from .clock import batch_watermark_ms, bounds_clock_us, checkpoint_query_id, watermark_clock_us
-from .delta_target import DeltaTarget
-from .iceberg_target import IcebergTarget
 from .options import SinkConfig, parse_sink_options
-from .parquet_target import ParquetTarget
 from .stream_target import StreamTarget
 from .target import Target
 from .task import TaskInfo, TaskReport, reports_query_id
@@ -42,11 +39,21 @@ QUERY_ID_PROPERTY = "sql.streaming.queryId"
 
 
 def make_target(cfg: SinkConfig) -> Target:
+    """The target of ``cfg``. The Parquet, Delta and Iceberg targets' modules load here, only
+    for a query that writes one: Spark starts a Python process for every write task and every
+    micro-batch's commit, and a stream target's need not import ``pyarrow.parquet`` and the
+    table targets (docs/benchmarks.md, "The test suite and CI")."""
     if cfg.target == "parquet":
+        from .parquet_target import ParquetTarget
+
         return ParquetTarget(cfg)
     if cfg.target == "delta":
+        from .delta_target import DeltaTarget
+
         return DeltaTarget(cfg)
     if cfg.target == "iceberg":
+        from .iceberg_target import IcebergTarget
+
         return IcebergTarget(cfg)
     return StreamTarget(cfg)
 
