@@ -1,4 +1,5 @@
-"""Redis locations: parsing, and a password that never shows (errors, repr, str)."""
+"""Redis locations: parsing, a password that never shows (errors, repr, str), and retries that
+leave the process's `random` alone."""
 
 from __future__ import annotations
 
@@ -88,3 +89,23 @@ def test_password_env_is_read_at_connect(monkeypatch: pytest.MonkeyPatch) -> Non
 def test_unavailable_is_one_of_ours_and_a_connection_error() -> None:
     assert issubclass(RedisUnavailableError, RowtimeError)
     assert issubclass(RedisUnavailableError, ConnectionError)
+
+
+def test_retries_leave_the_applications_random_state_alone() -> None:
+    """A command retried against a port where nothing listens draws its backoff's jitter from
+    a generator of the backend's own: an application that seeded ``random`` (a writer's lease
+    renewal retries in a thread of its process) finds its state as it left it."""
+    import random
+    import socket
+
+    import redis
+
+    with socket.socket() as s:  # a port of 127.0.0.1 that refuses connections
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    loc = parse_location(f"redis://127.0.0.1:{port}/0/s?retries=3&backoff=1ms&backoff_cap=2ms")
+    random.seed(20_261_128)
+    before = random.getstate()
+    with pytest.raises(redis.ConnectionError):
+        loc.connect().ping()
+    assert random.getstate() == before

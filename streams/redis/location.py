@@ -25,6 +25,7 @@ in any text holding a location, and :class:`RedisLocation`'s ``str``/``repr`` ar
 from __future__ import annotations
 
 import os
+import random
 import re
 import threading
 import urllib.parse
@@ -139,7 +140,7 @@ class RedisLocation:
         backoff with jitter, on connection errors and timeouts only). Connects lazily."""
         try:
             import redis
-            from redis.backoff import EqualJitterBackoff
+            from redis.backoff import AbstractBackoff
             from redis.retry import Retry
         except ImportError:  # pragma: no cover - the extra is part of dev
             raise OptionError(
@@ -179,8 +180,24 @@ class RedisLocation:
                 finally:
                     _NESTED.depth = depth
 
+        cap, base = self.backoff_cap_s, self.backoff_s
+
+        class _EqualJitter(AbstractBackoff):
+            """redis-py's ``EqualJitterBackoff`` (half the exponential wait, then up to as much
+            again at random) drawing from a generator of its own. redis-py's draws from the
+            process's ``random`` module: every retry, a writer's lease renewal in its thread
+            included, moved the state of an application that had seeded ``random`` for a
+            sequence of its own."""
+
+            def __init__(self) -> None:
+                self._random = random.Random()
+
+            def compute(self, failures: int) -> float:
+                half = min(cap, base * 2**failures) / 2
+                return half + self._random.uniform(0, half)
+
         retry = _Retry(
-            EqualJitterBackoff(cap=self.backoff_cap_s, base=self.backoff_s),
+            _EqualJitter(),
             self.retries,
             supported_errors=(redis.ConnectionError, redis.TimeoutError),
         )
