@@ -10,6 +10,8 @@ first test, so each new one is run in both modes too.
 from __future__ import annotations
 
 import inspect
+import subprocess
+import sys
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
@@ -258,3 +260,30 @@ def test_check_dataframe_names_the_shapes_before_start(spark: Any, workdir: Path
     union = reader(spark, location).union(reader(spark, location))
     problems = check_dataframe(union.withWatermark("rowtime", "1 second"))
     assert any("one watermark over 2 rowtime streams" in p for p in problems), problems
+
+
+UNWATCHED = """
+import os, sys
+from pyspark.sql import SparkSession
+import pyspark_rowtime as pr
+spark = SparkSession.builder.remote(os.environ["ROWTIME_CONNECT_URL"]).getOrCreate()
+df = pr.with_watermark(spark.readStream.format("rowtime").load(sys.argv[1]))
+assert df.isStreaming
+spark.stop()
+print("stopped", flush=True)
+"""
+
+
+@pytest.mark.skipif(not CONNECT, reason="Spark Connect only: the warning is its client's")
+def test_a_stopped_connect_session_exits_without_a_listener_warning(spark: Any, workdir: Path):
+    """``with_watermark`` adds a query listener to the session (``watermark.watch_queries``).
+    A user's program that stops its Spark Connect session and exits must not be told, by
+    PySpark's ``SparkSession.__del__``, that the listener could not be removed and to remove it
+    again: the listener went with the session."""
+    location = _stream(workdir)
+    done = subprocess.run(
+        [sys.executable, "-c", UNWATCHED, location],
+        capture_output=True, text=True, timeout=120, cwd=workdir,
+    )  # fmt: skip
+    assert done.returncode == 0 and "stopped" in done.stdout, done.stderr[-3000:]
+    assert "listener" not in done.stderr.lower(), done.stderr[-3000:]

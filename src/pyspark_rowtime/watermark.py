@@ -537,7 +537,14 @@ def _starting_dataframe() -> DataFrame | None:
 
 
 def _unwatch(spark: SparkSession, listener: Any) -> None:
-    if getattr(spark, "is_stopped", False):  # a stopped Spark Connect session: nothing to remove
+    if getattr(spark, "is_stopped", False):
+        # A stopped Spark Connect session: its server let the listeners go with it. PySpark's
+        # SparkSession.__del__ still asks the server to remove each listener on the client's
+        # list (SPARK-48147), fails, and warns "Failed to remove the listener ... please
+        # remove it again" at the user's exit: take this one off that list.
+        bus = getattr(getattr(getattr(spark, "_sqm", None), "_sqlb", None), "_listener_bus", None)
+        if isinstance(bus, list) and listener in bus:
+            bus.remove(listener)
         return
     try:
         spark.streams.removeListener(listener)
