@@ -8,11 +8,13 @@ it decided into the end offset (:class:`Planner`); ``partitions()`` turns a step
 
 from __future__ import annotations
 
+import concurrent.futures
 import dataclasses
+import os
 import time
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, TypeVar
 
 import numpy as np
 
@@ -55,6 +57,8 @@ from .tasks import (
     time_columns,
     where_of,
 )
+
+_T = TypeVar("_T")
 
 
 @dataclass
@@ -182,14 +186,14 @@ class Planner:
         clock = merge_clocks(
             [clock_at_end(policy, st, win.t, win.is_bound) for st, win in parts], pos.clock_us
         )
-        states = []
-        runs: list[EmitRuns | None] = []
-        for (st, win), where in zip(parts, wheres, strict=True):
+
+        def decide(
+            part: tuple[PartitionState, _Window], where: str
+        ) -> tuple[PartitionState, EmitRuns | None]:
+            st, win = part
             fast = sorted_step(policy, st, win.t, win.is_bound, pos.clock_us, clock)
             if fast is not None:
-                states.append(fast[0])
-                runs.append(fast[1])
-                continue
+                return fast
             emitted = np.zeros(len(win.t), dtype=bool)
             last = None
             for first, c in classify_pieces(
@@ -198,8 +202,11 @@ class Planner:
                 emitted[c.emit_set + (first - st.scan)] = True
                 last = c
             assert last is not None
-            states.append(last.state)
-            runs.append(EmitRuns.of_mask(emitted, st.scan))
+            return last.state, EmitRuns.of_mask(emitted, st.scan)
+
+        decided = _each_partition(decide, parts, wheres, sum(len(w.t) for w in windows))
+        states = [state for state, _ in decided]
+        runs: list[EmitRuns | None] = [r for _, r in decided]
         new = StreamPosition(clock, states)
         self._last = (pos.to_dict(), new.to_dict(), runs)
         for p, state in enumerate(new.partitions):
@@ -443,6 +450,28 @@ class Planner:
         if self.cfg.starting == "latest":
             return StreamPosition.start(self.available())
         return earliest_position(self.stream, self.cfg)  # each partition from its first kept record
+
+
+#: A step of at least this many records plans its partitions on threads of their own.
+PARALLEL_PLAN_RECORDS = 1 << 20
+
+
+def _each_partition(
+    decide: Callable[[Any, str], _T], parts: Sequence[Any], wheres: Sequence[str], records: int
+) -> list[_T]:
+    """``decide`` for each partition, in order. A large step (:data:`PARALLEL_PLAN_RECORDS`)
+    runs them on threads, one a processor at most: the policies' passes are numpy's, which
+    let go of the GIL over whole arrays, and while the driver plans a backlog the executors
+    wait for it (``adjust`` over 10 M records in 2 partitions: docs/benchmarks.md). The first
+    partition's error, in order, is the one raised, as one after the other."""
+    workers = min(len(parts), os.cpu_count() or 1)
+    if workers < 2 or records < PARALLEL_PLAN_RECORDS:
+        return [decide(part, where) for part, where in zip(parts, wheres, strict=True)]
+    with concurrent.futures.ThreadPoolExecutor(workers, "rowtime-plan") as pool:
+        futures = [
+            pool.submit(decide, part, where) for part, where in zip(parts, wheres, strict=True)
+        ]
+        return [f.result() for f in futures]
 
 
 def _at_most(clock: int | None, partition_clock: int | None) -> bool:

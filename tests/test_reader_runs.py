@@ -14,6 +14,7 @@ import pyarrow as pa
 import pytest
 
 import pyspark_rowtime as pr
+from pyspark_rowtime.bounds.plan import StreamPosition
 from pyspark_rowtime.datasource import executor as executor_module
 from pyspark_rowtime.datasource import tasks as tasks_module
 from pyspark_rowtime.datasource.executor import _run_chunks
@@ -82,6 +83,53 @@ def test_chunked_runs_give_the_rows_and_order_of_a_replay(
     assert compared > 500
     if chunk < 64:
         assert chunked  # the chunked path really ran
+
+
+@pytest.mark.parametrize("options", OPTIONS, ids=lambda o: "-".join(o.values()))
+def test_partitions_planned_on_threads_decide_as_one_after_the_other(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, options: dict[str, str]
+) -> None:
+    """A large step plans its partitions on threads (planner._each_partition): forced on for
+    every step here, the positions and each partition's runs are those of planning them one
+    after the other, step after step; under ``reject`` the same partition's late row fails the
+    step, with the same words."""
+    from pyspark_rowtime.bounds.errors import LateRowError
+    from pyspark_rowtime.datasource import planner as planner_module
+
+    monkeypatch.setattr("os.cpu_count", lambda: 2)
+    rng = random.Random(len(str(options)))
+    steps = failed = 0
+    for case in range(4):
+        location = str(tmp_path / f"s{case}")
+        late = 0.25 if options["order"] != "reject" or case % 2 else 0.0
+        write(location, rng, late)
+        cfg = parse_reader_options({"path": location, **options})
+        planners = {"threads": Planner(cfg), "in turn": Planner(cfg)}
+        pos = planners["in turn"].start_position()
+        while True:
+            step = rng.randrange(20, 300)
+            outcome: dict[str, object] = {}
+            for name, planner in planners.items():
+                threshold = 1 if name == "threads" else 1 << 60
+                monkeypatch.setattr(planner_module, "PARALLEL_PLAN_RECORDS", threshold)
+                try:
+                    new = planner.plan(pos, planner.available(), step)
+                except LateRowError as e:
+                    outcome[name] = str(e)
+                    continue
+                runs = None if new is None else planner.runs_for(pos.to_dict(), new.to_dict())
+                outcome[name] = None if new is None else (
+                    new.to_dict(),
+                    [(r.starts.tolist(), r.ends.tolist()) for r in runs or [] if r is not None],
+                )  # fmt: skip
+            assert outcome["threads"] == outcome["in turn"]
+            if not isinstance(outcome["in turn"], tuple):
+                failed += isinstance(outcome["in turn"], str)
+                break  # the end of what was written, or the same late row in both
+            pos = StreamPosition.from_dict(outcome["in turn"][0])
+            steps += 1
+    assert steps >= 4
+    assert failed == (2 if options["order"] == "reject" else 0)
 
 
 def test_run_chunks_cover_the_runs_exactly_in_pieces_of_at_most_the_size() -> None:
