@@ -279,11 +279,13 @@ def test_a_stopped_connect_session_exits_without_a_listener_warning(spark: Any, 
     """``with_watermark`` adds a query listener to the session (``watermark.watch_queries``).
     A user's program that stops its Spark Connect session and exits must not be told, by
     PySpark's ``SparkSession.__del__``, that the listener could not be removed and to remove it
-    again: the listener went with the session."""
+    again: the listener went with the session. (PySpark's handler thread of listener events
+    may still warn that it "received exception" when stop() closes its channel under it: a
+    race of the client's own, whatever listener is added.)"""
     location = _stream(workdir)
     done = subprocess.run(
         [sys.executable, "-c", UNWATCHED, location],
         capture_output=True, text=True, timeout=120, cwd=workdir,
     )  # fmt: skip
     assert done.returncode == 0 and "stopped" in done.stdout, done.stderr[-3000:]
-    assert "listener" not in done.stderr.lower(), done.stderr[-3000:]
+    assert "Failed to remove the listener" not in done.stderr, done.stderr[-3000:]
