@@ -9,6 +9,10 @@ rows and the end of stream), read with ``spark.readStream.format("rowtime")`` an
 * ``stream``: ``writeStream.format("rowtime")`` into a rowtime stream (a partition per source
   partition, each in rowtime order, bounds passed on; the executors write the segments and the
   commit links them);
+* ``stream-2p``: the same with ``.option("partitions", "2")``. Spark's Parquet source has no
+  ``is_bound`` column, so there the clock is the watermark and ``stream`` makes a target of one
+  partition (one ordered stream, as for windowed results), which the commit merges on the
+  driver; with a partition per write task it links each task's runs instead;
 * ``files``: ``writeStream.format("rowtime").option("target", "parquet")``: snappy Parquet
   files in hourly partitions, ``_COMPLETE`` markers and the clock;
 * ``delta``: ``.option("target", "delta")``: a Delta table (delta-rs commits), hourly
@@ -278,6 +282,7 @@ def main() -> None:
         "python-noop": ("python-noop", {}),
         "floor": ("durable-floor", {}),
         "stream": ("rowtime", {}),
+        "stream-2p": ("rowtime", {"partitions": "2"}),
         "files": ("rowtime", {"target": "parquet"}),
         "delta": ("rowtime", {"target": "delta"}),
         "iceberg": ("rowtime", {"target": "iceberg"}),

@@ -8,9 +8,13 @@ each query, more than the step's own work over 10 million rows (``bench/suite.py
 share; docs/benchmarks.md, "The reader"). These
 functions read the Arrow buffers directly: a view for fixed-width values, one vectorised unpack
 for booleans. Arrays with nulls keep pyarrow's own conversion (and its meaning of a null).
+And :func:`take_rows`, the gather of a large table with its columns on threads.
 """
 
 from __future__ import annotations
+
+import concurrent.futures
+import os
 
 import numpy as np
 import pyarrow as pa
@@ -110,3 +114,21 @@ def _numpy_dtype(t: pa.DataType) -> np.dtype:
     if dtype is None or not (pa.types.is_integer(t) or pa.types.is_floating(t)):
         raise TypeError(f"to_arrow makes boolean, integer and floating point arrays, not {t}")
     return dtype
+
+
+#: A table of at least this many rows is gathered a column a thread (:func:`take_rows`).
+PARALLEL_TAKE_ROWS = 1 << 20
+
+
+def take_rows(table: pa.Table, indices: pa.Array) -> pa.Table:
+    """``table.take(indices)``; a large table (:data:`PARALLEL_TAKE_ROWS`) has its columns
+    gathered on threads, one a processor at most. Arrow's ``Table.take`` gathers one column
+    after the other on the calling thread, and each column's gather lets go of the GIL: the
+    sink's commit merges a micro-batch's staged runs this way on the driver, alone, while the
+    executors wait for it (docs/benchmarks.md, "The sink")."""
+    workers = min(table.num_columns, os.cpu_count() or 1)
+    if workers < 2 or table.num_rows < PARALLEL_TAKE_ROWS:
+        return table.take(indices)
+    with concurrent.futures.ThreadPoolExecutor(workers, "rowtime-take") as pool:
+        columns = list(pool.map(lambda column: column.take(indices), table.columns))
+    return pa.Table.from_arrays(columns, schema=table.schema)

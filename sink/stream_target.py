@@ -60,7 +60,7 @@ from typing import Any
 import numpy as np
 import pyarrow as pa
 
-from ..bounds.arrays import as_numpy, to_arrow
+from ..bounds.arrays import as_numpy, take_rows, to_arrow
 from ..bounds.bounds import NO_TIME, merge_clock
 from ..bounds.errors import CorruptLogError, LateRowError, OptionError, SchemaError
 from ..bounds.versions import newer_format
@@ -552,5 +552,5 @@ def _merged(runs: Iterable[pa.Table]) -> pa.Table:
     table = pa.concat_tables(tables) if len(tables) > 1 else tables[0]
     rt = as_numpy(table.column(SPARK_ROWTIME).cast(pa.int64()))  # no pandas import (bounds/arrays)
     if not _is_sorted(rt):
-        table = table.take(to_arrow(np.argsort(rt, kind="stable")))
+        table = take_rows(table, to_arrow(np.argsort(rt, kind="stable")))
     return table

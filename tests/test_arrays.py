@@ -1,7 +1,8 @@
 """Arrow columns as numpy and back without pyarrow's pandas path (bounds.arrays.as_numpy and
 to_arrow): the same values as pyarrow's own conversions, for sliced, chunked, empty and
 null-holding columns; and neither the reader's planning step nor its tasks nor the sink's tasks
-and commits import pandas (0.3-0.4 s and 40 MB in each of Spark's fresh Python processes)."""
+and commits import pandas (0.3-0.4 s and 40 MB in each of Spark's fresh Python processes). The
+gather a column a thread (take_rows) is Arrow's own take."""
 
 from __future__ import annotations
 
@@ -17,9 +18,48 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 import pyspark_rowtime as pr
-from pyspark_rowtime.bounds.arrays import as_numpy, to_arrow
+from pyspark_rowtime.bounds import arrays
+from pyspark_rowtime.bounds.arrays import as_numpy, take_rows, to_arrow
 
 TYPES = [pa.int8(), pa.int32(), pa.int64(), pa.uint16(), pa.float32(), pa.float64(), pa.bool_()]
+
+
+@given(
+    rows=st.lists(
+        st.tuples(
+            st.integers(-5, 5),
+            st.none() | st.text(max_size=3),
+            st.none() | st.floats(allow_nan=False),
+        ),
+        max_size=60,
+    ),
+    chunks=st.integers(1, 5),
+    order=st.randoms(use_true_random=False),
+    parallel_from=st.sampled_from([0, 1, 7, 1 << 20]),
+)
+def test_take_rows_is_arrows_take_whether_on_threads_or_not(  # type: ignore[no-untyped-def]
+    rows, chunks, order, parallel_from
+) -> None:
+    """The commit's gather (``take_rows``): the columns gathered a thread each, from tables of
+    several chunks with nulls and strings, give Arrow's own ``take``: values, column order,
+    types and the schema's metadata."""
+    schema = pa.schema(
+        [("k", pa.int64()), ("s", pa.string()), ("x", pa.float64())], metadata={b"m": b"1"}
+    )
+    whole = pa.Table.from_pylist(
+        [dict(zip(schema.names, r, strict=True)) for r in rows], schema=schema
+    )
+    size = max(1, len(rows) // chunks)
+    table = pa.Table.from_batches(whole.to_batches(max_chunksize=size), schema=schema)
+    picks = list(range(len(rows))) * 2
+    order.shuffle(picks)
+    indices = pa.array(picks[: len(picks) * 3 // 4], type=pa.int64())
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setattr(arrays, "PARALLEL_TAKE_ROWS", parallel_from)
+        got = take_rows(table, indices)
+    want = table.take(indices)
+    assert got.schema.equals(want.schema, check_metadata=True)
+    assert got.equals(want)
 
 
 def expected(values: pa.Array | pa.ChunkedArray) -> np.ndarray:
