@@ -136,6 +136,13 @@ def spark(tmp_path_factory: pytest.TempPathFactory):  # type: ignore[no-untyped-
         os.environ["ROWTIME_CONNECT_URL"] = url  # for code that builds its own session
         session = SparkSession.builder.remote(url).getOrCreate()
         yield session
+        # with_watermark's listener keeps PySpark's handler of listener events inside a call
+        # to the server; stop() closes the channel under it, and that thread warns it
+        # "received exception ... Channel closed!" (PySpark's race, in whichever test's
+        # teardown ends the worker; docs/limits.md). Take the listeners off first, as a
+        # program that wants a quiet stop does.
+        for listener in list(session.streams._sqlb._listener_bus):
+            session.streams.removeListener(listener)
         session.stop()
 
 
