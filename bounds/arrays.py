@@ -8,13 +8,16 @@ each query, more than the step's own work over 10 million rows (``bench/suite.py
 share; docs/benchmarks.md, "The reader"). These
 functions read the Arrow buffers directly: a view for fixed-width values, one vectorised unpack
 for booleans. Arrays with nulls keep pyarrow's own conversion (and its meaning of a null).
-And :func:`take_rows`, the gather of a large table with its columns on threads.
+And :func:`each_on_threads`, the driver's array work spread over threads, with
+:func:`take_rows`, the gather of a large table a column a thread.
 """
 
 from __future__ import annotations
 
 import concurrent.futures
 import os
+from collections.abc import Callable, Sequence
+from typing import TypeVar
 
 import numpy as np
 import pyarrow as pa
@@ -116,19 +119,36 @@ def _numpy_dtype(t: pa.DataType) -> np.dtype:
     return dtype
 
 
+_T = TypeVar("_T")
+_R = TypeVar("_R")
+
+
+def each_on_threads(
+    work: Callable[[_T], _R], items: Sequence[_T], threaded: bool, name: str
+) -> list[_R]:
+    """``work`` over ``items``, results in order. When ``threaded`` (the caller's judgement
+    that the work is large) and there are two items and two processors or more, on threads,
+    one a processor at most: numpy's passes over whole arrays and Arrow's kernels let go of the
+    GIL, so the driver's work spreads over the cores its executors are not using meanwhile.
+    The first item's error, in order, is the one raised, as one after the other."""
+    workers = min(len(items), os.cpu_count() or 1)
+    if not threaded or workers < 2:
+        return [work(item) for item in items]
+    with concurrent.futures.ThreadPoolExecutor(workers, name) as pool:
+        return list(pool.map(work, items))
+
+
 #: A table of at least this many rows is gathered a column a thread (:func:`take_rows`).
 PARALLEL_TAKE_ROWS = 1 << 20
 
 
 def take_rows(table: pa.Table, indices: pa.Array) -> pa.Table:
     """``table.take(indices)``; a large table (:data:`PARALLEL_TAKE_ROWS`) has its columns
-    gathered on threads, one a processor at most. Arrow's ``Table.take`` gathers one column
-    after the other on the calling thread, and each column's gather lets go of the GIL: the
-    sink's commit merges a micro-batch's staged runs this way on the driver, alone, while the
-    executors wait for it (docs/benchmarks.md, "The sink")."""
-    workers = min(table.num_columns, os.cpu_count() or 1)
-    if workers < 2 or table.num_rows < PARALLEL_TAKE_ROWS:
+    gathered on threads (:func:`each_on_threads`). Arrow's ``Table.take`` gathers one column
+    after the other on the calling thread: the sink's commit merges a micro-batch's staged
+    runs this way on the driver, alone, while the executors wait for it (docs/benchmarks.md,
+    "The sink")."""
+    if table.num_rows < PARALLEL_TAKE_ROWS:
         return table.take(indices)
-    with concurrent.futures.ThreadPoolExecutor(workers, "rowtime-take") as pool:
-        columns = list(pool.map(lambda column: column.take(indices), table.columns))
+    columns = each_on_threads(lambda c: c.take(indices), table.columns, True, "rowtime-take")
     return pa.Table.from_arrays(columns, schema=table.schema)

@@ -8,9 +8,7 @@ it decided into the end offset (:class:`Planner`); ``partitions()`` turns a step
 
 from __future__ import annotations
 
-import concurrent.futures
 import dataclasses
-import os
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
@@ -18,7 +16,7 @@ from typing import Any, TypeVar
 
 import numpy as np
 
-from ..bounds.arrays import as_numpy
+from ..bounds.arrays import as_numpy, each_on_threads
 from ..bounds.bounds import END_OF_STREAM_US, merge_clock
 from ..bounds.errors import LateRowError
 from ..bounds.plan import (
@@ -460,18 +458,13 @@ def _each_partition(
     decide: Callable[[Any, str], _T], parts: Sequence[Any], wheres: Sequence[str], records: int
 ) -> list[_T]:
     """``decide`` for each partition, in order. A large step (:data:`PARALLEL_PLAN_RECORDS`)
-    runs them on threads, one a processor at most: the policies' passes are numpy's, which
-    let go of the GIL over whole arrays, and while the driver plans a backlog the executors
-    wait for it (``adjust`` over 10 M records in 2 partitions: docs/benchmarks.md). The first
-    partition's error, in order, is the one raised, as one after the other."""
-    workers = min(len(parts), os.cpu_count() or 1)
-    if workers < 2 or records < PARALLEL_PLAN_RECORDS:
-        return [decide(part, where) for part, where in zip(parts, wheres, strict=True)]
-    with concurrent.futures.ThreadPoolExecutor(workers, "rowtime-plan") as pool:
-        futures = [
-            pool.submit(decide, part, where) for part, where in zip(parts, wheres, strict=True)
-        ]
-        return [f.result() for f in futures]
+    runs them on threads (:func:`each_on_threads`): the policies' passes are numpy's, and
+    while the driver plans a backlog the executors wait for it (``adjust`` over 10 M records
+    in 2 partitions: docs/benchmarks.md). The first partition's error, in order, is the one
+    raised, as one after the other."""
+    pairs = list(zip(parts, wheres, strict=True))
+    threaded = records >= PARALLEL_PLAN_RECORDS
+    return each_on_threads(lambda pair: decide(*pair), pairs, threaded, "rowtime-plan")
 
 
 def _at_most(clock: int | None, partition_clock: int | None) -> bool:
