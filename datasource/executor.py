@@ -11,6 +11,7 @@ from collections.abc import Iterator
 
 import numpy as np
 import pyarrow as pa
+import pyarrow.compute as pc
 
 from ..bounds.arrays import to_arrow
 from ..bounds.bounds import END_OF_STREAM_US
@@ -20,9 +21,7 @@ from ..bounds.policies import (
     PartitionState,
     truncate_array_us,
 )
-from ..streams.columns import (
-    LOG_ARRIVAL_US,
-)
+from ..streams.columns import LOG_ARRIVAL_US, LOG_ROWTIME_US
 from ..streams.storage import StreamStorage, open_storage
 from .options import ReaderConfig
 from .tasks import (
@@ -59,7 +58,11 @@ def read_task(cfg: ReaderConfig, task: ReadTask, schema: pa.Schema) -> Iterator[
     payload = [n for n in stream.meta.payload_schema.names if n in schema.names]
     where = where_of(cfg, task.partition)
     if task.runs is not None and cfg.output == "rows":
-        yield from _runs_batches(cfg, task.partition, task.runs, stream, payload, schema)
+        runs = task.runs
+        if runs.ordered and cfg.policy.unit_us == 1 and cfg.rowtime_column is None:
+            yield from _ordered_batches(task.partition, runs, stream, payload, schema)
+        else:
+            yield from _runs_batches(cfg, task.partition, runs, stream, payload, schema)
     elif task.end > prev.scan:
         table = stream.read(task.partition, prev.scan, task.end)
         t, b = record_times(table, cfg, task.partition, prev.scan)
@@ -119,6 +122,39 @@ def _ramp(starts: np.ndarray, ends: np.ndarray) -> np.ndarray:
     return np.arange(n, dtype=np.int64) + np.repeat(
         starts - (np.cumsum(lengths) - lengths), lengths
     )
+
+
+def _ordered_batches(
+    partition: int,
+    runs: EmitRuns,
+    stream: StreamStorage,
+    payload: list[str],
+    schema: pa.Schema,
+) -> Iterator[pa.RecordBatch]:
+    """The rows at ``runs`` when the driver found them in rowtime order as they stand
+    (``runs.ordered``) and their rowtime is the stored one (no ``adjust.unit`` to truncate to,
+    no ``rowtime.column`` to convert): offset order is then the emission order, so the rows go
+    out as slices of what is read, with the stored rowtimes as their column, and no pass over
+    their times. The same rows, in the same order, as :func:`_runs_batches` (a property test
+    holds the two together); read :data:`RUN_CHUNK_RECORDS` at a time, as it reads them."""
+    if not runs.rows:
+        return
+    size = 0
+    for starts, ends in _run_chunks(runs, RUN_CHUNK_RECORDS):
+        lo, hi = int(starts[0]), int(ends[-1])
+        table = stream.read(partition, lo, hi)
+        if len(starts) > 1:  # the bound records between runs stay out
+            pieces = zip(starts.tolist(), ends.tolist(), strict=True)
+            table = pa.concat_tables([table.slice(a - lo, b - a) for a, b in pieces])
+        rowtime = table.column(LOG_ROWTIME_US)
+        if rowtime.null_count:  # implicit rowtimes: the arrival is the rowtime
+            rowtime = pc.coalesce(rowtime, table.column(LOG_ARRIVAL_US))
+        rowtime = pa.chunked_array([c.view(TS_TYPE) for c in rowtime.chunks], type=TS_TYPE)
+        rows = table.select(payload)
+        size = size or batch_rows(rows)
+        false = to_arrow(np.zeros(table.num_rows, dtype=bool))
+        out = pa.Table.from_arrays([*rows.columns, rowtime, false], schema=schema)
+        yield from out.to_batches(max_chunksize=size)
 
 
 def _runs_batches(

@@ -666,7 +666,11 @@ def sorted_step(
             ends.append(b)
         lo = b + 1
     base = prev.scan
-    runs = EmitRuns(np.array(starts, dtype=np.int64) + base, np.array(ends, dtype=np.int64) + base)
+    runs = EmitRuns(
+        np.array(starts, dtype=np.int64) + base,
+        np.array(ends, dtype=np.int64) + base,
+        ordered=True,
+    )
     return state, runs
 
 

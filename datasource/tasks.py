@@ -262,6 +262,11 @@ class EmitRuns:
 
     starts: np.ndarray  # int64
     ends: np.ndarray  # int64
+    #: The rows at these runs are in rowtime order as they stand, in offset order (the driver
+    #: found the step's records in order: :func:`~.planner.sorted_step`), so a task that needs
+    #: no other time than the stored one emits them as slices (:mod:`.executor`). False says
+    #: nothing: the task restores the order.
+    ordered: bool = False
 
     @classmethod
     def of_mask(cls, emitted: np.ndarray, first: int) -> EmitRuns | None:
