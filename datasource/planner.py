@@ -213,6 +213,50 @@ class Planner:
                 self._cache[p] = w.view(state.scan)
         return new
 
+    def plan_in_order(
+        self, pos: StreamPosition, available: Sequence[int], max_rows: int, most: int
+    ) -> StreamPosition | None:
+        """:meth:`plan` with at most ``max_rows`` new records, continued a further ``max_rows``
+        at a time while every partition's records are in rowtime order, up to ``most`` new
+        records in all: one step over a backlog in order, planned a cap at a time.
+
+        Why: the cap on a step bounds what the planner holds per record while it plans, and
+        each further step costs the query a micro-batch (Spark's cycle, the tasks' start;
+        docs/benchmarks.md). A step in order holds nothing once planned: :func:`sorted_step`
+        decides it as prefixes, and its emitted rows are runs between bound records. So such
+        steps are joined into one: the same end and the same rows as :meth:`plan` from ``pos``
+        to that end in one piece (a property test holds the two together), with the memory of
+        one cap. Records out of order (the general path) end the continuation, before them;
+        so do ``idle.timeout`` and ``interval.count``, which plan across steps, and a late
+        row under ``reject``, left to fail the next step as it would have."""
+        new = self.plan(pos, available, max_rows)
+        cfg = self.cfg
+        if new is None or cfg.idle_timeout_us is not None or cfg.interval_count is not None:
+            return new
+        assert self._last is not None
+        runs = self._last[2]
+        while all(r is not None and r.ordered for r in runs):
+            taken = sum(
+                b.next - a.next for a, b in zip(pos.partitions, new.partitions, strict=True)
+            )
+            room = min(max_rows, most - taken)
+            if room <= 0:
+                break
+            try:
+                more = self.plan(new, available, room)
+            except LateRowError:
+                break
+            if more is None:
+                break
+            assert self._last is not None
+            more_runs = self._last[2]
+            if not all(r is not None and r.ordered for r in more_runs):
+                break  # the next step plans these records again, on the general path
+            runs = [_joined(a, b) for a, b in zip(runs, more_runs, strict=True)]
+            new = more
+        self._last = (pos.to_dict(), new.to_dict(), runs)
+        return new
+
     # -- idle.timeout (SPEC 12) ---------------------------------------------------------------
 
     def _with_last(self, p: int, st: PartitionState) -> PartitionState:
@@ -465,6 +509,20 @@ def _each_partition(
     pairs = list(zip(parts, wheres, strict=True))
     threaded = records >= PARALLEL_PLAN_RECORDS
     return each_on_threads(lambda pair: decide(*pair), pairs, threaded, "rowtime-plan")
+
+
+def _joined(first: EmitRuns | None, then: EmitRuns | None) -> EmitRuns:
+    """The runs of two consecutive steps in order as one step's (``then`` begins at or after
+    ``first`` ends; a run cut only by the step between them is one run again)."""
+    assert first is not None and then is not None
+    starts, ends = first.starts, first.ends
+    if len(ends) and len(then.starts) and ends[-1] == then.starts[0]:
+        starts = np.concatenate([starts, then.starts[1:]])
+        ends = np.concatenate([ends[:-1], then.ends])
+    else:
+        starts = np.concatenate([starts, then.starts])
+        ends = np.concatenate([ends, then.ends])
+    return EmitRuns(starts, ends, ordered=True)
 
 
 def _at_most(clock: int | None, partition_clock: int | None) -> bool:

@@ -196,13 +196,24 @@ class RowtimeReaderSource(DataSource):
 #: On Spark 4.1 no cap applies (see :meth:`RowtimeStreamReader.latestOffset`).
 STEP_RECORDS = 1 << 24
 
+#: Most new records one micro-batch admits when its records are in rowtime order (and the query
+#: sets no ``maxRowsPerBatch``): such a step is planned :data:`STEP_RECORDS` at a time and holds
+#: nothing per record once planned (:meth:`.planner.Planner.plan_in_order`), so the cap's reason
+#: (memory) does not apply and a further micro-batch would only cost Spark's cycle. Four caps,
+#: so that a micro-batch still ends within seconds and the query's progress (and the clock of a
+#: sink after it) moves during a long backlog.
+IN_ORDER_RECORDS = 1 << 26
+
 
 class RowtimeStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
     """Micro-batches in rowtime order, each with at most one bound record (SPEC 7), and at
-    most ``maxRowsPerBatch`` (else :attr:`step_records`) new records."""
+    most ``maxRowsPerBatch`` (else :attr:`step_records`, or :attr:`in_order_records` for
+    records in order) new records."""
 
     #: The cap on new records per micro-batch without ``maxRowsPerBatch`` (:data:`STEP_RECORDS`).
     step_records: int = STEP_RECORDS
+    #: The same for records in rowtime order, planned a cap at a time (:data:`IN_ORDER_RECORDS`).
+    in_order_records: int = IN_ORDER_RECORDS
 
     def __init__(self, cfg: ReaderConfig, arrow_schema: pa.Schema) -> None:
         self.cfg = cfg
@@ -270,28 +281,35 @@ class RowtimeStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         """The end of the next micro-batch from ``start``.
 
         Spark 4.2 and later pass ``start`` and ``limit`` (admission control): a micro-batch
-        takes at most ``maxRowsPerBatch``, else :attr:`step_records`, new records, and under
+        takes at most ``maxRowsPerBatch``, else :attr:`step_records` new records (up to
+        :attr:`in_order_records` while they are in rowtime order), and under
         ``availableNow`` Spark keeps asking until :meth:`prepareForTriggerAvailableNow`'s
         target is reached. Spark 4.1 passes neither (pyspark decides by the number of
         parameters; these have defaults, so 4.2 still sees two) and, under ``availableNow``,
         takes the first answer as the query's final target, without telling the source its
-        trigger. So on 4.1 the micro-batch is the whole backlog, never capped: a cap would end
-        an ``availableNow`` query with records unread. The planner then holds up to 18 bytes a
-        new record on the driver (docs/benchmarks.md, "Spark 4.1: a backlog in one
+        trigger. So on 4.1 the micro-batch is the whole backlog, never capped: a cap would
+        end an ``availableNow`` query with records unread. The planner then holds up to 18
+        bytes a new record on the driver (docs/benchmarks.md, "Spark 4.1: a backlog in one
         micro-batch"). The start is the end of the range Spark last planned (it calls
-        ``partitions(end, end)`` on restart, before any ``latestOffset()``), else the initial
-        offset.
+        ``partitions(end, end)`` on restart, before any ``latestOffset()``), else the
+        initial offset.
         """
+        in_order: int | None = None
         if start is None:  # Spark 4.1
             start = self._seen_end if self._seen_end is not None else self.initialOffset()
             max_rows: int | None = None
+        elif isinstance(limit, ReadMaxRows):
+            max_rows = min(limit.max_rows, self.step_records)
         else:
-            cap = limit.max_rows if isinstance(limit, ReadMaxRows) else self.step_records
-            max_rows = min(cap, self.step_records)
+            max_rows = self.step_records
+            in_order = max(self.in_order_records, max_rows)
         self._check_stream(start)
         pos, moved = skip_removed(StreamPosition.from_dict(start), self.planner.stream, self.cfg)
         self._skips.count(moved)
-        new = self.planner.plan(pos, self._available(), max_rows)
+        if in_order is not None and max_rows is not None:
+            new = self.planner.plan_in_order(pos, self._available(), max_rows, in_order)
+        else:
+            new = self.planner.plan(pos, self._available(), max_rows)
         if new is None:
             return start if not moved else self._offset(pos)
         return self._offset(new)

@@ -50,7 +50,8 @@ def small_steps_source(cap: int) -> Any:
     from pyspark_rowtime.datasource.spark import RowtimeStreamReader
     from pyspark_rowtime.source import RowtimeDataSource
 
-    reader_cls = type("SmallStepsReader", (RowtimeStreamReader,), {"step_records": cap})
+    attrs = {"step_records": cap, "in_order_records": cap}  # rows in order are capped too
+    reader_cls = type("SmallStepsReader", (RowtimeStreamReader,), attrs)
     reader_cls.__module__ = "__main__"
 
     def stream_reader(self: Any, schema: Any) -> Any:

@@ -15,6 +15,7 @@ import pyarrow as pa
 import pytest
 
 import pyspark_rowtime as pr
+from pyspark_rowtime.bounds.errors import LateRowError
 from pyspark_rowtime.bounds.plan import StreamPosition
 from pyspark_rowtime.datasource import executor as executor_module
 from pyspark_rowtime.datasource import tasks as tasks_module
@@ -265,3 +266,82 @@ def test_runs_found_in_order_go_out_as_slices_with_the_rows_and_order_of_a_repla
     assert compared > 500
     assert ordered >= 8  # the driver found the rows in order
     assert bool(sliced) == stored  # and the tasks took the slices where the rowtimes allow
+
+
+def write_in_order_then_not(location: str, rng: random.Random, late_at: int | None) -> None:
+    """:func:`write_in_order`'s rows (explicit), then from row ``late_at`` on a tenth of them
+    up to 15 s early (None: in order to the end)."""
+    pr.create_stream(location, "k INT, ts BIGINT", partitions=2)
+    for p in range(2):
+        with pr.open_writer(location, p) as w:
+            cur = 1_000_000
+            for k in range(rng.randrange(150, 400)):
+                cur += rng.randrange(0, 3_000)
+                if rng.random() < 0.03:
+                    cur += 1
+                    w.set_rowtime_bound(cur)
+                late = late_at is not None and k >= late_at and rng.random() < 0.1
+                at = cur - rng.randrange(1, 15_000) if late else cur
+                w.insert({"k": k, "ts": at + 1}, rowtime=at)
+                if rng.random() < 0.05:
+                    w.flush()
+
+
+#: and a range that reorders the rows out of order, with the stored rowtimes
+REORDERS = ({"order": "adjust", "adjust.unit": "usec", "adjust.range": "20000000"}, True)
+
+
+@pytest.mark.parametrize("options", [o for o, _ in (*IN_ORDER, REORDERS)], ids=_ids)
+def test_steps_in_order_joined_are_the_step_planned_in_one_piece(
+    tmp_path: Path, options: dict[str, str]
+) -> None:
+    """``plan_in_order`` continues a step a cap at a time while its records are in order: each
+    joined step ends where it may (at most ``most`` new records), at the same position and
+    with the same emitted runs as the step from its start to that end planned in one piece,
+    and its tasks give the rows of a replay. Records out of order end the joining (they are
+    planned, capped, on the general path); a late row under ``reject`` fails the step that
+    reaches it, after every row before that step was planned."""
+    rng = random.Random(len(str(options)) * 13)
+    joined = steps = 0
+    for case in range(4):
+        location = str(tmp_path / f"s{case}")
+        late_at = None if case % 2 == 0 else rng.randrange(60, 140)
+        write_in_order_then_not(location, rng, late_at)
+        cfg = parse_reader_options({"path": location, **options})
+        schema = output_arrow_schema(open_storage(location).meta.payload_schema)
+        capped, whole = Planner(cfg), Planner(cfg)
+        pos = capped.start_position()
+        while True:
+            cap = rng.randrange(5, 60)
+            most = cap * rng.randrange(1, 6)
+            try:
+                new = capped.plan_in_order(pos, capped.available(), cap, most)
+            except LateRowError:
+                assert options["order"] == "reject" and late_at is not None
+                with pytest.raises(LateRowError):  # the step that reaches it, as capped
+                    Planner(cfg).plan(pos, capped.available(), cap)
+                break
+            if new is None:
+                break
+            pairs = zip(pos.partitions, new.partitions, strict=True)
+            taken = sum(b.next - a.next for a, b in pairs)
+            assert 0 < taken <= most
+            start, end = pos.to_dict(), new.to_dict()
+            one = whole.plan(pos, [p.next for p in new.partitions], None)
+            assert one is not None and one.to_dict() == end
+            runs, runs_one = capped.runs_for(start, end), whole.runs_for(start, end)
+            assert runs is not None and runs_one is not None
+            assert [(r.starts.tolist(), r.ends.tolist()) for r in runs if r is not None] == [
+                (r.starts.tolist(), r.ends.tolist()) for r in runs_one if r is not None
+            ]
+            for by_runs, replayed in zip(
+                partition_tasks(start, end, runs), partition_tasks(start, end), strict=True
+            ):
+                got = pa.Table.from_batches(list(read_task(cfg, by_runs, schema)), schema)
+                want = pa.Table.from_batches(list(read_task(cfg, replayed, schema)), schema)
+                assert got.to_pylist() == want.to_pylist()
+            joined += taken > cap
+            steps += 1
+            pos = new
+    assert steps >= 10
+    assert joined >= 3  # steps in order were joined

@@ -167,17 +167,22 @@ def test_spark_4_2_still_sees_admission_control_and_caps_steps(stream: Path) -> 
     if not spark_compat.HAS_ADMISSION_CONTROL:
         pytest.skip(f"Spark {spark_compat.SPARK_VERSION_TEXT} has no admission control")
     assert isinstance(reader, spark_compat.SupportsTriggerAvailableNow)
-    reader.step_records = 16
-    start = reader.initialOffset()
-    seen: list[tuple[int, int]] = []
-    steps = 0
-    while (end := reader.latestOffset(start, spark_compat.ReadAllAvailable())) != start:
-        ids = read_ids(reader, start, end)
-        assert len(ids) <= 16
-        seen += ids
-        start, steps = end, steps + 1
-    assert sorted(seen) == [(p, i) for p in (0, 1) for i in range(100)]
-    assert steps >= 200 // 16
+    # the cap, and steps of records in order joined up to in_order_records (planned 16 at a time)
+    for in_order, joined in ((16, False), (48, True)):
+        reader = source.streamReader(source.schema())
+        assert isinstance(reader, RowtimeStreamReader)
+        reader.step_records, reader.in_order_records = 16, in_order
+        start = reader.initialOffset()
+        seen: list[tuple[int, int]] = []
+        sizes = []
+        while (end := reader.latestOffset(start, spark_compat.ReadAllAvailable())) != start:
+            ids = read_ids(reader, start, end)
+            sizes.append(len(ids))
+            seen += ids
+            start = end
+        assert sorted(seen) == [(p, i) for p in (0, 1) for i in range(100)]
+        assert max(sizes) <= in_order and len(sizes) >= 200 // in_order
+        assert (max(sizes) > 16) == joined
 
 
 def test_the_sink_schema_is_utc_and_small_types_on_this_spark() -> None:
