@@ -18,7 +18,7 @@ import numpy as np
 
 from ..bounds.arrays import as_numpy, each_on_threads
 from ..bounds.bounds import END_OF_STREAM_US, merge_clock
-from ..bounds.errors import LateRowError
+from ..bounds.errors import HeldRowsOverflowError, LateRowError
 from ..bounds.plan import (
     IdleStep,
     StreamPosition,
@@ -46,6 +46,7 @@ from .options import ReaderConfig
 from .retention import earliest_position
 from .tasks import (
     _NO_OFFSETS,
+    MAX_EMIT_RUNS,
     EmitRuns,
     ReadTask,
     classify_pieces,
@@ -213,47 +214,48 @@ class Planner:
                 self._cache[p] = w.view(state.scan)
         return new
 
-    def plan_in_order(
+    def plan_joined(
         self, pos: StreamPosition, available: Sequence[int], max_rows: int, most: int
     ) -> StreamPosition | None:
         """:meth:`plan` with at most ``max_rows`` new records, continued a further ``max_rows``
-        at a time while every partition's records are in rowtime order, up to ``most`` new
-        records in all: one step over a backlog in order, planned a cap at a time.
+        at a time up to ``most`` new records in all: one step over a backlog, planned a cap at
+        a time.
 
         Why: the cap on a step bounds what the planner holds per record while it plans, and
         each further step costs the query a micro-batch (Spark's cycle, the tasks' start;
-        docs/benchmarks.md). A step in order holds nothing once planned: :func:`sorted_step`
-        decides it as prefixes, and its emitted rows are runs between bound records. So such
-        steps are joined into one: the same end and the same rows as :meth:`plan` from ``pos``
-        to that end in one piece (a property test holds the two together), with the memory of
-        one cap. Records out of order (the general path) end the continuation, before them;
-        so do ``idle.timeout`` and ``interval.count``, which plan across steps, and a late
-        row under ``reject``, left to fail the next step as it would have."""
+        docs/benchmarks.md). What a step leaves once planned is small: its end position, its
+        emitted runs and the times of the records still alive (the window cache, as between
+        micro-batches). And two steps planned one after the other emit what one step over both
+        emits: whether a row is discarded follows from running maxima, a released row stays
+        released, and the rows of both are emitted up to the second's clock. So the steps are
+        joined into one: the same end and the same rows as :meth:`plan` from ``pos`` to that
+        end in one piece (a property test holds the two together), with the memory of one
+        cap. ``idle.timeout`` and ``interval.count`` plan across steps and are not joined; a
+        step whose runs are too many to ship ends the joining, before it, as does an error
+        (a late row under ``reject``, too many rows held), left to fail the next step as it
+        would have."""
         new = self.plan(pos, available, max_rows)
         cfg = self.cfg
         if new is None or cfg.idle_timeout_us is not None or cfg.interval_count is not None:
             return new
         assert self._last is not None
         runs = self._last[2]
-        while all(r is not None and r.ordered for r in runs):
-            taken = sum(
-                b.next - a.next for a, b in zip(pos.partitions, new.partitions, strict=True)
-            )
-            room = min(max_rows, most - taken)
+        while all(r is not None for r in runs):
+            pairs = zip(pos.partitions, new.partitions, strict=True)
+            room = min(max_rows, most - sum(b.next - a.next for a, b in pairs))
             if room <= 0:
                 break
             try:
                 more = self.plan(new, available, room)
-            except LateRowError:
+            except (LateRowError, HeldRowsOverflowError):
                 break
             if more is None:
                 break
             assert self._last is not None
-            more_runs = self._last[2]
-            if not all(r is not None and r.ordered for r in more_runs):
-                break  # the next step plans these records again, on the general path
-            runs = [_joined(a, b) for a, b in zip(runs, more_runs, strict=True)]
-            new = more
+            joined = [_joined(a, b) for a, b in zip(runs, self._last[2], strict=True)]
+            if not all(r is not None for r in joined):
+                break  # the next step plans these records again
+            runs, new = joined, more
         self._last = (pos.to_dict(), new.to_dict(), runs)
         return new
 
@@ -511,18 +513,24 @@ def _each_partition(
     return each_on_threads(lambda pair: decide(*pair), pairs, threaded, "rowtime-plan")
 
 
-def _joined(first: EmitRuns | None, then: EmitRuns | None) -> EmitRuns:
-    """The runs of two consecutive steps in order as one step's (``then`` begins at or after
-    ``first`` ends; a run cut only by the step between them is one run again)."""
-    assert first is not None and then is not None
-    starts, ends = first.starts, first.ends
-    if len(ends) and len(then.starts) and ends[-1] == then.starts[0]:
-        starts = np.concatenate([starts, then.starts[1:]])
-        ends = np.concatenate([ends[:-1], then.ends])
-    else:
-        starts = np.concatenate([starts, then.starts])
-        ends = np.concatenate([ends, then.ends])
-    return EmitRuns(starts, ends, ordered=True)
+def _joined(first: EmitRuns | None, then: EmitRuns | None) -> EmitRuns | None:
+    """The runs of two consecutive steps as one step's: the offsets of both (a row is emitted
+    once, so the runs are disjoint; rows held in the first may go out in the second, before
+    its other runs), as ascending runs, those that touch made one again. None when either is
+    None or together they are more than a task carries (:data:`~.tasks.MAX_EMIT_RUNS`)."""
+    if first is None or then is None:
+        return None
+    starts = np.concatenate([first.starts, then.starts])
+    ends = np.concatenate([first.ends, then.ends])
+    order = np.argsort(starts, kind="stable")
+    starts, ends = starts[order], ends[order]
+    if len(starts) > 1:
+        cut = np.flatnonzero(ends[:-1] != starts[1:])  # where a run does not go on into the next
+        starts = np.concatenate([starts[:1], starts[cut + 1]])
+        ends = np.concatenate([ends[cut], ends[-1:]])
+    if len(starts) > MAX_EMIT_RUNS:
+        return None
+    return EmitRuns(starts, ends, ordered=first.ordered and then.ordered)
 
 
 def _at_most(clock: int | None, partition_clock: int | None) -> bool:

@@ -187,33 +187,34 @@ class RowtimeReaderSource(DataSource):
         return RowtimeStreamReader(cfg, arrow)
 
 
-#: Most new records one micro-batch admits when the query sets no ``maxRowsPerBatch``: a larger
-#: backlog (a query started late, ``availableNow`` over a day of data) is read in several
-#: micro-batches. Planning a step holds about 18 bytes a record on the driver (rowtimes, bound
-#: flags, which records are emitted) and a task up to about 32 bytes a record of its partition
-#: when it restores rowtime order, so without a cap both would grow with the backlog; with it
-#: they follow the cap and the rows ``adjust`` holds (``./dev bench scaling --memory``).
-#: On Spark 4.1 no cap applies (see :meth:`RowtimeStreamReader.latestOffset`).
+#: Most new records the driver plans at once when the query sets no ``maxRowsPerBatch``: a
+#: larger backlog (a query started late, ``availableNow`` over a day of data) is planned in
+#: several steps (and read in micro-batches of :data:`MICRO_BATCH_RECORDS`). Planning a step
+#: holds about 18 bytes a record on the driver (rowtimes, bound flags, which records are
+#: emitted) and a task up to about 32 bytes a record of its partition when it restores rowtime
+#: order, so without a cap both would grow with the backlog; with it they follow the cap and the
+#: rows ``adjust`` holds (``./dev bench scaling --memory``). On Spark 4.1 no cap applies (see
+#: :meth:`RowtimeStreamReader.latestOffset`).
 STEP_RECORDS = 1 << 24
 
-#: Most new records one micro-batch admits when its records are in rowtime order (and the query
-#: sets no ``maxRowsPerBatch``): such a step is planned :data:`STEP_RECORDS` at a time and holds
-#: nothing per record once planned (:meth:`.planner.Planner.plan_in_order`), so the cap's reason
-#: (memory) does not apply and a further micro-batch would only cost Spark's cycle. Four caps,
-#: so that a micro-batch still ends within seconds and the query's progress (and the clock of a
-#: sink after it) moves during a long backlog.
-IN_ORDER_RECORDS = 1 << 26
+#: Most new records one micro-batch admits when the query sets no ``maxRowsPerBatch``: four
+#: steps of :data:`STEP_RECORDS`, planned one after the other and joined
+#: (:meth:`.planner.Planner.plan_joined`), so the driver's memory follows the step while a
+#: further micro-batch, which would cost Spark's cycle and nothing else, is spared. Not more,
+#: so that a micro-batch still ends within seconds and the query's progress (and the clock of
+#: a sink after it) moves during a long backlog.
+MICRO_BATCH_RECORDS = 1 << 26
 
 
 class RowtimeStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
     """Micro-batches in rowtime order, each with at most one bound record (SPEC 7), and at
-    most ``maxRowsPerBatch`` (else :attr:`step_records`, or :attr:`in_order_records` for
-    records in order) new records."""
+    most ``maxRowsPerBatch`` (else :attr:`micro_batch_records`, planned :attr:`step_records`
+    at a time) new records."""
 
-    #: The cap on new records per micro-batch without ``maxRowsPerBatch`` (:data:`STEP_RECORDS`).
+    #: The cap on new records planned at once without ``maxRowsPerBatch`` (:data:`STEP_RECORDS`).
     step_records: int = STEP_RECORDS
-    #: The same for records in rowtime order, planned a cap at a time (:data:`IN_ORDER_RECORDS`).
-    in_order_records: int = IN_ORDER_RECORDS
+    #: The cap on new records per micro-batch without it (:data:`MICRO_BATCH_RECORDS`).
+    micro_batch_records: int = MICRO_BATCH_RECORDS
 
     def __init__(self, cfg: ReaderConfig, arrow_schema: pa.Schema) -> None:
         self.cfg = cfg
@@ -281,20 +282,19 @@ class RowtimeStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         """The end of the next micro-batch from ``start``.
 
         Spark 4.2 and later pass ``start`` and ``limit`` (admission control): a micro-batch
-        takes at most ``maxRowsPerBatch``, else :attr:`step_records` new records (up to
-        :attr:`in_order_records` while they are in rowtime order), and under
-        ``availableNow`` Spark keeps asking until :meth:`prepareForTriggerAvailableNow`'s
-        target is reached. Spark 4.1 passes neither (pyspark decides by the number of
-        parameters; these have defaults, so 4.2 still sees two) and, under ``availableNow``,
-        takes the first answer as the query's final target, without telling the source its
-        trigger. So on 4.1 the micro-batch is the whole backlog, never capped: a cap would
-        end an ``availableNow`` query with records unread. The planner then holds up to 18
-        bytes a new record on the driver (docs/benchmarks.md, "Spark 4.1: a backlog in one
-        micro-batch"). The start is the end of the range Spark last planned (it calls
-        ``partitions(end, end)`` on restart, before any ``latestOffset()``), else the
-        initial offset.
+        takes at most ``maxRowsPerBatch``, else :attr:`micro_batch_records` new records,
+        planned :attr:`step_records` at a time, and under ``availableNow`` Spark keeps
+        asking until :meth:`prepareForTriggerAvailableNow`'s target is reached. Spark 4.1
+        passes neither (pyspark decides by the number of parameters; these have defaults, so
+        4.2 still sees two) and, under ``availableNow``, takes the first answer as the
+        query's final target, without telling the source its trigger. So on 4.1 the
+        micro-batch is the whole backlog, never capped: a cap would end an ``availableNow``
+        query with records unread. The planner then holds up to 18 bytes a new record on the
+        driver (docs/benchmarks.md, "Spark 4.1: a backlog in one micro-batch"). The start is
+        the end of the range Spark last planned (it calls ``partitions(end, end)`` on
+        restart, before any ``latestOffset()``), else the initial offset.
         """
-        in_order: int | None = None
+        joined: int | None = None
         if start is None:  # Spark 4.1
             start = self._seen_end if self._seen_end is not None else self.initialOffset()
             max_rows: int | None = None
@@ -302,12 +302,12 @@ class RowtimeStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
             max_rows = min(limit.max_rows, self.step_records)
         else:
             max_rows = self.step_records
-            in_order = max(self.in_order_records, max_rows)
+            joined = max(self.micro_batch_records, max_rows)
         self._check_stream(start)
         pos, moved = skip_removed(StreamPosition.from_dict(start), self.planner.stream, self.cfg)
         self._skips.count(moved)
-        if in_order is not None and max_rows is not None:
-            new = self.planner.plan_in_order(pos, self._available(), max_rows, in_order)
+        if joined is not None and max_rows is not None:
+            new = self.planner.plan_joined(pos, self._available(), max_rows, joined)
         else:
             new = self.planner.plan(pos, self._available(), max_rows)
         if new is None:

@@ -50,7 +50,7 @@ def small_steps_source(cap: int) -> Any:
     from pyspark_rowtime.datasource.spark import RowtimeStreamReader
     from pyspark_rowtime.source import RowtimeDataSource
 
-    attrs = {"step_records": cap, "in_order_records": cap}  # rows in order are capped too
+    attrs = {"step_records": cap, "micro_batch_records": cap}  # micro-batches of one step
     reader_cls = type("SmallStepsReader", (RowtimeStreamReader,), attrs)
     reader_cls.__module__ = "__main__"
 

@@ -292,17 +292,16 @@ REORDERS = ({"order": "adjust", "adjust.unit": "usec", "adjust.range": "20000000
 
 
 @pytest.mark.parametrize("options", [o for o, _ in (*IN_ORDER, REORDERS)], ids=_ids)
-def test_steps_in_order_joined_are_the_step_planned_in_one_piece(
+def test_steps_joined_are_the_step_planned_in_one_piece(
     tmp_path: Path, options: dict[str, str]
 ) -> None:
-    """``plan_in_order`` continues a step a cap at a time while its records are in order: each
-    joined step ends where it may (at most ``most`` new records), at the same position and
-    with the same emitted runs as the step from its start to that end planned in one piece,
-    and its tasks give the rows of a replay. Records out of order end the joining (they are
-    planned, capped, on the general path); a late row under ``reject`` fails the step that
-    reaches it, after every row before that step was planned."""
+    """``plan_joined`` continues a step a cap at a time: each joined step ends where it may
+    (at most ``most`` new records), at the same position and with the same emitted runs as the
+    step from its start to that end planned in one piece, and its tasks give the rows of a
+    replay, over rows in order (runs that stay ``ordered``) and out of order. A late row under
+    ``reject`` fails the step that reaches it, after every row before that step was planned."""
     rng = random.Random(len(str(options)) * 13)
-    joined = steps = 0
+    joined = unordered = steps = 0
     for case in range(4):
         location = str(tmp_path / f"s{case}")
         late_at = None if case % 2 == 0 else rng.randrange(60, 140)
@@ -315,7 +314,7 @@ def test_steps_in_order_joined_are_the_step_planned_in_one_piece(
             cap = rng.randrange(5, 60)
             most = cap * rng.randrange(1, 6)
             try:
-                new = capped.plan_in_order(pos, capped.available(), cap, most)
+                new = capped.plan_joined(pos, capped.available(), cap, most)
             except LateRowError:
                 assert options["order"] == "reject" and late_at is not None
                 with pytest.raises(LateRowError):  # the step that reaches it, as capped
@@ -341,7 +340,10 @@ def test_steps_in_order_joined_are_the_step_planned_in_one_piece(
                 want = pa.Table.from_batches(list(read_task(cfg, replayed, schema)), schema)
                 assert got.to_pylist() == want.to_pylist()
             joined += taken > cap
+            unordered += taken > cap and not all(r is not None and r.ordered for r in runs)
             steps += 1
             pos = new
     assert steps >= 10
-    assert joined >= 3  # steps in order were joined
+    assert joined >= 3  # steps were joined
+    if options["order"] != "reject":
+        assert unordered  # and steps over rows out of order among them

@@ -167,11 +167,11 @@ def test_spark_4_2_still_sees_admission_control_and_caps_steps(stream: Path) -> 
     if not spark_compat.HAS_ADMISSION_CONTROL:
         pytest.skip(f"Spark {spark_compat.SPARK_VERSION_TEXT} has no admission control")
     assert isinstance(reader, spark_compat.SupportsTriggerAvailableNow)
-    # the cap, and steps of records in order joined up to in_order_records (planned 16 at a time)
-    for in_order, joined in ((16, False), (48, True)):
+    # the cap, and steps joined into micro-batches of micro_batch_records (planned 16 at a time)
+    for most, joined in ((16, False), (48, True)):
         reader = source.streamReader(source.schema())
         assert isinstance(reader, RowtimeStreamReader)
-        reader.step_records, reader.in_order_records = 16, in_order
+        reader.step_records, reader.micro_batch_records = 16, most
         start = reader.initialOffset()
         seen: list[tuple[int, int]] = []
         sizes = []
@@ -181,7 +181,7 @@ def test_spark_4_2_still_sees_admission_control_and_caps_steps(stream: Path) -> 
             seen += ids
             start = end
         assert sorted(seen) == [(p, i) for p in (0, 1) for i in range(100)]
-        assert max(sizes) <= in_order and len(sizes) >= 200 // in_order
+        assert max(sizes) <= most and len(sizes) >= 200 // most
         assert (max(sizes) > 16) == joined
 
 
