@@ -43,7 +43,7 @@ from .retention import (
     skip_removed,
     skipped_progress,
 )
-from .tasks import ReadTask, output_arrow_schema
+from .tasks import EmitRuns, ReadTask, output_arrow_schema
 
 
 def _read(cfg: ReaderConfig, task: ReadTask, schema: pa.Schema) -> Iterator[pa.RecordBatch]:
@@ -327,8 +327,29 @@ class RowtimeStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         self._skips.count(moved)
         end, _ = replay_position(end, self.planner.stream, self.cfg)
         runs = self.planner.runs_for(start, end)
+        if runs is None:
+            runs = self._plan_again(start, end)
         late = self.planner.late_for(start, end)
         return [RowtimePartition(t) for t in partition_tasks(start, end, runs, late)]
+
+    def _plan_again(self, start: dict, end: dict) -> list[EmitRuns | None] | None:
+        """The runs of a step this planner did not plan (the query restarted between planning
+        the micro-batch and running it), planned again :attr:`step_records` at a time: without
+        runs each task replays its partition's step whole, and a micro-batch is up to
+        :attr:`micro_batch_records`, more than a task should hold at once. The same step, so
+        the same end (else, which cannot be, None: the tasks' replay is right, only larger);
+        None with ``idle.timeout`` and ``interval.count``, which are planned as they are."""
+        if self.cfg.idle_timeout_us is not None or self.cfg.interval_count is not None:
+            return None
+        s, e = StreamPosition.from_dict(start), StreamPosition.from_dict(end)
+        ends = [p.next for p in e.partitions]
+        records = sum(b - a.next for a, b in zip(s.partitions, ends, strict=True))
+        if records <= 0:
+            return None
+        again = self.planner.plan_joined(s, ends, self.step_records, records)
+        if again is None or again.to_dict() != e.to_dict():
+            return None
+        return self.planner.runs_for(start, end)
 
     def read(self, partition: InputPartition) -> Iterator[pa.RecordBatch]:
         assert isinstance(partition, RowtimePartition)

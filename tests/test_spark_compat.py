@@ -196,3 +196,36 @@ def test_the_sink_schema_is_utc_and_small_types_on_this_spark() -> None:
     arrow = spark_compat.arrow_schema_utc(schema)
     assert arrow.field("rowtime").type == pa.timestamp("us", tz="UTC")
     assert arrow.field("s").type == pa.string() and arrow.field("b").type == pa.binary()
+
+
+@pytest.mark.parametrize("idle", [False, True], ids=["reject", "idle.timeout"])
+def test_a_joined_micro_batch_run_after_a_restart_gives_its_tasks_runs(
+    stream: Path, idle: bool
+) -> None:
+    """A micro-batch joined of several steps that the reader did not plan (the query restarted
+    between planning and running it) is planned again a step at a time: its tasks get the
+    same runs as the planner that planned it (not a replay of the whole micro-batch, up to
+    four steps in one task) and read the same rows. ``idle.timeout`` steps are planned as
+    they are: their tasks replay, and read the same rows too."""
+    options = {"order": "reject", **({"idle.timeout": "1h"} if idle else {})}
+    source = RowtimeDataSource({"path": str(stream), **options})
+    reader = source.streamReader(source.schema())
+    assert isinstance(reader, RowtimeStreamReader)
+    reader.step_records, reader.micro_batch_records = 16, 64
+    start = reader.initialOffset()
+    end = reader.latestOffset(start, spark_compat.ReadAllAvailable())
+    planned = [p.task.runs for p in reader.partitions(start, end)]
+    ids = read_ids(reader, start, end)
+    assert (len(ids) > 16) != idle  # joined, but for idleness's steps
+    restarted = source.streamReader(source.schema())
+    assert isinstance(restarted, RowtimeStreamReader)
+    restarted.step_records, restarted.micro_batch_records = 16, 64
+    again = [p.task.runs for p in restarted.partitions(start, end)]
+    if idle:
+        assert all(r is None for r in again)
+    else:
+        assert all(r is not None for r in again)
+        assert [(r.starts.tolist(), r.ends.tolist(), r.ordered) for r in again] == [
+            (r.starts.tolist(), r.ends.tolist(), r.ordered) for r in planned
+        ]
+    assert read_ids(restarted, start, end) == ids
