@@ -347,3 +347,27 @@ def test_steps_joined_are_the_step_planned_in_one_piece(
     assert joined >= 3  # steps were joined
     if options["order"] != "reject":
         assert unordered  # and steps over rows out of order among them
+
+
+def test_a_step_that_would_hold_too_many_rows_ends_the_joining_before_it(tmp_path: Path) -> None:
+    """``adjust.maxHeld`` is checked at the end of each planned step: a joined micro-batch
+    stops before the step that would hold too many rows (and keeps the steps before it), and
+    the next micro-batch fails on it with the error a capped step gives."""
+    from pyspark_rowtime.bounds.errors import HeldRowsOverflowError
+
+    location = str(tmp_path / "s")
+    pr.create_stream(location, "k INT", partitions=1)
+    with pr.open_writer(location, 0) as w:
+        for k in range(100):
+            w.insert({"k": k}, rowtime=1_000_000 + k)
+    # a range of a day holds every row: 20 records a step stay under 30 held, 40 do not
+    options = {"order": "adjust", "adjust.unit": "sec", "adjust.range": "86400"}
+    cfg = parse_reader_options({"path": location, **options, "adjust.maxHeld": "30"})
+    planner = Planner(cfg)
+    pos = planner.start_position()
+    first = planner.plan_joined(pos, planner.available(), 20, 100)
+    assert first is not None and [p.next for p in first.partitions] == [20]
+    with pytest.raises(HeldRowsOverflowError):
+        planner.plan_joined(first, planner.available(), 20, 100)
+    with pytest.raises(HeldRowsOverflowError):
+        Planner(cfg).plan(first, planner.available(), 20)
