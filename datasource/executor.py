@@ -7,7 +7,8 @@ start state instead (:func:`read_task`). Both give the same rows.
 
 from __future__ import annotations
 
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
+from functools import partial
 
 import numpy as np
 import pyarrow as pa
@@ -58,11 +59,7 @@ def read_task(cfg: ReaderConfig, task: ReadTask, schema: pa.Schema) -> Iterator[
     payload = [n for n in stream.meta.payload_schema.names if n in schema.names]
     where = where_of(cfg, task.partition)
     if task.runs is not None and cfg.output == "rows":
-        runs = task.runs
-        if runs.ordered and cfg.policy.unit_us == 1 and cfg.rowtime_column is None:
-            yield from _ordered_batches(task.partition, runs, stream, payload, schema)
-        else:
-            yield from _runs_batches(cfg, task.partition, runs, stream, payload, schema)
+        yield from _runs_batches(cfg, task.partition, task.runs, stream, payload, schema)
     elif task.end > prev.scan:
         table = stream.read(task.partition, prev.scan, task.end)
         t, b = record_times(table, cfg, task.partition, prev.scan)
@@ -125,24 +122,18 @@ def _ramp(starts: np.ndarray, ends: np.ndarray) -> np.ndarray:
 
 
 def _ordered_batches(
-    partition: int,
-    runs: EmitRuns,
-    stream: StreamStorage,
-    payload: list[str],
-    schema: pa.Schema,
+    read: Callable[[int, int], pa.Table], runs: EmitRuns, payload: list[str], schema: pa.Schema
 ) -> Iterator[pa.RecordBatch]:
-    """The rows at ``runs`` when the driver found them in rowtime order as they stand
+    """:func:`_runs_batches` when the driver found the rows in rowtime order as they stand
     (``runs.ordered``) and their rowtime is the stored one (no ``adjust.unit`` to truncate to,
     no ``rowtime.column`` to convert): offset order is then the emission order, so the rows go
-    out as slices of what is read, with the stored rowtimes as their column, and no pass over
-    their times. The same rows, in the same order, as :func:`_runs_batches` (a property test
-    holds the two together); read :data:`RUN_CHUNK_RECORDS` at a time, as it reads them."""
-    if not runs.rows:
-        return
+    out as slices of what ``read(lo, hi)`` gives, with the stored rowtimes as their column, and
+    no pass over their times. The same rows, in the same order, as restoring the order (a
+    property test holds the two together); read :data:`RUN_CHUNK_RECORDS` at a time."""
     size = 0
     for starts, ends in _run_chunks(runs, RUN_CHUNK_RECORDS):
         lo, hi = int(starts[0]), int(ends[-1])
-        table = stream.read(partition, lo, hi)
+        table = read(lo, hi)
         if len(starts) > 1:  # the bound records between runs stay out
             pieces = zip(starts.tolist(), ends.tolist(), strict=True)
             table = pa.concat_tables([table.slice(a - lo, b - a) for a, b in pieces])
@@ -175,6 +166,9 @@ def _runs_batches(
     rowtime so far; so rows below ``largest so far - range`` are below every later row.
     """
     if not runs.rows:
+        return
+    if runs.ordered and cfg.policy.unit_us == 1 and cfg.rowtime_column is None:
+        yield from _ordered_batches(partial(stream.read, partition), runs, payload, schema)
         return
     unit, slack = cfg.policy.unit_us, cfg.policy.range_us
     held_off = np.empty(0, dtype=np.int64)  # rows read, not yet emitted: offsets, rowtimes

@@ -41,17 +41,34 @@ OPTIONS = [
 ]
 
 
-def write(location: str, rng: random.Random, late_share: float) -> None:
-    pr.create_stream(location, "k INT", partitions=2)
+def write(
+    location: str,
+    rng: random.Random,
+    late_share: float = 0.0,
+    *,
+    late_from: int = 0,
+    implicit: bool = False,
+    least: int = 100,
+) -> None:
+    """Two partitions of ``least`` to 400 rows ``k`` in rowtime order (milliseconds), with bound
+    records among them and flushes (a step's records in several segments); from row
+    ``late_from`` on, ``late_share`` of the rows up to 15 s early. ``ts`` is another time, 1 ms
+    ahead of the rowtime, for ``rowtime.column``: in order with the bounds too, as each bound
+    comes after a step of 1 ms. ``implicit``: rows without a rowtime, and no bounds."""
+    pr.create_stream(location, "k INT, ts BIGINT", partitions=2)
     for p in range(2):
         with pr.open_writer(location, p) as w:
             cur = 1_000_000
-            for k in range(rng.randrange(100, 400)):
+            for k in range(rng.randrange(least, 400)):
                 cur += rng.randrange(0, 3_000)
-                if rng.random() < 0.03:
+                if rng.random() < 0.03 and not implicit:
+                    cur += 1
                     w.set_rowtime_bound(cur)
-                late = rng.random() < late_share
-                w.insert({"k": k}, rowtime=cur - rng.randrange(0, 15_000) if late else cur)
+                late = k >= late_from and rng.random() < late_share
+                at = cur - rng.randrange(1, 15_000) if late else cur
+                w.insert({"k": k, "ts": at + 1}, rowtime=None if implicit else at)
+                if rng.random() < 0.05:
+                    w.flush()
 
 
 @pytest.mark.parametrize("chunk", [1, 7, 64, 1 << 20])
@@ -173,24 +190,6 @@ def test_batches_are_capped_by_rows_and_by_bytes(monkeypatch: pytest.MonkeyPatch
     assert batch_rows(narrow.slice(0, 0)) == BATCH_ROWS
 
 
-def write_in_order(location: str, rng: random.Random, implicit: bool) -> None:
-    """Two partitions in rowtime order with bound records among the rows; ``ts`` is another
-    time in order (milliseconds, 1 ahead of the rowtime), for ``rowtime.column``: in order
-    with the bounds too."""
-    pr.create_stream(location, "k INT, ts BIGINT", partitions=2)
-    for p in range(2):
-        with pr.open_writer(location, p) as w:
-            cur = 1_000_000
-            for k in range(rng.randrange(100, 400)):
-                cur += rng.randrange(0, 3_000)
-                if rng.random() < 0.03 and not implicit:
-                    cur += 1
-                    w.set_rowtime_bound(cur)
-                w.insert({"k": k, "ts": cur + 1}, rowtime=None if implicit else cur)
-                if rng.random() < 0.05:
-                    w.flush()  # rows of one step in several segments
-
-
 #: Options over rows in order: the first three emit the stored rowtimes; the others must not
 #: take the stored ones (adjust.unit truncates them; rowtime.column promotes another column).
 IN_ORDER = [
@@ -243,7 +242,7 @@ def test_runs_found_in_order_go_out_as_slices_with_the_rows_and_order_of_a_repla
     ordered = compared = 0
     for case in range(4):
         location = str(tmp_path / f"s{case}")
-        write_in_order(location, rng, implicit)
+        write(location, rng, implicit=implicit)
         cfg = parse_reader_options({"path": location, **options})
         payload = open_storage(location).meta.payload_schema
         if case % 2:  # a user schema without ``ts``
@@ -276,25 +275,6 @@ def test_runs_found_in_order_go_out_as_slices_with_the_rows_and_order_of_a_repla
     assert bool(sliced) == stored  # and the tasks took the slices where the rowtimes allow
 
 
-def write_in_order_then_not(location: str, rng: random.Random, late_at: int | None) -> None:
-    """:func:`write_in_order`'s rows (explicit), then from row ``late_at`` on a tenth of them
-    up to 15 s early (None: in order to the end)."""
-    pr.create_stream(location, "k INT, ts BIGINT", partitions=2)
-    for p in range(2):
-        with pr.open_writer(location, p) as w:
-            cur = 1_000_000
-            for k in range(rng.randrange(150, 400)):
-                cur += rng.randrange(0, 3_000)
-                if rng.random() < 0.03:
-                    cur += 1
-                    w.set_rowtime_bound(cur)
-                late = late_at is not None and k >= late_at and rng.random() < 0.1
-                at = cur - rng.randrange(1, 15_000) if late else cur
-                w.insert({"k": k, "ts": at + 1}, rowtime=at)
-                if rng.random() < 0.05:
-                    w.flush()
-
-
 #: and a range that reorders the rows out of order, with the stored rowtimes
 REORDERS = ({"order": "adjust", "adjust.unit": "usec", "adjust.range": "20000000"}, True)
 
@@ -313,7 +293,8 @@ def test_steps_joined_are_the_step_planned_in_one_piece(
     for case in range(4):
         location = str(tmp_path / f"s{case}")
         late_at = None if case % 2 == 0 else rng.randrange(60, 140)
-        write_in_order_then_not(location, rng, late_at)
+        late = 0.0 if late_at is None else 0.1
+        write(location, rng, late, late_from=late_at or 0, least=150)
         cfg = parse_reader_options({"path": location, **options})
         schema = output_arrow_schema(open_storage(location).meta.payload_schema)
         capped, whole = Planner(cfg), Planner(cfg)
