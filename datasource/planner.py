@@ -15,9 +15,10 @@ from dataclasses import dataclass
 from typing import Any, TypeVar
 
 import numpy as np
+import pyarrow.compute as pc
 
 from ..bounds.arrays import as_numpy, each_on_threads
-from ..bounds.bounds import END_OF_STREAM_US, merge_clock
+from ..bounds.bounds import END_OF_STREAM_US
 from ..bounds.errors import HeldRowsOverflowError, LateRowError
 from ..bounds.plan import (
     IdleStep,
@@ -30,19 +31,25 @@ from ..bounds.plan import (
 from ..bounds.policies import (
     NO_TIME,
     PartitionState,
-    Policy,
     RejectPolicy,
-    truncate_array_us,
 )
 from ..bounds.time import format_rowtime
-from ..streams.columns import (
-    LOG_ARRIVAL_US,
-)
+from ..streams.columns import LOG_ARRIVAL_US, LOG_IS_BOUND, LOG_ROWTIME_US
 from ..streams.retention import DataLossError
 from ..streams.storage import StreamStorage, open_storage
 from ..streams.writer import wall_clock_us
 from .intervals import hold_from
 from .options import ReaderConfig
+from .ordered import (
+    _FEW_BOUNDS,
+    OrderedTimes,
+    _ascending,
+    clock_at_end,
+    merge_clocks,
+    ordered_clock_at_end,
+    ordered_step,
+    sorted_step,
+)
 from .retention import earliest_position
 from .tasks import (
     _NO_OFFSETS,
@@ -179,6 +186,10 @@ class Planner:
         if ends == [p.next for p in pos.partitions]:
             return None
         policy = self.cfg.policy
+        if self.cfg.interval_count is None:
+            ordered = self._plan_ordered(pos, ends)
+            if ordered is not None:
+                return ordered
         windows = [self.window(p, st.scan, ends[p]) for p, st in enumerate(pos.partitions)]
         parts = list(zip(pos.partitions, windows, strict=True))
         wheres = [where_of(self.cfg, p) for p in range(len(parts))]
@@ -206,13 +217,95 @@ class Planner:
         decided = _each_partition(decide, parts, wheres, sum(len(w.t) for w in windows))
         states = [state for state, _ in decided]
         runs: list[EmitRuns | None] = [r for _, r in decided]
-        new = StreamPosition(clock, states)
+        return self._planned(pos, StreamPosition(clock, states), runs)
+
+    def _planned(
+        self, pos: StreamPosition, new: StreamPosition, runs: list[EmitRuns | None]
+    ) -> StreamPosition:
+        """Keep the step ``pos`` -> ``new`` and its runs (:meth:`runs_for`), and only the times
+        of the records still alive in the window cache."""
         self._last = (pos.to_dict(), new.to_dict(), runs)
         for p, state in enumerate(new.partitions):
             w = self._cache.get(p)
             if w is not None and w.first <= state.scan:
                 self._cache[p] = w.view(state.scan)
         return new
+
+    def _plan_ordered(self, pos: StreamPosition, ends: Sequence[int]) -> StreamPosition | None:
+        """:meth:`plan` for a step whose records ascend in every partition, from their times
+        where the log holds them (:meth:`_ordered_times`); None when a partition's do not, or
+        when :func:`ordered_step` leaves the decision to the general path.
+
+        Why: in-order data is the common case, and there :func:`ordered_step` needs only a
+        check of the order and a few binary searches. Joining every record's time into one
+        array first (the window) wrote 9 bytes a record of fresh memory, which this machine
+        gives slowly: 0.06 to 0.47 s for a 20 M-record step where reading the times where they
+        lie took 0.03 (docs/benchmarks.md). The same position and runs as the general path (a
+        property test holds the two together). Only without ``rowtime.column`` (the times are
+        then the stored ones) and ``adjust.unit`` (nothing to truncate)."""
+        policy = self.cfg.policy
+        if self.cfg.rowtime_column is not None or policy.unit_us != 1:
+            return None
+        read = []
+        for p, st in enumerate(pos.partitions):
+            got = self._ordered_times(p, st.scan, ends[p])
+            if got is None:
+                return None
+            read.append((st, *got))
+        clock = merge_clocks(
+            [ordered_clock_at_end(policy, st, t, b) for st, t, b in read], pos.clock_us
+        )
+        decided = []
+        for st, t, b in read:
+            step = (
+                ordered_step(policy, st, t, b, pos.clock_us, clock)
+                if len(t)
+                else (st, EmitRuns(np.empty(0, np.int64), np.empty(0, np.int64), ordered=True))
+            )
+            if step is None:
+                return None
+            decided.append(step)
+        new = StreamPosition(clock, [state for state, _ in decided])
+        return self._planned(pos, new, [runs for _, runs in decided])
+
+    def _ordered_times(
+        self, partition: int, start: int, end: int
+    ) -> tuple[OrderedTimes, np.ndarray] | None:
+        """The times of records ``[start, end)`` of ``partition`` as the log holds them, and
+        the positions of the bound records among them, when the times ascend and bound records
+        are few (:data:`_FEW_BOUNDS`); None otherwise. A record's time is
+        its explicit rowtime, else its arrival (as :func:`record_times` says without
+        ``rowtime.column``)."""
+        if end <= start:  # nothing alive, nothing new: nothing to read
+            return OrderedTimes([]), np.empty(0, dtype=np.int64)
+        table = self.stream.read(partition, start, end, columns=time_columns(self.cfg))
+        pieces: list[np.ndarray] = []
+        bounds: list[np.ndarray] = []
+        last, at, nbounds = NO_TIME, 0, 0
+        for batch in table.to_batches():
+            n = batch.num_rows
+            if not n:
+                continue
+            rowtime = batch.column(LOG_ROWTIME_US)
+            if rowtime.null_count == n:  # implicit rowtimes: the arrival is the rowtime
+                t = as_numpy(batch.column(LOG_ARRIVAL_US))
+            elif rowtime.null_count:
+                t = as_numpy(pc.coalesce(rowtime, batch.column(LOG_ARRIVAL_US)))
+            else:
+                t = as_numpy(rowtime)
+            if int(t[0]) < last or not _ascending(t):
+                return None
+            last = int(t[-1])
+            is_bound = batch.column(LOG_IS_BOUND)
+            if is_bound.true_count:
+                bounds.append(np.flatnonzero(as_numpy(is_bound)) + at)
+                nbounds += len(bounds[-1])
+                if nbounds > _FEW_BOUNDS:
+                    return None
+            pieces.append(t)
+            at += n
+        bounds_at = np.concatenate(bounds) if bounds else np.empty(0, dtype=np.int64)
+        return OrderedTimes(pieces), bounds_at
 
     def plan_joined(
         self, pos: StreamPosition, available: Sequence[int], max_rows: int, most: int
@@ -552,192 +645,6 @@ def _reject_late(cfg: ReaderConfig, idle: IdleStep) -> None:
                 "order=adjust to discard such rows (reason idle, kept in the quarantine), or a "
                 "longer idle.timeout (nothing in the log was changed)"
             )
-
-
-def _opt(value: int) -> int | None:
-    return None if value == NO_TIME else int(value)
-
-
-def clock_at_end(
-    policy: Policy, prev: PartitionState, t: np.ndarray, is_bound: np.ndarray
-) -> int | None:
-    """The partition clock after the records ``[prev.scan, prev.scan + len(t))`` (``t`` and
-    ``is_bound`` start at ``prev.scan``): what a :func:`scan_partition` of the new records would
-    say at its end, from two maxima instead of a scan. The reference time and the writer bound
-    are running maxima and truncation is monotone, so the last ones are the maxima. A late row
-    under ``reject`` is not looked for here (:func:`classify_pieces` raises for it)."""
-    i = prev.next - prev.scan
-    tn, bn = t[i:], is_bound[i:]
-    ref = NO_TIME if prev.ref_us is None else prev.ref_us
-    bound = NO_TIME if prev.bound_us is None else prev.bound_us
-    unit = policy.unit_us
-    if len(tn):
-        bounds_at = np.flatnonzero(bn)
-        data_max = _max_between(tn, bounds_at)
-        if data_max != NO_TIME:
-            ref = max(ref, data_max - data_max % unit)
-        bound_max = int(tn[bounds_at].max()) if len(bounds_at) else NO_TIME
-        if bound_max != NO_TIME:
-            if bound_max != END_OF_STREAM_US:
-                bound_max -= bound_max % unit
-            bound = max(bound, bound_max)
-    line = ref - policy.range_us if ref != NO_TIME else NO_TIME
-    return _opt(max(line, bound))
-
-
-#: Most bound records :func:`_max_between` skips one slice at a time.
-_FEW_BOUNDS = 256
-
-
-def _max_between(t: np.ndarray, skip: np.ndarray) -> int:
-    """The largest of ``t`` outside the ascending positions ``skip`` (NO_TIME if none).
-
-    Bound records are few (one per writer flush or heartbeat), so the maxima of the slices
-    between them cost one pass over ``t`` and no array as large as it: planning a step of
-    millions of records spent a quarter of its time masking them out with ``np.where``."""
-    if len(skip) > _FEW_BOUNDS:
-        keep = np.ones(len(t), dtype=bool)
-        keep[skip] = False
-        return int(t.max(where=keep, initial=NO_TIME))
-    best, lo = NO_TIME, 0
-    for hi in (*skip.tolist(), len(t)):
-        if hi > lo:
-            best = max(best, int(t[lo:hi].max()))
-        lo = hi + 1
-    return best
-
-
-def merge_clocks(clocks: Sequence[int | None], before: int | None) -> int | None:
-    """The stream clock from partition clocks, as :func:`stream_clock` says it from scans."""
-    clock = merge_clock(clocks)
-    if clock is None:
-        return before
-    if before is not None and clock < before:
-        return before
-    return clock
-
-
-#: Records :func:`_ascending` compares at a time.
-_ORDER_BLOCK = 1 << 16
-
-
-def _ascending(t: np.ndarray) -> bool:
-    """Whether ``t`` never goes down; block by block, so that records out of order are found
-    after a block, not after a pass over millions (and an array as long) for nothing."""
-    n = len(t)
-    for a in range(0, n - 1, _ORDER_BLOCK):
-        b = min(n, a + _ORDER_BLOCK + 1)  # blocks overlap by one: every neighbour pair is seen
-        if not bool(np.all(t[a + 1 : b] >= t[a : b - 1])):
-            return False
-    return True
-
-
-def sorted_step(
-    policy: Policy,
-    prev: PartitionState,
-    t: np.ndarray,
-    is_bound: np.ndarray,
-    clock_before_us: int | None,
-    clock_after_us: int | None,
-) -> tuple[PartitionState, EmitRuns] | None:
-    """What :func:`classify_pieces` decides for one partition's step, for the driver, when the
-    records ``[prev.scan, prev.scan + len(t))`` are in rowtime order; None otherwise (or when
-    the general path must speak: rows beyond ``adjust.maxHeld``, many bound records).
-
-    Why: in-order data is the common case, and there every decision is a prefix of the window.
-    Nothing is discarded (each record is at or above every earlier one, hence at or above the
-    clock before it, once the first is); a row is released up to a position found by binary
-    search (all of them, for ``reject`` and ``drop``); it is emitted up to the stream clock,
-    again a prefix. So one ordered-ness pass and a few binary searches replace the dozen
-    passes of :func:`scan_partition` and :func:`classify` over the step (what that saves is on
-    the benchmarks page, docs/benchmarks.md).
-    The result (state and emitted runs) is the same as the general path's; a property test
-    holds the two together (``tests/test_reader_sorted_step.py``).
-    """
-    n = len(t)
-    n_prev = prev.next - prev.scan
-    if n == 0 or not 0 <= n_prev <= n:
-        return None
-    t = np.asarray(t, dtype=np.int64)
-    # In order before truncation means in order after it (truncation is monotone); records in
-    # disorder only within a unit take the general path, which decides the same.
-    if not _ascending(t):
-        return None
-    if policy.unit_us != 1:
-        truncated = truncate_array_us(t, policy.unit_us)
-        t = np.where(t == END_OF_STREAM_US, t, truncated) if is_bound.any() else truncated
-    bounds_at = np.flatnonzero(is_bound)
-    if len(bounds_at) > _FEW_BOUNDS:
-        return None
-    bound_list = bounds_at.tolist()
-    bound_set = set(bound_list)
-    ref0 = NO_TIME if prev.scan_ref_us is None else prev.scan_ref_us
-    bound0 = NO_TIME if prev.scan_bound_us is None else prev.scan_bound_us
-    line0 = ref0 - policy.range_us if ref0 != NO_TIME else NO_TIME
-    if int(t[0]) < max(line0, bound0):
-        return None  # the first record may be below the clock: let the general path judge
-
-    def before(k: int) -> tuple[int, int]:
-        """(reference time, writer bound) after the records ``[0, k)`` of the window."""
-        nb = int(np.searchsorted(bounds_at, k))
-        bound = max(bound0, int(t[bound_list[nb - 1]])) if nb else bound0
-        i = k - 1
-        while i >= 0 and i in bound_set:  # the last data record before k (bounds are few)
-            i -= 1
-        ref = max(ref0, int(t[i])) if i >= 0 else ref0
-        return ref, bound
-
-    def released_to(ref: int, bound: int) -> int:
-        """Rows before this position are released (:func:`policies._released` as a prefix)."""
-        if not policy.holds:
-            return n
-        line = ref - policy.range_us if ref != NO_TIME else NO_TIME
-        by_bound = int(np.searchsorted(t, bound, side="right"))
-        return max(by_bound, int(np.searchsorted(t, line, side="left")))
-
-    def at_most(clock: int | None) -> int:
-        return 0 if clock is None else int(np.searchsorted(t, clock, side="right"))
-
-    ref_n, bound_n = before(n)
-    if n_prev:
-        done = min(n_prev, released_to(*before(n_prev)), at_most(clock_before_us))
-    else:
-        done = 0
-    emit_end = max(done, min(released_to(ref_n, bound_n), at_most(clock_after_us)))
-    held = 0
-    if policy.holds:
-        rel = released_to(ref_n, bound_n)
-        held = (n - rel) - (len(bound_list) - int(np.searchsorted(bounds_at, rel)))
-        if held > policy.max_held:
-            return None
-    j = emit_end
-    while j < n and j in bound_set:  # the first record still alive: the first data row left
-        j += 1
-    scan_ref, scan_bound = before(j)
-    state = PartitionState(
-        next=prev.scan + n,
-        scan=prev.scan + j,
-        scan_ref_us=_opt(scan_ref),
-        scan_bound_us=_opt(scan_bound),
-        ref_us=_opt(ref_n),
-        bound_us=_opt(bound_n),
-        held=held,
-        discarded=prev.discarded,
-    )
-    # the emitted rows: [done, emit_end) without its bound records
-    starts, ends, lo = [], [], done
-    for b in (*(x for x in bound_list if done <= x < emit_end), emit_end):
-        if b > lo:
-            starts.append(lo)
-            ends.append(b)
-        lo = b + 1
-    base = prev.scan
-    runs = EmitRuns(
-        np.array(starts, dtype=np.int64) + base,
-        np.array(ends, dtype=np.int64) + base,
-        ordered=True,
-    )
-    return state, runs
 
 
 def batch_tasks(cfg: ReaderConfig, planner: Planner | None = None) -> list[ReadTask]:

@@ -23,14 +23,12 @@ from __future__ import annotations
 from .executor import (
     read_task,
 )
+from .ordered import clock_at_end, merge_clocks, sorted_step
 from .planner import (
     Planner,
     batch_tasks,
-    clock_at_end,
-    merge_clocks,
     partition_tasks,
     progress_report,
-    sorted_step,
     whole_step,
     written_tasks,
 )

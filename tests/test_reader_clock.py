@@ -9,7 +9,7 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from pyspark_rowtime.bounds.policies import NO_TIME
-from pyspark_rowtime.datasource.planner import _FEW_BOUNDS, _max_between
+from pyspark_rowtime.datasource.ordered import _FEW_BOUNDS, _max_between
 
 TIMES = st.integers(min_value=-(2**62), max_value=2**62)
 

@@ -1,0 +1,275 @@
+"""The driver's fast path for records in rowtime order (the common case): what a step
+decides from a check of the order and a few binary searches (:func:`sorted_step` over an array,
+:func:`ordered_step` over times where the log holds them), and a partition's clock at the end
+of a step from its maxima (:func:`clock_at_end`). The general path is
+:func:`~.tasks.classify_pieces`; property tests hold the two together
+(``tests/test_reader_sorted_step.py``, ``tests/test_reader_ordered_plan.py``).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Literal
+
+import numpy as np
+
+from ..bounds.bounds import END_OF_STREAM_US, merge_clock
+from ..bounds.policies import NO_TIME, PartitionState, Policy, truncate_array_us
+from .tasks import EmitRuns
+
+
+def _opt(value: int) -> int | None:
+    return None if value == NO_TIME else int(value)
+
+
+def clock_at_end(
+    policy: Policy, prev: PartitionState, t: np.ndarray, is_bound: np.ndarray
+) -> int | None:
+    """The partition clock after the records ``[prev.scan, prev.scan + len(t))`` (``t`` and
+    ``is_bound`` start at ``prev.scan``): what a :func:`scan_partition` of the new records would
+    say at its end, from two maxima instead of a scan. The reference time and the writer bound
+    are running maxima and truncation is monotone, so the last ones are the maxima. A late row
+    under ``reject`` is not looked for here (:func:`classify_pieces` raises for it)."""
+    i = prev.next - prev.scan
+    tn, bn = t[i:], is_bound[i:]
+    ref = NO_TIME if prev.ref_us is None else prev.ref_us
+    bound = NO_TIME if prev.bound_us is None else prev.bound_us
+    unit = policy.unit_us
+    if len(tn):
+        bounds_at = np.flatnonzero(bn)
+        data_max = _max_between(tn, bounds_at)
+        if data_max != NO_TIME:
+            ref = max(ref, data_max - data_max % unit)
+        bound_max = int(tn[bounds_at].max()) if len(bounds_at) else NO_TIME
+        if bound_max != NO_TIME:
+            if bound_max != END_OF_STREAM_US:
+                bound_max -= bound_max % unit
+            bound = max(bound, bound_max)
+    line = ref - policy.range_us if ref != NO_TIME else NO_TIME
+    return _opt(max(line, bound))
+
+
+def ordered_clock_at_end(
+    policy: Policy, prev: PartitionState, t: OrderedTimes, bounds_at: np.ndarray
+) -> int | None:
+    """:func:`clock_at_end` over times known to ascend (``bounds_at``: the positions of the
+    bound records among them): the last data record and the last bound record from
+    ``prev.next`` on hold the maxima."""
+    i = prev.next - prev.scan
+    ref = NO_TIME if prev.ref_us is None else prev.ref_us
+    bound = NO_TIME if prev.bound_us is None else prev.bound_us
+    unit = policy.unit_us
+    bound_set = set(bounds_at.tolist())
+    k = len(t) - 1
+    while k >= i and k in bound_set:  # the last data record (bounds are few)
+        k -= 1
+    if k >= i:
+        data_max = t.at(k)
+        ref = max(ref, data_max - data_max % unit)
+    if len(bounds_at) and int(bounds_at[-1]) >= i:
+        bound_max = t.at(int(bounds_at[-1]))
+        if bound_max != END_OF_STREAM_US:
+            bound_max -= bound_max % unit
+        bound = max(bound, bound_max)
+    line = ref - policy.range_us if ref != NO_TIME else NO_TIME
+    return _opt(max(line, bound))
+
+
+#: Most bound records :func:`_max_between` skips one slice at a time.
+_FEW_BOUNDS = 256
+
+
+def _max_between(t: np.ndarray, skip: np.ndarray) -> int:
+    """The largest of ``t`` outside the ascending positions ``skip`` (NO_TIME if none).
+
+    Bound records are few (one per writer flush or heartbeat), so the maxima of the slices
+    between them cost one pass over ``t`` and no array as large as it: planning a step of
+    millions of records spent a quarter of its time masking them out with ``np.where``."""
+    if len(skip) > _FEW_BOUNDS:
+        keep = np.ones(len(t), dtype=bool)
+        keep[skip] = False
+        return int(t.max(where=keep, initial=NO_TIME))
+    best, lo = NO_TIME, 0
+    for hi in (*skip.tolist(), len(t)):
+        if hi > lo:
+            best = max(best, int(t[lo:hi].max()))
+        lo = hi + 1
+    return best
+
+
+def merge_clocks(clocks: Sequence[int | None], before: int | None) -> int | None:
+    """The stream clock from partition clocks, as :func:`stream_clock` says it from scans."""
+    clock = merge_clock(clocks)
+    if clock is None:
+        return before
+    if before is not None and clock < before:
+        return before
+    return clock
+
+
+#: Records :func:`_ascending` compares at a time.
+_ORDER_BLOCK = 1 << 16
+
+
+def _ascending(t: np.ndarray) -> bool:
+    """Whether ``t`` never goes down; block by block, so that records out of order are found
+    after a block, not after a pass over millions (and an array as long) for nothing."""
+    n = len(t)
+    for a in range(0, n - 1, _ORDER_BLOCK):
+        b = min(n, a + _ORDER_BLOCK + 1)  # blocks overlap by one: every neighbour pair is seen
+        if not bool(np.all(t[a + 1 : b] >= t[a : b - 1])):
+            return False
+    return True
+
+
+class OrderedTimes:
+    """Record times known to ascend, held as the pieces they were read in (views of the log's
+    buffers where the log lies in memory maps, no copy): what :func:`ordered_step` reads of a
+    step, by position (:meth:`at`) and by binary search (:meth:`searchsorted`), without
+    joining the pieces into one array."""
+
+    def __init__(self, pieces: Sequence[np.ndarray]) -> None:
+        self.pieces = [p for p in pieces if len(p)]
+        self.starts = np.cumsum([0, *(len(p) for p in self.pieces)])
+        self.lasts = np.array([int(p[-1]) for p in self.pieces], dtype=np.int64)
+
+    def __len__(self) -> int:
+        return int(self.starts[-1])
+
+    def at(self, i: int) -> int:
+        """The time of record ``i`` (0 <= i < len)."""
+        k = int(np.searchsorted(self.starts, i, side="right")) - 1
+        return int(self.pieces[k][i - int(self.starts[k])])
+
+    def searchsorted(self, value: int, side: Literal["left", "right"]) -> int:
+        """``np.searchsorted`` over the pieces joined: the pieces ascend one after the other,
+        so the first piece whose last time reaches ``value`` holds the position."""
+        k = int(np.searchsorted(self.lasts, value, side=side))
+        if k == len(self.pieces):
+            return len(self)
+        return int(self.starts[k]) + int(np.searchsorted(self.pieces[k], value, side=side))
+
+
+def sorted_step(
+    policy: Policy,
+    prev: PartitionState,
+    t: np.ndarray,
+    is_bound: np.ndarray,
+    clock_before_us: int | None,
+    clock_after_us: int | None,
+) -> tuple[PartitionState, EmitRuns] | None:
+    """What :func:`classify_pieces` decides for one partition's step, for the driver, when the
+    records ``[prev.scan, prev.scan + len(t))`` are in rowtime order; None otherwise (or when
+    the general path must speak: rows beyond ``adjust.maxHeld``, many bound records).
+
+    Why: in-order data is the common case, and there every decision is a prefix of the window.
+    Nothing is discarded (each record is at or above every earlier one, hence at or above the
+    clock before it, once the first is); a row is released up to a position found by binary
+    search (all of them, for ``reject`` and ``drop``); it is emitted up to the stream clock,
+    again a prefix. So one ordered-ness pass and a few binary searches replace the dozen
+    passes of :func:`scan_partition` and :func:`classify` over the step (what that saves is on
+    the benchmarks page, docs/benchmarks.md).
+    The result (state and emitted runs) is the same as the general path's; a property test
+    holds the two together (``tests/test_reader_sorted_step.py``).
+    """
+    if len(t) == 0:
+        return None
+    t = np.asarray(t, dtype=np.int64)
+    # In order before truncation means in order after it (truncation is monotone); records in
+    # disorder only within a unit take the general path, which decides the same.
+    if not _ascending(t):
+        return None
+    if policy.unit_us != 1:
+        truncated = truncate_array_us(t, policy.unit_us)
+        t = np.where(t == END_OF_STREAM_US, t, truncated) if is_bound.any() else truncated
+    bounds_at = np.flatnonzero(is_bound)
+    return ordered_step(policy, prev, OrderedTimes([t]), bounds_at, clock_before_us, clock_after_us)
+
+
+def ordered_step(
+    policy: Policy,
+    prev: PartitionState,
+    t: OrderedTimes,
+    bounds_at: np.ndarray,
+    clock_before_us: int | None,
+    clock_after_us: int | None,
+) -> tuple[PartitionState, EmitRuns] | None:
+    """:func:`sorted_step` once the times ``t`` of records ``[prev.scan, prev.scan + len(t))``
+    are known to ascend (already truncated to ``adjust.unit``), with the positions of their
+    bound records ``bounds_at`` (ascending, relative to ``prev.scan``). It reads the times only
+    by position and binary search, so ``t`` may lie where it was read."""
+    n = len(t)
+    n_prev = prev.next - prev.scan
+    if n == 0 or not 0 <= n_prev <= n:
+        return None
+    if len(bounds_at) > _FEW_BOUNDS:
+        return None
+    bound_list = bounds_at.tolist()
+    bound_set = set(bound_list)
+    ref0 = NO_TIME if prev.scan_ref_us is None else prev.scan_ref_us
+    bound0 = NO_TIME if prev.scan_bound_us is None else prev.scan_bound_us
+    line0 = ref0 - policy.range_us if ref0 != NO_TIME else NO_TIME
+    if t.at(0) < max(line0, bound0):
+        return None  # the first record may be below the clock: let the general path judge
+
+    def before(k: int) -> tuple[int, int]:
+        """(reference time, writer bound) after the records ``[0, k)`` of the window."""
+        nb = int(np.searchsorted(bounds_at, k))
+        bound = max(bound0, t.at(bound_list[nb - 1])) if nb else bound0
+        i = k - 1
+        while i >= 0 and i in bound_set:  # the last data record before k (bounds are few)
+            i -= 1
+        ref = max(ref0, t.at(i)) if i >= 0 else ref0
+        return ref, bound
+
+    def released_to(ref: int, bound: int) -> int:
+        """Rows before this position are released (:func:`policies._released` as a prefix)."""
+        if not policy.holds:
+            return n
+        line = ref - policy.range_us if ref != NO_TIME else NO_TIME
+        by_bound = t.searchsorted(bound, side="right")
+        return max(by_bound, t.searchsorted(line, side="left"))
+
+    def at_most(clock: int | None) -> int:
+        return 0 if clock is None else t.searchsorted(clock, side="right")
+
+    ref_n, bound_n = before(n)
+    if n_prev:
+        done = min(n_prev, released_to(*before(n_prev)), at_most(clock_before_us))
+    else:
+        done = 0
+    emit_end = max(done, min(released_to(ref_n, bound_n), at_most(clock_after_us)))
+    held = 0
+    if policy.holds:
+        rel = released_to(ref_n, bound_n)
+        held = (n - rel) - (len(bound_list) - int(np.searchsorted(bounds_at, rel)))
+        if held > policy.max_held:
+            return None
+    j = emit_end
+    while j < n and j in bound_set:  # the first record still alive: the first data row left
+        j += 1
+    scan_ref, scan_bound = before(j)
+    state = PartitionState(
+        next=prev.scan + n,
+        scan=prev.scan + j,
+        scan_ref_us=_opt(scan_ref),
+        scan_bound_us=_opt(scan_bound),
+        ref_us=_opt(ref_n),
+        bound_us=_opt(bound_n),
+        held=held,
+        discarded=prev.discarded,
+    )
+    # the emitted rows: [done, emit_end) without its bound records
+    starts, ends, lo = [], [], done
+    for b in (*(x for x in bound_list if done <= x < emit_end), emit_end):
+        if b > lo:
+            starts.append(lo)
+            ends.append(b)
+        lo = b + 1
+    base = prev.scan
+    runs = EmitRuns(
+        np.array(starts, dtype=np.int64) + base,
+        np.array(ends, dtype=np.int64) + base,
+        ordered=True,
+    )
+    return state, runs
