@@ -15,6 +15,7 @@ from dataclasses import dataclass
 from typing import Any, TypeVar
 
 import numpy as np
+import pyarrow as pa
 import pyarrow.compute as pc
 
 from ..bounds.arrays import as_numpy, each_on_threads
@@ -98,6 +99,10 @@ class Planner:
         self.cfg = cfg
         self._stream: StreamStorage | None = None
         self._cache: dict[int, _Window] = {}
+        #: Time columns an ordered step read and found out of order, for the general path to
+        #: take rather than read again (an object store would fetch them twice): partition ->
+        #: (start, end, table). Emptied by every plan.
+        self._tried: dict[int, tuple[int, int, pa.Table]] = {}
         #: The last step planned: (start, end) offsets as dicts, and each partition's runs.
         self._last: tuple[dict[str, Any], dict[str, Any], list[EmitRuns | None]] | None = None
         #: The same step's rows late after idleness (idle.timeout): offsets and clocks.
@@ -158,7 +163,11 @@ class Planner:
         return w
 
     def _read(self, partition: int, start: int, end: int) -> _Window:
-        table = self.stream.read(partition, start, end, columns=time_columns(self.cfg))
+        tried = self._tried.pop(partition, None)
+        if tried is not None and tried[0] <= start and tried[1] == end:
+            table = tried[2].slice(start - tried[0])
+        else:
+            table = self.stream.read(partition, start, end, columns=time_columns(self.cfg))
         t, b = record_times(table, self.cfg, partition, start)
         arrival = None
         if self.cfg.idle_timeout_us is not None:
@@ -190,7 +199,10 @@ class Planner:
             ordered = self._plan_ordered(pos, ends)
             if ordered is not None:
                 return ordered
-        windows = [self.window(p, st.scan, ends[p]) for p, st in enumerate(pos.partitions)]
+        try:
+            windows = [self.window(p, st.scan, ends[p]) for p, st in enumerate(pos.partitions)]
+        finally:
+            self._tried.clear()
         parts = list(zip(pos.partitions, windows, strict=True))
         wheres = [where_of(self.cfg, p) for p in range(len(parts))]
         clock = merge_clocks(
@@ -265,6 +277,7 @@ class Planner:
             if step is None:
                 return None
             decided.append(step)
+        self._tried.clear()
         new = StreamPosition(clock, [state for state, _ in decided])
         return self._planned(pos, new, [runs for _, runs in decided])
 
@@ -273,12 +286,13 @@ class Planner:
     ) -> tuple[OrderedTimes, np.ndarray] | None:
         """The times of records ``[start, end)`` of ``partition`` as the log holds them, and
         the positions of the bound records among them, when the times ascend and bound records
-        are few (:data:`_FEW_BOUNDS`); None otherwise. A record's time is
-        its explicit rowtime, else its arrival (as :func:`record_times` says without
-        ``rowtime.column``)."""
+        are few (:data:`_FEW_BOUNDS`); None otherwise, and the general path takes what was
+        read (:meth:`_read`). A record's time is its explicit rowtime, else its arrival (as
+        :func:`record_times` says without ``rowtime.column``)."""
         if end <= start:  # nothing alive, nothing new: nothing to read
             return OrderedTimes([]), np.empty(0, dtype=np.int64)
         table = self.stream.read(partition, start, end, columns=time_columns(self.cfg))
+        self._tried[partition] = (start, end, table)
         pieces: list[np.ndarray] = []
         bounds: list[np.ndarray] = []
         last, at, nbounds = NO_TIME, 0, 0
