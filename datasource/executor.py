@@ -28,6 +28,7 @@ from .options import ReaderConfig
 from .tasks import (
     _NO_OFFSETS,
     RUN_CHUNK_RECORDS,
+    SORT_CHUNK_RECORDS,
     TS_TYPE,
     EmitRuns,
     ReadTask,
@@ -99,17 +100,22 @@ def read_task(cfg: ReaderConfig, task: ReadTask, schema: pa.Schema) -> Iterator[
 
 def _run_chunks(runs: EmitRuns, size: int) -> Iterator[tuple[np.ndarray, np.ndarray]]:
     """``runs`` cut into consecutive pieces of at most ``size`` rows: (starts, ends) each."""
-    starts, ends = runs.starts, runs.ends
-    cum = np.cumsum(ends - starts)
+    cum = np.cumsum(runs.ends - runs.starts)
     n = int(cum[-1])
     for a in range(0, n, size):
-        b = min(n, a + size)
-        i = int(np.searchsorted(cum, a, side="right"))  # the run holding row a
-        j = int(np.searchsorted(cum, b, side="left"))  # the run holding row b - 1
-        s, e = starts[i : j + 1].copy(), ends[i : j + 1].copy()
-        s[0] = ends[i] - (int(cum[i]) - a)
-        e[-1] = ends[j] - (int(cum[j]) - b)
-        yield s, e
+        yield _run_piece(runs, cum, a, min(n, a + size))
+
+
+def _run_piece(runs: EmitRuns, cum: np.ndarray, a: int, b: int) -> tuple[np.ndarray, np.ndarray]:
+    """Rows ``[a, b)`` of ``runs`` (counted over the runs one after the other; ``cum``: the
+    runs' lengths summed) as runs: (starts, ends)."""
+    starts, ends = runs.starts, runs.ends
+    i = int(np.searchsorted(cum, a, side="right"))  # the run holding row a
+    j = int(np.searchsorted(cum, b, side="left"))  # the run holding row b - 1
+    s, e = starts[i : j + 1].copy(), ends[i : j + 1].copy()
+    s[0] = ends[i] - (int(cum[i]) - a)
+    e[-1] = ends[j] - (int(cum[j]) - b)
+    return s, e
 
 
 def _ramp(starts: np.ndarray, ends: np.ndarray) -> np.ndarray:
@@ -158,11 +164,12 @@ def _runs_batches(
 ) -> Iterator[pa.RecordBatch]:
     """The rows at ``runs`` in emission order: by (truncated) rowtime, ties by offset.
 
-    The runs are read :data:`RUN_CHUNK_RECORDS` rows at a time, so a task's memory follows
-    that and the rows ``adjust`` reorders, not the length of the step. Why a chunk's rows can
-    go out before the next chunk is read: every row emitted at a later offset is at or above
-    the partition clock there (it was not discarded), the clock never goes back, and it is at
-    least the reference time minus ``adjust.range``, the reference time being the largest
+    The runs are read :data:`SORT_CHUNK_RECORDS` rows at a time, or as many as are held when
+    more (so that a piece's work stays in proportion to the rows it reads), so a task's memory
+    follows that and the rows ``adjust`` reorders, not the length of the step. Why a chunk's
+    rows can go out before the next chunk is read: every row emitted at a later offset is at or
+    above the partition clock there (it was not discarded), the clock never goes back, and it is
+    at least the reference time minus ``adjust.range``, the reference time being the largest
     rowtime so far; so rows below ``largest so far - range`` are below every later row.
     """
     if not runs.rows:
@@ -176,8 +183,12 @@ def _runs_batches(
     spans: list[tuple[int, int, pa.Table]] = []  # tables read: [lo, hi) of the partition
     top = NO_TIME
     false: pa.Array | None = None
-    chunks = list(_run_chunks(runs, RUN_CHUNK_RECORDS))
-    for k, (starts, ends) in enumerate(chunks):
+    cum = np.cumsum(runs.ends - runs.starts)
+    total, a = int(cum[-1]), 0
+    while a < total:
+        b = min(total, a + max(SORT_CHUNK_RECORDS, len(held_off)))
+        starts, ends = _run_piece(runs, cum, a, b)
+        more, a = b < total, b
         lo, hi = int(starts[0]), int(ends[-1])
         # While rows are held the spans stay adjacent (read from where the last one ended), so
         # that their concatenation is indexed by offset.
@@ -199,7 +210,7 @@ def _runs_batches(
             off, t = np.concatenate([held_off, off]), np.concatenate([held_t, t])
             held_off, held_t = held_off[:0], held_t[:0]
         in_order = len(t) < 2 or bool(np.all(t[1:] >= t[:-1]))
-        if k + 1 < len(chunks):
+        if more:
             line = max(top - slack, NO_TIME)
             if in_order:  # the rows below the line are a prefix: views, no copies
                 cut = int(np.searchsorted(t, line, side="left"))

@@ -77,6 +77,7 @@ def test_chunked_runs_give_the_rows_and_order_of_a_replay(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch, chunk: int, options: dict[str, str]
 ) -> None:
     monkeypatch.setattr(executor_module, "RUN_CHUNK_RECORDS", chunk)
+    monkeypatch.setattr(executor_module, "SORT_CHUNK_RECORDS", chunk)
     monkeypatch.setattr(tasks_module, "BATCH_ROWS", 5)
     rng = random.Random(chunk * 31 + len(options))
     compared = chunked = 0
@@ -232,6 +233,7 @@ def test_runs_found_in_order_go_out_as_slices_with_the_rows_and_order_of_a_repla
     rowtimes and a schema that leaves a payload column out. Where the stored rowtimes are not
     the ones to emit (a unit to truncate to, a promoted column), the task still restores them."""
     monkeypatch.setattr(executor_module, "RUN_CHUNK_RECORDS", 37)
+    monkeypatch.setattr(executor_module, "SORT_CHUNK_RECORDS", 37)
     monkeypatch.setattr(tasks_module, "BATCH_ROWS", 11)
     sliced = []
     slices = executor_module._ordered_batches
