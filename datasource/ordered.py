@@ -8,14 +8,15 @@ of a step from its maxima (:func:`clock_at_end`). The general path is
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
+from dataclasses import dataclass
 from typing import Literal
 
 import numpy as np
 
 from ..bounds.bounds import END_OF_STREAM_US, merge_clock
 from ..bounds.policies import NO_TIME, PartitionState, Policy, truncate_array_us
-from .tasks import EmitRuns
+from .tasks import MAX_EMIT_RUNS, EmitRuns
 
 
 def _opt(value: int) -> int | None:
@@ -273,3 +274,179 @@ def ordered_step(
         ordered=True,
     )
     return state, runs
+
+
+# -- rows out of order, none discarded (adjust) ---------------------------------------------
+
+#: Records :func:`late_scan` and :func:`late_decide` take at a time: their arrays stay in the
+#: processor's caches and the allocator reuses their memory.
+_LATE_BLOCK = 1 << 17
+
+
+def _blocks(
+    pieces: Sequence[np.ndarray], bounds_at: np.ndarray, unit: int
+) -> Iterator[tuple[int, np.ndarray, bool]]:
+    """The times of ``pieces`` (one after the other, in any order) truncated to ``unit`` (an end
+    of stream stays as it is), a block at a time, each bound record (positions ``bounds_at``)
+    a block of its own: (position of the block's first record, its times, whether it is a
+    bound record)."""
+    cuts = bounds_at.tolist()
+    first = 0
+    for piece in pieces:
+        end = first + len(piece)
+        a = first
+        while a < end:
+            while cuts and cuts[0] < a:
+                cuts.pop(0)
+            if cuts and cuts[0] == a:
+                value = int(piece[a - first])
+                if value != END_OF_STREAM_US:
+                    value -= value % unit
+                yield a, np.array([value], dtype=np.int64), True
+                a += 1
+                continue
+            b = min(end, a + _LATE_BLOCK, cuts[0] if cuts else end)
+            block = piece[a - first : b - first]
+            yield a, (block if unit == 1 else truncate_array_us(block, unit)), False
+            a = b
+        first = end
+
+
+@dataclass(frozen=True)
+class LateScan:
+    """What :func:`late_scan` found over a partition's step: the reference time and the writer
+    bound after it (``ref_us``, ``bound_us``) and just before ``prev.next`` (``ref_prev_us``,
+    ``bound_prev_us``), and the partition clock after it (for the stream clock)."""
+
+    ref_us: int
+    bound_us: int
+    ref_prev_us: int
+    bound_prev_us: int
+    clock_us: int | None
+
+
+def late_scan(
+    policy: Policy, prev: PartitionState, pieces: Sequence[np.ndarray], bounds_at: np.ndarray
+) -> LateScan | None:
+    """The first pass of :func:`late_decide`: the running reference time and writer bound over
+    the records ``[prev.scan, ...)`` whose times are ``pieces`` (bound records at
+    ``bounds_at``), and whether a row is below the partition clock before it; None if one is
+    (it would be discarded: the general path decides then), or when ``prev`` does not fit.
+
+    As :func:`~pyspark_rowtime.bounds.policies.scan_partition` decides, without its arrays as
+    long as the step: the reference time is the running maximum of the rows' (truncated)
+    rowtimes from ``prev.scan_ref_us`` on, the writer bound that of the bound records' from
+    ``prev.scan_bound_us`` on, and the clock before a row ``max(reference before it - range,
+    writer bound before it)``."""
+    n, n_prev = sum(len(p) for p in pieces), prev.next - prev.scan
+    if n == 0 or not 0 <= n_prev <= n:
+        return None
+    ref = NO_TIME if prev.scan_ref_us is None else prev.scan_ref_us
+    bound = NO_TIME if prev.scan_bound_us is None else prev.scan_bound_us
+    slack = policy.range_us
+    ref_prev, bound_prev = ref, bound
+    for first, block, is_bound in _blocks(pieces, bounds_at, policy.unit_us):
+        if is_bound:
+            bound = max(bound, int(block[0]))
+        else:
+            run = np.maximum.accumulate(block)
+            np.maximum(run, ref, out=run)
+            clock_first = max(ref - slack, bound) if ref != NO_TIME else bound
+            if block[0] < clock_first:
+                return None
+            if len(block) > 1:
+                before = run[:-1] - slack
+                np.maximum(before, bound, out=before)
+                if bool((block[1:] < before).any()):
+                    return None
+        if first < n_prev:  # the state just before prev.next
+            k = min(n_prev, first + len(block)) - first
+            ref_prev = ref if is_bound else int(run[k - 1])
+            bound_prev = bound
+        if not is_bound:
+            ref = int(run[-1])
+    line = ref - slack if ref != NO_TIME else NO_TIME
+    return LateScan(ref, bound, ref_prev, bound_prev, _opt(max(line, bound)))
+
+
+def late_decide(
+    policy: Policy,
+    prev: PartitionState,
+    pieces: Sequence[np.ndarray],
+    bounds_at: np.ndarray,
+    scan: LateScan,
+    clock_before_us: int | None,
+    clock_after_us: int | None,
+) -> tuple[PartitionState, EmitRuns | None] | None:
+    """What :func:`~.tasks.classify_pieces` decides for one partition's step under ``adjust``
+    when no row of it is discarded (:func:`late_scan` said so), the rows in any order: a block
+    at a time over the times where the log holds them, where the general path holds a window
+    of the step and makes a dozen passes over it. None when more rows are held than
+    ``adjust.maxHeld`` (the general path raises). The runs are None when they are too many to
+    ship (:data:`~.tasks.MAX_EMIT_RUNS`), as the general path says.
+
+    A row is released below ``reference time - range`` or at the writer bound (both after the
+    step), and emitted once released and at or below the stream clock after the step; rows
+    before ``prev.next`` that the step before emitted (released then and at or below the clock
+    before) are not emitted again; bound records are never emitted. The first row neither
+    emitted now nor before is where the next step starts (``scan``), with the reference time
+    and the writer bound just before it."""
+    n, n_prev = sum(len(p) for p in pieces), prev.next - prev.scan
+    slack = policy.range_us
+    line = scan.ref_us - slack if scan.ref_us != NO_TIME else NO_TIME
+    line_prev = scan.ref_prev_us - slack if scan.ref_prev_us != NO_TIME else NO_TIME
+    b_prev = NO_TIME if clock_before_us is None else clock_before_us
+    b_new = NO_TIME if clock_after_us is None else clock_after_us
+    ref_j = NO_TIME if prev.scan_ref_us is None else prev.scan_ref_us
+    bound_j = NO_TIME if prev.scan_bound_us is None else prev.scan_bound_us
+    held, j = 0, n
+    edges: list[np.ndarray] = []
+    last_on = False
+    for first, block, is_bound in _blocks(pieces, bounds_at, policy.unit_us):
+        if is_bound:
+            emit = np.zeros(1, dtype=bool)
+            if j == n:
+                bound_j = max(bound_j, int(block[0]))
+        else:
+            released = (block <= scan.bound_us) | (block < line)
+            held += len(block) - int(np.count_nonzero(released))
+            emit = released & (block <= b_new)
+            alive = ~emit
+            if first < n_prev:
+                k = min(n_prev, first + len(block)) - first
+                head = block[:k]
+                done = ((head <= scan.bound_prev_us) | (head < line_prev)) & (head <= b_prev)
+                emit[:k] &= ~done
+                alive[:k] = ~emit[:k] & ~done
+            if j == n:
+                hit = np.flatnonzero(alive)
+                if len(hit):
+                    j = first + int(hit[0])
+                    ref_j = max(ref_j, int(block[: int(hit[0])].max(initial=NO_TIME)))
+                else:
+                    ref_j = max(ref_j, int(block.max()))
+        # where runs of emitted rows start or end, as EmitRuns.of_mask finds them
+        change = np.flatnonzero(emit[1:] != emit[:-1]) + 1
+        if bool(emit[0]) != last_on:
+            change = np.concatenate([[0], change])
+        edges.append(change + first)
+        last_on = bool(emit[-1])
+    if held > policy.max_held:
+        return None
+    at = np.concatenate(edges) if edges else np.empty(0, dtype=np.int64)
+    if last_on:
+        at = np.append(at, n)
+    state = PartitionState(
+        next=prev.scan + n,
+        scan=prev.scan + j,
+        scan_ref_us=_opt(ref_j),
+        scan_bound_us=_opt(bound_j),
+        ref_us=_opt(scan.ref_us),
+        bound_us=_opt(scan.bound_us),
+        held=held,
+        discarded=prev.discarded,
+    )
+    if len(at) > 2 * MAX_EMIT_RUNS:
+        return state, None
+    base = prev.scan
+    return state, EmitRuns(at[0::2].astype(np.int64) + base, at[1::2].astype(np.int64) + base)

@@ -43,9 +43,12 @@ from .intervals import hold_from
 from .options import ReaderConfig
 from .ordered import (
     _FEW_BOUNDS,
+    LateScan,
     OrderedTimes,
     _ascending,
     clock_at_end,
+    late_decide,
+    late_scan,
     merge_clocks,
     ordered_clock_at_end,
     ordered_step,
@@ -244,58 +247,89 @@ class Planner:
         return new
 
     def _plan_ordered(self, pos: StreamPosition, ends: Sequence[int]) -> StreamPosition | None:
-        """:meth:`plan` for a step whose records ascend in every partition, from their times
-        where the log holds them (:meth:`_ordered_times`); None when a partition's do not, or
-        when :func:`ordered_step` leaves the decision to the general path.
+        """:meth:`plan` from the step's times where the log holds them (:meth:`_step_times`),
+        never joined into one array, when each partition's records ascend (and no
+        ``adjust.unit`` truncates them: :func:`ordered_step`), or, under ``adjust``, when no
+        row is discarded (:func:`late_scan`, :func:`late_decide`); None otherwise, or when
+        these leave the decision to the general path.
 
         Why: in-order data is the common case, and there :func:`ordered_step` needs only a
-        check of the order and a few binary searches. Joining every record's time into one
-        array first (the window) wrote 9 bytes a record of fresh memory, which this machine
-        gives slowly: 0.06 to 0.47 s for a 20 M-record step where reading the times where they
-        lie took 0.03 (docs/benchmarks.md). The same position and runs as the general path (a
-        property test holds the two together). Only without ``rowtime.column`` (the times are
-        then the stored ones) and ``adjust.unit`` (nothing to truncate)."""
+        check of the order and a few binary searches; late rows within ``adjust.range`` are
+        the next, and there a few passes a block at a time decide what the general path's
+        dozen over the whole step decide. Joining every record's time into one array first
+        (the window) wrote 9 bytes a record of fresh memory, which this machine gives slowly:
+        0.06 to 0.47 s for a 20 M-record step where reading the times where they lie took
+        0.03 (docs/benchmarks.md). The same position and runs as the general path (a property
+        test holds them together). Only without ``rowtime.column``: the times are then the
+        stored ones."""
         policy = self.cfg.policy
-        if self.cfg.rowtime_column is not None or policy.unit_us != 1:
+        if self.cfg.rowtime_column is not None:
             return None
-        read = []
-        for p, st in enumerate(pos.partitions):
-            got = self._ordered_times(p, st.scan, ends[p])
+        States = tuple[PartitionState, list[np.ndarray], np.ndarray, LateScan | None, bool]
+
+        def scan(p: int) -> tuple[States, int | None] | None:
+            """The partition's times, and its clock after the step (None: the general path)."""
+            st = pos.partitions[p]
+            got = self._step_times(p, st.scan, ends[p])
             if got is None:
                 return None
-            read.append((st, *got))
-        clock = merge_clocks(
-            [ordered_clock_at_end(policy, st, t, b) for st, t, b in read], pos.clock_us
-        )
-        decided = []
-        for st, t, b in read:
-            step = (
-                ordered_step(policy, st, t, b, pos.clock_us, clock)
-                if len(t)
-                else (st, EmitRuns(np.empty(0, np.int64), np.empty(0, np.int64), ordered=True))
-            )
-            if step is None:
-                return None
-            decided.append(step)
+            pieces, bounds_at, ascending = got
+            if ascending and (policy.unit_us == 1 or not pieces):
+                clock = ordered_clock_at_end(policy, st, OrderedTimes(pieces), bounds_at)
+                return (st, pieces, bounds_at, None, ascending), clock
+            if policy.holds:
+                late = late_scan(policy, st, pieces, bounds_at)
+                if late is not None:
+                    return (st, pieces, bounds_at, late, ascending), late.clock_us
+            return None
+
+        records = sum(e - st.scan for e, st in zip(ends, pos.partitions, strict=True))
+        threaded = records >= PARALLEL_PLAN_RECORDS
+        parts = range(len(pos.partitions))
+        scanned = each_on_threads(scan, parts, threaded, "rowtime-plan")
+        read = [r[0] for r in scanned if r is not None]
+        if len(read) < len(scanned):
+            return None
+        clock = merge_clocks([r[1] for r in scanned if r is not None], pos.clock_us)
+
+        def decide(r: States) -> tuple[PartitionState, EmitRuns | None] | None:
+            st, pieces, bounds_at, late, ascending = r
+            if not pieces:  # nothing alive, nothing new: the state stays, nothing is emitted
+                return st, EmitRuns(np.empty(0, np.int64), np.empty(0, np.int64))
+            if late is None:
+                return ordered_step(
+                    policy, st, OrderedTimes(pieces), bounds_at, pos.clock_us, clock
+                )
+            step = late_decide(policy, st, pieces, bounds_at, late, pos.clock_us, clock)
+            if step is None or step[1] is None or not ascending:
+                return step
+            # in order with adjust.unit: rows go out as they lie, as sorted_step says
+            return step[0], dataclasses.replace(step[1], ordered=True)
+
+        steps = each_on_threads(decide, read, threaded, "rowtime-plan")
+        decided = [step for step in steps if step is not None]
+        if len(decided) < len(steps):
+            return None
         self._tried.clear()
         new = StreamPosition(clock, [state for state, _ in decided])
         return self._planned(pos, new, [runs for _, runs in decided])
 
-    def _ordered_times(
+    def _step_times(
         self, partition: int, start: int, end: int
-    ) -> tuple[OrderedTimes, np.ndarray] | None:
-        """The times of records ``[start, end)`` of ``partition`` as the log holds them, and
-        the positions of the bound records among them, when the times ascend and bound records
-        are few (:data:`_FEW_BOUNDS`); None otherwise, and the general path takes what was
-        read (:meth:`_read`). A record's time is its explicit rowtime, else its arrival (as
-        :func:`record_times` says without ``rowtime.column``)."""
+    ) -> tuple[list[np.ndarray], np.ndarray, bool] | None:
+        """The times of records ``[start, end)`` of ``partition`` as the log holds them (one
+        array a record batch, no copy where the log is memory-mapped), the positions of the
+        bound records among them, and whether the times ascend; None when bound records are
+        many (:data:`_FEW_BOUNDS`). The general path takes what was read (:meth:`_read`). A
+        record's time is its explicit rowtime, else its arrival (as :func:`record_times` says
+        without ``rowtime.column``)."""
         if end <= start:  # nothing alive, nothing new: nothing to read
-            return OrderedTimes([]), np.empty(0, dtype=np.int64)
+            return [], np.empty(0, dtype=np.int64), True
         table = self.stream.read(partition, start, end, columns=time_columns(self.cfg))
         self._tried[partition] = (start, end, table)
         pieces: list[np.ndarray] = []
         bounds: list[np.ndarray] = []
-        last, at, nbounds = NO_TIME, 0, 0
+        last, at, nbounds, ascending = NO_TIME, 0, 0, True
         for batch in table.to_batches():
             n = batch.num_rows
             if not n:
@@ -307,8 +341,7 @@ class Planner:
                 t = as_numpy(pc.coalesce(rowtime, batch.column(LOG_ARRIVAL_US)))
             else:
                 t = as_numpy(rowtime)
-            if int(t[0]) < last or not _ascending(t):
-                return None
+            ascending = ascending and int(t[0]) >= last and _ascending(t)
             last = int(t[-1])
             is_bound = batch.column(LOG_IS_BOUND)
             if is_bound.true_count:
@@ -319,7 +352,7 @@ class Planner:
             pieces.append(t)
             at += n
         bounds_at = np.concatenate(bounds) if bounds else np.empty(0, dtype=np.int64)
-        return OrderedTimes(pieces), bounds_at
+        return pieces, bounds_at, ascending
 
     def plan_joined(
         self, pos: StreamPosition, available: Sequence[int], max_rows: int, most: int

@@ -1,9 +1,11 @@
-"""A step over records in rowtime order is planned from their times where the log holds them
-(``Planner._plan_ordered``, ``datasource.ordered.ordered_step``), never joined into one array:
-over random streams of one to three partitions (ties, bound records, flushes, implicit
-rowtimes, quiet partitions, a record out of order now and then), every policy and step caps of
-many sizes, step after step, it gives the general path's position and runs, and its error
-where a record goes back in time under ``reject``.
+"""A step is planned from its times where the log holds them (``Planner._plan_ordered``),
+never joined into one array, when its records ascend (``datasource.ordered.ordered_step``) or,
+under ``adjust``, when no row is discarded (``late_scan``, ``late_decide``): over random
+streams of one to three partitions (ties, bound records, ends of stream, flushes, implicit
+rowtimes, quiet partitions, rows out of order within ``adjust.range`` and beyond it), every
+policy and step caps of many sizes, step after step, it gives the general path's position and
+runs, and its errors where a record goes back in time under ``reject`` or ``adjust`` holds too
+many rows.
 """
 
 from __future__ import annotations
@@ -28,16 +30,20 @@ OPTIONS = [
     # rowtimes below are in milliseconds: this range holds the last 2 s of rows back
     {"order": "adjust", "adjust.unit": "usec", "adjust.range": "2000000"},
     {"order": "adjust", "adjust.unit": "usec", "adjust.range": "0"},
-    # truncation: the general path decides (the ordered one does not run)
+    # more rows held than allowed: both paths fail the step alike
+    {"order": "adjust", "adjust.unit": "usec", "adjust.range": "2000000", "adjust.maxHeld": "6"},
+    # truncation: rows in order too go the way of late rows
     {"order": "adjust", "adjust.unit": "msec", "adjust.range": "2000"},
 ]
 
 
-def write(location: str, rng: random.Random, *, implicit: bool, disorder: float) -> None:
+def write(
+    location: str, rng: random.Random, *, implicit: bool, disorder: float, bounds: bool
+) -> None:
     """One to three partitions of 0 to 300 rows in rowtime order (milliseconds; ties too),
-    bound records among them when rowtimes are explicit, flushed now and then (a step's
-    records in several segments, a segment in several batches); ``disorder``: the share of
-    rows 1 to 3 s early."""
+    bound records among them (``bounds``, rowtimes explicit) and now and then an end of stream,
+    flushed now and then (a step's records in several segments, a segment in several
+    batches); ``disorder``: the share of rows up to 2.2 s early."""
     partitions = rng.randrange(1, 4)
     pr.create_stream(location, "k INT", partitions=partitions)
     for p in range(partitions):
@@ -45,12 +51,14 @@ def write(location: str, rng: random.Random, *, implicit: bool, disorder: float)
             cur = 1_000_000
             for k in range(rng.choice([0, rng.randrange(1, 300)])):
                 cur += rng.choice([0, 0, 1, rng.randrange(1, 2_000)])
-                if not implicit and rng.random() < 0.04:
+                if bounds and not implicit and rng.random() < 0.04:
                     w.set_rowtime_bound(cur)
-                at = cur - rng.randrange(1_000, 3_000) if rng.random() < disorder else cur
+                at = cur - rng.randrange(1, 2_200) if rng.random() < disorder else cur
                 w.insert({"k": k}, rowtime=None if implicit else at)
                 if rng.random() < 0.06:
                     w.flush()
+            if bounds and rng.random() < 0.3:
+                w.end_stream()
 
 
 def _runs(planner: Planner, start: Any, end: Any) -> list[Any]:
@@ -69,18 +77,25 @@ def _plan(planner: Planner, pos: Any, cap: int, most: int | None) -> tuple[str, 
 
 
 @pytest.mark.parametrize("options", OPTIONS, ids=lambda o: "-".join(o.values()))
-def test_steps_in_order_planned_where_they_lie_decide_as_the_general_path(
+def test_steps_planned_where_they_lie_decide_as_the_general_path(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch, options: dict[str, str]
 ) -> None:
     rng = random.Random(len(str(options)))
-    ordered_steps = general_steps = errors = 0
-    for case in range(30):
+    fast = general_steps = errors = 0
+    late = [0]
+    decide = planner_module.late_decide
+    monkeypatch.setattr(
+        planner_module, "late_decide", lambda *a: late.__setitem__(0, late[0] + 1) or decide(*a)
+    )
+    for case in range(40):
         few = rng.choice([256, 256, 2])  # few bounds, or more than the ordered path takes
         monkeypatch.setattr(planner_module, "_FEW_BOUNDS", few)
         monkeypatch.setattr(ordered_module, "_FEW_BOUNDS", few)
+        monkeypatch.setattr(ordered_module, "_LATE_BLOCK", rng.choice([1, 3, 1 << 17]))
         location = str(tmp_path / f"s{case}")
-        disorder = rng.choice([0.0, 0.0, 0.0, 0.05])
-        write(location, rng, implicit=rng.random() < 0.25, disorder=disorder)
+        disorder = rng.choice([0.0, 0.0, 0.05, 0.3])
+        implicit, bounds = rng.random() < 0.25, rng.random() < 0.5
+        write(location, rng, implicit=implicit, disorder=disorder, bounds=bounds)
         cfg = parse_reader_options({"path": location, **options})
         ordered, general = Planner(cfg), Planner(cfg)
         general._plan_ordered = lambda pos, ends: None  # type: ignore[method-assign]
@@ -108,21 +123,25 @@ def test_steps_in_order_planned_where_they_lie_decide_as_the_general_path(
             if new is None:
                 break
             assert _runs(ordered, pos, new) == _runs(general, pos, new)
+            # rows found in order are marked so on both paths (the tasks need not order them)
+            flags = [
+                [r is not None and r.ordered for r in p.runs_for(pos.to_dict(), new.to_dict())]
+                for p in (ordered, general)
+            ]
+            assert flags[0] == flags[1]
             if took and all(t is not None for t in took):  # every step of it
-                ordered_steps += 1
-                runs = ordered.runs_for(pos.to_dict(), new.to_dict())
-                assert runs is not None and all(r is not None and r.ordered for r in runs)
+                fast += 1
             else:
                 general_steps += 1
             took.clear()
             pos = new
-    if options.get("adjust.unit", "usec") == "usec":
-        assert ordered_steps > 20  # the ordered path really ran
-    else:
-        assert ordered_steps == 0  # truncation is the general path's
-    assert general_steps > 5
-    if options["order"] == "reject":
-        assert errors  # a record back in time fails both paths alike
+    least = 5 if "adjust.maxHeld" in options else 20  # steps stop at the error there
+    assert fast > least  # the paths where the times lie really ran
+    assert general_steps  # and the general path where they do not apply
+    if options["order"] == "adjust" and options["adjust.range"] != "0":
+        assert late[0] > least  # and the one for late rows
+    if options["order"] == "reject" or "adjust.maxHeld" in options:
+        assert errors  # a record back in time, or too many held, fail both paths alike
 
 
 def test_ordered_times_search_as_numpy_over_the_pieces_joined() -> None:
@@ -142,3 +161,63 @@ def test_ordered_times_search_as_numpy_over_the_pieces_joined() -> None:
             for side in ("left", "right"):
                 want = int(np.searchsorted(joined, value, side=side))
                 assert times.searchsorted(value, side=side) == want
+
+
+ADJUST_2S = {"order": "adjust", "adjust.unit": "usec", "adjust.range": "2000000"}
+
+
+def _emitted_on_both_paths(location: str, steps: list[tuple[int, Any]]) -> list[int]:
+    """Plan ``steps`` (a cap, and what to write before the step or None) under ``adjust`` with a
+    2 s range, with and without the paths where the times lie; each step's position and runs
+    must be the same: partition 0's emitted offsets, step after step."""
+    cfg = parse_reader_options({"path": location, **ADJUST_2S})
+    ordered, general = Planner(cfg), Planner(cfg)
+    general._plan_ordered = lambda pos, ends: None  # type: ignore[method-assign]
+    pos = ordered.start_position()
+    emitted = []
+    for cap, append in steps:
+        if append is not None:
+            append()
+        new = ordered.plan(pos, ordered.available(), cap)
+        want = general.plan(pos, general.available(), cap)
+        assert new is not None and want is not None and new.to_dict() == want.to_dict()
+        assert _runs(ordered, pos, new) == _runs(general, pos, new)
+        runs = ordered.runs_for(pos.to_dict(), new.to_dict())
+        assert runs is not None and runs[0] is not None
+        emitted += [
+            o for a, b in zip(runs[0].starts, runs[0].ends, strict=True) for o in range(a, b)
+        ]
+        pos = new
+    return emitted
+
+
+def test_a_row_at_the_release_line_waits_then_goes_out_on_both_paths(tmp_path: Path) -> None:
+    """Under ``adjust`` a row exactly ``range`` below the largest rowtime is not released (the
+    line is strict) and the clock stops at it; when later rows raise the line, it goes out:
+    the step after must not take it for emitted by the step before."""
+    location = str(tmp_path / "s")
+    pr.create_stream(location, "k INT", partitions=1)
+    with pr.open_writer(location, 0) as w:
+        for k, at in enumerate([10_000, 8_000, 12_000, 13_000]):
+            w.insert({"k": k}, rowtime=at)
+    emitted = _emitted_on_both_paths(location, [(2, None), (1, None), (1, None)])
+    assert emitted == [1, 0]  # 8 000 once 12 000 is in, 10 000 once 13 000 is
+
+
+def test_a_row_held_at_the_line_goes_out_with_the_bound_that_releases_it(tmp_path: Path) -> None:
+    """Under ``adjust`` a row exactly ``range`` below the largest rowtime waits, and the clock
+    stops at it; a bound record in the next step releases it: that step must judge the rows of
+    the step before by the bound as it was then (none), and emit it now."""
+    location = str(tmp_path / "s")
+    pr.create_stream(location, "k INT", partitions=1)
+    with pr.open_writer(location, 0) as w:
+        w.insert({"k": 0}, rowtime=10_000)
+        w.insert({"k": 1}, rowtime=8_000)  # at the line: held, and the clock is 8 000
+
+    def bound_then_row() -> None:
+        with pr.open_writer(location, 0) as w:
+            w.set_rowtime_bound(10_000)
+            w.insert({"k": 2}, rowtime=10_500)
+
+    emitted = _emitted_on_both_paths(location, [(100, None), (100, bound_then_row)])
+    assert emitted == [0, 1]  # both at the bound; 10 500 waits
