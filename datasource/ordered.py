@@ -1,8 +1,9 @@
-"""The driver's fast path for records in rowtime order (the common case): what a step
-decides from a check of the order and a few binary searches (:func:`sorted_step` over an array,
-:func:`ordered_step` over times where the log holds them), and a partition's clock at the end
-of a step from its maxima (:func:`clock_at_end`). The general path is
-:func:`~.tasks.classify_pieces`; property tests hold the two together
+"""The driver's fast paths, for the common steps: records in rowtime order (what a step
+decides from a check of the order and a few binary searches: :func:`sorted_step` over an array,
+:func:`ordered_step` over times where the log holds them) and, under ``adjust``, rows late only
+within the range (:func:`late_scan`, :func:`late_decide`: a few passes a block at a time); and a
+partition's clock at the end of a step from its maxima (:func:`clock_at_end`). The general path
+is :func:`~.tasks.classify_pieces`; property tests hold them together
 (``tests/test_reader_sorted_step.py``, ``tests/test_reader_ordered_plan.py``).
 """
 
