@@ -16,7 +16,6 @@ from typing import Any, TypeVar
 
 import numpy as np
 import pyarrow as pa
-import pyarrow.compute as pc
 
 from ..bounds.arrays import as_numpy, each_on_threads
 from ..bounds.bounds import END_OF_STREAM_US
@@ -35,7 +34,7 @@ from ..bounds.policies import (
     RejectPolicy,
 )
 from ..bounds.time import format_rowtime
-from ..streams.columns import LOG_ARRIVAL_US, LOG_IS_BOUND, LOG_ROWTIME_US
+from ..streams.columns import LOG_ARRIVAL_US, LOG_IS_BOUND
 from ..streams.retention import DataLossError
 from ..streams.storage import StreamStorage, open_storage
 from ..streams.writer import wall_clock_us
@@ -64,6 +63,7 @@ from .tasks import (
     late_mask,
     late_offsets,
     record_times,
+    stored_times,
     time_columns,
     where_of,
 )
@@ -321,8 +321,8 @@ class Planner:
         array a record batch, no copy where the log is memory-mapped), the positions of the
         bound records among them, and whether the times ascend; None when bound records are
         many (:data:`_FEW_BOUNDS`). The general path takes what was read (:meth:`_read`). A
-        record's time is its explicit rowtime, else its arrival (as :func:`record_times` says
-        without ``rowtime.column``)."""
+        record's time is the stored one (:func:`stored_times`), as :func:`record_times` says
+        without ``rowtime.column``."""
         if end <= start:  # nothing alive, nothing new: nothing to read
             return [], np.empty(0, dtype=np.int64), True
         table = self.stream.read(partition, start, end, columns=time_columns(self.cfg))
@@ -334,13 +334,7 @@ class Planner:
             n = batch.num_rows
             if not n:
                 continue
-            rowtime = batch.column(LOG_ROWTIME_US)
-            if rowtime.null_count == n:  # implicit rowtimes: the arrival is the rowtime
-                t = as_numpy(batch.column(LOG_ARRIVAL_US))
-            elif rowtime.null_count:
-                t = as_numpy(pc.coalesce(rowtime, batch.column(LOG_ARRIVAL_US)))
-            else:
-                t = as_numpy(rowtime)
+            t = stored_times(batch)
             ascending = ascending and int(t[0]) >= last and _ascending(t)
             last = int(t[-1])
             is_bound = batch.column(LOG_IS_BOUND)

@@ -107,16 +107,25 @@ def where_of(cfg: ReaderConfig, partition: int) -> str:
     return f"stream {cfg.location!r} partition {partition}"
 
 
+def stored_times(table: pa.Table | pa.RecordBatch) -> np.ndarray:
+    """Each record's stored time: its explicit rowtime, else its arrival (implicit rowtimes),
+    as int64 microseconds; a view of the log's buffer where it can be (no rowtime stored, or
+    every one stored, in one chunk)."""
+    explicit = table.column(LOG_ROWTIME_US)
+    if explicit.null_count == len(explicit):  # implicit rowtimes: the arrival is the rowtime
+        return as_numpy(table.column(LOG_ARRIVAL_US))
+    if explicit.null_count:
+        explicit = pc.coalesce(explicit, table.column(LOG_ARRIVAL_US))
+    return as_numpy(explicit)
+
+
 def record_times(
     table: pa.Table, cfg: ReaderConfig, partition: int, first_offset: int
 ) -> tuple[np.ndarray, np.ndarray]:
     """Each record's time: a data row's rowtime (promoted column, explicit, or arrival) or a
     bound record's bound, as int64 microseconds; and which records are bounds."""
     is_bound = as_numpy(table.column(LOG_IS_BOUND))
-    explicit = table.column(LOG_ROWTIME_US)
-    if explicit.null_count:  # implicit rowtimes: the arrival is the rowtime
-        explicit = pc.coalesce(explicit, table.column(LOG_ARRIVAL_US))
-    t = as_numpy(explicit)
+    t = stored_times(table)
     if cfg.rowtime_column is None or len(t) == 0:
         return t, is_bound
     column = table.column(cfg.rowtime_column)
