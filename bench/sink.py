@@ -9,10 +9,10 @@ rows and the end of stream), read with ``spark.readStream.format("rowtime")`` an
 * ``stream``: ``writeStream.format("rowtime")`` into a rowtime stream (a partition per source
   partition, each in rowtime order, bounds passed on; the executors write the segments and the
   commit links them);
-* ``stream-2p``: the same with ``.option("partitions", "2")``. Spark's Parquet source has no
-  ``is_bound`` column, so there the clock is the watermark and ``stream`` makes a target of one
-  partition (one ordered stream, as for windowed results), which the commit merges on the
-  driver; with a partition per write task it links each task's runs instead;
+* ``stream-1p``: the same with ``.option("partitions", "1")``: one ordered partition for the
+  rows of every write task, which the commit merges on the driver (what a stateful query's
+  results get by default, as one stream of windows); ``stream`` links each task's runs into a
+  partition of its own, also with Spark's Parquet source, whose clock is the watermark;
 * ``files``: ``writeStream.format("rowtime").option("target", "parquet")``: snappy Parquet
   files in hourly partitions, ``_COMPLETE`` markers and the clock;
 * ``delta``: ``.option("target", "delta")``: a Delta table (delta-rs commits), hourly
@@ -282,7 +282,7 @@ def main() -> None:
         "python-noop": ("python-noop", {}),
         "floor": ("durable-floor", {}),
         "stream": ("rowtime", {}),
-        "stream-2p": ("rowtime", {"partitions": "2"}),
+        "stream-1p": ("rowtime", {"partitions": "1"}),
         "files": ("rowtime", {"target": "parquet"}),
         "delta": ("rowtime", {"target": "delta"}),
         "iceberg": ("rowtime", {"target": "iceberg"}),

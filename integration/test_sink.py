@@ -242,6 +242,43 @@ def test_windowed_aggregation_clock_covers_every_window_written_and_no_more(
     assert written() == counts
     if target == "parquet":
         assert all((p / COMPLETE_MARKER).exists() for p in out.glob("rowtime_hour=*"))
+    else:  # results of Spark's shuffle tasks (2 here): one stream in rowtime order
+        assert open_storage(out).meta.partitions == 1
+        times = [t for t, _n, _total in data_of(out)]
+        assert times == sorted(times)
+
+
+def test_a_pass_through_with_the_watermark_clock_keeps_a_partition_per_task(spark, workdir):
+    """Spark's own Parquet source has no ``is_bound``, so the clock is the watermark; a query
+    that keeps no state gets a partition per write task, each in rowtime order, and its tasks'
+    runs are linked: the driver copies no row (issue 35)."""
+    import pyarrow.parquet as pq
+
+    from pyspark_rowtime.sink.layout import SinkState
+
+    src = workdir / "files"
+    src.mkdir()
+    expected = []
+    for f in range(2):  # two files: two read tasks, whose rows interleave in rowtime
+        times = [T0_US + (2 * i + f) * 1_000_000 for i in range(50)]
+        ids = [2 * i + f for i in range(50)]
+        expected += list(zip(times, ids, strict=True))
+        table = pa.table({"id": ids, "rowtime": pa.array(times, pa.timestamp("us", tz="UTC"))})
+        pq.write_table(table, src / f"part-{f}.parquet")
+    df = spark.readStream.schema("id BIGINT, rowtime TIMESTAMP").parquet(str(src))
+    out = workdir / "out"
+    query = start(df.withWatermark("rowtime", "1 second"), out, workdir / "ck")
+    query.processAllAvailable()
+    query.stop()
+    assert sorted(data_of(out)) == sorted(expected)
+    assert open_storage(out).meta.partitions == 2
+    t = read_stream(out)
+    for p in range(2):
+        times = t.filter(pa.compute.equal(t.column("partition"), p)).column("rowtime")
+        assert times.cast(pa.int64()).to_pylist() == sorted(times.cast(pa.int64()).to_pylist())
+    state = SinkState(str(out))
+    parts = [part for batch in state.batches() for part in state.entry(batch)["parts"]]
+    assert parts and all(part["mode"] == "link" for part in parts if part["rows"])
 
 
 # -- chains: A -> query -> B -> query -> C ------------------------------------------------------

@@ -8,7 +8,8 @@ Options (:mod:`.options`; an unknown one is an error naming it):
 
 * ``path``: the target; ``target``: ``stream`` (default, a rowtime stream, created with the
   payload columns by the first commit if absent, with ``partitions``: by default one per write
-  task of that batch with ``clock=bounds``, one with ``clock=watermark``; :mod:`.stream_target`)
+  task of that batch, one for a query that keeps state with ``clock=watermark``;
+  :mod:`.stream_target`)
   or ``parquet`` (files in time partitions; :mod:`.parquet_target`) with ``granularity``
   minute|hour|day (default hour) and ``compression`` (default snappy);
 * ``clock``: ``bounds`` (the default when the query has ``is_bound``: pass-through queries) or

@@ -41,6 +41,7 @@ __all__ = [
     "advance",
     "batch_watermark_ms",
     "bounds_clock_us",
+    "checkpoint_keeps_state",
     "checkpoint_query_id",
     "watermark_clock_us",
 ]
@@ -137,3 +138,19 @@ def checkpoint_query_id(checkpoint: str | None) -> str | None:
         return None
     value = doc.get("id") if isinstance(doc, dict) else None
     return str(value) if value else None
+
+
+#: Files Spark writes for a query with stateful operators (windows, deduplication, joins) when
+#: it plans the query's first batch, before any task runs: operator 0's metadata and its state
+#: schema. A stateless query's checkpoint has no ``state`` folder.
+STATE_FILES = ("state/0/_metadata/metadata", "state/0/0/_metadata/schema")
+
+
+def checkpoint_keeps_state(checkpoint: str | None) -> bool:
+    """Whether the query of ``checkpoint`` keeps state: its output comes from Spark's shuffle
+    (windows, deduplication, joins) rather than straight from its source's partitions."""
+    if checkpoint is None:
+        return False
+    if "://" not in checkpoint:
+        return os.path.isdir(os.path.join(checkpoint, "state"))
+    return any(read_checkpoint_file(checkpoint, name) is not None for name in STATE_FILES)

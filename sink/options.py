@@ -60,7 +60,7 @@ SINK_OPTIONS: dict[str, str] = {
     ),
     "partitions": (
         "a whole number from 1 to 10000: the partitions of a new stream target (default: one per "
-        "write task of the first batch with clock=bounds, 1 with clock=watermark)"
+        "write task of the first batch; 1 for a query that keeps state with clock=watermark)"
     ),
     "retention": (
         "a duration of rowtime such as '7 days' (target=stream): the retention of a new target "

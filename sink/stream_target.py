@@ -9,14 +9,19 @@ in every partition it moves, so a query reading the target sees the same progres
 pumps pass bounds on the same way).
 
 **Partitions.** A new target gets option ``partitions``, or by default one partition per write
-task of its first batch with ``clock=bounds`` (a pass-through query keeps its source's
-partitioning: task ``i`` writes partition ``i``) and one with ``clock=watermark`` (windowed
-results: one ordered stream of windows). It is created when the query starts if its partition
-count is known then, else by the first commit. Task ``i`` writes partition ``i mod
-partitions``.
+task of its first batch (a pass-through query keeps its source's partitioning: task ``i``
+writes partition ``i``), except with ``clock=watermark`` for a query that keeps state
+(windows, deduplication, joins: its checkpoint has Spark's ``state`` folder,
+:func:`sink.clock.checkpoint_keeps_state`), whose results come from Spark's shuffle tasks and
+get one partition: one ordered stream of windows. So the driver merges rows only where one
+ordered stream is asked for; a pass-through query's rows go from the executors to the target
+by a link, whatever its clock (a merged partition funnels every row of every batch through the
+driver: issue 35). It is created when the query starts if option ``partitions`` is given, else
+by the first commit. Task ``i`` writes partition ``i mod partitions``.
 
 **The data moves once, on the executors.** ``write()`` sorts the task's rows by rowtime (a
-pass-through query's rows already are) and stages them, in runs of up to :data:`RUN_BYTES`,
+pass-through query's rows already are; :data:`SORT_BYTES` at a time, beyond which sorted runs
+are merged at the end, :mod:`.spill`) and stages them, in runs of up to :data:`RUN_BYTES`,
 as files already in the log's segment format: system columns, payload, and footer statistics
 that continue the partition the task writes for (first offset, clock, arrival), each file
 fsync'd. When that partition has not moved meanwhile, which is the normal case since the query
@@ -54,7 +59,7 @@ import concurrent.futures
 import dataclasses
 import functools
 import uuid
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable, Iterator, Sequence
 from typing import Any
 
 import numpy as np
@@ -82,9 +87,11 @@ from ..streams.storage import (
     what_is_at,
 )
 from ..streams.writer import Writer, wall_clock_us
+from .clock import checkpoint_keeps_state
 from .layout import open_sink_state, wait_for_lock
 from .manifest import StreamEntry, StreamPart
 from .options import SinkConfig
+from .spill import Spill
 from .target import stage_task
 from .task import StagedFile, TaskInfo, TaskReport, as_datetime, iso, reports_query_id
 
@@ -95,6 +102,13 @@ KIND = SINK_KIND_STREAM
 RUN_BYTES = 128 << 20
 #: ... and this many rows.
 RUN_ROWS = 1 << 23
+#: Rows that come out of rowtime order are sorted in memory up to this many bytes (Spark's
+#: record batches, held until sorted; the sorted rows are gathered and written a piece of
+#: :data:`GATHER_ROWS` at a time): a write task of 5 M rows of four columns sorts once. Beyond
+#: it, sorted runs are kept aside and merged at the end (:mod:`.spill`).
+SORT_BYTES = 256 << 20
+#: The rows gathered into rowtime order at a time, on their way to a file.
+GATHER_ROWS = 1 << 20
 #: The writer buffers a merged part and flushes it once: rows and bound are one segment.
 _NO_AUTO_FLUSH = 1 << 62
 
@@ -124,7 +138,8 @@ class _Runs:
     The footer of each run continues partition ``partition`` from offset ``first`` and clock
     ``base_clock_us`` as if the runs before it had been appended; :attr:`ordered` says whether
     they really do continue one another (each run starts at or after the last rowtime of the
-    one before). Memory: one run at a time.
+    one before). Rows that come out of order are sorted a run at a time and merged at the end
+    (:mod:`.spill`), so their runs continue one another too. Memory: one run at a time.
     """
 
     def __init__(
@@ -153,8 +168,14 @@ class _Runs:
         self._bytes = 0
         self._sorted = True  # the pending rows are in rowtime order
         self._last: int | None = None  # the last pending rowtime, while sorted
+        self._spill = Spill()  # sorted runs kept aside when rows come out of order
+        self._seen_rows = 0
+        self._seen_bytes = 0
 
     def add(self, data: pa.RecordBatch, rt: np.ndarray) -> None:
+        cap = RUN_BYTES if self._sorted else SORT_BYTES
+        if self._pending and (self._bytes >= cap or self._rows >= RUN_ROWS):
+            self._write_run(more=True)  # a full run, and this batch shows more rows follow
         if self._sorted and (
             (self._last is not None and int(rt[0]) < self._last) or not _is_sorted(rt)
         ):
@@ -164,13 +185,22 @@ class _Runs:
         self._times.append(rt)
         self._rows += data.num_rows
         self._bytes += data.nbytes
-        if self._bytes >= RUN_BYTES or self._rows >= RUN_ROWS:
-            self._write_run()
+        self._seen_rows += data.num_rows
+        self._seen_bytes += data.nbytes
 
     def close(self) -> list[StagedFile]:
         """Write what is pending; return the files once every one is durable."""
-        if self._pending:
-            self._write_run()
+        try:
+            if self._spill:  # the kept runs and the last, merged: staged in order
+                batches, rt = self._pending, self._times
+                self._pending, self._times = [], []
+                last_rt = np.concatenate(rt) if rt else np.empty(0, dtype=np.int64)
+                for piece, times in self._spill.merged(batches, last_rt, self._piece_rows()):
+                    self._stage(piece, len(times), int(times[0]), int(times[-1]))
+            elif self._pending:
+                self._write_run(more=False)
+        finally:
+            self._spill.close()
         try:
             for sync in self._syncs:
                 sync.result()
@@ -179,25 +209,42 @@ class _Runs:
         return self.files
 
     def discard(self) -> None:
+        self._spill.close()
         self._syncer.shutdown(wait=True, cancel_futures=True)
         self.target.state.discard_staged([f.staged for f in self.files])
         self.files = []
 
-    def _write_run(self) -> None:
-        batches, times = self._pending, self._times
+    def _piece_rows(self) -> int:
+        """Rows of a staged run (:data:`RUN_BYTES`, at the bytes a row the task has seen)."""
+        per_row = max(1, self._seen_bytes // max(1, self._seen_rows))
+        return max(1, min(RUN_ROWS, RUN_BYTES // per_row))
+
+    def _write_run(self, more: bool) -> None:
+        """Stage the pending rows as sorted runs; or, when rows came out of order and ``more``
+        follow, keep them aside for the merge at the end (:mod:`.spill`), so that the task's
+        runs continue one another and the commit links them."""
+        batches, times, ordered = self._pending, self._times, self._sorted
         self._pending, self._times, self._rows, self._bytes = [], [], 0, 0
-        if self._sorted:  # the rows as Spark sent them: nothing to gather
-            n = sum(len(t) for t in times)
-            lo, hi = int(times[0][0]), int(times[-1][-1])
-        else:
-            # take() gathers across the batches as they are: combining them first copied the
-            # run once more, 3x the sort's CPU (docs/benchmarks.md, issue 35)
-            table = pa.Table.from_batches(batches)
-            rt = np.concatenate(times)
-            order = np.argsort(rt, kind="stable")
-            batches = table.take(to_arrow(order)).to_batches(max_chunksize=WRITE_ROWS)
-            n, lo, hi = len(rt), int(rt[order[0]]), int(rt[order[-1]])
         self._sorted, self._last = True, None
+        rt = np.concatenate(times)
+        if ordered and not (more and self._spill):
+            self._stage(batches, len(rt), int(rt[0]), int(rt[-1]))  # as Spark sent them
+            return
+        order = None if ordered else np.argsort(rt, kind="stable")
+        table = pa.Table.from_batches(batches)
+        if more:
+            self._spill.add(_gathered(table, order), rt if order is None else rt[order])
+            return
+        if order is None:
+            order = np.arange(len(rt))
+        rt = rt[order]
+        step = self._piece_rows()  # a segment of at most RUN_BYTES, as for rows in order
+        for s in range(0, len(rt), step):
+            e = min(len(rt), s + step)
+            self._stage(_gathered(table, order[s:e]), e - s, int(rt[s]), int(rt[e - 1]))
+
+    def _stage(self, batches: Iterable[pa.RecordBatch], n: int, lo: int, hi: int) -> None:
+        """Stage ``n`` rows in rowtime order, from ``lo`` to ``hi``, as the next run."""
         if self._top is not None and lo < self._top:
             self.ordered = False
         self._top = hi if self._top is None else max(hi, self._top)
@@ -242,21 +289,22 @@ class StreamTarget:
         except SchemaError as e:
             raise SchemaError(f"{self.where}: the query's payload cannot be a stream: {e}") from e
 
-    def _partitions_known(self) -> int | None:
-        """The partition count of a new target if the options decide it (see the module's
-        docstring); None when it is one per write task of the first batch."""
-        return self.cfg.partitions or (1 if self.cfg.clock == "watermark" else None)
-
     def _new_partitions(self, tasks: int) -> int:
-        """How many partitions a target created by a commit of ``tasks`` tasks gets."""
-        return self._partitions_known() or max(1, tasks)
+        """How many partitions a target created by a commit of ``tasks`` tasks gets (see the
+        module's docstring): the option, else 1 for a query that keeps state, else one per
+        task."""
+        if self.cfg.partitions:
+            return self.cfg.partitions
+        if self.cfg.clock == "watermark" and checkpoint_keeps_state(self.cfg.checkpoint):
+            return 1
+        return max(1, tasks)
 
     # -- driver, when the query starts --------------------------------------------------------
 
     def prepare(self) -> None:
         """Check an existing stream can take the query's rows, or create the stream when its
-        partition count is known now (option ``partitions``, or ``clock=watermark``); else the
-        first commit creates it, when the number of write tasks is known."""
+        partition count is known now (option ``partitions``); else the first commit creates
+        it, when the number of write tasks, and whether the query keeps state, are known."""
         cfg = self.cfg
         wanted = self._payload()
         stream = self._stream()
@@ -282,9 +330,8 @@ class StreamTarget:
                     f"already has {have} partitions: remove the option, or write to a new path"
                 )
         self.state.define_target({"kind": KIND})
-        known = self._partitions_known()
-        if stream is None and known is not None:
-            create_storage(cfg.location, wanted, known, **cfg.retention)
+        if stream is None and cfg.partitions is not None:
+            create_storage(cfg.location, wanted, cfg.partitions, **cfg.retention)
 
     # -- executors ----------------------------------------------------------------------------
 
@@ -296,7 +343,7 @@ class StreamTarget:
         def begin() -> tuple[int | None, _Runs]:
             stream = self._stream()
             if stream is None:  # the first commit creates it, with this many partitions
-                partitions = self._partitions_known()
+                partitions = self.cfg.partitions
                 partition = info.task if partitions is None else info.task % partitions
                 first, base_clock, last_arrival, floor = 0, None, None, None
                 file_schema = segment_schema(self._payload())
@@ -539,6 +586,19 @@ class StreamTarget:
     def clock_us(self) -> int | None:
         stream = self._stream()
         return None if stream is None else stream.stream_clock_us()
+
+
+def _gathered(table: pa.Table, order: np.ndarray | None) -> Iterator[pa.RecordBatch]:
+    """``table``'s rows in the order ``order`` gives (None: as they are), a piece of
+    :data:`GATHER_ROWS` at a time: the sorted copy never exists whole. take() gathers across
+    Spark's batches as they are: combining them first copied the run once more, 3x the sort's
+    CPU (docs/benchmarks.md, issue 35)."""
+    if order is None:
+        yield from table.to_batches()
+        return
+    for s in range(0, len(order), GATHER_ROWS):
+        piece = table.take(to_arrow(order[s : s + GATHER_ROWS]))
+        yield from piece.to_batches(max_chunksize=WRITE_ROWS)
 
 
 def _merged(runs: Iterable[pa.Table]) -> pa.Table:

@@ -15,6 +15,7 @@ from pyspark_rowtime.sink.clock import (
     advance,
     batch_watermark_ms,
     bounds_clock_us,
+    checkpoint_keeps_state,
     checkpoint_query_id,
     watermark_clock_us,
 )
@@ -111,6 +112,23 @@ def test_a_checkpoint_on_object_storage_is_read_where_spark_wrote_it(object_serv
     assert checkpoint_query_id(cfg.checkpoint) == "q-on-the-store"
     with pytest.raises(OptionError, match="offsets/8"):
         batch_watermark_ms(cfg.checkpoint, 8)
+    assert not checkpoint_keeps_state(cfg.checkpoint)
+    # What Spark writes when it plans a stateful query's first batch (operator 0's metadata)
+    obstore.put(store_for(loc), loc.key("state", "0", "_metadata", "metadata"), b"v1\n{}")
+    assert checkpoint_keeps_state(cfg.checkpoint)
+
+
+def test_a_query_keeps_state_when_its_checkpoint_has_sparks_state_folder(tmp_path):
+    """Spark makes ``<checkpoint>/state`` when it plans a stateful query's first batch (windows,
+    deduplication, joins), before any task runs; a stateless query has none (measured on Spark
+    4.3: a window count and dropDuplicates have ``state/0/...`` in their first foreachBatch, a
+    pass-through has no ``state``)."""
+    assert not checkpoint_keeps_state(None)
+    assert not checkpoint_keeps_state(str(tmp_path))
+    (tmp_path / "offsets").mkdir()
+    assert not checkpoint_keeps_state(str(tmp_path))
+    (tmp_path / "state" / "0" / "_metadata").mkdir(parents=True)
+    assert checkpoint_keeps_state(str(tmp_path))
 
 
 def test_a_checkpoint_where_the_sink_cannot_read_is_refused_naming_the_option():

@@ -47,7 +47,7 @@ from pyspark_rowtime.sink.parquet_target import (
     partition_name,
 )
 from pyspark_rowtime.sink.stream_target import StreamTarget
-from pyspark_rowtime.sink.task import TaskInfo
+from pyspark_rowtime.sink.task import TaskInfo, TaskReport
 from pyspark_rowtime.streams.objstore.files import ObjectTargetFiles
 from pyspark_rowtime.streams.objstore.log import ObjectAppender
 from pyspark_rowtime.streams.objstore.sink import ObjectSinkState
@@ -273,25 +273,44 @@ def test_large_tasks_stage_several_runs_that_become_consecutive_segments(tmp_pat
     assert data_rows(target) == [(i, T0 + i) for i in range(7)]
 
 
-def test_a_task_whose_runs_overlap_is_merged_by_the_commit_into_one_segment(tmp_path, at):
+@pytest.mark.parametrize(
+    ("times", "mode", "segments"),
+    [
+        # runs [10 20 30] [20 40 50] [0 60], each out of order: kept aside, merged by the task
+        ([30, 10, 20, 50, 20, 40, 60, 0], "link", 3),
+        # [10 20 30] came in order and was staged; then [5 20 50] [0 40], earlier than it
+        ([10, 20, 30, 20, 5, 50, 40, 0], "merge", 1),
+    ],
+)
+def test_a_task_whose_rows_come_out_of_order_stages_runs_that_continue_one_another(
+    tmp_path, at, times, mode, segments
+):
     """Rows reaching one task out of order in more runs than one (here runs of 3): each run
-    is staged sorted, they overlap, so the commit merges them (ties in the order the rows came)
-    and appends them as one segment; the staged runs are gone once the batch is published."""
+    is sorted and kept aside in Spark's local folder, and the task merges them (ties in the
+    order the rows came) into pieces that continue one another, so the commit links them: the
+    driver copies no row (issue 35). A run staged before rows earlier than it came cannot be
+    taken back: then the task's runs overlap and the commit merges them into one segment. The
+    task's local files are gone when it ends, the staged runs once the batch is published."""
     from pyspark_rowtime.sink import stream_target
 
     target = make(tmp_path, "stream", location=at)
-    times = [30, 10, 20, 50, 20, 40, 60, 0]  # runs [10 20 30] [20 40 50] [0 60]: overlapping
     batches = [records([(i, T0 + t)]) for i, t in enumerate(times)]
-    with mock.patch.object(stream_target, "RUN_ROWS", 3):
+    spills = tmp_path / "local"
+    spills.mkdir()
+    with (
+        mock.patch.object(stream_target, "RUN_ROWS", 3),
+        mock.patch.dict(os.environ, {"SPARK_LOCAL_DIRS": str(spills)}),
+    ):
         report = target.write(TaskInfo(0, 0, 0, "q1"), iter(batches))
     assert [(f.rows, f.first) for f in report.files] == [(3, 0), (3, 3), (2, 6)]
-    assert not report.ordered
+    assert report.ordered == (mode == "link")
+    assert list(spills.iterdir()) == []
     target.state.claim("q1")
     target.commit([report], 0, None)
-    assert [part["mode"] for part in target.state.entry(0)["parts"]] == ["merge"]
-    expected = sorted(enumerate(times), key=lambda r: r[1])  # stable: 2 before 4 at T0 + 20
+    assert [part["mode"] for part in target.state.entry(0)["parts"]] == [mode]
+    expected = sorted(enumerate(times), key=lambda r: r[1])  # stable: ties as they came
     assert data_rows(target) == [(i, T0 + t) for i, t in expected]
-    assert len(open_storage(target.cfg.location).partition_stats(0)) == 1
+    assert len(open_storage(target.cfg.location).partition_stats(0)) == segments
     assert target.state.staged() == []
 
 
@@ -304,12 +323,44 @@ def test_a_stream_target_is_created_by_the_first_commit_with_the_payload_columns
     assert stream.meta.partitions == 3  # one per write task of the first batch
 
 
-def test_a_watermark_clock_makes_one_partition(tmp_path, at):
+def _watermark_run(tmp_path, at, stateful: bool) -> tuple[StreamTarget, list[TaskReport]]:
+    """Batch 0 of a clock=watermark query whose two tasks write rows that interleave in rowtime;
+    a stateful query's checkpoint has Spark's ``state`` folder by then."""
+    checkpoint = tmp_path / "checkpoint"
+    checkpoint.mkdir()
+    if stateful:
+        (checkpoint / "state" / "0").mkdir(parents=True)
     target = make(
-        tmp_path, "stream", location=at, clock="watermark", checkpointLocation=str(tmp_path)
+        tmp_path, "stream", location=at, clock="watermark", checkpointLocation=str(checkpoint)
     )
-    target.commit([], 0, None)
+    assert isinstance(target, StreamTarget)
+    assert what_is_at(target.cfg.location).kind is LocationKind.PENDING_STREAM_TARGET
+    tasks = [[records([(1, T0 + 10), (3, T0 + 30)])], [records([(2, T0 + 20), (4, T0 + 40)])]]
+    return target, run(target, 0, tasks)
+
+
+def test_a_watermark_clock_gives_a_pass_through_query_a_partition_per_task(tmp_path, at):
+    """A query that keeps no state (its checkpoint has no ``state`` folder) writes its rows as
+    its tasks hold them, one partition each, linked: the driver reads no row (issue 35)."""
+    target, _ = _watermark_run(tmp_path, at, stateful=False)
+    stream = open_storage(target.cfg.location)
+    assert stream.meta.partitions == 2
+    entry = target.state.entry(0)
+    assert entry is not None
+    assert [part["mode"] for part in entry["parts"]] == ["link", "link"]
+    t = read_stream(target.cfg.location)
+    assert t.column("id").to_pylist() == [1, 3, 2, 4]  # partition 0, then partition 1
+
+
+def test_a_watermark_clock_gives_a_stateful_query_one_ordered_partition(tmp_path, at):
+    """Windows, deduplication and joins come from Spark's shuffle tasks: their results are one
+    stream in rowtime order, the tasks' rows merged by the commit."""
+    target, _ = _watermark_run(tmp_path, at, stateful=True)
     assert open_storage(target.cfg.location).meta.partitions == 1
+    entry = target.state.entry(0)
+    assert entry is not None
+    assert [part["mode"] for part in entry["parts"]] == ["merge"]
+    assert read_stream(target.cfg.location).column("id").to_pylist() == [1, 2, 3, 4]
 
 
 def test_a_bound_below_the_rows_of_its_batch_adds_no_bound_record(tmp_path, at):
