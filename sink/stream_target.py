@@ -237,11 +237,11 @@ class _Runs:
             return
         if order is None:
             order = np.arange(len(rt))
-        rt = rt[order]
         step = self._piece_rows()  # a segment of at most RUN_BYTES, as for rows in order
         for s in range(0, len(rt), step):
             e = min(len(rt), s + step)
-            self._stage(_gathered(table, order[s:e]), e - s, int(rt[s]), int(rt[e - 1]))
+            lo, hi = int(rt[order[s]]), int(rt[order[e - 1]])
+            self._stage(_gathered(table, order[s:e]), e - s, lo, hi)
 
     def _stage(self, batches: Iterable[pa.RecordBatch], n: int, lo: int, hi: int) -> None:
         """Stage ``n`` rows in rowtime order, from ``lo`` to ``hi``, as the next run."""
