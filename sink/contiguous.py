@@ -1,0 +1,145 @@
+"""Record batches copied, as they arrive, into one chunk per column (issue 35).
+
+A write task sorts the rows that reach it out of rowtime order: it gathers them by ``take``.
+Arrow gathers from one chunk about twice as fast as from Spark's hundreds of record batches
+(0.05 CPU-s for 5 M rows of four columns against 0.08 warm, 0.23 against 0.45 in a fresh
+process; groups of batches combined gain nothing), and combining them when the run is full
+would hold a second copy of it. So, once rows come out of order, each batch's values are
+copied into columns that hold the whole run, and the batch is let go: the run is one chunk,
+held once. The columns are allocated at the run's largest size and filled as rows come (the
+system gives memory a page at a time as it is written, not at the allocation).
+
+Fixed-width columns (integers, floats, times) and strings and binaries are copied; a run with
+another type (booleans, decimals, nested) keeps its batches as they are (:meth:`Contiguous.of`
+says None) and is gathered from them.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import pyarrow as pa
+
+from ..bounds.arrays import as_numpy
+
+__all__ = ["Contiguous"]
+
+_OFFSETS = {pa.string(): np.int32, pa.binary(): np.int32}
+_LARGE = {pa.large_string(): np.int64, pa.large_binary(): np.int64}
+
+
+def _fixed(t: pa.DataType) -> np.dtype | None:
+    """The numpy type of a fixed-width column's values, or None."""
+    if pa.types.is_integer(t) or pa.types.is_floating(t):
+        return np.dtype(t.to_pandas_dtype())
+    if pa.types.is_timestamp(t) or pa.types.is_duration(t) or pa.types.is_date64(t):
+        return np.dtype(np.int64)
+    if pa.types.is_date32(t) or pa.types.is_time32(t):
+        return np.dtype(np.int32)
+    if pa.types.is_time64(t):
+        return np.dtype(np.int64)
+    return None
+
+
+class _Column:
+    """One column of the run: values (or offsets and bytes), and which rows are null."""
+
+    def __init__(self, field: pa.Field, rows: int, data_bytes: int) -> None:
+        self.type = field.type
+        self.fixed = _fixed(field.type)
+        self.offsets_type = {**_OFFSETS, **_LARGE}.get(field.type)
+        if self.fixed is not None:
+            self.values = np.empty(rows, dtype=self.fixed)
+        else:
+            assert self.offsets_type is not None
+            self.values = np.empty(rows + 1, dtype=self.offsets_type)
+            self.values[0] = 0
+            self.data = np.empty(data_bytes, dtype=np.uint8)
+            self.used = 0
+        self.valid: np.ndarray | None = None  # made at the first null
+
+    def fits(self, array: pa.Array) -> bool:
+        if self.fixed is not None:
+            return True
+        offsets = self._offsets(array)
+        return self.used + int(offsets[-1] - offsets[0]) <= len(self.data)
+
+    def _offsets(self, array: pa.Array) -> np.ndarray:
+        buf = array.buffers()[1]
+        assert self.offsets_type is not None
+        return np.frombuffer(buf, dtype=self.offsets_type)[
+            array.offset : array.offset + len(array) + 1
+        ]
+
+    def put(self, array: pa.Array, at: int) -> None:
+        """Copy ``array``'s values in as rows ``at`` on."""
+        n = len(array)
+        if not n:
+            return
+        buffers = array.buffers()
+        if self.fixed is not None:
+            values = np.frombuffer(buffers[1], dtype=self.fixed)
+            self.values[at : at + n] = values[array.offset : array.offset + n]
+        else:
+            offsets = self._offsets(array)
+            start, end = int(offsets[0]), int(offsets[-1])
+            data = np.frombuffer(buffers[2], dtype=np.uint8) if buffers[2] is not None else None
+            if end > start and data is not None:
+                self.data[self.used : self.used + end - start] = data[start:end]
+            self.values[at + 1 : at + n + 1] = offsets[1:] - start + self.used
+            self.used += end - start
+        if array.null_count:
+            if self.valid is None:
+                self.valid = np.ones(len(self.values), dtype=np.bool_)
+            self.valid[at : at + n] = as_numpy(array.is_valid())
+        elif self.valid is not None:
+            self.valid[at : at + n] = True
+
+    def array(self, rows: int) -> pa.Array:
+        validity = None
+        if self.valid is not None and not self.valid[:rows].all():
+            validity = pa.py_buffer(np.packbits(self.valid[:rows], bitorder="little"))
+        if self.fixed is not None:
+            return pa.Array.from_buffers(
+                self.type, rows, [validity, pa.py_buffer(self.values[:rows])]
+            )
+        offsets = pa.py_buffer(self.values[: rows + 1])
+        return pa.Array.from_buffers(
+            self.type, rows, [validity, offsets, pa.py_buffer(self.data[: self.used])]
+        )
+
+
+class Contiguous:
+    """The rows of one run, one chunk per column, filled a record batch at a time."""
+
+    def __init__(self, schema: pa.Schema, rows: int, data_bytes: int) -> None:
+        self.schema = schema
+        self.rows = 0
+        self._columns = [_Column(f, rows, data_bytes) for f in schema]
+        self._capacity = rows
+
+    @classmethod
+    def of(cls, schema: pa.Schema, rows: int, data_bytes: int) -> Contiguous | None:
+        """Room for ``rows`` rows and ``data_bytes`` bytes of each string column, or None when
+        a column's type is not copied here."""
+        for f in schema:
+            if _fixed(f.type) is None and f.type not in _OFFSETS and f.type not in _LARGE:
+                return None
+        return cls(schema, rows, data_bytes)
+
+    def add(self, batch: pa.RecordBatch) -> bool:
+        """Copy ``batch``'s rows in; False (and nothing copied) when they do not fit."""
+        n = batch.num_rows
+        if self.rows + n > self._capacity or not all(
+            c.fits(batch.column(i)) for i, c in enumerate(self._columns)
+        ):
+            return False
+        for i, c in enumerate(self._columns):
+            c.put(batch.column(i), self.rows)
+        self.rows += n
+        return True
+
+    def table(self) -> pa.Table:
+        """The rows copied in, as a table of one chunk per column (its buffers are this
+        object's: it must not be filled again while the table is in use)."""
+        arrays = [c.array(self.rows) for c in self._columns]
+        return pa.Table.from_arrays(arrays, schema=self.schema)

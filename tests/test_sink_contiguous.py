@@ -1,0 +1,111 @@
+"""A run's rows copied into one chunk per column as they arrive (``sink.contiguous``): the
+table it gives holds exactly the rows of the batches, nulls, slices and strings included."""
+
+from __future__ import annotations
+
+import datetime as dt
+import pickle
+from unittest import mock
+
+import pyarrow as pa
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from pyspark_rowtime.api import read_stream
+from pyspark_rowtime.sink.contiguous import Contiguous
+from pyspark_rowtime.sink.options import parse_sink_options
+from pyspark_rowtime.sink.stream_target import StreamTarget
+from pyspark_rowtime.sink.task import TaskInfo
+
+TS = pa.timestamp("us", tz="UTC")
+SCHEMA = pa.schema(
+    [
+        ("i", pa.int64()),
+        ("f", pa.float32()),
+        ("s", pa.string()),
+        ("b", pa.large_binary()),
+        ("d", pa.date32()),
+        ("rowtime", TS),
+    ]
+)
+
+rows_st = st.lists(
+    st.tuples(
+        st.none() | st.integers(-(2**63), 2**63 - 1),
+        st.none() | st.floats(width=32, allow_nan=False),
+        st.none() | st.text(max_size=5),
+        st.none() | st.binary(max_size=4),
+        st.none() | st.integers(0, 20000),
+        st.integers(0, 10**15),
+    ),
+    max_size=9,
+)
+
+
+def _batch(rows: list[tuple], cut: int) -> pa.RecordBatch:
+    """A batch of ``rows``, sliced from ``cut`` on (Arrow arrays with an offset)."""
+    columns = list(zip(*rows, strict=True)) if rows else [[] for _ in SCHEMA]
+    arrays = []
+    for field, values in zip(SCHEMA, columns, strict=True):
+        if field.type == pa.date32():
+            values = [None if v is None else dt.date(1970, 1, 1) + dt.timedelta(v) for v in values]
+        arrays.append(pa.array(list(values), type=field.type))
+    return pa.RecordBatch.from_arrays(arrays, schema=SCHEMA).slice(min(cut, len(rows)))
+
+
+@settings(max_examples=150, deadline=None)
+@given(st.lists(st.tuples(rows_st, st.integers(0, 3)), max_size=6))
+def test_the_table_holds_every_row_of_the_batches(batches):
+    made = [_batch(rows, cut) for rows, cut in batches]
+    dense = Contiguous.of(SCHEMA, 64, 1024)
+    assert dense is not None
+    for b in made:
+        assert dense.add(b)
+    got = dense.table()
+    assert got.num_rows == sum(b.num_rows for b in made)
+    assert all(c.num_chunks == 1 for c in got.columns)
+    assert got.to_pylist() == pa.Table.from_batches(made, schema=SCHEMA).to_pylist()
+
+
+def test_a_batch_that_does_not_fit_is_refused_whole():
+    dense = Contiguous.of(SCHEMA, 3, 4)
+    assert dense is not None
+    row = (1, 1.0, "ab", b"x", 1, 5)
+    assert dense.add(_batch([row, row], 0))  # 4 bytes of strings: full
+    assert not dense.add(_batch([row], 0))  # no room for its bytes
+    assert not dense.add(_batch([row, row], 0))  # nor for its rows
+    assert dense.table().num_rows == 2
+
+
+@pytest.mark.parametrize("other", [pa.bool_(), pa.decimal128(10, 2), pa.list_(pa.int64())])
+def test_other_types_keep_their_batches(other):
+    assert Contiguous.of(pa.schema([("x", other), ("rowtime", TS)]), 8, 8) is None
+
+
+def test_a_task_whose_rows_outgrow_the_run_keeps_them_as_batches(tmp_path):
+    """Rows out of order go into one chunk per column; when their strings outgrow the room
+    the task keeps the batches as they are and sorts the same rows (sink.stream_target)."""
+    from pyspark_rowtime.sink import stream_target
+
+    schema = pa.schema([("id", pa.int64()), ("s", pa.string()), ("rowtime", TS)])
+    cfg = parse_sink_options(
+        {"path": str(tmp_path / "t"), "checkpointLocation": str(tmp_path / "ck")}, schema
+    )
+    target = StreamTarget(cfg)
+    target.prepare()
+    target.state.claim("q")
+    times = [5, 3, 9, 1, 7, 2, 8]
+    batches = [
+        pa.RecordBatch.from_arrays(
+            [pa.array([i]), pa.array(["x" * 4 * i]), pa.array([t * 1000], pa.int64()).cast(TS)],
+            schema=schema,
+        )
+        for i, t in enumerate(times)
+    ]
+    with mock.patch.object(stream_target, "SORT_BYTES", 8):  # room for 16 bytes of strings
+        report = target.write(TaskInfo(0, 0, 0, "q"), iter(batches))
+    target.commit(pickle.loads(pickle.dumps([report])), 0, None)
+    t = read_stream(cfg.location)
+    assert t.column("id").to_pylist() == [3, 5, 1, 0, 4, 6, 2]
+    assert t.column("s").to_pylist() == ["x" * 4 * i for i in [3, 5, 1, 0, 4, 6, 2]]
