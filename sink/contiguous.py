@@ -53,6 +53,8 @@ class _Column:
             assert self.offsets_type is not None
             self.values = np.empty(rows + 1, dtype=self.offsets_type)
             self.values[0] = 0
+            if self.offsets_type is np.int32:  # 32-bit offsets address 2 GiB
+                data_bytes = min(data_bytes, 2**31 - 1)
             self.data = np.empty(data_bytes, dtype=np.uint8)
             self.used = 0
         self.valid: np.ndarray | None = None  # made at the first null
@@ -124,7 +126,10 @@ class Contiguous:
         for f in schema:
             if _fixed(f.type) is None and f.type not in _OFFSETS and f.type not in _LARGE:
                 return None
-        return cls(schema, rows, data_bytes)
+        try:
+            return cls(schema, rows, data_bytes)
+        except MemoryError:  # a system that counts memory allocated, not written (overcommit)
+            return None
 
     def add(self, batch: pa.RecordBatch) -> bool:
         """Copy ``batch``'s rows in; False (and nothing copied) when they do not fit."""

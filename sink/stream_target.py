@@ -113,6 +113,7 @@ GATHER_ROWS = 1 << 20
 #: Room beyond :data:`RUN_ROWS` in a run's columns (:mod:`.contiguous`): a run is cut before
 #: the batch that passes its size, so it may hold that batch too.
 _SLACK_ROWS = 1 << 20
+_SLACK_BYTES = 64 << 20
 #: The writer buffers a merged part and flushes it once: rows and bound are one segment.
 _NO_AUTO_FLUSH = 1 << 62
 
@@ -189,7 +190,9 @@ class _Runs:
             self._sorted = False
             # From here the run is gathered: its rows go into one chunk per column as they
             # come (.contiguous), which Arrow gathers from twice as fast as from the batches.
-            self._dense = Contiguous.of(data.schema, RUN_ROWS + _SLACK_ROWS, 2 * SORT_BYTES)
+            self._dense = Contiguous.of(
+                data.schema, RUN_ROWS + _SLACK_ROWS, SORT_BYTES + _SLACK_BYTES
+            )
             if self._dense is not None:
                 for batch in self._pending:
                     self._to_dense(batch)

@@ -83,6 +83,13 @@ def test_other_types_keep_their_batches(other):
     assert Contiguous.of(pa.schema([("x", other), ("rowtime", TS)]), 8, 8) is None
 
 
+def test_a_system_that_refuses_the_room_keeps_the_batches():
+    """Where memory is counted when allocated (strict overcommit), the run's columns may be
+    refused: the task keeps Spark's batches and gathers from them."""
+    with mock.patch("numpy.empty", side_effect=MemoryError):
+        assert Contiguous.of(SCHEMA, 1 << 20, 1 << 20) is None
+
+
 def test_a_task_whose_rows_outgrow_the_run_keeps_them_as_batches(tmp_path):
     """Rows out of order go into one chunk per column; when their strings outgrow the room
     the task keeps the batches as they are and sorts the same rows (sink.stream_target)."""
@@ -103,7 +110,10 @@ def test_a_task_whose_rows_outgrow_the_run_keeps_them_as_batches(tmp_path):
         )
         for i, t in enumerate(times)
     ]
-    with mock.patch.object(stream_target, "SORT_BYTES", 8):  # room for 16 bytes of strings
+    with (  # runs of 8 bytes, and room for 16 bytes of strings
+        mock.patch.object(stream_target, "SORT_BYTES", 8),
+        mock.patch.object(stream_target, "_SLACK_BYTES", 8),
+    ):
         report = target.write(TaskInfo(0, 0, 0, "q"), iter(batches))
     target.commit(pickle.loads(pickle.dumps([report])), 0, None)
     t = read_stream(cfg.location)
