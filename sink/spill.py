@@ -10,7 +10,7 @@ too: nothing that needs to survive the task), and at the end merges the kept run
 one into the pieces it stages, in rowtime order, so that the commit links them like any
 in-order rows. The merge is stable (rows of equal rowtime keep the order they came in) and a
 piece at a time, so the task's memory still holds one run's worth of rows beside the rowtimes
-(8 bytes a row).
+and their merged order (16 bytes a row).
 """
 
 from __future__ import annotations
