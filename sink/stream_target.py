@@ -265,14 +265,14 @@ class _Runs:
         if ordered and not (more and self._spill):
             self._stage(batches, len(rt), int(rt[0]), int(rt[-1]))  # as Spark sent them
             return
-        order = None if ordered else np.argsort(rt, kind="stable")
-        if table is None:
-            table = pa.Table.from_batches(batches)
-        if more:
-            self._spill.add(_gathered(table, order), rt if order is None else rt[order])
+        if ordered:  # in order, but kept aside beside the runs before it
+            self._spill.add(batches, rt)
             return
-        if order is None:
-            order = np.arange(len(rt))
+        assert table is not None
+        order = np.argsort(rt, kind="stable")
+        if more:
+            self._spill.add(_gathered(table, order), rt[order])
+            return
         step = self._piece_rows()  # a segment of at most RUN_BYTES, as for rows in order
         for s in range(0, len(rt), step):
             e = min(len(rt), s + step)
@@ -624,13 +624,10 @@ class StreamTarget:
         return None if stream is None else stream.stream_clock_us()
 
 
-def _gathered(table: pa.Table, order: np.ndarray | None) -> Iterator[pa.RecordBatch]:
-    """``table``'s rows in the order ``order`` gives (None: as they are), a piece of
-    :data:`GATHER_ROWS` at a time: the sorted copy never exists whole. Rows out of order come
-    as one chunk per column (:mod:`.contiguous`), which Arrow gathers from twice as fast."""
-    if order is None:
-        yield from table.to_batches()
-        return
+def _gathered(table: pa.Table, order: np.ndarray) -> Iterator[pa.RecordBatch]:
+    """``table``'s rows in the order ``order`` gives, a piece of :data:`GATHER_ROWS` at a
+    time: the sorted copy never exists whole. Rows out of order come as one chunk per column
+    (:mod:`.contiguous`), which Arrow gathers from twice as fast."""
     for s in range(0, len(order), GATHER_ROWS):
         piece = table.take(to_arrow(order[s : s + GATHER_ROWS]))
         yield from piece.to_batches(max_chunksize=WRITE_ROWS)

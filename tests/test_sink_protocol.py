@@ -278,6 +278,8 @@ def test_large_tasks_stage_several_runs_that_become_consecutive_segments(tmp_pat
     [
         # runs [10 20 30] [20 40 50] [0 60], each out of order: kept aside, merged by the task
         ([30, 10, 20, 50, 20, 40, 60, 0], "link", 3),
+        # [10 20 30] out of order and kept aside; [40 50 60] in order, kept beside it
+        ([30, 10, 20, 40, 50, 60, 5, 0], "link", 3),
         # [10 20 30] came in order and was staged; then [5 20 50] [0 40], earlier than it
         ([10, 20, 30, 20, 5, 50, 40, 0], "merge", 1),
     ],
