@@ -143,6 +143,13 @@ class Contiguous:
         self.rows += n
         return True
 
+    def values(self, i: int) -> np.ndarray:
+        """The values of fixed-width column ``i`` copied in so far (a view; timestamps as
+        their int64 storage)."""
+        column = self._columns[i]
+        assert column.fixed is not None, "values() is for fixed-width columns"
+        return column.values[: self.rows]
+
     def table(self) -> pa.Table:
         """The rows copied in, as a table of one chunk per column (its buffers are this
         object's: it must not be filled again while the table is in use)."""

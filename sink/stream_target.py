@@ -170,7 +170,7 @@ class _Runs:
         self._syncer = concurrent.futures.ThreadPoolExecutor(1, "rowtime-fsync")
         self._syncs: list[concurrent.futures.Future[None]] = []
         self._pending: list[pa.RecordBatch] = []
-        self._times: list[np.ndarray] = []  # the pending rows' rowtimes, batch by batch
+        self._times: list[np.ndarray] = []  # the rowtimes of the rows held as batches
         self._rows = 0
         self._bytes = 0
         self._sorted = True  # the pending rows are in rowtime order
@@ -194,25 +194,39 @@ class _Runs:
                 data.schema, RUN_ROWS + _SLACK_ROWS, SORT_BYTES + _SLACK_BYTES
             )
             if self._dense is not None:
-                for batch in self._pending:
-                    self._to_dense(batch)
-                self._pending = []
+                held, times = self._pending, self._times
+                self._pending, self._times = [], []
+                for batch, batch_rt in zip(held, times, strict=True):
+                    self._hold(batch, batch_rt)
         self._last = int(rt[-1])
-        if self._dense is not None:
-            self._to_dense(data)
-        else:
-            self._pending.append(data)
-        self._times.append(rt)
+        self._hold(data, rt)
         self._rows += data.num_rows
         self._bytes += data.nbytes
         self._seen_rows += data.num_rows
         self._seen_bytes += data.nbytes
 
-    def _to_dense(self, batch: pa.RecordBatch) -> None:
-        assert self._dense is not None
-        if not self._dense.add(batch):  # more than the run's room: keep the batches as they are
-            self._pending = [*self._dense.table().to_batches(), batch]
-            self._dense = None
+    def _hold(self, batch: pa.RecordBatch, rt: np.ndarray) -> None:
+        """Keep ``batch`` (rowtimes ``rt``) pending: copied into the run's columns once rows
+        came out of order, else as it is. A copied batch is let go whole: its rowtimes are
+        read back from the run's ``rowtime`` column, since ``rt`` is a view of the batch's
+        memory and would keep it, so that each batch from Spark would take fresh memory
+        (a page fault a page: issue 35)."""
+        if self._dense is None:
+            self._pending.append(batch)
+            self._times.append(rt)
+            return
+        if self._dense.add(batch):
+            return
+        # more than the run's room: keep the rows as batches from here
+        dense, self._dense = self._dense, None
+        self._pending = [*dense.table().to_batches(), batch]
+        self._times = [dense.values(dense.schema.get_field_index(SPARK_ROWTIME)), rt]
+
+    def _held_times(self) -> np.ndarray:
+        """The pending rows' rowtimes (int64 microseconds), in the order they are held."""
+        if self._dense is not None:
+            return self._dense.values(self._dense.schema.get_field_index(SPARK_ROWTIME))
+        return np.concatenate(self._times) if self._times else np.empty(0, dtype=np.int64)
 
     def _run_table(self) -> pa.Table:
         """The pending rows as a table (one chunk per column once rows came out of order)."""
@@ -225,9 +239,9 @@ class _Runs:
         """Write what is pending; return the files once every one is durable."""
         try:
             if self._spill:  # the kept runs and the last, merged: staged in order
+                last_rt = self._held_times()
                 batches = self._run_table().to_batches() if self._rows else []
-                rt, self._pending, self._times = self._times, [], []
-                last_rt = np.concatenate(rt) if rt else np.empty(0, dtype=np.int64)
+                self._pending, self._times = [], []
                 for piece, times in self._spill.merged(batches, last_rt, self._piece_rows()):
                     self._stage(piece, len(times), int(times[0]), int(times[-1]))
             elif self._rows:
@@ -256,12 +270,11 @@ class _Runs:
         """Stage the pending rows as sorted runs; or, when rows came out of order and ``more``
         follow, keep them aside for the merge at the end (:mod:`.spill`), so that the task's
         runs continue one another and the commit links them."""
-        ordered, times = self._sorted, self._times
+        ordered, rt = self._sorted, self._held_times()
         table = None if ordered else self._run_table()
         batches = self._pending
         self._pending, self._times, self._rows, self._bytes = [], [], 0, 0
         self._sorted, self._last = True, None
-        rt = np.concatenate(times)
         if ordered and not (more and self._spill):
             self._stage(batches, len(rt), int(rt[0]), int(rt[-1]))  # as Spark sent them
             return
