@@ -108,8 +108,10 @@ RUN_ROWS = 1 << 23
 #: written a piece of :data:`GATHER_ROWS` at a time): a write task of 5 M rows of four columns
 #: sorts once. Beyond it, sorted runs are kept aside and merged at the end (:mod:`.spill`).
 SORT_BYTES = 256 << 20
-#: The rows gathered into rowtime order at a time, on their way to a file.
-GATHER_ROWS = 1 << 20
+#: The rows gathered into rowtime order at a time, on their way to a file: one record batch of
+#: the file, whose memory the next one reuses (pieces of a million rows took fresh pages from
+#: the system each time: issue 35).
+GATHER_ROWS = WRITE_ROWS
 #: Room beyond :data:`RUN_ROWS` in a run's columns (:mod:`.contiguous`): a run is cut before
 #: the batch that passes its size, so it may hold that batch too.
 _SLACK_ROWS = 1 << 20
