@@ -23,11 +23,13 @@ checks that decide whether files written elsewhere continue a partition
 
 from __future__ import annotations
 
+import ctypes
+import functools
 import os
 import re
 import shutil
 import tempfile
-from collections.abc import Iterable, Iterator, Sequence
+from collections.abc import Callable, Iterable, Iterator, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -309,9 +311,46 @@ def write_segment_file(
     and fsync it (unless ``sync=False``: then the caller calls :func:`fsync_file` before the
     file is linked). The file is not part of any partition until the log links it."""
     with pa.OSFile(path, "wb") as sink:
-        write_segment_to(sink, stats, schema, chunks)
+        write_segment_to(sink, stats, schema, chunks, written=_writeback(sink.fileno()))
     if sync:
         fsync_file(path)
+
+
+#: How many bytes a segment file is written between requests to the disk to start writing
+#: them back (RocksDB's ``bytes_per_sync``): the fsync at the end then waits for the last
+#: few, not for the whole file.
+WRITEBACK_BYTES = 8 << 20
+_SYNC_FILE_RANGE_WRITE = 2  # start writeback of dirty pages in the range, do not wait
+
+
+@functools.cache
+def _sync_file_range() -> Any:
+    """Linux's ``sync_file_range`` (not in Python's ``os``), or None where there is none."""
+    try:
+        call = ctypes.CDLL(None, use_errno=True).sync_file_range
+    except (OSError, AttributeError):
+        return None
+    call.argtypes = [ctypes.c_int, ctypes.c_int64, ctypes.c_int64, ctypes.c_uint]
+    call.restype = ctypes.c_int
+    return call
+
+
+def _writeback(fd: int) -> Callable[[int], None] | None:
+    """A function to call with the bytes of file ``fd`` written so far: every
+    :data:`WRITEBACK_BYTES` it asks the disk to start writing them back, without waiting
+    (a hint: the fsync is what makes the file durable)."""
+    call = _sync_file_range()
+    if call is None:
+        return None
+    started = 0
+
+    def written(upto: int) -> None:
+        nonlocal started
+        if upto - started >= WRITEBACK_BYTES:
+            call(fd, started, upto - started, _SYNC_FILE_RANGE_WRITE)  # errors: only a hint
+            started = upto
+
+    return written
 
 
 def write_segment_to(
@@ -319,14 +358,18 @@ def write_segment_to(
     stats: SegmentStats,
     schema: pa.Schema,
     chunks: Iterable[pa.Table | pa.RecordBatch],
+    written: Callable[[int], None] | None = None,
 ) -> None:
     """Write records in the segment format to an open ``sink`` (a file, or a buffer that a
-    backend uploads: :mod:`.objstore`)."""
+    backend uploads: :mod:`.objstore`); ``written`` is called with the bytes written so far
+    after each record batch."""
     file_schema = schema.with_metadata(stats.to_metadata())
     with pa.ipc.new_file(sink, file_schema) as writer:
         for chunk in chunks:
             for batch in [chunk] if isinstance(chunk, pa.RecordBatch) else chunk.to_batches():
                 writer.write_batch(batch, custom_metadata={CHECKSUM_KEY: batch_checksum(batch)})
+                if written is not None:
+                    written(sink.tell())
 
 
 def verify_segment_file(path: str) -> tuple[int, int]:
