@@ -344,9 +344,19 @@ def main() -> None:
                 verdict = f">={TARGET_RATIO} of parquet " + (
                     "ok" if of_spark >= TARGET_RATIO else "MISS"
                 )
+            paired = None
             if name in ("stream", "files") and of_floor is not None:
                 verdict += f"{'; ' if verdict else ''}{of_floor:.2f} of floor, >={FLOOR_RATIO} " + (
                     "ok" if of_floor >= FLOOR_RATIO else "MISS"
+                )
+                # Each round's ratio, the floor's run beside this case's: a slow spell of the
+                # machine that lasts a round moves both (docs/benchmarks.md, "Noise").
+                paired = [
+                    f / s for (f, _, _), (s, _, _) in zip(runs["floor"], results, strict=True)
+                ]
+                verdict += (
+                    f" (rounds {statistics.median(paired):.2f}, "
+                    f"{min(paired):.2f}-{max(paired):.2f})"
                 )
             if name in ("delta", "iceberg") and of_files is not None:
                 verdict = f">={TABLE_RATIO} of files " + (
@@ -370,6 +380,7 @@ def main() -> None:
                 "of_parquet": of_spark,
                 "of_files": of_files,
                 "of_floor": of_floor,
+                "of_floor_rounds": paired,
             }
         if args.out:
             doc = {
