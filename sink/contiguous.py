@@ -7,7 +7,8 @@ process; groups of batches combined gain nothing), and combining them when the r
 would hold a second copy of it. So, once rows come out of order, each batch's values are
 copied into columns that hold the whole run, and the batch is let go: the run is one chunk,
 held once. The columns are allocated at the run's largest size and filled as rows come (the
-system gives memory a page at a time as it is written, not at the allocation).
+system gives memory a page at a time as it is written, not at the allocation), and kept for the
+process's next run (:func:`_empty`).
 
 Fixed-width columns (integers, floats, times) and strings and binaries are copied; a run with
 another type (booleans, decimals, nested) keeps its batches as they are (:meth:`Contiguous.of`
@@ -15,6 +16,8 @@ says None) and is gathered from them.
 """
 
 from __future__ import annotations
+
+import sys
 
 import numpy as np
 import pyarrow as pa
@@ -40,6 +43,35 @@ def _fixed(t: pa.DataType) -> np.dtype | None:
     return None
 
 
+#: The columns of this process's runs, each reused by a later run once nothing holds it.
+_KEPT: list[np.ndarray] = []
+#: At most this many kept (a run has an array a fixed-width column, two a string column).
+_KEEP = 16
+
+
+def _empty(n: int, dtype: np.dtype | type) -> np.ndarray:
+    """An array of ``n`` values of ``dtype``, uninitialised: one an earlier run of this process
+    used, when nothing holds it any more, else a new one (then kept).
+
+    A Spark Python worker runs task after task; memory it frees goes back to the system and
+    comes again page by page, each page a fault the system fills with zeros (on this VM up to
+    0.4 CPU-s of a 5 M-row task: issue 35). Kept, a run's columns cost nothing the next time.
+    Spark stops a worker idle for a minute, and with it what it kept."""
+    dtype = np.dtype(dtype)
+    for i in range(len(_KEPT)):
+        # 2: the list's reference and getrefcount's own; a view, or an Arrow buffer over the
+        # array, holds one more: then a table of the run it was is still in use.
+        if _KEPT[i].dtype == dtype and len(_KEPT[i]) == n and sys.getrefcount(_KEPT[i]) == 2:
+            return _KEPT[i]
+    array = np.empty(n, dtype=dtype)
+    free = [i for i in range(len(_KEPT)) if sys.getrefcount(_KEPT[i]) == 2]
+    if len(_KEPT) >= _KEEP and free:
+        del _KEPT[free[0]]  # the oldest no one holds
+    if len(_KEPT) < _KEEP:
+        _KEPT.append(array)
+    return array
+
+
 class _Column:
     """One column of the run: values (or offsets and bytes), and which rows are null."""
 
@@ -48,14 +80,14 @@ class _Column:
         self.fixed = _fixed(field.type)
         self.offsets_type = {**_OFFSETS, **_LARGE}.get(field.type)
         if self.fixed is not None:
-            self.values = np.empty(rows, dtype=self.fixed)
+            self.values = _empty(rows, self.fixed)
         else:
             assert self.offsets_type is not None
-            self.values = np.empty(rows + 1, dtype=self.offsets_type)
+            self.values = _empty(rows + 1, self.offsets_type)
             self.values[0] = 0
             if self.offsets_type is np.int32:  # 32-bit offsets address 2 GiB
                 data_bytes = min(data_bytes, 2**31 - 1)
-            self.data = np.empty(data_bytes, dtype=np.uint8)
+            self.data = _empty(data_bytes, np.uint8)
             self.used = 0
         self.valid: np.ndarray | None = None  # made at the first null
 

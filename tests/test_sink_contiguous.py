@@ -13,6 +13,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from pyspark_rowtime.api import read_stream
+from pyspark_rowtime.sink import contiguous
 from pyspark_rowtime.sink.contiguous import Contiguous
 from pyspark_rowtime.sink.options import parse_sink_options
 from pyspark_rowtime.sink.stream_target import StreamTarget
@@ -86,8 +87,39 @@ def test_other_types_keep_their_batches(other):
 def test_a_system_that_refuses_the_room_keeps_the_batches():
     """Where memory is counted when allocated (strict overcommit), the run's columns may be
     refused: the task keeps Spark's batches and gathers from them."""
-    with mock.patch("numpy.empty", side_effect=MemoryError):
+    with (
+        mock.patch("numpy.empty", side_effect=MemoryError),
+        mock.patch.object(contiguous, "_KEPT", []),
+    ):
         assert Contiguous.of(SCHEMA, 1 << 20, 1 << 20) is None
+
+
+def test_a_run_reuses_the_columns_of_the_run_before_once_nothing_holds_them():
+    """A worker's next run fills the memory of the run before (no fresh pages from the
+    system), never while a table of that run, or any array over it, is still in use."""
+    rows = [(i, i / 2, f"s{i}", b"b" * (i % 3), i, 10**12 + i) for i in range(50)]
+    batch = _batch(rows, 0)
+
+    def filled() -> tuple[Contiguous, pa.Table]:
+        run = Contiguous.of(batch.schema, 64, 1024)
+        assert run is not None and run.add(batch)
+        return run, run.table()
+
+    def addresses(table: pa.Table) -> set[int]:
+        return {b.address for c in table.columns for b in c.chunk(0).buffers() if b is not None}
+
+    with mock.patch.object(contiguous, "_KEPT", []):
+        first, table = filled()
+        held = addresses(table)
+        _second, other = filled()  # the first run's table is in use: new memory
+        assert not held & addresses(other)
+        assert other.equals(table)
+        expected = table.to_pylist()
+        del first, table
+        _third, again = filled()  # the first run is gone: its memory again
+        assert held & addresses(again)
+        assert again.to_pylist() == expected
+        assert other.to_pylist() == expected  # the second run, still held, untouched
 
 
 def test_a_task_whose_rows_outgrow_the_run_keeps_them_as_batches(tmp_path):
