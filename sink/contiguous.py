@@ -18,6 +18,7 @@ says None) and is gathered from them.
 from __future__ import annotations
 
 import sys
+import threading
 
 import numpy as np
 import pyarrow as pa
@@ -47,6 +48,7 @@ def _fixed(t: pa.DataType) -> np.dtype | None:
 _KEPT: list[np.ndarray] = []
 #: At most this many kept (a run has an array a fixed-width column, two a string column).
 _KEEP = 16
+_KEPT_LOCK = threading.Lock()  # Spark runs one task a worker; a process may run more
 
 
 def _empty(n: int, dtype: np.dtype | type) -> np.ndarray:
@@ -58,18 +60,19 @@ def _empty(n: int, dtype: np.dtype | type) -> np.ndarray:
     0.4 CPU-s of a 5 M-row task: issue 35). Kept, a run's columns cost nothing the next time.
     Spark stops a worker idle for a minute, and with it what it kept."""
     dtype = np.dtype(dtype)
-    for i in range(len(_KEPT)):
-        # 2: the list's reference and getrefcount's own; a view, or an Arrow buffer over the
-        # array, holds one more: then a table of the run it was is still in use.
-        if _KEPT[i].dtype == dtype and len(_KEPT[i]) == n and sys.getrefcount(_KEPT[i]) == 2:
-            return _KEPT[i]
-    array = np.empty(n, dtype=dtype)
-    free = [i for i in range(len(_KEPT)) if sys.getrefcount(_KEPT[i]) == 2]
-    if len(_KEPT) >= _KEEP and free:
-        del _KEPT[free[0]]  # the oldest no one holds
-    if len(_KEPT) < _KEEP:
-        _KEPT.append(array)
-    return array
+    with _KEPT_LOCK:
+        for i in range(len(_KEPT)):
+            # 2: the list's reference and getrefcount's own; a view, or an Arrow buffer over
+            # the array, holds one more: then a table of the run it was is still in use.
+            if _KEPT[i].dtype == dtype and len(_KEPT[i]) == n and sys.getrefcount(_KEPT[i]) == 2:
+                return _KEPT[i]
+        array = np.empty(n, dtype=dtype)
+        free = [i for i in range(len(_KEPT)) if sys.getrefcount(_KEPT[i]) == 2]
+        if len(_KEPT) >= _KEEP and free:
+            del _KEPT[free[0]]  # the oldest no one holds
+        if len(_KEPT) < _KEEP:
+            _KEPT.append(array)
+        return array
 
 
 class _Column:

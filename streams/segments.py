@@ -328,7 +328,7 @@ def _sync_file_range() -> Any:
     """Linux's ``sync_file_range`` (not in Python's ``os``), or None where there is none."""
     try:
         call = ctypes.CDLL(None, use_errno=True).sync_file_range
-    except (OSError, AttributeError):
+    except (OSError, AttributeError, TypeError):  # TypeError: no C library by None (Windows)
         return None
     call.argtypes = [ctypes.c_int, ctypes.c_int64, ctypes.c_int64, ctypes.c_uint]
     call.restype = ctypes.c_int
