@@ -222,12 +222,12 @@ class _Runs:
         # more than the run's room: keep the rows as batches from here
         dense, self._dense = self._dense, None
         self._pending = [*dense.table().to_batches(), batch]
-        self._times = [dense.values(dense.schema.get_field_index(SPARK_ROWTIME)), rt]
+        self._times = [_dense_times(dense), rt]
 
     def _held_times(self) -> np.ndarray:
         """The pending rows' rowtimes (int64 microseconds), in the order they are held."""
         if self._dense is not None:
-            return self._dense.values(self._dense.schema.get_field_index(SPARK_ROWTIME))
+            return _dense_times(self._dense)
         return np.concatenate(self._times) if self._times else np.empty(0, dtype=np.int64)
 
     def _run_table(self) -> pa.Table:
@@ -639,13 +639,17 @@ class StreamTarget:
         return None if stream is None else stream.stream_clock_us()
 
 
+def _dense_times(dense: Contiguous) -> np.ndarray:
+    """The rowtimes of the rows copied into ``dense`` (a view of its ``rowtime`` column)."""
+    return dense.values(dense.schema.get_field_index(SPARK_ROWTIME))
+
+
 def _gathered(table: pa.Table, order: np.ndarray) -> Iterator[pa.RecordBatch]:
-    """``table``'s rows in the order ``order`` gives, a piece of :data:`GATHER_ROWS` at a
-    time: the sorted copy never exists whole. Rows out of order come as one chunk per column
-    (:mod:`.contiguous`), which Arrow gathers from twice as fast."""
+    """``table``'s rows in the order ``order`` gives, a record batch of :data:`GATHER_ROWS`
+    at a time: the sorted copy never exists whole. Rows out of order come as one chunk per
+    column (:mod:`.contiguous`), which Arrow gathers from twice as fast."""
     for s in range(0, len(order), GATHER_ROWS):
-        piece = table.take(to_arrow(order[s : s + GATHER_ROWS]))
-        yield from piece.to_batches(max_chunksize=WRITE_ROWS)
+        yield from table.take(to_arrow(order[s : s + GATHER_ROWS])).to_batches()
 
 
 def _merged(runs: Iterable[pa.Table]) -> pa.Table:

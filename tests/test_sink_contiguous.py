@@ -122,23 +122,40 @@ def test_a_run_reuses_the_columns_of_the_run_before_once_nothing_holds_them():
         assert other.to_pylist() == expected  # the second run, still held, untouched
 
 
-def test_a_task_whose_rows_outgrow_the_run_keeps_them_as_batches(tmp_path):
-    """Rows out of order go into one chunk per column; when their strings outgrow the room
-    the task keeps the batches as they are and sorts the same rows (sink.stream_target)."""
-    from pyspark_rowtime.sink import stream_target
+SMALL = pa.schema([("id", pa.int64()), ("s", pa.string()), ("rowtime", TS)])
 
-    schema = pa.schema([("id", pa.int64()), ("s", pa.string()), ("rowtime", TS)])
+
+def _target(tmp_path) -> StreamTarget:
+    """A new stream target for rows of :data:`SMALL`, claimed by query ``q``."""
     cfg = parse_sink_options(
-        {"path": str(tmp_path / "t"), "checkpointLocation": str(tmp_path / "ck")}, schema
+        {"path": str(tmp_path / "t"), "checkpointLocation": str(tmp_path / "ck")}, SMALL
     )
     target = StreamTarget(cfg)
     target.prepare()
     target.state.claim("q")
-    times = [5, 3, 9, 1, 7, 2, 8]
+    return target
+
+
+@pytest.mark.parametrize(
+    ("times", "order"),
+    [
+        # out of order from the second batch on; the strings outgrow the room later
+        ([5, 3, 9, 1, 7, 2, 8], [3, 5, 1, 0, 4, 6, 2]),
+        # five batches held in order, then an earlier row: the held rows do not all fit
+        ([1, 2, 3, 4, 5, 0], [5, 0, 1, 2, 3, 4]),
+    ],
+)
+def test_a_task_whose_rows_outgrow_the_run_keeps_them_as_batches(tmp_path, times, order):
+    """Rows out of order go into one chunk per column (held rows in order too, once a row
+    comes out of order); when their strings outgrow the room the task keeps the rest as
+    batches and sorts every row (sink.stream_target)."""
+    from pyspark_rowtime.sink import stream_target
+
+    target = _target(tmp_path)
     batches = [
         pa.RecordBatch.from_arrays(
             [pa.array([i]), pa.array(["x" * 4 * i]), pa.array([t * 1000], pa.int64()).cast(TS)],
-            schema=schema,
+            schema=SMALL,
         )
         for i, t in enumerate(times)
     ]
@@ -148,54 +165,17 @@ def test_a_task_whose_rows_outgrow_the_run_keeps_them_as_batches(tmp_path):
     ):
         report = target.write(TaskInfo(0, 0, 0, "q"), iter(batches))
     target.commit(pickle.loads(pickle.dumps([report])), 0, None)
-    t = read_stream(cfg.location)
-    assert t.column("id").to_pylist() == [3, 5, 1, 0, 4, 6, 2]
-    assert t.column("s").to_pylist() == ["x" * 4 * i for i in [3, 5, 1, 0, 4, 6, 2]]
-
-
-def test_rows_in_order_that_outgrow_the_room_when_one_comes_out_of_order_are_kept(tmp_path):
-    """Rows held in order are copied into the run's columns when a row comes out of order;
-    when they do not all fit, the rest stay batches and the task sorts every row."""
-    from pyspark_rowtime.sink import stream_target
-
-    schema = pa.schema([("id", pa.int64()), ("s", pa.string()), ("rowtime", TS)])
-    cfg = parse_sink_options(
-        {"path": str(tmp_path / "t"), "checkpointLocation": str(tmp_path / "ck")}, schema
-    )
-    target = StreamTarget(cfg)
-    target.prepare()
-    target.state.claim("q")
-    times = [1, 2, 3, 4, 5, 0]  # five batches in order, then an earlier row
-    batches = [
-        pa.RecordBatch.from_arrays(
-            [pa.array([i]), pa.array(["x" * 4 * i]), pa.array([t * 1000], pa.int64()).cast(TS)],
-            schema=schema,
-        )
-        for i, t in enumerate(times)
-    ]
-    with (  # room for 16 bytes of strings: the held rows have 40
-        mock.patch.object(stream_target, "SORT_BYTES", 8),
-        mock.patch.object(stream_target, "_SLACK_BYTES", 8),
-    ):
-        report = target.write(TaskInfo(0, 0, 0, "q"), iter(batches))
-    target.commit(pickle.loads(pickle.dumps([report])), 0, None)
-    t = read_stream(cfg.location)
-    assert t.column("id").to_pylist() == [5, 0, 1, 2, 3, 4]
-    assert t.column("s").to_pylist() == ["x" * 4 * i for i in [5, 0, 1, 2, 3, 4]]
-    assert t.column("rowtime").cast(pa.int64()).to_pylist() == [0, 1000, 2000, 3000, 4000, 5000]
+    t = read_stream(target.cfg.location)
+    assert t.column("id").to_pylist() == order
+    assert t.column("s").to_pylist() == ["x" * 4 * i for i in order]
+    assert t.column("rowtime").cast(pa.int64()).to_pylist() == [t * 1000 for t in sorted(times)]
 
 
 def test_a_batch_copied_into_the_run_is_let_go(tmp_path):
     """Once rows come out of order each batch is copied and let go whole (its rowtimes too):
     a task holds its run once, not Spark's batches beside it, so each batch Spark sends can
     reuse the memory of the one before (issue 35)."""
-    schema = pa.schema([("id", pa.int64()), ("s", pa.string()), ("rowtime", TS)])
-    cfg = parse_sink_options(
-        {"path": str(tmp_path / "t"), "checkpointLocation": str(tmp_path / "ck")}, schema
-    )
-    target = StreamTarget(cfg)
-    target.prepare()
-    target.state.claim("q")
+    target = _target(tmp_path)
     rows, n = 1000, 200
     held: list[int] = []
 
@@ -208,9 +188,9 @@ def test_a_batch_copied_into_the_run_is_let_go(tmp_path):
                     pa.array([f"w{i % 7}" for i in range(rows)]),
                     pa.array(range(first, first + rows), pa.int64()).cast(TS),
                 ],
-                schema=schema,
+                schema=SMALL,
             )
-            yield pa.ipc.read_record_batch(batch.serialize(), schema)
+            yield pa.ipc.read_record_batch(batch.serialize(), SMALL)
             held.append(pa.total_allocated_bytes())
 
     base = pa.total_allocated_bytes()
@@ -218,5 +198,5 @@ def test_a_batch_copied_into_the_run_is_let_go(tmp_path):
     one = 24 * rows  # about one batch
     assert max(held) - base < 8 * one, (max(held) - base, n * one)
     target.commit(pickle.loads(pickle.dumps([report])), 0, None)
-    t = read_stream(cfg.location)
+    t = read_stream(target.cfg.location)
     assert t.column("id").to_pylist() == sorted(range(rows, (n + 1) * rows))
