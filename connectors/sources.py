@@ -4,7 +4,6 @@
 from __future__ import annotations
 
 import csv
-import json
 import os
 import random
 from collections.abc import Mapping
@@ -14,6 +13,7 @@ import pyarrow as pa
 
 from ..bounds.errors import OptionError, RowtimeError
 from ..bounds.time import TimeFormat, parse_duration_us
+from ..streams.text_lines import BadLine, csv_header, csv_line, decode_line, json_object
 from ..streams.text_values import ValueReader
 from .feed import Feed, wall_us
 
@@ -28,9 +28,14 @@ class DirectorySource:
     """JSON-lines or CSV files renamed into ``path``; each ingested once, in (mtime, name)
     order, then moved to ``path/_done/``. Names starting with ``.`` or ``_`` are skipped
     (write files elsewhere or under such a name, then rename them in). CSV: a header line,
-    one record per line (no line breaks inside quoted cells). A line that is not a row of the
-    stream stops the connector naming file and line (``on_error = "fail"``, the default) or is
-    kept in the connector's ``rejected.jsonl`` and counted (``on_error = "skip"``)."""
+    one record per line (no line breaks inside quoted cells). Lines are read as strictly as
+    ``rowtime insert`` reads them (:mod:`..streams.text_lines`: UTF-8, no NUL, quotes closed,
+    one cell per header column, no repeated JSON key, a bounded depth). A line that is not a
+    row of the stream stops the connector naming file and line (``on_error = "fail"``, the
+    default) or is kept in the connector's ``rejected.jsonl`` and counted (``on_error =
+    "skip"``); a bad CSV header makes every line of its file bad for that reason. A file is
+    read in steps of ``batch_rows`` lines, each committed with the position after it (a file
+    is not one append: the connector stores a good line once, and a bad one never)."""
 
     def __init__(self, feed: Feed, settings: Mapping[str, Any], fail: Any) -> None:
         self.feed = feed
@@ -109,22 +114,28 @@ class DirectorySource:
             offset, line = int(pos["offset"]), int(pos["line"])
         full = os.path.join(self.path, name)
         with open(full, "rb") as f:
-            header = None
+            header: list[str] | BadLine | None = None
             if self.format == "csv":
-                header_line = f.readline()
-                header = next(csv.reader([header_line.decode("utf-8")]), [])
+                header = self._header(f.readline())
                 if offset == 0:
                     offset, line = f.tell(), 1
             f.seek(offset)
+            committed = line
             for _ in range(self.batch):
                 raw = f.readline()
                 if not raw:
                     break
                 line += 1
+                try:
+                    self._record(name, line, raw, offset, header)
+                except BadInput as e:
+                    e.args = (
+                        f"{e}; of {name}, the lines up to {committed} are committed, none "
+                        f"after: fix the line, and the connector goes on from line "
+                        f"{committed + 1} when it starts again",
+                    )
+                    raise
                 offset += len(raw)
-                text = raw.decode("utf-8").strip()
-                if text:
-                    self._record(name, line, text, header)
             at_end = f.read(1) == b""
         feed.bound()
         feed.commit({"file": name, "offset": offset, "line": line, "done": at_end})
@@ -133,28 +144,43 @@ class DirectorySource:
             feed.commit(None)
         return True
 
-    def _record(self, name: str, line: int, text: str, header: list[str] | None) -> None:
-        where = f"{os.path.join(self.path, name)}:{line}"
+    @staticmethod
+    def _header(raw: bytes) -> list[str] | BadLine:
+        """The CSV header's names, or why there are none (each line of the file is then bad
+        for that reason: named, and failed or skipped as ``on_error`` says)."""
         try:
+            text = decode_line(raw, 1, 0)
+            if text.startswith("\ufeff"):
+                text = text[1:]
+            return csv_header(next(csv.reader([text], strict=True), []), 1)
+        except BadLine as e:
+            return BadLine(1, f"the header: {e.why}")
+        except csv.Error as e:
+            return BadLine(1, f"the header is not valid CSV ({e})")
+
+    def _record(
+        self, name: str, line: int, raw: bytes, offset: int, header: list[str] | BadLine | None
+    ) -> None:
+        where = f"{os.path.join(self.path, name)}:{line}"
+        text = raw.decode("utf-8", "backslashreplace").strip()  # for the rejects file
+        try:
+            text = decode_line(raw, line, offset).strip()
+            if not text:
+                return
+            if isinstance(header, BadLine):
+                where = f"{os.path.join(self.path, name)}:1"  # the line at fault
+                raise header
             if header is None:
-                row = json.loads(text)
-                if not isinstance(row, dict):
-                    raise ValueError("a JSON object per line is expected")
+                row: dict[str, Any] = json_object(text, line)
                 if set(row) == {BOUND_FIELD}:
                     self.feed.source_bound(self.time.read(row[BOUND_FIELD]))
                     self.feed.bound()  # where the source put it: rows after it may not go below
                     return
             else:
-                cells = next(csv.reader([text]))
-                if len(cells) != len(header):
-                    raise ValueError(f"{len(cells)} cells, the header has {len(header)}")
                 row = {}
-                for key, cell in zip(header, cells, strict=True):
+                for key, cell in csv_line(text, header, line).items():
                     convert = self.cells.get(key)
-                    if cell == "":
-                        row[key] = None
-                    else:
-                        row[key] = cell if convert is None else convert(cell)
+                    row[key] = cell if convert is None or cell is None else convert(cell)
             rowtime_us = None
             if self.rowtime_field is not None:
                 value = row.get(self.rowtime_field)
@@ -174,11 +200,12 @@ class DirectorySource:
             self.feed.insert(row, rowtime_us, where)
         # (Decimal's errors are ArithmeticErrors, not ValueErrors)
         except (ValueError, TypeError, ArithmeticError, RowtimeError) as e:
+            why = e.why if isinstance(e, BadLine) else str(e)
             if self.on_error == "skip":
-                self.feed.reject("bad", where, str(e), text)
+                self.feed.reject("bad", where, why, text)
                 return
             raise BadInput(
-                f"{where}: {' '.join(str(e).split())} (on_error=skip skips such lines)"
+                f"{where}: {' '.join(why.split())} (on_error=skip skips such lines)"
             ) from None
 
 

@@ -1,6 +1,11 @@
 """Values read from text (JSON lines, CSV cells) turned into what a payload column of a given
 Arrow type takes: the one conversion the ``rowtime insert`` command and the directory connector
-share, so a file means the same in both."""
+share, so a file means the same in both.
+
+A converter raises (ValueError, TypeError, ArithmeticError) for a value its column cannot
+hold, so that the line is named while it is read: whole numbers past the column's range and
+numbers past a double's or a duration's range included, which the writer would otherwise
+only meet when its buffer becomes Arrow, after the line is long gone."""
 
 from __future__ import annotations
 
@@ -40,7 +45,7 @@ class ValueReader:
         if t.is_binary(dtype):
             return lambda v: v.encode("utf-8") if isinstance(v, str) else v
         if t.is_duration(dtype):
-            return lambda v: dt.timedelta(microseconds=int(v)) if isinstance(v, (int, str)) else v
+            return _duration
         if t.is_time(dtype):
             return lambda v: dt.time.fromisoformat(v) if isinstance(v, str) else v
         if t.is_list(dtype) or t.is_large_list(dtype) or t.is_map(dtype) or t.is_struct(dtype):
@@ -48,12 +53,12 @@ class ValueReader:
             if csv_cell:
                 return lambda v: nested(json.loads(v)) if isinstance(v, str) else nested(v)
             return nested
+        if t.is_integer(dtype):
+            return _whole(dtype, csv_cell)
+        if t.is_floating(dtype):
+            return _csv_float if csv_cell else _json_float
         if not csv_cell:
             return _same
-        if t.is_integer(dtype):
-            return lambda v: int(v) if isinstance(v, str) else v
-        if t.is_floating(dtype):
-            return lambda v: float(v) if isinstance(v, str) else v
         if t.is_boolean(dtype):
             return _csv_bool
         return _same
@@ -88,6 +93,48 @@ class ValueReader:
 
 def _same(value: Any) -> Any:
     return value
+
+
+_INT64_MAX = 2**63 - 1
+
+
+def _whole(dtype: pa.DataType, csv_cell: bool) -> Convert:
+    """A whole number within ``dtype``'s range (a CSV cell's text read as one)."""
+    bits = dtype.bit_width
+    lo, hi = (
+        (0, 2**bits - 1)
+        if pa.types.is_unsigned_integer(dtype)
+        else (-(2 ** (bits - 1)), 2 ** (bits - 1) - 1)
+    )
+
+    def whole(v: Any) -> Any:
+        if csv_cell and isinstance(v, str):
+            v = int(v)
+        if type(v) is int and not lo <= v <= hi:
+            raise ValueError(f"out of the range [{lo}, {hi}] of {dtype}")
+        return v
+
+    return whole
+
+
+def _json_float(v: Any) -> Any:
+    if type(v) is int:
+        float(v)  # OverflowError past a double's range
+    return v
+
+
+def _csv_float(v: Any) -> Any:
+    return float(v) if isinstance(v, str) else _json_float(v)
+
+
+def _duration(v: Any) -> Any:
+    """Microseconds (a number, or its text) as a timedelta, within a duration's int64 range."""
+    if isinstance(v, (int, str)) and not isinstance(v, bool):
+        us = int(v)
+        if not -_INT64_MAX - 1 <= us <= _INT64_MAX:
+            raise ValueError("microseconds out of a duration's range (int64)")
+        return dt.timedelta(microseconds=us)
+    return v
 
 
 def _csv_bool(value: Any) -> Any:

@@ -10,8 +10,11 @@ or raise the documented error, never anything else, and round trips hold where t
 from __future__ import annotations
 
 import datetime as dt
+import json
 import math
 import os
+import subprocess
+import sys
 from decimal import Decimal
 from pathlib import Path
 from typing import Any
@@ -35,6 +38,7 @@ from pyspark_rowtime.bounds.errors import (
 )
 from pyspark_rowtime.bounds.time import TimeFormat, format_rowtime, parse_duration_us
 from pyspark_rowtime.cli import main
+from pyspark_rowtime.connectors.run import build
 from pyspark_rowtime.datasource.options import READER_OPTIONS, parse_reader_options
 from pyspark_rowtime.sink.options import SINK_OPTIONS, check_columns, parse_sink_options
 from pyspark_rowtime.streams.catalog import CatalogError, load_catalog
@@ -566,17 +570,236 @@ def test_a_cli_argument_of_the_wrong_type_is_a_usage_error(stored, capsys, argv)
     assert snapshot(stored) == before
 
 
-def test_bad_cli_input_names_its_line_and_keeps_the_rows_before_it(stored, tmp_path, capsys):
-    """The CLI writes line by line (documented): rows before a bad line are kept, none after."""
+def _insert_refused(stored: str, path: Path, capsys: Any, *extra: str) -> str:
+    """Run ``rowtime insert`` on ``path``: it must fail with one line, no traceback, naming
+    the file, and store nothing; returns that line."""
+    before = snapshot(stored)
+    code = main(["insert", stored, str(path), *extra])
+    err = capsys.readouterr().err
+    assert code == 2, err
+    assert "Traceback" not in err and len(err.strip().splitlines()) == 1, err
+    assert str(path) in err and "was stored" in err, err
+    assert snapshot(stored) == before
+    return err
+
+
+def test_an_unterminated_quote_is_refused_naming_its_line_not_stored_as_the_rest(
+    stored, tmp_path, capsys
+):
+    """Issue 55's first example: the quote opened on line 2 never closes; csv.DictReader
+    made one row of the rest of the file and the command said "inserted 1 row(s)"."""
+    data = tmp_path / "rows.csv"
+    data.write_text('id,name\n3,"abc\n4,x\n5,y\n', encoding="utf-8")
+    err = _insert_refused(stored, data, capsys)
+    assert "line 2: a quoted cell opened on this line is never closed" in err, err
+    assert "nothing of" in err
+
+
+def test_a_value_the_writer_only_meets_at_its_flush_names_its_line_and_stores_nothing(
+    tmp_path, capsys
+):
+    """Issue 55's second example: line 3 of 4 holds a BIGINT past int64, which the writer
+    only met when its buffer became Arrow at the end: the command said "4 row(s) before it
+    were written" when none were, and named no line."""
+    loc = str(tmp_path / "s")
+    create_stream(loc, "id INT NOT NULL, n BIGINT")
+    data = tmp_path / "rows.jsonl"
+    data.write_text('{"id": 1}\n{"id": 2}\n{"id": 3, "n": 99999999999999999999}\n{"id": 4}\n')
+    err = _insert_refused(loc, data, capsys)
+    assert "line 3: column 'n'" in err and "out of the range" in err, err
+    assert "before it were written" not in err
+    assert open_stream(loc).end_offset(0) == 0
+
+
+def test_a_file_with_a_bad_line_stores_none_of_its_good_lines(stored, tmp_path, capsys):
+    """A file is stored whole or not at all: the good line before the bad one is not kept."""
     data = tmp_path / "rows.jsonl"
     data.write_text(
         '{"id": 3, "ts": "2024-01-01T00:00:30Z"}\n{"id": "x"}\n{"id": 5}\n', encoding="utf-8"
     )
-    code = main(["insert", stored, str(data)])
-    err = capsys.readouterr().err
-    assert code == 2 and "line 2" in err and "1 row(s) before it were written" in err, err
-    rows = [r for r in snapshot(stored)[1][0] if not r["__is_bound"]]
-    assert [r["id"] for r in rows] == [1, 2, 3]
+    err = _insert_refused(stored, data, capsys)
+    assert "line 2: column 'id'" in err and "fix line 2" in err, err
+
+
+#: (file name, its bytes, the line named, what the message says). Every case holds good lines
+#: around the bad one, so a half-taken file would show in the stream.
+STRICT_INPUT: list[tuple[str, bytes, int, str]] = [
+    ("quote.csv", b'id,name\n3,a\n4,"b\n5,c\n', 3, "never closed"),
+    ("after-quote.csv", b'id,name\n3,a\n4,"b"c\n', 3, "not valid CSV"),
+    ("fewer.csv", b"id,name\n3,a\n4\n5,c\n", 3, "1 cell(s), fewer than the 2 column(s)"),
+    ("more.csv", b"id,name\n3,a\n4,b,x\n", 3, "3 cell(s), more than the 2 column(s)"),
+    ("dup-header.csv", b"id,name,id\n3,a,4\n", 1, "names column 'id' twice"),
+    ("empty-header.csv", b"id,,name\n3,,a\n", 1, "column 2 has no name"),
+    ("utf8.csv", b"id,name\n3,a\n4,caf\xe9\n", 3, "not UTF-8: byte 0xe9 at column 6"),
+    ("nul.csv", b"id,name\n3,a\n4,b\x00c\n", 3, "a NUL byte at column 4"),
+    ("utf16.csv", "id,name\n3,a\n".encode("utf-16-le"), 1, "a NUL byte"),
+    ("utf8.jsonl", b'{"id": 3}\n{"id": 4, "name": "\xff"}\n', 2, "not UTF-8: byte 0xff"),
+    ("nul.jsonl", b'{"id": 3}\n{"id": 4}\x00\n', 2, "a NUL byte at column 10"),
+    ("dup-key.jsonl", b'{"id": 3}\n{"id": 4, "id": 5}\n', 2, "key 'id' appears twice"),
+    (
+        "deep.jsonl",
+        b'{"id": 3}\n{"id": 4, "name": ' + b"[" * 64 + b"]" * 64 + b"}\n",
+        2,
+        "nested deeper than 64 levels",
+    ),
+    (
+        "very-deep.jsonl",
+        b'{"id": 3}\n{"id": 4, "name": ' + b"[" * 100_000 + b"]" * 100_000 + b"}\n",
+        2,
+        "nested deeper than 64 levels",
+    ),
+    ("surrogate.jsonl", b'{"id": 3}\n{"id": 4, "name": "\\udc00"}\n', 2, "surrogate"),
+    ("nan-int.jsonl", b'{"id": 3}\n{"id": NaN}\n', 2, "cannot hold nan"),
+    ("inf-string.jsonl", b'{"id": 3}\n{"id": 4, "name": Infinity}\n', 2, "cannot hold inf"),
+    ("int-range.jsonl", b'{"id": 3}\n{"id": 2147483648}\n', 2, "out of the range"),
+    ("not-json.jsonl", b'{"id": 3}\n{"id": 4,}\n', 2, "not valid JSON"),
+    ("null.jsonl", b'{"id": 3}\n{"name": "no id"}\n', 2, "NOT NULL"),
+    ("unknown.jsonl", b'{"id": 3}\n{"id": 4, "nope": 1}\n', 2, "unknown column 'nope'"),
+    ("late.jsonl", b'{"id": 3, "ts": 1704067230000}\n{"id": 4, "ts": 0}\n', 2, "below the clock"),
+    ("no-rowtime.jsonl", b'{"id": 3, "ts": 1704067230000}\n{"id": 4}\n', 2, "no value in"),
+]
+
+
+@pytest.mark.parametrize(("name", "data", "line", "says"), STRICT_INPUT, ids=lambda v: str(v)[:20])
+def test_bad_input_lines_are_refused_whole_naming_the_first_bad_line(
+    stored, tmp_path, capsys, name, data, line, says
+):
+    path = tmp_path / name
+    path.write_bytes(data)
+    extra = ["--rowtime-column", "ts"] if name.startswith(("late", "no-rowtime")) else []
+    err = _insert_refused(stored, path, capsys, *extra)
+    assert f"line {line}: " in err and f"fix line {line}" in err, err
+    assert says in err, err
+
+
+def test_what_strict_reading_still_takes(stored, tmp_path, capsys):
+    """RFC 4180's quoted line breaks and doubled quotes, a byte-order mark, CRLF line ends,
+    blank lines and NaN in a DOUBLE column are all good input."""
+    data = tmp_path / "rows.csv"
+    data.write_bytes(b'\xef\xbb\xbfid,name\r\n3,"two\r\nlines"\r\n\r\n4,"say ""hi"""\r\n')
+    assert main(["insert", stored, str(data)]) == 0, capsys.readouterr().err
+    rows = [r for r in snapshot(stored)[1][0] if not r["__is_bound"]][2:]
+    assert [(r["id"], r["name"]) for r in rows] == [(3, "two\r\nlines"), (4, 'say "hi"')]
+    loc = str(tmp_path / "d")
+    create_stream(loc, "x DOUBLE")
+    (tmp_path / "d.jsonl").write_text('{"x": NaN}\n{"x": -Infinity}\n')
+    assert main(["insert", loc, str(tmp_path / "d.jsonl")]) == 0
+    xs = [r["x"] for r in open_stream(loc).read(0, 0, 2).to_pylist()]
+    assert math.isnan(xs[0]) and xs[1] == -math.inf
+
+
+def _pipe_insert(stored: str, text: bytes) -> subprocess.CompletedProcess[bytes]:
+    """``rowtime insert`` reading a real pipe (standard input that streams)."""
+    return subprocess.run(
+        [sys.executable, "-m", "pyspark_rowtime.cli", "insert", stored],
+        input=text,
+        capture_output=True,
+        timeout=60,
+        check=False,
+    )
+
+
+def test_a_bad_line_on_a_pipe_keeps_the_rows_before_it_and_says_how_many(stored):
+    """A pipe streams (its rows are committed as they come), so a bad line cannot undo what
+    came before: those rows are committed, the account says how many and from which line to
+    send again, and nothing from the bad line on is stored."""
+    before = snapshot(stored)[1][0]
+    done = _pipe_insert(stored, b'{"id": 3}\n\n{"id": 4}\n{"id": "x"}\n{"id": 5}\n')
+    err = done.stderr.decode()
+    assert done.returncode == 2 and len(err.strip().splitlines()) == 1, err
+    assert "line 4: column 'id'" in err, err
+    assert "the 2 row(s) before line 4 were stored, none from line 4 on" in err, err
+    assert "send the input from it" in err
+    after = snapshot(stored)[1][0]
+    assert after[: len(before)] == before
+    assert [r["id"] for r in after[len(before) :]] == [3, 4]
+
+
+def test_standard_input_from_a_file_is_stored_whole_or_not_at_all(stored, tmp_path):
+    data = tmp_path / "rows.jsonl"
+    data.write_bytes(b'{"id": 3}\n{"id": "x"}\n')
+    before = snapshot(stored)
+    with open(data, "rb") as f:
+        done = subprocess.run(
+            [sys.executable, "-m", "pyspark_rowtime.cli", "insert", stored],
+            stdin=f,
+            capture_output=True,
+            timeout=60,
+            check=False,
+        )
+    err = done.stderr.decode()
+    assert done.returncode == 2 and "nothing of standard input was stored" in err, err
+    assert snapshot(stored) == before
+
+
+# -- the directory connector reads as strictly -----------------------------------------------------
+
+CONNECTOR = """
+[streams.orders]
+location = "data/orders"
+schema = "ticker STRING, qty INT"
+
+[connectors.files]
+kind = "directory"
+stream = "orders"
+path = "incoming"
+format = "{fmt}"
+on_error = "{on_error}"
+"""
+
+
+def _connector(tmp_path: Path, fmt: str, on_error: str, data: bytes) -> tuple[Any, Any]:
+    (tmp_path / "incoming").mkdir()
+    catalog = tmp_path / "catalog.toml"
+    catalog.write_text(CONNECTOR.format(fmt=fmt, on_error=on_error))
+    (tmp_path / f".in.{fmt}").write_bytes(data)
+    os.rename(tmp_path / f".in.{fmt}", tmp_path / "incoming" / f"in.{fmt}")
+    return build(load_catalog(str(catalog)), "files")
+
+
+@pytest.mark.parametrize(
+    ("fmt", "data", "line", "says"),
+    [
+        ("csv", b'ticker,qty\nA,1\nB,"2\nC,3\n', 3, "never closed"),
+        ("csv", b"ticker,qty\nA,1\nB\nC,3\n", 3, "fewer than the 2 column(s)"),
+        ("csv", b"ticker,qty\nA,1\nB,\xff\nC,3\n", 3, "not UTF-8"),
+        ("csv", b"ticker,qty\nA,1\nB,2\x00\nC,3\n", 3, "NUL"),
+        ("jsonl", b'{"qty": 1}\n{"qty": 2, "qty": 3}\n{"qty": 3}\n', 2, "appears twice"),
+        ("jsonl", b'{"qty": 1}\n{"qty": 2, "ticker": "\xc3"}\n{"qty": 3}\n', 2, "not UTF-8"),
+        ("jsonl", b'{"qty": 1}\n{"qty": 2, "ticker": "\\ud800"}\n{"qty": 3}\n', 2, "surrogate"),
+        ("jsonl", b'{"qty": 1}\n{"qty": 2, "ticker": [[[]]]}\n{"qty": 3}\n', 2, "ticker"),
+    ],
+)
+def test_the_directory_connector_rejects_a_bad_line_naming_file_and_line(
+    tmp_path, fmt, data, line, says
+):
+    """on_error=skip: the bad line is kept in rejected.jsonl, named, and the others go in."""
+    feed, source = _connector(tmp_path, fmt, "skip", data)
+    while source.step():
+        pass
+    stream = open_stream(str(tmp_path / "data" / "orders"))
+    rows = [r for r in stream.read(0, 0, stream.end_offset(0)).to_pylist() if not r["__is_bound"]]
+    assert [r["qty"] for r in rows] == [1, 3]
+    rejects = [json.loads(x) for x in Path(feed.dir, "rejected.jsonl").read_text().splitlines()]
+    assert len(rejects) == 1 and rejects[0]["source"].endswith(f"in.{fmt}:{line}"), rejects
+    assert says in rejects[0]["why"], rejects
+    feed.close(feed.position)
+
+
+def test_the_directory_connector_stops_at_a_bad_header_naming_line_1(tmp_path):
+    """on_error=fail: a repeated header name stops the connector at line 1, nothing stored."""
+    feed, source = _connector(tmp_path, "csv", "fail", b"ticker,qty,qty\nA,1,2\n")
+    with pytest.raises(RowtimeError, match=r"in\.csv:1: the header: the header names column"):
+        source.step()
+    feed.writer.abort()
+    assert open_stream(str(tmp_path / "data" / "orders")).end_offset(0) == 0
+
+
+def test_the_directory_connector_says_which_lines_of_the_file_are_committed(tmp_path):
+    feed, source = _connector(tmp_path, "jsonl", "fail", b'{"qty": 1}\n{"qty": "x"}\n')
+    with pytest.raises(RowtimeError, match=r"in\.jsonl:2: .* the lines up to 0 are committed"):
+        source.step()
+    feed.writer.abort()
 
 
 # -- fuzzing -------------------------------------------------------------------------------------

@@ -193,15 +193,15 @@ def test_insert_reads_csv_with_a_header_and_an_epoch_rowtime_unit(loc, tmp_path,
         ('{"id": 1}\n{"day": "someday"}\n', "line 2: column 'day': cannot read 'someday'"),
     ],
 )
-def test_insert_stops_at_a_bad_line_naming_it_and_keeps_the_rows_before(
+def test_insert_of_a_file_with_a_bad_line_names_it_and_stores_none_of_the_file(
     loc, tmp_path, capsys, text, says
 ):
     src = tmp_path / "rows.jsonl"
     src.write_text(text)
     code, _, err = run(capsys, "insert", loc, str(src))
     assert code == 2
-    assert_one_line_error(err, str(src), says, "1 row(s) before it were written")
-    assert [r["id"] for r in read_stream(loc).to_pylist()] == [1]
+    assert_one_line_error(err, str(src), says, f"nothing of {src} was stored", "fix line 2")
+    assert read_stream(loc).num_rows == 0
 
 
 def test_insert_into_a_locked_partition_names_the_holder(loc, tmp_path, capsys):
@@ -327,7 +327,8 @@ def test_insert_of_input_that_is_not_text_is_one_line(loc, tmp_path, capsys):
     src.write_bytes(b'{"id": 1}\n\xff\xfe\x00garbage\n')
     code, _, err = run(capsys, "insert", loc, str(src))
     assert code == 2
-    assert_one_line_error(err, "cannot read the input", "UTF-8")
+    assert_one_line_error(err, "line 2: not UTF-8: byte 0xff at column 1", "nothing of")
+    assert read_stream(loc).num_rows == 0
 
 
 # -- what a newcomer meets: the input format, a command's own usage, a help line per option ----

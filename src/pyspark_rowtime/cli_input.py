@@ -3,42 +3,28 @@ the file's extension, each row's values converted to the stream's columns."""
 
 from __future__ import annotations
 
-import csv
 import datetime as dt
-import json
 import os
 import select
-from collections.abc import Iterator
-from decimal import InvalidOperation
+from collections.abc import Iterable, Iterator
 from typing import IO, Any
 
-from .bounds.errors import RowtimeError, SchemaError
+from .bounds.errors import RowtimeError
+from .streams.text_lines import BadLine, csv_records, decoded_lines, json_records
 from .streams.text_values import Convert, ValueReader
 
+__all__ = ["BadLine", "convert_row", "input_format", "input_waiting", "records"]
 
-def records(f: IO[str], fmt: str) -> Iterator[tuple[int, dict[str, Any]]]:
-    """(line number, row) pairs from JSON lines or CSV with a header; blank lines skipped."""
+
+def records(f: Iterable[bytes | str], fmt: str) -> Iterator[tuple[int, dict[str, Any]]]:
+    """(line number, row) pairs from JSON lines or CSV with a header, read strictly
+    (:mod:`pyspark_rowtime.streams.text_lines`: a :class:`BadLine` names the first line that
+    is not a row); blank lines skipped. ``f`` yields lines as bytes (decoded here as strict
+    UTF-8, so a bad byte is named by its line) or as text."""
+    lines = decoded_lines(f)
     if fmt == "csv":
-        reader = csv.DictReader(f)
-        for row in reader:
-            if None in row:
-                raise SchemaError(f"line {reader.line_num}: more cells than the header has columns")
-            yield reader.line_num, {k: (v if v != "" else None) for k, v in row.items()}
-        return
-    for lineno, line in enumerate(f, 1):
-        if not line.strip():
-            continue
-        try:
-            row = json.loads(line)
-        except json.JSONDecodeError as e:
-            raise SchemaError(
-                f"line {lineno}: not valid JSON ({e.msg} at column {e.colno})"
-            ) from None
-        if not isinstance(row, dict):
-            raise SchemaError(
-                f"line {lineno}: a JSON object per line is expected, got {type(row).__name__}"
-            )
-        yield lineno, row
+        return csv_records(lines)
+    return json_records(lines)
 
 
 #: The input formats by file extension: what ``rowtime insert FILE`` reads without --format.
@@ -89,7 +75,10 @@ def convert_row(
     if rowtime_col is not None:
         value = raw.get(rowtime_col) if rowtime_col in payload else raw.pop(rowtime_col, None)
         if value is None:
-            raise SchemaError(f"line {lineno}: no value in the rowtime column {rowtime_col!r}")
+            raise BadLine(
+                lineno,
+                f"no value in the rowtime column {rowtime_col!r}; give every row its rowtime",
+            )
         try:
             rowtime = reader.instant(value)
         except RowtimeError as e:
@@ -103,8 +92,7 @@ def convert_row(
             continue
         try:
             row[key] = convert(value)
-        except (ValueError, TypeError, InvalidOperation, RowtimeError) as e:
-            raise SchemaError(
-                f"line {lineno}: column {key!r}: cannot read {value!r}: {e}"
-            ) from None
+        except (ValueError, TypeError, ArithmeticError, RowtimeError) as e:
+            shown = repr(value) if len(repr(value)) <= 80 else repr(value)[:77] + "..."
+            raise BadLine(lineno, f"column {key!r}: cannot read {shown}: {e}") from None
     return row, rowtime
