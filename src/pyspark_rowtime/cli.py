@@ -27,10 +27,9 @@ import base64
 import datetime as dt
 import json
 import os
-import stat
 import sys
 import time
-from collections.abc import Iterator, Sequence
+from collections.abc import Sequence
 from decimal import Decimal
 from typing import Any
 
@@ -46,19 +45,11 @@ from .bounds.errors import (
 )
 from .bounds.time import (
     END_OF_STREAM_TEXT,
-    TimeFormat,
     format_rowtime,
     from_rowtime_us,
     to_rowtime_us,
 )
-from .cli_input import (
-    FORMAT_NAMES,
-    convert_row,
-    in_context,
-    input_format,
-    input_waiting,
-    records,
-)
+from .cli_input import cmd_insert
 from .cli_tables import CLI_PROG, add_wait_parser, describe_table
 from .connectors.feed import PROGRESS_FILE, state_dir
 from .connectors.run import check_settings, run
@@ -74,7 +65,6 @@ from .streams.retention import (
     parse_size,
 )
 from .streams.storage import LocationKind, StreamStorage, open_storage, what_is_at
-from .streams.text_values import ValueReader
 from .streams.writer import Writer
 
 __all__ = ["main"]
@@ -153,199 +143,6 @@ def cmd_create(args: argparse.Namespace) -> int:
     meta = stream.meta
     print(f"stream {meta.location}: {meta.partitions} partition(s), schema {meta.ddl}")
     return 0
-
-
-#: A file is one append however large (see :func:`cmd_insert`): the writer never flushes early.
-_ONE_APPEND = 1 << 62
-#: Standard input that streams is committed at least every this many rows, and whenever the
-#: pipe is quiet (the writer's own limit, taken by the command so that it knows each commit).
-_STREAM_FLUSH_ROWS = 1 << 17
-
-
-def cmd_insert(args: argparse.Namespace) -> int:
-    """Insert JSON lines or CSV into one partition.
-
-    A file (and standard input redirected from a file) is stored whole or not at all: every
-    line is read and checked (:mod:`pyspark_rowtime.streams.text_lines`, each value against its
-    column, each row by the writer) before the one append that stores them all, so a bad line
-    stores nothing and is named. The rows wait in memory until that append.
-
-    Standard input that is a pipe or a terminal streams: what came is committed whenever the
-    pipe is quiet (and every ``_STREAM_FLUSH_ROWS`` rows), so a producer's rows are visible as
-    they come. At a bad line the good rows before it are committed and the error says how many
-    and from which line to send the input again: rows before line K stored, none from it on.
-    """
-    stream = open_storage(args.path)
-    meta = stream.meta
-    defaults = meta.defaults
-    unit = args.rowtime_unit or defaults.get("rowtime_unit", "ms")
-    reader = ValueReader(
-        TimeFormat(unit, defaults.get("rowtime_timezone", "UTC"), defaults.get("rowtime_format"))
-    )
-    fmt, why = input_format(args.format, args.file)
-    csv_cells = fmt == "csv"
-    payload = {f.name: reader.converter(f.type, csv_cells) for f in meta.payload_schema}
-    rowtime_col = args.rowtime_column
-    if rowtime_col is None and defaults.get("rowtime_column"):
-        rowtime_col = defaults["rowtime_column"]
-    source: Any
-    if args.file in (None, "-"):
-        # Bytes where there are any, so that a byte that is not UTF-8 is named by its line.
-        source, name = getattr(sys.stdin, "buffer", sys.stdin), "standard input"
-        whole = _is_regular_file(sys.stdin)
-    else:
-        source, name, whole = open(args.file, "rb"), args.file, True
-    read_as = f" (read as {FORMAT_NAMES[fmt]}: {why})"
-
-    def rows() -> Iterator[tuple[int, dict[str, Any], dt.datetime | None]]:
-        for lineno, raw in records(source, fmt):
-            try:
-                yield (lineno, *convert_row(raw, payload, rowtime_col, reader, lineno))
-            except RowtimeError as e:
-                _bad_line(e, lineno)
-                raise
-
-    try:
-        if whole:
-            count = _insert_whole(stream, args.partition, rows(), name, read_as)
-        else:
-            count = _insert_streamed(stream, args.partition, rows(), source, name, read_as)
-    finally:
-        if source is not sys.stdin and source is not getattr(sys.stdin, "buffer", None):
-            source.close()
-    print(f"{PROG} insert: read {name} as {FORMAT_NAMES[fmt]} ({why})", file=sys.stderr)
-    print(f"inserted {count} row(s) into partition {args.partition} of {meta.location}")
-    return 0
-
-
-def _is_regular_file(f: Any) -> bool:
-    """Whether ``f`` is a regular file (standard input redirected from one): not a pipe,
-    terminal or socket, and not a Python object without a descriptor (tests)."""
-    try:
-        return stat.S_ISREG(os.fstat(f.fileno()).st_mode)
-    except (OSError, ValueError, AttributeError):
-        return False
-
-
-def _bad_line(e: RowtimeError, lineno: int) -> None:
-    """Name ``lineno`` in ``e`` (its message and its ``line``) unless it is named already."""
-    if getattr(e, "line", None) is None:
-        if not str(e).startswith(f"line {lineno}:"):
-            in_context(e, f"line {lineno}")
-        e.line = lineno  # type: ignore[attr-defined]
-    # The writer's "nothing was written" is of its one row: the command gives the account.
-    e.args = (str(e).replace(". Nothing was written", ""), *e.args[1:])
-
-
-def _insert_whole(
-    stream: StreamStorage,
-    partition: int,
-    rows: Iterator[tuple[int, dict[str, Any], dt.datetime | None]],
-    name: str,
-    read_as: str,
-) -> int:
-    """Every row of ``rows`` as one append, or none of them (see :func:`cmd_insert`)."""
-    writer = open_writer(stream, partition, flush_records=_ONE_APPEND, flush_bytes=_ONE_APPEND)
-    count = lineno = 0
-    try:
-        for lineno, row, rowtime in rows:
-            try:
-                writer.insert(row, rowtime=rowtime)
-            except RowtimeError as e:
-                _bad_line(e, lineno)
-                raise
-            count += 1
-    except RowtimeError as e:
-        writer.abort()
-        line = getattr(e, "line", lineno)
-        in_context(
-            e,
-            name,
-            f"; nothing of {name} was stored (it is stored whole or not at all): fix line "
-            f"{line} and insert the whole input again{read_as}",
-        )
-        raise
-    except BaseException:
-        writer.abort()  # an interrupt, a failed read: nothing is stored
-        raise
-    try:
-        writer.flush()
-    except (RowtimeError, OSError) as e:
-        writer.abort()
-        account = (
-            f"; the {count} row(s) of {name} are one append, stored whole or not at all: "
-            f"`{PROG} describe` shows which{read_as}"
-        )
-        if isinstance(e, RowtimeError):
-            in_context(e, name, account)
-            raise
-        raise OSError(e.errno, f"{name}: {e.strerror or e}{account}") from e
-    writer.close()
-    return count
-
-
-def _insert_streamed(
-    stream: StreamStorage,
-    partition: int,
-    rows: Iterator[tuple[int, dict[str, Any], dt.datetime | None]],
-    source: Any,
-    name: str,
-    read_as: str,
-) -> int:
-    """The rows of a pipe, committed as they come (see :func:`cmd_insert`); at a bad line the
-    rows before it are committed and the error says so."""
-    writer = open_writer(stream, partition, flush_records=_ONE_APPEND, flush_bytes=_ONE_APPEND)
-    start = writer.end_offset  # the partition's one writer: only this command appends to it
-    last = 0  # the line of the last row buffered
-
-    def commit() -> None:
-        try:
-            writer.flush()
-        except (RowtimeError, OSError) as e:
-            writer.abort()
-            account = (
-                f"; {writer.end_offset - start} row(s) of {name} were stored before this "
-                f"commit, which held the rows up to line {last}{read_as}"
-            )
-            if isinstance(e, RowtimeError):
-                in_context(e, name, account)
-                raise
-            raise OSError(e.errno, f"{name}: {e.strerror or e}{account}") from e
-
-    try:
-        for lineno, row, rowtime in rows:
-            try:
-                writer.insert(row, rowtime=rowtime)
-            except RowtimeError as e:
-                _bad_line(e, lineno)
-                raise
-            last = lineno
-            if writer.pending >= _STREAM_FLUSH_ROWS or not input_waiting(source):
-                commit()  # the pipe is quiet: make what came so far visible
-    except RowtimeError as e:
-        line = getattr(e, "line", None)
-        if line is None or writer.closed:
-            raise  # not a bad line: a commit that failed, its account given
-        commit()  # every row before the bad line is a good row
-        writer.close()
-        stored = writer.end_offset - start
-        done = f"the {stored} row(s) before line {line} were stored, none" if stored else "nothing"
-        in_context(
-            e,
-            name,
-            f"; {done} from line {line} on was stored: fix line {line} and send the input "
-            f"from it{read_as}",
-        )
-        raise
-    except KeyboardInterrupt:
-        writer.close()  # the rows read are good rows: keep them, as a pipe's reader would
-        raise
-    except BaseException:
-        if not writer.closed:
-            writer.abort()
-        raise
-    writer.close()
-    return writer.end_offset - start
 
 
 def _bound_us(text: str, unit: str, stream: StreamStorage) -> int:
