@@ -74,7 +74,7 @@ class DirectorySource:
         self.schema = feed.storage.meta.payload_schema
         # CSV cells are text: each payload column's conversion, as `rowtime insert` does it
         # (the rowtime field keeps its text: it is read with the connector's time format below).
-        values = ValueReader(self.time)
+        values = self.values = ValueReader(self.time)
         self.cells = {
             f.name: values.converter(f.type, csv_cell=True)
             for f in self.schema
@@ -186,9 +186,7 @@ class DirectorySource:
                 value = row.get(self.rowtime_field)
                 if value is None:
                     raise ValueError(f"no rowtime in field {self.rowtime_field!r}")
-                if isinstance(value, str) and value.strip().lstrip("-").isdigit():
-                    value = int(value)
-                rowtime_us = self.time.read(value)
+                rowtime_us = self.time.read(self.values.epoch_text(value))
                 if self.rowtime_field not in self.schema.names:
                     row = {k: v for k, v in row.items() if k != self.rowtime_field}
                 else:

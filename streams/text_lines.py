@@ -214,10 +214,11 @@ def _csv_error(e: csv.Error, start: int, at: int) -> BadLine:
             f"a cell longer than {csv.field_size_limit()} characters begins on this line: most "
             'likely a quote (") that is never closed',
         )
+    seen = "" if at == start else f", seen on line {at}"
     return BadLine(
-        at,
-        f"not valid CSV ({text}); a quoted cell ends at its closing quote, and a quote inside "
-        'it is doubled ("")',
+        start,
+        f"the record that starts on this line is not valid CSV ({text}{seen}); a quoted cell "
+        'ends at its closing quote, and a quote inside it is doubled ("")',
     )
 
 

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import datetime as dt
 import json
+import re
 from collections.abc import Callable
 from decimal import Decimal
 from typing import Any
@@ -28,10 +29,15 @@ class ValueReader:
     def __init__(self, time_format: TimeFormat) -> None:
         self.time_format = time_format
 
+    @staticmethod
+    def epoch_text(value: Any) -> Any:
+        """An epoch in the time format's unit written as text (a CSV cell) as its number."""
+        if isinstance(value, str) and _WHOLE_TEXT.fullmatch(value):
+            return int(value)
+        return value
+
     def instant(self, value: Any) -> dt.datetime:
-        if isinstance(value, str) and value.strip().lstrip("-").isdigit():
-            value = int(value)  # an epoch in `unit` written as text (CSV)
-        return from_rowtime_us(self.time_format.read(value))
+        return from_rowtime_us(self.time_format.read(self.epoch_text(value)))
 
     def converter(self, dtype: pa.DataType, csv_cell: bool) -> Convert:
         """A function from a JSON value (or a CSV cell's text) to a column value."""
@@ -96,6 +102,13 @@ def _same(value: Any) -> Any:
 
 
 _INT64_MAX = 2**63 - 1
+# Python's int() and float() also take "1_000" and digits of other scripts ("١٢"): a CSV cell
+# is read as Spark reads one, ASCII digits only (spaces around it allowed).
+_WHOLE_TEXT = re.compile(r"\s*[+-]?[0-9]+\s*", re.ASCII)
+_NUMBER_TEXT = re.compile(
+    r"\s*[+-]?(([0-9]+(\.[0-9]*)?|\.[0-9]+)([eE][+-]?[0-9]+)?|nan|inf|infinity)\s*",
+    re.ASCII | re.IGNORECASE,
+)
 
 
 def _whole(dtype: pa.DataType, csv_cell: bool) -> Convert:
@@ -109,6 +122,8 @@ def _whole(dtype: pa.DataType, csv_cell: bool) -> Convert:
 
     def whole(v: Any) -> Any:
         if csv_cell and isinstance(v, str):
+            if not _WHOLE_TEXT.fullmatch(v):
+                raise ValueError("not a whole number (digits, an optional sign)")
             v = int(v)
         if type(v) is int and not lo <= v <= hi:
             raise ValueError(f"out of the range [{lo}, {hi}] of {dtype}")
@@ -124,11 +139,17 @@ def _json_float(v: Any) -> Any:
 
 
 def _csv_float(v: Any) -> Any:
-    return float(v) if isinstance(v, str) else _json_float(v)
+    if not isinstance(v, str):
+        return _json_float(v)
+    if not _NUMBER_TEXT.fullmatch(v):
+        raise ValueError("not a number (such as 12, -1.5, 2e-3, NaN or Infinity)")
+    return float(v)
 
 
 def _duration(v: Any) -> Any:
     """Microseconds (a number, or its text) as a timedelta, within a duration's int64 range."""
+    if isinstance(v, str) and not _WHOLE_TEXT.fullmatch(v):
+        raise ValueError("not a whole number of microseconds")
     if isinstance(v, (int, str)) and not isinstance(v, bool):
         us = int(v)
         if not -_INT64_MAX - 1 <= us <= _INT64_MAX:

@@ -668,7 +668,9 @@ def build_parser() -> argparse.ArgumentParser:
         help="insert rows from JSON lines or CSV",
         description="Insert rows from JSON lines or CSV into one partition of a stream. The "
         "format is --format, else the file's extension (.csv; .jsonl, .json, .ndjson), else "
-        "JSON lines (standard input too); stderr says which was used.",
+        "JSON lines (standard input too); stderr says which was used. Lines are read "
+        "strictly; a file is stored whole or not at all, a pipe as it comes up to its first bad "
+        "line (the error says how many rows were stored).",
     )
     p.add_argument("path", help="the stream (a folder, file:// URL, redis://, s3:// or az:// URL)")
     p.add_argument(

@@ -219,8 +219,13 @@ def _insert_whole(
             f"{line} and insert the whole input again{read_as}",
         )
         raise
+    except OSError as e:
+        writer.abort()
+        raise OSError(
+            e.errno, f"{name}: reading it failed: {e.strerror or e}; nothing of it was stored"
+        ) from e
     except BaseException:
-        writer.abort()  # an interrupt, a failed read: nothing is stored
+        writer.abort()  # an interrupt: nothing is stored
         raise
     try:
         writer.flush()
