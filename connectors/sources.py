@@ -74,6 +74,8 @@ class DirectorySource:
         self.schema = feed.storage.meta.payload_schema
         # CSV cells are text: each payload column's conversion, as `rowtime insert` does it
         # (the rowtime field keeps its text: it is read with the connector's time format below).
+        #: The names a CSV header may hold: the stream's columns and the rowtime field.
+        self.known = {*self.schema.names, *([self.rowtime_field] if self.rowtime_field else [])}
         values = self.values = ValueReader(self.time)
         self.cells = {
             f.name: values.converter(f.type, csv_cell=True)
@@ -116,7 +118,7 @@ class DirectorySource:
         with open(full, "rb") as f:
             header: list[str] | BadLine | None = None
             if self.format == "csv":
-                header = self._header(f.readline())
+                header = self._header(f.readline(), self.known)
                 if offset == 0:
                     offset, line = f.tell(), 1
             f.seek(offset)
@@ -145,14 +147,14 @@ class DirectorySource:
         return True
 
     @staticmethod
-    def _header(raw: bytes) -> list[str] | BadLine:
+    def _header(raw: bytes, known: set[str]) -> list[str] | BadLine:
         """The CSV header's names, or why there are none (each line of the file is then bad
         for that reason: named, and failed or skipped as ``on_error`` says)."""
         try:
             text = decode_line(raw, 1, 0)
             if text.startswith("\ufeff"):
                 text = text[1:]
-            return csv_header(next(csv.reader([text], strict=True), []), 1)
+            return csv_header(next(csv.reader([text], strict=True), []), 1, known)
         except BadLine as e:
             return BadLine(1, f"the header: {e.why}")
         except csv.Error as e:

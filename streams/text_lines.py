@@ -26,7 +26,7 @@ from __future__ import annotations
 import csv
 import json
 import re
-from collections.abc import Iterable, Iterator
+from collections.abc import Collection, Iterable, Iterator
 from typing import Any
 
 from ..bounds.errors import SchemaError
@@ -167,8 +167,12 @@ def json_records(lines: Iterable[tuple[int, str]]) -> Iterator[tuple[int, dict[s
 # -- CSV -----------------------------------------------------------------------------------------
 
 
-def csv_header(cells: list[str], line: int) -> list[str]:
-    """The column names of a CSV header: none empty, none twice."""
+def csv_header(
+    cells: list[str], line: int, known: Collection[str] | None = None, what: str = ""
+) -> list[str]:
+    """The column names of a CSV header: none empty, none twice, and (``known`` given) each
+    one of ``known`` (``what``: the names a reader of the file can take, for the message), so
+    that a misspelt header is named at its own line, even in a file of no rows."""
     for i, name in enumerate(cells, 1):
         if not name.strip():
             raise BadLine(
@@ -183,6 +187,14 @@ def csv_header(cells: list[str], line: int) -> list[str]:
                 "each column once",
             )
         seen[name] = i
+    if known is not None:
+        unknown = [name for name in cells if name not in known]
+        if unknown:
+            raise BadLine(
+                line,
+                f"the header names column(s) {', '.join(map(repr, unknown))} the stream does not "
+                f"have; {what or 'the columns are ' + ', '.join(sorted(known))}",
+            )
     return cells
 
 
@@ -197,7 +209,7 @@ def _cells_row(
             f"(line {header_line}); give one cell per column (an empty cell is null)",
         )
     # An empty cell is null, as in Spark's CSV reader.
-    return {k: (v if v != "" else None) for k, v in zip(header, cells, strict=True)}
+    return {k: v or None for k, v in zip(header, cells, strict=True)}
 
 
 def _csv_error(e: csv.Error, start: int, at: int) -> BadLine:
@@ -222,9 +234,12 @@ def _csv_error(e: csv.Error, start: int, at: int) -> BadLine:
     )
 
 
-def csv_records(lines: Iterable[tuple[int, str]]) -> Iterator[tuple[int, dict[str, str | None]]]:
-    """(line number, row) for each record after the header; a quoted cell may hold line
-    breaks (RFC 4180), and the record is named by the line it starts on."""
+def csv_records(
+    lines: Iterable[tuple[int, str]], known: Collection[str] | None = None, what: str = ""
+) -> Iterator[tuple[int, dict[str, str | None]]]:
+    """(line number, row) for each record after the header (checked by :func:`csv_header`
+    with ``known`` and ``what``); a quoted cell may hold line breaks (RFC 4180), and the
+    record is named by the line it starts on."""
     at = [0]  # the last line the CSV reader took
 
     def texts() -> Iterator[str]:
@@ -246,7 +261,7 @@ def csv_records(lines: Iterable[tuple[int, str]]) -> Iterator[tuple[int, dict[st
         if not cells:
             continue  # a blank line
         if header is None:
-            header, header_line = csv_header(cells, start), start
+            header, header_line = csv_header(cells, start, known, what), start
             continue
         yield start, _cells_row(cells, header, start, header_line)
 

@@ -630,6 +630,8 @@ STRICT_INPUT: list[tuple[str, bytes, int, str]] = [
     ("more.csv", b"id,name\n3,a\n4,b,x\n", 3, "3 cell(s), more than the 2 column(s)"),
     ("dup-header.csv", b"id,name,id\n3,a,4\n", 1, "names column 'id' twice"),
     ("empty-header.csv", b"id,,name\n3,,a\n", 1, "column 2 has no name"),
+    ("typo-header.csv", b"id,nmae\n3,a\n", 1, "header names column(s) 'nmae' the stream"),
+    ("typo-no-rows.csv", b"id,nmae\n", 1, "its columns are id, name, ts"),
     ("utf8.csv", b"id,name\n3,a\n4,caf\xe9\n", 3, "not UTF-8: byte 0xe9 at column 6"),
     ("nul.csv", b"id,name\n3,a\n4,b\x00c\n", 3, "a NUL byte at column 4"),
     ("utf16.csv", "id,name\n3,a\n".encode("utf-16-le"), 1, "a NUL byte"),
@@ -786,11 +788,17 @@ def test_the_directory_connector_rejects_a_bad_line_naming_file_and_line(
     feed.close(feed.position)
 
 
-def test_the_directory_connector_stops_at_a_bad_header_naming_line_1(tmp_path):
-    """on_error=fail: a repeated header name stops the connector at line 1, nothing stored."""
-    feed, source = _connector(tmp_path, "csv", "fail", b"ticker,qty,qty\nA,1,2\n")
-    with pytest.raises(RowtimeError, match=r"in\.csv:1: the header: the header names column"):
+@pytest.mark.parametrize(
+    ("header", "says"),
+    [(b"ticker,qty,qty", "names column 'qty' twice"), (b"ticker,qyt", "column(s) 'qyt' the")],
+)
+def test_the_directory_connector_stops_at_a_bad_header_naming_line_1(tmp_path, header, says):
+    """on_error=fail: a repeated or unknown header name stops the connector at line 1, and
+    nothing of the file is stored."""
+    feed, source = _connector(tmp_path, "csv", "fail", header + b"\nA,1\n")
+    with pytest.raises(RowtimeError, match=r"in\.csv:1: the header: ") as e:
         source.step()
+    assert says in str(e.value)
     feed.writer.abort()
     assert open_stream(str(tmp_path / "data" / "orders")).end_offset(0) == 0
 

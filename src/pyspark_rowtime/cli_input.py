@@ -11,7 +11,7 @@ import os
 import select
 import stat
 import sys
-from collections.abc import Iterable, Iterator
+from collections.abc import Collection, Iterable, Iterator
 from typing import IO, Any
 
 from .api import open_writer
@@ -25,14 +25,17 @@ from .streams.text_values import Convert, ValueReader
 __all__ = ["BadLine", "cmd_insert", "convert_row", "input_format", "input_waiting", "records"]
 
 
-def records(f: Iterable[bytes | str], fmt: str) -> Iterator[tuple[int, dict[str, Any]]]:
+def records(
+    f: Iterable[bytes | str], fmt: str, known: Collection[str] | None = None, what: str = ""
+) -> Iterator[tuple[int, dict[str, Any]]]:
     """(line number, row) pairs from JSON lines or CSV with a header, read strictly
     (:mod:`pyspark_rowtime.streams.text_lines`: a :class:`BadLine` names the first line that
     is not a row); blank lines skipped. ``f`` yields lines as bytes (decoded here as strict
-    UTF-8, so a bad byte is named by its line) or as text."""
+    UTF-8, so a bad byte is named by its line) or as text. ``known``: the names a CSV header
+    may hold (``what`` says them in the message)."""
     lines = decoded_lines(f)
     if fmt == "csv":
-        return csv_records(lines)
+        return csv_records(lines, known, what)
     return json_records(lines)
 
 
@@ -151,8 +154,13 @@ def cmd_insert(args: argparse.Namespace) -> int:
         source, name, whole = open(args.file, "rb"), args.file, True
     read_as = f" (read as {FORMAT_NAMES[fmt]}: {why})"
 
+    known = {*payload, *([rowtime_col] if rowtime_col else [])}
+    what = f"its columns are {', '.join(payload)}"
+    if rowtime_col is not None and rowtime_col not in payload:
+        what += f", and the rowtime column is {rowtime_col!r}"
+
     def rows() -> Iterator[tuple[int, dict[str, Any], dt.datetime | None]]:
-        for lineno, raw in records(source, fmt):
+        for lineno, raw in records(source, fmt, known, what):
             try:
                 yield (lineno, *convert_row(raw, payload, rowtime_col, reader, lineno))
             except RowtimeError as e:
