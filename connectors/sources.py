@@ -131,9 +131,14 @@ class DirectorySource:
                 try:
                     self._record(name, line, raw, offset, header)
                 except BadInput as e:
+                    first = 1 if self.format == "csv" else 0  # the header is no row
+                    done = (
+                        f"no row of {name} is committed"
+                        if committed <= first
+                        else f"the lines of {name} up to {committed} are committed, none after"
+                    )
                     e.args = (
-                        f"{e}; of {name}, the lines up to {committed} are committed, none "
-                        f"after: fix the line, and the connector goes on from line "
+                        f"{e}; {done}: fix the line, and the connector goes on from line "
                         f"{committed + 1} when it starts again",
                     )
                     raise
@@ -156,7 +161,7 @@ class DirectorySource:
                 text = text[1:]
             return csv_header(next(csv.reader([text], strict=True), []), 1, known)
         except BadLine as e:
-            return BadLine(1, f"the header: {e.why}")
+            return e if e.why.startswith("the header") else BadLine(1, f"the header: {e.why}")
         except csv.Error as e:
             return BadLine(1, f"the header is not valid CSV ({e})")
 

@@ -747,6 +747,7 @@ stream = "orders"
 path = "incoming"
 format = "{fmt}"
 on_error = "{on_error}"
+batch_rows = 2
 """
 
 
@@ -796,7 +797,7 @@ def test_the_directory_connector_stops_at_a_bad_header_naming_line_1(tmp_path, h
     """on_error=fail: a repeated or unknown header name stops the connector at line 1, and
     nothing of the file is stored."""
     feed, source = _connector(tmp_path, "csv", "fail", header + b"\nA,1\n")
-    with pytest.raises(RowtimeError, match=r"in\.csv:1: the header: ") as e:
+    with pytest.raises(RowtimeError, match=r"in\.csv:1: the header") as e:
         source.step()
     assert says in str(e.value)
     feed.writer.abort()
@@ -804,10 +805,17 @@ def test_the_directory_connector_stops_at_a_bad_header_naming_line_1(tmp_path, h
 
 
 def test_the_directory_connector_says_which_lines_of_the_file_are_committed(tmp_path):
-    feed, source = _connector(tmp_path, "jsonl", "fail", b'{"qty": 1}\n{"qty": "x"}\n')
-    with pytest.raises(RowtimeError, match=r"in\.jsonl:2: .* the lines up to 0 are committed"):
+    """on_error=fail: the step with the bad line stores nothing (as run() does: abort); the
+    message says up to which line the file is committed, where the restart goes on."""
+    data = b'{"qty": 1}\n{"qty": 2}\n{"qty": 3}\n{"qty": "x"}\n'
+    feed, source = _connector(tmp_path, "jsonl", "fail", data)
+    assert source.step()  # lines 1 and 2 (batch_rows = 2)
+    with pytest.raises(RowtimeError, match=r"in\.jsonl:4: .* up to 2 are committed, none after"):
         source.step()
     feed.writer.abort()
+    stream = open_stream(str(tmp_path / "data" / "orders"))
+    rows = [r for r in stream.read(0, 0, stream.end_offset(0)).to_pylist() if not r["__is_bound"]]
+    assert [r["qty"] for r in rows] == [1, 2]
 
 
 # -- fuzzing -------------------------------------------------------------------------------------
