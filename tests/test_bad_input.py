@@ -15,6 +15,7 @@ import math
 import os
 import subprocess
 import sys
+import time
 from decimal import Decimal
 from pathlib import Path
 from typing import Any
@@ -715,6 +716,38 @@ def test_a_bad_line_on_a_pipe_keeps_the_rows_before_it_and_says_how_many(stored)
     after = snapshot(stored)[1][0]
     assert after[: len(before)] == before
     assert [r["id"] for r in after[len(before) :]] == [3, 4]
+
+
+def test_a_pipe_commits_its_rows_as_they_come_and_counts_them_at_a_bad_line(stored):
+    """A producer that writes a line and waits sees it stored before it writes the next (the
+    pipe is quiet: the command commits); the bad line's account counts every such commit."""
+    start = open_stream(stored).end_offset(0)
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "pyspark_rowtime.cli", "insert", stored],
+        stdin=subprocess.PIPE,
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.PIPE,
+    )
+    assert proc.stdin is not None and proc.stderr is not None
+    try:
+        for i, line in enumerate([b'{"id": 3}\n', b'{"id": 4}\n'], 1):
+            proc.stdin.write(line)
+            proc.stdin.flush()
+            deadline = time.monotonic() + 30
+            while open_stream(stored).end_offset(0) < start + i:  # committed, while it runs
+                assert proc.poll() is None and time.monotonic() < deadline
+                time.sleep(0.01)
+        proc.stdin.write(b'{"id": 5, "nope": 1}\n{"id": 6}\n')
+        proc.stdin.close()
+        assert proc.wait(timeout=60) == 2
+        err = proc.stderr.read().decode()
+    finally:
+        proc.kill()
+        proc.wait()
+    assert "line 3: row has unknown column 'nope'" in err, err
+    assert "the 2 row(s) before line 3 were stored" in err, err
+    rows = [r for r in snapshot(stored)[1][0] if not r["__is_bound"]]
+    assert [r["id"] for r in rows] == [1, 2, 3, 4]
 
 
 def test_standard_input_from_a_file_is_stored_whole_or_not_at_all(stored, tmp_path):
