@@ -94,6 +94,9 @@ def segment_schema(payload: pa.Schema) -> pa.Schema:
 
 # -- footers ---------------------------------------------------------------------------------
 
+#: Footer fields kept as text (every other field is an int).
+_TEXT_FIELDS = frozenset({"producers"})
+
 
 @dataclass(frozen=True)
 class SegmentStats:
@@ -102,6 +105,13 @@ class SegmentStats:
     ``clock_us`` is the partition clock *after* this segment: the highest bound or data rowtime
     (explicit, or arrival for implicit rows) of the partition up to and including it. The
     ``*_rowtime_us`` and ``*skew*`` fields cover data rows only and are None without any.
+
+    ``producers`` (text, not a time: JSON ``{"WRITER": SEQ, ...}``, None for most segments) is
+    the last sequence number committed by each writer of ``rowtime serve`` on this partition,
+    as of this segment: stored with the records it covers, in the same atomic commit, so that a
+    message resent after a lost acknowledgement (or a server restart) is known as a duplicate
+    (:mod:`pyspark_rowtime.serve`). A merge keeps the last one; every backend stores the footer
+    whole, so every backend keeps it.
     """
 
     first: int
@@ -116,6 +126,7 @@ class SegmentStats:
     max_skew_us: int | None = None
     last_row_arrival_us: int | None = None
     last_row_rowtime_us: int | None = None
+    producers: str | None = None
 
     @property
     def end(self) -> int:
@@ -124,7 +135,9 @@ class SegmentStats:
     def to_metadata(self) -> dict[bytes, bytes]:
         out = {}
         for key, value in self.__dict__.items():
-            if value is not None:
+            if isinstance(value, str):
+                out[f"rowtime.{key}".encode()] = value.encode()
+            elif value is not None:
                 out[f"rowtime.{key}".encode()] = str(int(value)).encode()
         out[b"rowtime.format_version"] = str(FORMAT_VERSION).encode()
         return out
@@ -146,13 +159,16 @@ class SegmentStats:
             )
         if version > FORMAT_VERSION:
             raise newer_format(f"segment {where}", version, FORMAT_VERSION, CorruptLogError)
-        values: dict[str, int | None] = {}
+        values: dict[str, int | str | None] = {}
         try:
             for name in cls.__dataclass_fields__:
                 raw = meta.get(f"rowtime.{name}".encode())
-                values[name] = int(raw) if raw is not None else None
+                if name in _TEXT_FIELDS:
+                    values[name] = raw.decode() if raw is not None else None
+                else:
+                    values[name] = int(raw) if raw is not None else None
             return cls(**values)  # type: ignore[arg-type]
-        except (TypeError, ValueError) as e:
+        except (TypeError, ValueError) as e:  # UnicodeDecodeError is a ValueError
             raise CorruptLogError(f"segment {where} has no valid rowtime footer: {e}") from e
 
     @classmethod
@@ -222,6 +238,7 @@ class SegmentStats:
             max_skew_us=pick((p.max_skew_us for p in parts), max),
             last_row_arrival_us=with_rows[-1].last_row_arrival_us if with_rows else None,
             last_row_rowtime_us=with_rows[-1].last_row_rowtime_us if with_rows else None,
+            producers=next((p.producers for p in reversed(parts) if p.producers), None),
         )
 
 

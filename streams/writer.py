@@ -605,9 +605,13 @@ class Writer:
 
     # -- durability ---------------------------------------------------------------------------
 
-    def flush(self) -> int:
+    def flush(self, *, producers: str | None = None) -> int:
         """Commit the buffer as one segment (durable, visible to readers as a whole) and
         return :attr:`end_offset`. A no-op with an empty buffer.
+
+        ``producers`` is stored in that segment's footer (:attr:`.segments.SegmentStats.
+        producers`: ``rowtime serve``'s record of each remote writer's last sequence number),
+        committed with the records or not at all.
 
         When it returns, every record buffered before the call is committed, once. When it
         raises, the append may or may not have been committed (the store may have applied it
@@ -621,7 +625,7 @@ class Writer:
         keep the arrival time of its first attempt."""
         with self._mutex:
             self._check_open()
-            return self._flush_locked()
+            return self._flush_locked(producers)
 
     def append_segment_files(self, paths: Sequence[str], *, verify: bool = True) -> int:
         """Commit segment files written elsewhere as this partition's next segments, in order,
@@ -727,7 +731,7 @@ class Writer:
                 ) from None
         raise SchemaError(f"column {field.name!r} of {self._where}: values cannot be converted")
 
-    def _flush_locked(self) -> int:
+    def _flush_locked(self, producers: str | None = None) -> int:
         self._seal_rows()
         if self._attempt is not None:
             # A flush that raised: retry exactly that append (same records, same arrival, same
@@ -760,6 +764,7 @@ class Writer:
                     if rows and stats.min_rowtime_us is not None
                     else None
                 ),
+                "producers": producers,
             }
         )
         try:
