@@ -810,8 +810,9 @@ class _Put:
                 raise Refused(
                     "gap",
                     f"seq {m.seq} from writer {m.writer!r} on {self.where}: the next one "
-                    f"expected is {last + 1} (the last committed is {last}); resend from "
-                    f"{last + 1}",
+                    f"expected is {last + 1} "
+                    + (f"(the last committed is {last})" if last >= 0 else "(none committed yet)")
+                    + f"; resend from {last + 1}",
                     expected=last + 1,
                 )
             rows = 0 if m.batch is None else m.batch.num_rows
