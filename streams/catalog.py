@@ -17,6 +17,11 @@ Operators set streams up once; Spark users then read and write them by name
     kind = "directory"                  # checked in full by pyspark_rowtime.connectors
     stream = "orders"
 
+    [servers.ingest]                    # `rowtime serve ingest`: an Arrow Flight endpoint
+    streams = ["orders"]                # the catalog's streams it serves (or root = "DIR")
+    port = 8815
+    token_file = "/etc/rowtime/tokens"  # the tokens live in that file (mode 600), never here
+
 Rules this module enforces (the connectors' own keys are checked by ``connectors/``):
 
 * a secret is never inline: a location with a password (``redis://u:pw@...``,
@@ -202,6 +207,20 @@ class ConnectorEntry:
 CONNECTOR_KINDS = ("directory", "generator", "redis")
 
 
+#: The keys of a ``[servers.NAME]`` table (``rowtime serve NAME``) and what each holds.
+SERVER_KEYS = {
+    "root": "a folder whose streams are served by relative path (relative to the catalog)",
+    "streams": "a list of this catalog's stream names to serve (default: all, unless root)",
+    "host": "the address to listen on (default 127.0.0.1)",
+    "port": "the port, 0 to 65535 (default 8815)",
+    "token_file": "a file of bearer tokens, one a line, mode 600 (relative to the catalog)",
+    "tls_cert": "a PEM certificate chain (relative to the catalog), with tls_key",
+    "tls_key": "a PEM private key (relative to the catalog), with tls_cert",
+    "max_message_bytes": "the largest message taken, in bytes (an int >= 1)",
+    "metrics_port": "a port for Prometheus metrics",
+}
+
+
 @dataclass(frozen=True)
 class Catalog:
     """A loaded, checked catalog file."""
@@ -210,6 +229,8 @@ class Catalog:
     text: str
     streams: dict[str, StreamEntry]
     connectors: dict[str, ConnectorEntry]
+    #: ``[servers.NAME]``: the options of ``rowtime serve NAME`` (paths made absolute).
+    servers: dict[str, dict[str, Any]] = field(default_factory=dict)
 
     def error(self, keys: tuple[str, ...], value: Any, why: str) -> CatalogError:
         """The error for the key ``keys`` (table parts, then key) holding ``value``."""
@@ -273,10 +294,14 @@ def load_catalog(path: str | os.PathLike[str]) -> Catalog:
         # tomllib's message ends with "(at line L, column C)".
         raise CatalogError(f"{path}: not valid TOML: {e}") from None
     _no_inline_secrets(path, text, doc, ())
-    unknown = [k for k in doc if k not in ("streams", "connectors")]
+    unknown = [k for k in doc if k not in ("streams", "connectors", "servers")]
     if unknown:
         raise _error(
-            path, text, (unknown[0],), _MISSING, "unknown table; a catalog has streams, connectors"
+            path,
+            text,
+            (unknown[0],),
+            _MISSING,
+            "unknown table; a catalog has streams, connectors, servers",
         )
     streams: dict[str, StreamEntry] = {}
     for name, table in _tables(path, text, doc, "streams").items():
@@ -284,7 +309,48 @@ def load_catalog(path: str | os.PathLike[str]) -> Catalog:
     connectors: dict[str, ConnectorEntry] = {}
     for name, table in _tables(path, text, doc, "connectors").items():
         connectors[name] = _connector_entry(path, text, name, table, streams)
-    return Catalog(path, text, streams, connectors)
+    servers = {
+        name: _server_entry(path, text, name, table, streams)
+        for name, table in _tables(path, text, doc, "servers").items()
+    }
+    return Catalog(path, text, streams, connectors, servers)
+
+
+def _server_entry(
+    path: str, text: str, name: str, table: dict[str, Any], streams: Mapping[str, StreamEntry]
+) -> dict[str, Any]:
+    """One ``[servers.NAME]`` table, checked: the options of ``rowtime serve NAME``."""
+
+    def fail(key: str, why: str) -> CatalogError:
+        return _error(path, text, ("servers", name, key), table.get(key, _MISSING), why)
+
+    out: dict[str, Any] = {}
+    for key, value in table.items():
+        if key not in SERVER_KEYS:
+            raise fail(key, f"unknown key; a server accepts: {', '.join(SERVER_KEYS)}")
+        if key in ("port", "metrics_port", "max_message_bytes"):
+            low = 1 if key == "max_message_bytes" else 0
+            high = 2**62 if key == "max_message_bytes" else 65535
+            if isinstance(value, bool) or not isinstance(value, int) or not low <= value <= high:
+                raise fail(key, f"must be {SERVER_KEYS[key]}")
+            out[key] = value
+        elif key == "streams":
+            if not isinstance(value, list) or not all(isinstance(v, str) for v in value):
+                raise fail(key, f"must be {SERVER_KEYS[key]}")
+            missing = [v for v in value if v not in streams]
+            if missing:
+                known = ", ".join(sorted(streams)) or "(none)"
+                raise fail(key, f"no stream {missing[0]!r} in this catalog; it has: {known}")
+            out[key] = list(value)
+        else:
+            if not isinstance(value, str) or not value.strip():
+                raise fail(key, f"must be {SERVER_KEYS[key]}")
+            if key == "host":
+                out[key] = value.strip()
+            else:
+                expanded = os.path.expanduser(value.strip())
+                out[key] = os.path.normpath(os.path.join(os.path.dirname(path), expanded))
+    return out
 
 
 def _no_inline_secrets(path: str, text: str, node: Any, keys: tuple[str, ...]) -> None:

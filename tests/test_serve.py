@@ -450,9 +450,10 @@ class Served:
     """``rowtime serve`` as a process (started by :meth:`start`, on a fixed port so that a
     restarted one is where the client was)."""
 
-    def __init__(self, *args: str) -> None:
+    def __init__(self, *args: str, port: int | None = None) -> None:
         self.args = args
-        self.port = free_port()
+        self.port = free_port() if port is None else port
+        self.port_given = port is not None
         self.proc: subprocess.Popen[str] | None = None
         self.lines: list[str] = []
 
@@ -462,9 +463,8 @@ class Served:
 
     def start(self) -> Served:
         cmd = [sys.executable, "-m", "pyspark_rowtime.cli", "serve", *self.args]
-        self.proc = subprocess.Popen(
-            [*cmd, "--port", str(self.port)], stderr=subprocess.PIPE, text=True
-        )
+        port = [] if self.port_given else ["--port", str(self.port)]
+        self.proc = subprocess.Popen([*cmd, *port], stderr=subprocess.PIPE, text=True)
         assert self.proc.stderr is not None
         line = self.proc.stderr.readline()
         self.lines.append(line)

@@ -139,6 +139,8 @@ class ServeOptions:
     tls_key: str | None = None
     max_message_bytes: int = DEFAULT_MAX_MESSAGE_BYTES
     metrics_port: int | None = None
+    #: The catalog's streams served (None: all of them).
+    streams: tuple[str, ...] | None = None
 
 
 def is_loopback(host: str) -> bool:
@@ -201,15 +203,25 @@ class Streams:
     """The streams a server serves, by name: a catalog's (its names), and those under a root
     folder (their paths relative to it, ``/``-separated)."""
 
-    def __init__(self, root: str | None = None, catalog: str | None = None) -> None:
+    def __init__(
+        self,
+        root: str | None = None,
+        catalog: str | None = None,
+        only: Sequence[str] | None = None,
+    ) -> None:
         self.root = None if root is None else os.path.realpath(root)
-        self.catalog = None if catalog is None else load_catalog(catalog)
+        loaded = None if catalog is None else load_catalog(catalog)
+        self.catalog = {} if loaded is None else {
+            name: entry.location
+            for name, entry in loaded.streams.items()
+            if only is None or name in only
+        }  # fmt: skip
         self._open: dict[str, StreamStorage] = {}
         self._lock = threading.Lock()
 
     def location(self, name: str) -> str:
-        if self.catalog is not None and name in self.catalog.streams:
-            return self.catalog.streams[name].location
+        if name in self.catalog:
+            return self.catalog[name]
         if self.root is not None:
             parts = name.split("/")
             if name and all(p not in ("", ".", "..") for p in parts) and "\\" not in name:
@@ -245,9 +257,7 @@ class Streams:
     def names(self) -> list[str]:
         """Every stream served: the catalog's, then the streams below the root (a stream's
         own folders are not searched)."""
-        out: list[str] = []
-        if self.catalog is not None:
-            out.extend(sorted(self.catalog.streams))
+        out = sorted(self.catalog)
         if self.root is not None:
             for folder, dirs, _ in os.walk(self.root):
                 dirs.sort()
@@ -960,8 +970,12 @@ def options_from(args: argparse.Namespace) -> ServeOptions:
         from .streams.catalog import find_catalog
 
         path = find_catalog(args.catalog, None, needed_for="rowtime serve NAME")
-        base = dict(server_entry(path, args.server))
-        base.setdefault("catalog", path)
+        base = server_entry(path, args.server)
+        if "root" in base and "streams" not in base:
+            base["streams"] = ()  # a root alone: not the catalog's streams too
+        if "streams" in base:
+            base["streams"] = tuple(base["streams"])
+        base["catalog"] = path
     elif args.catalog is not None:
         base["catalog"] = args.catalog
     for key in ServeOptions.__dataclass_fields__:
@@ -975,12 +989,13 @@ def server_entry(catalog_path: str, name: str) -> dict[str, Any]:
     """``[servers.NAME]`` of a catalog, as :class:`ServeOptions` fields (paths relative to the
     catalog's folder)."""
     catalog = load_catalog(catalog_path)
-    servers = getattr(catalog, "servers", {})
-    if name not in servers:
-        known = ", ".join(sorted(servers)) or "(none)"
-        raise OptionError(f"no server {name!r} in catalog {catalog.path}; its servers are: {known}")
-    entry: dict[str, Any] = dict(servers[name])
-    return entry
+    if name not in catalog.servers:
+        known = ", ".join(sorted(catalog.servers)) or "(none)"
+        raise OptionError(
+            f"no server {name!r} in catalog {catalog.path} ([servers.{name}]); its servers "
+            f"are: {known}"
+        )
+    return dict(catalog.servers[name])
 
 
 def cmd_serve(args: argparse.Namespace, out: Any = None) -> int:
@@ -995,7 +1010,7 @@ def cmd_serve(args: argparse.Namespace, out: Any = None) -> int:
                 tls = (c.read(), k.read())
         except OSError as e:
             raise OptionError(f"TLS certificate or key cannot be read: {e}") from None
-    streams = Streams(o.root, o.catalog)
+    streams = Streams(o.root, o.catalog, o.streams)
     metrics = None
     if o.metrics_port is not None:
         try:
@@ -1033,7 +1048,7 @@ def cmd_serve(args: argparse.Namespace, out: Any = None) -> int:
             signal.signal(s, h)
         started = time.monotonic()
         ended = server.stop()
-        if metrics is not None:
+        if isinstance(metrics, tuple):  # (server, thread) from prometheus-client 0.20 on
             metrics[0].shutdown()
         print(
             f"rowtime serve: stopped in {time.monotonic() - started:.1f} s"
