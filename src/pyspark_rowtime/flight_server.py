@@ -116,9 +116,8 @@ class Refused(Exception):
 
     def flight_error(self) -> fl.FlightError:
         info = json.dumps({"status": "refused", "reason": self.reason, **self.detail}).encode()
-        if self.reason == "held":
-            return fl.FlightUnavailableError(str(self), info)
-        if self.reason == "stopping":
+        if self.reason in ("held", "stopping"):
+            # UNAVAILABLE: the same message may be sent again later, as it is.
             return fl.FlightUnavailableError(str(self), info)
         return fl.FlightServerError(str(self), info)
 
@@ -862,7 +861,7 @@ class _Put:
                 # the same commit). The next put reopens the partition and reads it.
                 self._drop(part)
                 if isinstance(e, Exception):
-                    raise fl.FlightServerError(
+                    raise fl.FlightUnavailableError(
                         f"seq {m.seq} from writer {m.writer!r} on {self.where} may or may not "
                         f"be committed ({type(e).__name__}: {e}); resend it with the same seq: "
                         "it is then committed once or answered duplicate"
