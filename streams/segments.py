@@ -30,7 +30,7 @@ import re
 import shutil
 import tempfile
 from collections.abc import Callable, Iterable, Iterator, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any
 
 import numpy as np
@@ -582,6 +582,8 @@ def _verify_records(
         raise CorruptLogError(f"segment file {path} has arrival times that go back")
     prev = None if clock == NO_TIME else clock
     actual = SegmentStats.compute(stats.first, arrivals, rt, has_rt, is_bound, prev)
+    # The writers' record is what a writer says, not a property of the records.
+    actual = replace(actual, producers=stats.producers)
     if actual != stats:
         raise CorruptLogError(
             f"segment file {path} has a footer that does not describe its records: it "

@@ -296,8 +296,8 @@ def test_unknown_streams_partitions_and_columns_are_refused(
         (["orders", "2"], "partition 2 does not exist"),
         (["orders", "x"], "must be decimal digits"),
     ):
-        w, r = client.do_put(fl.FlightDescriptor.for_path(*path), SCHEMA)
         with pytest.raises(fl.FlightError, match=why):
+            w, r = client.do_put(fl.FlightDescriptor.for_path(*path), SCHEMA)
             w.write_with_metadata(batch(0), meta("gw", 0))
             r.read()
             w.close()
@@ -590,8 +590,8 @@ def test_with_a_token_file_a_call_without_the_token_is_unauthenticated(
         with pytest.raises(fl.FlightUnauthenticatedError):
             list(client.list_flights())
         bad = fl.FlightCallOptions(headers=[(b"authorization", b"Bearer nope")])
-        w, r = client.do_put(fl.FlightDescriptor.for_path("orders"), SCHEMA, bad)
-        with pytest.raises(fl.FlightUnauthenticatedError):
+        with pytest.raises(fl.FlightUnauthenticatedError):  # at the call or its first write
+            w, r = client.do_put(fl.FlightDescriptor.for_path("orders"), SCHEMA, bad)
             w.write_with_metadata(batch(0), meta("gw", 0))
             r.read()
             w.close()
@@ -653,3 +653,59 @@ def test_tls_serves_a_client_that_trusts_the_certificate(root: Path, tmp_path: P
         assert ack(r)["status"] == "committed"
         w.close()
     assert ids_of(root) == [0]
+
+
+def test_the_record_survives_the_embedded_logs_merges(
+    server: RowtimeFlightServer, root: Path
+) -> None:
+    """40 one-row messages make 40 small segments, which the log merges sixteen at a time
+    (streams/local/log.py compact_tail): the merged footer keeps the last record."""
+    w, r = fl.connect(server.url).do_put(fl.FlightDescriptor.for_path("orders"), SCHEMA)
+    for seq in range(40):
+        w.write_with_metadata(batch(seq), meta("gw", seq))
+        assert ack(r)["status"] == "committed"
+    w.close()
+    stream = open_storage(str(root / "orders"))
+    assert len(stream.partition_stats(0)) < 40  # merged
+    assert load_producers(stream, 0) == {"gw": 39}
+    w, r = fl.connect(server.url).do_put(fl.FlightDescriptor.for_path("orders"), SCHEMA)
+    w.write_with_metadata(batch(39), meta("gw", 39))
+    assert ack(r)["status"] == "duplicate"
+    w.close()
+    assert ids_of(root) == list(range(40))
+
+
+def test_sigterm_while_a_client_streams_stores_whole_messages_and_each_acknowledged_one(
+    root: Path,
+) -> None:
+    rows = 512
+    messages = [batch(i * rows, rows) for i in range(400)]
+    acked: list[int] = []
+    with Served("--root", str(root)) as served:
+        w, r = fl.connect(served.url).do_put(fl.FlightDescriptor.for_path("orders"), SCHEMA)
+
+        def read_acks() -> None:
+            try:
+                while (doc := r.read()) is not None:
+                    acked.append(json.loads(doc.to_pybytes())["seq"])
+            except fl.FlightError:
+                pass
+
+        reader = threading.Thread(target=read_acks, daemon=True)
+        reader.start()
+        try:
+            for seq, m in enumerate(messages):
+                w.write_with_metadata(m, meta("gw", seq))
+                if seq == 20:
+                    threading.Timer(0.05, served.proc.send_signal, (signal.SIGTERM,)).start()  # type: ignore[union-attr]
+        except (fl.FlightError, OSError):
+            pass  # the server went away mid-stream
+        assert served.proc is not None
+        served.proc.wait(10)  # SIGTERM stops it within 10 s
+        reader.join(10)
+    ids = ids_of(root)
+    assert len(ids) % rows == 0, "whole messages only"
+    stored = len(ids) // rows
+    assert ids == list(range(stored * rows))
+    assert acked == list(range(len(acked))) and len(acked) <= stored
+    assert stored < len(messages)  # it did stop in the middle
