@@ -606,12 +606,8 @@ class Writer:
     # -- durability ---------------------------------------------------------------------------
 
     def flush(self, *, producers: str | None = None) -> int:
-        """Commit the buffer as one segment (durable, visible to readers as a whole) and
-        return :attr:`end_offset`. A no-op with an empty buffer.
-
-        ``producers`` is stored in that segment's footer (:attr:`.segments.SegmentStats.
-        producers`: ``rowtime serve``'s record of each remote writer's last sequence number),
-        committed with the records or not at all.
+        """Commit the buffer as one segment (durable, visible to readers as a whole, with
+        ``producers`` in its footer) and return :attr:`end_offset`. A no-op with an empty buffer.
 
         When it returns, every record buffered before the call is committed, once. When it
         raises, the append may or may not have been committed (the store may have applied it

@@ -246,6 +246,10 @@ LAZY_ALLOWED: dict[tuple[str, str], str] = {
     ("pyspark_rowtime.sink.spark", f"pyspark_rowtime.sink.{kind}_target"): _ONE_TARGET
     for kind in ("parquet", "delta", "iceberg")
 }
+LAZY_ALLOWED[("pyspark_rowtime.serve_cli", "pyspark_rowtime.flight_server")] = (
+    "only `rowtime serve` loads Arrow Flight (gRPC's library): every other command starts "
+    "without it"
+)
 
 
 def _all_modules() -> dict[str, tuple[str, str]]:

@@ -624,6 +624,13 @@ def test_a_non_loopback_address_needs_a_token_or_tls(
     assert "--host 0.0.0.0 is not a loopback address" in err and "--token-file" in err
 
 
+def test_the_commands_defaults_are_the_servers() -> None:
+    from pyspark_rowtime import flight_server, serve_cli
+
+    assert serve_cli.DEFAULT_PORT == flight_server.DEFAULT_PORT == 8815
+    assert serve_cli.DEFAULT_MAX_MESSAGE_BYTES == flight_server.DEFAULT_MAX_MESSAGE_BYTES
+
+
 def test_serve_help_says_every_option(capsys: pytest.CaptureFixture[str]) -> None:
     with pytest.raises(SystemExit):
         main(["serve", "--help"])

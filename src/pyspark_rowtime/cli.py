@@ -54,6 +54,7 @@ from .cli_tables import CLI_PROG, add_wait_parser, describe_table
 from .connectors.feed import PROGRESS_FILE, state_dir
 from .connectors.run import check_settings, run
 from .metrics import exposition, idle_since, serve
+from .serve_cli import add_serve_parser
 from .sink.parquet_target import describe_parquet_target, describe_text
 from .streams.catalog import ensure_stream, find_catalog, load_catalog, redact
 from .streams.columns import LOG_ARRIVAL_US, LOG_IS_BOUND, LOG_ROWTIME_US
@@ -498,55 +499,6 @@ def cmd_tail(args: argparse.Namespace) -> int:
                 _emit(_record_dicts(stream, p, ends[p], end))
                 ends[p] = end
     return 0
-
-
-def add_serve_parser(sub: Any) -> None:
-    """``rowtime serve``'s arguments (the server itself: :mod:`.flight_server`)."""
-    p = sub.add_parser(
-        "serve",
-        help="an Arrow Flight endpoint: adapters in any language write rows and bounds",
-        description="Serve streams over Arrow Flight (DoPut of rows and bounds, exactly once "
-        "by writer and seq; Flight SQL bulk ingest for ADBC; the clock and schemas). "
-        "Listens on 127.0.0.1 unless --host says otherwise; a non-loopback address needs "
-        "--token-file or TLS. SIGTERM stops it within 10 s. See docs/adapters/any-language.md.",
-    )
-    p.add_argument(
-        "server", nargs="?", metavar="NAME", help="a server of the catalog ([servers.NAME])"
-    )
-    p.add_argument("--root", metavar="DIR", help="serve the streams below DIR, by relative path")
-    p.add_argument(
-        "--catalog", metavar="FILE", help="serve the catalog's streams, by name (and its servers)"
-    )
-    p.add_argument("--host", help="address to listen on (default 127.0.0.1)")
-    p.add_argument("--port", type=int, help="port (default 8815; 0: any free one, printed)")
-    p.add_argument(
-        "--token-file",
-        metavar="F",
-        help="bearer tokens, one a line (mode 600): every call needs `authorization: Bearer T`",
-    )
-    p.add_argument("--tls-cert", metavar="PEM", help="TLS certificate chain (with --tls-key)")
-    p.add_argument("--tls-key", metavar="PEM", help="TLS private key (with --tls-cert)")
-    p.add_argument(
-        "--max-message-bytes",
-        type=int,
-        metavar="N",
-        help="largest message (batch) taken, in bytes (default 67108864 = 64 MiB)",
-    )
-    p.add_argument(
-        "--metrics-port",
-        type=int,
-        metavar="N",
-        help="serve Prometheus metrics per writer at http://HOST:N/metrics (needs "
-        "pyspark-rowtime[metrics])",
-    )
-    p.set_defaults(func=cmd_serve)
-
-
-def cmd_serve(args: argparse.Namespace) -> int:
-    """``rowtime serve``: imports Arrow Flight only when asked for."""
-    from .flight_server import cmd_serve as serve_flight
-
-    return serve_flight(args)
 
 
 # -- entry point ---------------------------------------------------------------------------------

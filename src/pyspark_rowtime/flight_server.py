@@ -40,17 +40,11 @@ the server (at most one message per put in memory).
 
 from __future__ import annotations
 
-import argparse
 import hmac
-import ipaddress
 import json
 import os
 import re
-import signal
-import stat
-import sys
 import threading
-import time
 from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass, field
 from typing import Any
@@ -77,14 +71,11 @@ __all__ = [
     "DEFAULT_PORT",
     "MAX_WRITERS_KEPT",
     "RowtimeFlightServer",
-    "ServeOptions",
     "Streams",
-    "cmd_serve",
-    "read_tokens",
+    "load_producers",
+    "metrics_registry",
 ]
 
-DEFAULT_PORT = 8815
-DEFAULT_MAX_MESSAGE_BYTES = 64 << 20
 #: How many writers a partition's record keeps (the most recent): one that wrote before the
 #: last 64 others starts again at seq 0 (its next seq past 0 is refused as a gap, never
 #: stored twice).
@@ -92,6 +83,10 @@ MAX_WRITERS_KEPT = 64
 #: How long SIGTERM waits for the puts in flight before the process exits anyway: every
 #: commit is atomic, so a put cut then is stored wholly or not at all.
 STOP_DEADLINE_S = 8.0
+#: The defaults of ``rowtime serve`` (:mod:`.serve_cli` has the same, so that its parser needs
+#: no Flight; tests/test_serve.py holds them equal).
+DEFAULT_PORT = 8815
+DEFAULT_MAX_MESSAGE_BYTES = 64 << 20
 #: A writer's name: what a metric label and a message can show as it is.
 _WRITER_RE = re.compile(r"[A-Za-z0-9][A-Za-z0-9._:@/-]{0,127}\Z")
 #: Rows and bounds go into a commit only when the server says so (one a message): the
@@ -120,79 +115,6 @@ class Refused(Exception):
             # UNAVAILABLE: the same message may be sent again later, as it is.
             return fl.FlightUnavailableError(str(self), info)
         return fl.FlightServerError(str(self), info)
-
-
-# -- options -----------------------------------------------------------------------------------
-
-
-@dataclass(frozen=True)
-class ServeOptions:
-    """What ``rowtime serve`` was told (checked by :func:`check_options`)."""
-
-    root: str | None = None
-    catalog: str | None = None
-    host: str = "127.0.0.1"
-    port: int = DEFAULT_PORT
-    token_file: str | None = None
-    tls_cert: str | None = None
-    tls_key: str | None = None
-    max_message_bytes: int = DEFAULT_MAX_MESSAGE_BYTES
-    metrics_port: int | None = None
-    #: The catalog's streams served (None: all of them).
-    streams: tuple[str, ...] | None = None
-
-
-def is_loopback(host: str) -> bool:
-    if host == "localhost":
-        return True
-    try:
-        return ipaddress.ip_address(host).is_loopback
-    except ValueError:
-        return False
-
-
-def check_options(o: ServeOptions) -> None:
-    """Refuse what would serve streams to anyone, or cannot work, saying why."""
-    if o.root is None and o.catalog is None:
-        raise OptionError(
-            "rowtime serve needs --root DIR or --catalog FILE (the streams it serves)"
-        )
-    if o.root is not None and not os.path.isdir(o.root):
-        raise OptionError(f"--root {o.root} is not a folder")
-    if (o.tls_cert is None) != (o.tls_key is None):
-        raise OptionError("--tls-cert and --tls-key go together: give both, or neither")
-    if not 0 <= o.port < 65536:
-        raise OptionError(f"--port {o.port} must be a port, 0 (any free one) to 65535")
-    if o.max_message_bytes < 1:
-        raise OptionError(f"--max-message-bytes {o.max_message_bytes} must be at least 1")
-    if not is_loopback(o.host) and o.token_file is None and o.tls_cert is None:
-        raise OptionError(
-            f"--host {o.host} is not a loopback address, and without --token-file or TLS "
-            "(--tls-cert, --tls-key) anyone who can reach it could write to the streams: give "
-            "--token-file (with TLS, so the token never crosses the network in clear), or "
-            "listen on 127.0.0.1"
-        )
-
-
-def read_tokens(path: str) -> list[bytes]:
-    """The bearer tokens in ``path``, one a line (blank lines skipped). A file that others
-    than its owner may read or write is refused, as ssh refuses such a key."""
-    try:
-        mode = os.stat(path).st_mode
-        with open(path, "rb") as f:
-            text = f.read()
-    except OSError as e:
-        raise OptionError(f"--token-file {path} cannot be read: {e.strerror or e}") from None
-    if mode & (stat.S_IRWXG | stat.S_IRWXO):
-        raise OptionError(
-            f"--token-file {path} may be read or written by others (mode "
-            f"{stat.S_IMODE(mode):04o}): the tokens in it would not be secret. Run "
-            f"`chmod 600 {path}`"
-        )
-    tokens = [line.strip() for line in text.splitlines() if line.strip()]
-    if not tokens:
-        raise OptionError(f"--token-file {path} holds no token (one a line)")
-    return tokens
 
 
 # -- the streams served -------------------------------------------------------------------------
@@ -440,11 +362,14 @@ class RowtimeFlightServer(fl.FlightServerBase):
         self.refusals_before_writer: dict[str, int] = {}
         scheme = "grpc+tls" if tls else "grpc+tcp"
         shown_host = f"[{host}]" if ":" in host else host
-        super().__init__(
-            f"{scheme}://{shown_host}:{port}",
-            tls_certificates=[tls] if tls else None,
-            middleware={"rowtime": _Middleware(tokens, self._refused_early)},
-        )
+        try:
+            super().__init__(
+                f"{scheme}://{shown_host}:{port}",
+                tls_certificates=[tls] if tls else None,
+                middleware={"rowtime": _Middleware(tokens, self._refused_early)},
+            )
+        except (fl.FlightError, pa.ArrowException, OSError) as e:
+            raise OptionError(f"rowtime serve cannot listen on {host}:{port}: {e}") from None
         self.url = f"{'grpc+tls' if tls else 'grpc'}://{shown_host}:{self.port}"
 
     # -- bookkeeping
@@ -957,105 +882,3 @@ def metrics_registry(server: RowtimeFlightServer) -> Any:
 
 def _copy(c: _Counts) -> _Counts:
     return _Counts(c.messages, c.rows, c.bounds, c.duplicates, dict(c.refusals))
-
-
-# -- the command ------------------------------------------------------------------------------
-
-
-def options_from(args: argparse.Namespace) -> ServeOptions:
-    """The options of ``rowtime serve``: the command line over the catalog's ``[servers.NAME]``."""
-    base: dict[str, Any] = {}
-    if args.server is not None:
-        from .streams.catalog import find_catalog
-
-        path = find_catalog(args.catalog, None, needed_for="rowtime serve NAME")
-        base = server_entry(path, args.server)
-        if "root" in base and "streams" not in base:
-            base["streams"] = ()  # a root alone: not the catalog's streams too
-        if "streams" in base:
-            base["streams"] = tuple(base["streams"])
-        base["catalog"] = path
-    elif args.catalog is not None:
-        base["catalog"] = args.catalog
-    for key in ServeOptions.__dataclass_fields__:
-        value = getattr(args, key, None)
-        if value is not None:
-            base[key] = value
-    return ServeOptions(**base)
-
-
-def server_entry(catalog_path: str, name: str) -> dict[str, Any]:
-    """``[servers.NAME]`` of a catalog, as :class:`ServeOptions` fields (paths relative to the
-    catalog's folder)."""
-    catalog = load_catalog(catalog_path)
-    if name not in catalog.servers:
-        known = ", ".join(sorted(catalog.servers)) or "(none)"
-        raise OptionError(
-            f"no server {name!r} in catalog {catalog.path} ([servers.{name}]); its servers "
-            f"are: {known}"
-        )
-    return dict(catalog.servers[name])
-
-
-def cmd_serve(args: argparse.Namespace, out: Any = None) -> int:
-    out = out or sys.stderr
-    o = options_from(args)
-    check_options(o)
-    tokens = read_tokens(o.token_file) if o.token_file else []
-    tls = None
-    if o.tls_cert and o.tls_key:
-        try:
-            with open(o.tls_cert, "rb") as c, open(o.tls_key, "rb") as k:
-                tls = (c.read(), k.read())
-        except OSError as e:
-            raise OptionError(f"TLS certificate or key cannot be read: {e}") from None
-    streams = Streams(o.root, o.catalog, o.streams)
-    metrics = None
-    if o.metrics_port is not None:
-        try:
-            from prometheus_client import start_http_server
-        except ImportError:
-            raise OptionError(
-                "--metrics-port needs the Prometheus client: pip install 'pyspark-rowtime[metrics]'"
-            ) from None
-    try:
-        server = RowtimeFlightServer(
-            streams,
-            host=o.host,
-            port=o.port,
-            tokens=tokens,
-            tls=tls,
-            max_message_bytes=o.max_message_bytes,
-        )
-    except (fl.FlightError, pa.ArrowException, OSError) as e:
-        raise OptionError(f"cannot listen on {o.host}:{o.port}: {e}") from None
-    if o.metrics_port is not None:
-        metrics = start_http_server(o.metrics_port, o.host, registry=metrics_registry(server))
-    stop = threading.Event()
-
-    def on_signal(signum: int, frame: Any) -> None:
-        stop.set()
-
-    previous = {s: signal.signal(s, on_signal) for s in (signal.SIGTERM, signal.SIGINT)}
-    what = ", ".join(x for x in (o.root and f"streams below {o.root}", o.catalog) if x)
-    print(f"rowtime serve: listening on {server.url} ({what})", file=out, flush=True)
-    try:
-        while not stop.wait(0.5):
-            pass
-    finally:
-        for s, h in previous.items():
-            signal.signal(s, h)
-        started = time.monotonic()
-        ended = server.stop()
-        if isinstance(metrics, tuple):  # (server, thread) from prometheus-client 0.20 on
-            metrics[0].shutdown()
-        print(
-            f"rowtime serve: stopped in {time.monotonic() - started:.1f} s"
-            + ("" if ended else " (puts still open were cut; nothing is half stored)"),
-            file=out,
-            flush=True,
-        )
-        if not ended:
-            out.flush()
-            os._exit(0)  # a handler blocked on a silent client: its commits are atomic
-    return 0
