@@ -37,8 +37,7 @@ def test_rowtime_serve_name_takes_its_options_from_the_catalog(tmp_path: Path) -
         f'[servers.ingest]\nstreams = ["orders"]\nport = {port}\ntoken_file = "tokens"\n'
         f"metrics_port = {metrics_port}\n",
     )
-    create_stream(str(tmp_path / "data" / "orders"), "id BIGINT, name STRING", 1)
-    create_stream(str(tmp_path / "data" / "other"), "id BIGINT", 1)
+    # not created: the server creates a catalog's stream from its entry when first served
     auth = fl.FlightCallOptions(headers=[(b"authorization", b"Bearer tok-catalog")])
     with Served("ingest", "--catalog", str(catalog), port=port) as served:
         client = fl.connect(served.url)

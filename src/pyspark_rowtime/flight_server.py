@@ -62,7 +62,7 @@ from .bounds.errors import (
 from .bounds.time import from_rowtime_us, to_rowtime_us
 from .flight_sql import INGEST_TYPE, UPDATE_TYPE, ProtobufError, encode_update_result
 from .flight_sql import parse_command as parse_sql_command
-from .streams.catalog import load_catalog
+from .streams.catalog import ensure_stream, load_catalog
 from .streams.storage import LocationKind, StreamStorage, open_storage, redact_url, what_is_at
 from .streams.writer import Writer
 
@@ -121,8 +121,9 @@ class Refused(Exception):
 
 
 class Streams:
-    """The streams a server serves, by name: a catalog's (its names), and those under a root
-    folder (their paths relative to it, ``/``-separated)."""
+    """The streams a server serves, by name: a catalog's (its names; a stream not created yet
+    is created from its entry when first served, as the catalog's streams are everywhere), and
+    those under a root folder (their paths relative to it, ``/``-separated)."""
 
     def __init__(
         self,
@@ -133,16 +134,14 @@ class Streams:
         self.root = None if root is None else os.path.realpath(root)
         loaded = None if catalog is None else load_catalog(catalog)
         self.catalog = {} if loaded is None else {
-            name: entry.location
-            for name, entry in loaded.streams.items()
-            if only is None or name in only
+            name: entry for name, entry in loaded.streams.items() if only is None or name in only
         }  # fmt: skip
         self._open: dict[str, StreamStorage] = {}
         self._lock = threading.Lock()
 
     def location(self, name: str) -> str:
         if name in self.catalog:
-            return self.catalog[name]
+            return self.catalog[name].location
         if self.root is not None:
             parts = name.split("/")
             if name and all(p not in ("", ".", "..") for p in parts) and "\\" not in name:
@@ -165,6 +164,10 @@ class Streams:
             stream = self._open.get(name)
         if stream is not None:
             return stream
+        if name in self.catalog:
+            stream = ensure_stream(self.catalog[name])
+            with self._lock:
+                return self._open.setdefault(name, stream)
         location = self.location(name)
         if what_is_at(location).kind is not LocationKind.STREAM:
             raise StreamNotFoundError(
