@@ -24,6 +24,8 @@ import pyarrow as pa
 import pyarrow.flight as fl
 import pytest
 from fault_proxy import FaultProxy, Faults
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
 
 from pyspark_rowtime.api import create_stream, open_writer, read_stream
 from pyspark_rowtime.cli import main
@@ -716,3 +718,52 @@ def test_sigterm_while_a_client_streams_stores_whole_messages_and_each_acknowled
     assert ids == list(range(stored * rows))
     assert acked == list(range(len(acked))) and len(acked) <= stored
     assert stored < len(messages)  # it did stop in the middle
+
+
+# -- the rule, for any order of sends ---------------------------------------------------------
+
+
+@settings(
+    max_examples=20, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture]
+)
+@given(st.lists(st.one_of(st.integers(0, 6), st.just("restart")), min_size=1, max_size=14))
+def test_any_order_of_sends_and_restarts_stores_each_seq_once_in_order(
+    tmp_path_factory: pytest.TempPathFactory, sends: list[int | str]
+) -> None:
+    """Whatever a client sends (resends, gaps, seqs out of order) and whenever the server
+    restarts, the answers follow the rule (at or below the last committed: duplicate; the
+    next: committed; past it: refused naming it) and the stream holds seqs 0..last once each,
+    in order. Message k carries row k."""
+    root = tmp_path_factory.mktemp("any")
+    create_stream(str(root / "orders"), "id BIGINT, name STRING", 2)
+    server = RowtimeFlightServer(Streams(str(root)), port=0)
+    put: tuple[Any, Any] | None = None
+    last = -1
+    try:
+        for send in sends:
+            if send == "restart":
+                if put is not None:
+                    put[0].close()
+                    put = None
+                server.stop(5)
+                server = RowtimeFlightServer(Streams(str(root)), port=0)
+                continue
+            assert isinstance(send, int)
+            if put is None:
+                put = fl.connect(server.url).do_put(fl.FlightDescriptor.for_path("orders"), SCHEMA)
+            w, r = put
+            w.write_with_metadata(batch(send), meta("gw", send))
+            if send > last + 1:
+                with pytest.raises(fl.FlightServerError, match=f"expected is {last + 1} "):
+                    r.read()
+                    w.close()
+                put = None
+                continue
+            want = "duplicate" if send <= last else "committed"
+            assert ack(r) == {"seq": send, "status": want}
+            last = max(last, send)
+        if put is not None:
+            put[0].close()
+    finally:
+        server.stop(5)
+    assert ids_of(root) == list(range(last + 1))

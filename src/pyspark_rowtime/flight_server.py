@@ -439,7 +439,7 @@ class RowtimeFlightServer(fl.FlightServerBase):
             )
         try:
             return self._info(_text(descriptor.path[0]))
-        except StreamNotFoundError as e:
+        except (RowtimeError, Refused) as e:
             raise fl.FlightServerError(str(e)) from None
 
     def get_schema(self, context: Any, descriptor: fl.FlightDescriptor) -> fl.SchemaResult:
