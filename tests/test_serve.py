@@ -468,9 +468,12 @@ class Served:
         port = [] if self.port_given else ["--port", str(self.port)]
         self.proc = subprocess.Popen([*cmd, *port], stderr=subprocess.PIPE, text=True)
         assert self.proc.stderr is not None
-        line = self.proc.stderr.readline()
-        self.lines.append(line)
-        assert "listening on" in line, line + self.proc.stderr.read()
+        while True:  # the first line that says where it listens (a warning may come first)
+            line = self.proc.stderr.readline()
+            self.lines.append(line)
+            if not line or "listening on" in line:
+                break
+        assert "listening on" in line, "".join(self.lines) + self.proc.stderr.read()
         return self
 
     def kill(self) -> None:
