@@ -33,9 +33,11 @@ in) write to a stream over the network, as SQLstream's adapters did over JDBC wi
   (body ``{"stream", "partition", "writer"}``) the next ``seq`` the server expects.
 
 Python Flight handlers run under the GIL (apache/arrow 13745), so a handler only reads, checks
-and commits: one message is read, committed and answered before the next is read, and a
-client that does not read its answers is held back by HTTP/2 flow control, never buffered by
-the server (at most one message per put in memory).
+and commits: one message is read, committed and answered before the next is read. What a
+client sends ahead (one that does not read its answers, say) waits in gRPC's flow-control
+window, then holds the client back; the server itself holds one message per put. A message
+is measured against ``max_message_bytes`` once it has arrived: Flight lets gRPC take up to
+2 GiB, and pyarrow's server has no gRPC option to refuse it sooner.
 """
 
 from __future__ import annotations
