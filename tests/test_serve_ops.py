@@ -156,3 +156,22 @@ def test_a_client_that_stops_reading_acknowledgements_is_held_back_not_buffered(
     total = sum(m.get_total_buffer_size() for m in messages)
     assert peak - before < total / 2, (peak - before, total)
     assert ids_of(tmp_path) == list(range(n * rows))
+
+
+@pytest.mark.parametrize(
+    ("args", "why"),
+    [
+        (["nope"], "no server 'nope' in catalog"),
+        (["--tls-cert", "c.pem"], "--tls-cert and --tls-key go together"),
+        (["--max-message-bytes", "0"], "--max-message-bytes 0 must be at least 1"),
+        (["--port", "70000"], "--port 70000 must be a port"),
+    ],
+)
+def test_serve_refuses_what_cannot_work_before_it_listens(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], args: list[str], why: str
+) -> None:
+    from pyspark_rowtime.cli import main
+
+    catalog = write_catalog(tmp_path, '[servers.ingest]\nstreams = ["orders"]\n')
+    assert main(["serve", *args, "--catalog", str(catalog)]) == 2
+    assert why in capsys.readouterr().err
