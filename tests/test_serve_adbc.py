@@ -140,3 +140,24 @@ def test_the_go_driver_sends_the_bearer_token(root: Path, tmp_path: Path) -> Non
         server.stop(5)
     assert stored(root) == [(0, 0)]
     assert server.refusals_before_writer["auth"] >= 1
+
+
+def test_a_prepared_bound_statement_is_served_and_needs_no_server_state(
+    conn: Any, root: Path, server: RowtimeFlightServer
+) -> None:
+    """JDBC's executeUpdate and ADBC's prepare() prepare first: the handle is the statement's
+    text, so a prepared statement outlives nothing on the server (a restart loses nothing)."""
+    with conn.cursor() as cur:
+        cur.adbc_statement.set_options(
+            **{HEADER + "x-rowtime-writer": "jdbc-1", HEADER + "x-rowtime-seq": "0"}
+        )
+        cur.adbc_statement.set_sql_query("SET ROWTIME BOUND '2026-01-01T00:00:00Z' FOR orders")
+        cur.adbc_statement.prepare()
+        assert cur.adbc_statement.execute_update() == 1
+        assert cur.adbc_statement.execute_update() == 1  # the same seq again: a duplicate
+    with conn.cursor() as cur, pytest.raises(dbapi.Error, match="the one statement served"):
+        cur.adbc_statement.set_sql_query("SELECT * FROM orders")
+        cur.adbc_statement.prepare()
+    t = read_stream(str(root / "orders"))
+    assert t.column("is_bound").to_pylist() == [True]
+    assert server.counts[("orders", 0, "jdbc-1")].duplicates == 1

@@ -26,7 +26,7 @@ in) write to a stream over the network, as SQLstream's adapters did over JDBC wi
   table)`` with call headers ``x-rowtime-writer``, ``x-rowtime-seq``, ``x-rowtime-partition``
   and ``x-rowtime-bound``, the whole ingest one message, answered by one
   ``DoPutUpdateResult`` after the commit; ``execute_update("SET ROWTIME BOUND 'T' FOR
-  STREAM")`` with the same headers sends a bound alone.
+  STREAM")`` with the same headers sends a bound alone (prepared too: the handle is the text).
 * **ListFlights / GetFlightInfo**: each stream's schema (payload, then ``rowtime``) and, in
   the info's ``app_metadata``, its partitions and clock; **DoAction** ``clock`` (body: the
   stream) returns ``{"clock_us": ...}`` (SQLstream's ``getRowtimeBound``) and ``writer``
@@ -62,7 +62,17 @@ from .bounds.errors import (
     WriterLockedError,
 )
 from .bounds.time import from_rowtime_us, to_rowtime_us
-from .flight_sql import INGEST_TYPE, UPDATE_TYPE, ProtobufError, encode_update_result
+from .flight_sql import (
+    CLOSE_PREPARED,
+    CREATE_PREPARED,
+    INGEST_TYPE,
+    PREPARED_UPDATE_TYPE,
+    UPDATE_TYPE,
+    ProtobufError,
+    encode_prepared_result,
+    encode_update_result,
+    parse_prepare_request,
+)
 from .flight_sql import parse_command as parse_sql_command
 from .streams.catalog import ensure_stream, load_catalog
 from .streams.storage import LocationKind, StreamStorage, open_storage, redact_url, what_is_at
@@ -468,6 +478,18 @@ class RowtimeFlightServer(fl.FlightServerBase):
                     "clock": None if clock is None else from_rowtime_us(clock).isoformat(),
                     "partitions_us": [stream.clock_us(p) for p in range(stream.meta.partitions)],
                 }
+            elif action.type == CREATE_PREPARED:  # a Flight SQL driver's execute() prepares
+                query = parse_prepare_request(body)
+                if _BOUND_SQL.match(query) is None:
+                    raise Refused(
+                        "invalid",
+                        f"statement {query!r}: the one statement served is SET ROWTIME BOUND "
+                        "'TIME' FOR STREAM (TIME ISO-8601 or integer microseconds)",
+                    )
+                yield encode_prepared_result(query)
+                return
+            elif action.type == CLOSE_PREPARED:
+                return  # the handle is the statement's text: nothing to release
             elif action.type == "writer":
                 ask = json.loads(body)
                 name, partition = ask["stream"], int(ask.get("partition", 0))
@@ -591,7 +613,7 @@ class RowtimeFlightServer(fl.FlightServerBase):
                 if not sql.table:
                     raise Refused("invalid", "the bulk ingest names no table (the stream)")
                 name = sql.table
-            elif sql.type_url == UPDATE_TYPE:
+            elif sql.type_url in (UPDATE_TYPE, PREPARED_UPDATE_TYPE):
                 m = _BOUND_SQL.match(sql.query or "")
                 if m is None:
                     raise Refused(

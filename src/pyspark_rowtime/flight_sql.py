@@ -16,11 +16,16 @@ from collections.abc import Iterator
 from dataclasses import dataclass
 
 __all__ = [
+    "CLOSE_PREPARED",
+    "CREATE_PREPARED",
     "INGEST_TYPE",
+    "PREPARED_UPDATE_TYPE",
     "UPDATE_TYPE",
     "SqlCommand",
+    "encode_prepared_result",
     "encode_update_result",
     "parse_command",
+    "parse_prepare_request",
 ]
 
 _PREFIX = "type.googleapis.com/arrow.flight.protocol.sql."
@@ -28,6 +33,14 @@ _PREFIX = "type.googleapis.com/arrow.flight.protocol.sql."
 INGEST_TYPE = _PREFIX + "CommandStatementIngest"
 #: The ``Any`` type URL of an update statement (``execute_update``).
 UPDATE_TYPE = _PREFIX + "CommandStatementUpdate"
+#: The ``Any`` type URL of a prepared statement's update (DB-API's ``execute``, JDBC's
+#: ``executeUpdate``: the driver prepares first).
+PREPARED_UPDATE_TYPE = _PREFIX + "CommandPreparedStatementUpdate"
+#: The actions that prepare and close a statement, and the messages they carry.
+CREATE_PREPARED = "CreatePreparedStatement"
+CLOSE_PREPARED = "ClosePreparedStatement"
+_CREATE_REQUEST = _PREFIX + "ActionCreatePreparedStatementRequest"
+_CREATE_RESULT = _PREFIX + "ActionCreatePreparedStatementResult"
 
 _VARINT, _I64, _LEN, _I32 = 0, 1, 2, 5
 
@@ -117,7 +130,49 @@ def parse_command(command: bytes) -> SqlCommand:
             if number == 1:
                 query = _text(value, "CommandStatementUpdate.query")
         return SqlCommand(type_url, query=query)
+    if type_url == PREPARED_UPDATE_TYPE:
+        # The handle is the statement's text (encode_prepared_result): nothing to look up.
+        query = None
+        for number, _, value in fields(body):
+            if number == 1:
+                query = _text(value, "CommandPreparedStatementUpdate.prepared_statement_handle")
+        return SqlCommand(type_url, query=query)
     return SqlCommand(type_url)
+
+
+def _any(body: bytes) -> tuple[str | None, bytes]:
+    type_url, inner = None, b""
+    for number, _, value in fields(body):
+        if number == 1:
+            type_url = _text(value, "the message's type URL")
+        elif number == 2 and isinstance(value, bytes):
+            inner = value
+    return type_url, inner
+
+
+def parse_prepare_request(body: bytes) -> str:
+    """The query of a ``CreatePreparedStatement`` action's body (an ``Any`` holding
+    ``ActionCreatePreparedStatementRequest``: field 1 the query)."""
+    type_url, inner = _any(body)
+    if type_url != _CREATE_REQUEST:
+        raise ProtobufError(f"the action's body is {type_url!r}, not {_CREATE_REQUEST}")
+    for number, _, value in fields(inner):
+        if number == 1:
+            return _text(value, "ActionCreatePreparedStatementRequest.query")
+    raise ProtobufError("ActionCreatePreparedStatementRequest has no query")
+
+
+def _length_delimited(number: int, value: bytes) -> bytes:
+    return _encode_varint(number << 3 | _LEN) + _encode_varint(len(value)) + value
+
+
+def encode_prepared_result(query: str) -> bytes:
+    """The result of ``CreatePreparedStatement`` (an ``Any`` holding
+    ``ActionCreatePreparedStatementResult``): its handle (field 1) is the query's text, so a
+    statement needs no server state and survives a server restart; no schemas (an update
+    returns no rows and takes no parameters)."""
+    result = _length_delimited(1, query.encode("utf-8"))
+    return _length_delimited(1, _CREATE_RESULT.encode()) + _length_delimited(2, result)
 
 
 def _encode_varint(value: int) -> bytes:
