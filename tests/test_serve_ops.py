@@ -12,7 +12,8 @@ import pytest
 from test_serve import SCHEMA, Served, ack, batch, free_port, ids_of, meta
 
 from pyspark_rowtime.api import create_stream, read_stream
-from pyspark_rowtime.flight_server import RowtimeFlightServer, Streams, metrics_registry
+from pyspark_rowtime.flight_server import RowtimeFlightServer, Streams
+from pyspark_rowtime.serve_cli import metrics_registry
 from pyspark_rowtime.streams.catalog import CatalogError, load_catalog
 
 prometheus = pytest.importorskip("prometheus_client")

@@ -48,7 +48,7 @@ import os
 import re
 import threading
 from collections.abc import Callable, Iterator, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any
 
 import pyarrow as pa
@@ -85,7 +85,6 @@ __all__ = [
     "RowtimeFlightServer",
     "Streams",
     "load_producers",
-    "metrics_registry",
 ]
 
 #: How many writers a partition's record keeps (the most recent): one that wrote before the
@@ -408,6 +407,13 @@ class RowtimeFlightServer(fl.FlightServerBase):
         c = self._count(stream, partition, writer)
         with self._lock:
             c.refusals[e.reason] = c.refusals.get(e.reason, 0) + 1
+
+    def snapshot(self) -> tuple[dict[tuple[str, int, str], _Counts], dict[str, int]]:
+        """The counters per (stream, partition, writer), and the refusals before any writer
+        was named, by reason: copies, taken at one moment (the metrics read them)."""
+        with self._lock:
+            counts = {k: replace(c, refusals=dict(c.refusals)) for k, c in self.counts.items()}
+            return counts, dict(self.refusals_before_writer)
 
     def _partition(self, location: str, partition: int) -> _Partition:
         with self._lock:
@@ -860,52 +866,3 @@ class _Put:
                         part.writer.close()
                     finally:
                         part.writer = None
-
-
-# -- metrics ------------------------------------------------------------------------------------
-
-
-def metrics_registry(server: RowtimeFlightServer) -> Any:
-    """A Prometheus registry with the server's counters per stream, partition and writer
-    (a writer's name is what its client chose; no token or header value is a label)."""
-    from prometheus_client.core import CollectorRegistry, CounterMetricFamily
-
-    class Collector:
-        def collect(self) -> Iterator[Any]:
-            labels = ["stream", "partition", "writer"]
-            fams = {
-                "messages": CounterMetricFamily(
-                    "rowtime_serve_messages", "Messages committed", labels=labels
-                ),
-                "rows": CounterMetricFamily("rowtime_serve_rows", "Rows committed", labels=labels),
-                "bounds": CounterMetricFamily(
-                    "rowtime_serve_bounds", "Bounds committed", labels=labels
-                ),
-                "duplicates": CounterMetricFamily(
-                    "rowtime_serve_duplicates", "Messages answered duplicate", labels=labels
-                ),
-            }
-            refused = CounterMetricFamily(
-                "rowtime_serve_refusals", "Messages refused", labels=[*labels, "reason"]
-            )
-            with server._lock:
-                items = [(k, _copy(c)) for k, c in server.counts.items()]
-                early = dict(server.refusals_before_writer)
-            for (stream, partition, writer), c in items:
-                values = [stream, str(partition), writer]
-                for key, fam in fams.items():
-                    fam.add_metric(values, getattr(c, key))
-                for reason, n in c.refusals.items():
-                    refused.add_metric([*values, reason], n)
-            for reason, n in early.items():
-                refused.add_metric(["", "", "", reason], n)
-            yield from fams.values()
-            yield refused
-
-    registry = CollectorRegistry()
-    registry.register(Collector())
-    return registry
-
-
-def _copy(c: _Counts) -> _Counts:
-    return _Counts(c.messages, c.rows, c.bounds, c.duplicates, dict(c.refusals))

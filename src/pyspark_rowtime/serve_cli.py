@@ -13,6 +13,7 @@ import stat
 import sys
 import threading
 import time
+from collections.abc import Iterator
 from dataclasses import dataclass
 from typing import Any
 
@@ -26,6 +27,7 @@ __all__ = [
     "add_serve_parser",
     "check_options",
     "cmd_serve",
+    "metrics_registry",
     "read_tokens",
 ]
 
@@ -201,7 +203,7 @@ def cmd_serve(args: argparse.Namespace, out: Any = None) -> int:
                 tls = (c.read(), k.read())
         except OSError as e:
             raise OptionError(f"TLS certificate or key cannot be read: {e}") from None
-    from .flight_server import RowtimeFlightServer, Streams, metrics_registry
+    from .flight_server import RowtimeFlightServer, Streams
 
     streams = Streams(o.root, o.catalog, o.streams)
     metrics = None
@@ -250,3 +252,47 @@ def cmd_serve(args: argparse.Namespace, out: Any = None) -> int:
             out.flush()
             os._exit(0)  # a handler blocked on a silent client: its commits are atomic
     return 0
+
+
+# -- metrics ------------------------------------------------------------------------------------
+
+
+def metrics_registry(server: Any) -> Any:
+    """A Prometheus registry with the counters of a :class:`.flight_server.RowtimeFlightServer`
+    per stream, partition and writer (a writer's name is what its client chose; no token or
+    header value is a label)."""
+    from prometheus_client.core import CollectorRegistry, CounterMetricFamily
+
+    class Collector:
+        def collect(self) -> Iterator[Any]:
+            labels = ["stream", "partition", "writer"]
+            fams = {
+                "messages": CounterMetricFamily(
+                    "rowtime_serve_messages", "Messages committed", labels=labels
+                ),
+                "rows": CounterMetricFamily("rowtime_serve_rows", "Rows committed", labels=labels),
+                "bounds": CounterMetricFamily(
+                    "rowtime_serve_bounds", "Bounds committed", labels=labels
+                ),
+                "duplicates": CounterMetricFamily(
+                    "rowtime_serve_duplicates", "Messages answered duplicate", labels=labels
+                ),
+            }
+            refused = CounterMetricFamily(
+                "rowtime_serve_refusals", "Messages refused", labels=[*labels, "reason"]
+            )
+            counts, early = server.snapshot()
+            for (stream, partition, writer), c in counts.items():
+                values = [stream, str(partition), writer]
+                for key, fam in fams.items():
+                    fam.add_metric(values, getattr(c, key))
+                for reason, n in c.refusals.items():
+                    refused.add_metric([*values, reason], n)
+            for reason, n in early.items():
+                refused.add_metric(["", "", "", reason], n)
+            yield from fams.values()
+            yield refused
+
+    registry = CollectorRegistry()
+    registry.register(Collector())
+    return registry
