@@ -2,9 +2,15 @@
 
 Each leaf also derives from the builtin it resembles, so callers may catch either
 (``except ValueError`` keeps working). Messages name what was wrong, the value, and what to do.
+Every message is redacted when the error is made (:func:`.redaction.redact`): an error built
+from a location with a password, or from a library's text that echoes one, never holds it.
 """
 
 from __future__ import annotations
+
+from typing import Any
+
+from .redaction import redact
 
 _MAX_SHOWN = 80
 
@@ -18,7 +24,10 @@ def shown(value: object) -> str:
 
 
 class RowtimeError(Exception):
-    """Root of every error this project raises on purpose."""
+    """Root of every error this project raises on purpose. Its text arguments are redacted."""
+
+    def __init__(self, *args: Any) -> None:
+        super().__init__(*(redact(a) if isinstance(a, str) else a for a in args))
 
 
 class InvalidRowtimeError(RowtimeError, ValueError):

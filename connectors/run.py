@@ -16,6 +16,7 @@ from collections.abc import Mapping
 from typing import Any, TextIO
 
 from ..bounds.errors import OptionError
+from ..bounds.redaction import redact
 from ..bounds.time import format_rowtime, parse_duration_us
 from ..streams.catalog import Catalog, CatalogError, ConnectorEntry
 from .feed import Feed, state_problem, wall_us
@@ -152,7 +153,8 @@ def run(
             trouble = getattr(source, "unavailable", None)
             if trouble != reported:
                 if trouble:
-                    print(f"{time.strftime('%Y-%m-%dT%H:%M:%S')} {name}: {trouble}", file=out)
+                    said = redact(trouble)  # a client library's text, which may echo a URL
+                    print(f"{time.strftime('%Y-%m-%dT%H:%M:%S')} {name}: {said}", file=out)
                 reported = trouble
             if not busy:
                 feed.bound()

@@ -20,7 +20,14 @@ from ..bounds.errors import OptionError, SchemaError
 from ..streams.columns import SPARK_COLUMNS, SPARK_IS_BOUND, SPARK_ROWTIME
 from ..streams.options import OptionTable
 from ..streams.retention import format_duration, parse_retention, parse_size
-from ..streams.storage import local_path, redact_url, resolve, sink_store, target_files
+from ..streams.storage import (
+    MAX_PARTITIONS,
+    local_path,
+    redact_url,
+    resolve,
+    sink_store,
+    target_files,
+)
 from ..streams.tables import is_iceberg_location
 
 GRANULARITY_US = {
@@ -232,7 +239,7 @@ def parse_sink_options(
             partitions = int(given["partitions"].strip())
         except ValueError:
             raise _bad("partitions", given["partitions"]) from None
-        if not 1 <= partitions <= 10_000:
+        if not 1 <= partitions <= MAX_PARTITIONS:
             raise _bad("partitions", given["partitions"])
 
     retention: dict[str, Any] = {}

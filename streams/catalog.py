@@ -25,9 +25,15 @@ Operators set streams up once; Spark users then read and write them by name
 Rules this module enforces (the connectors' own keys are checked by ``connectors/``):
 
 * a secret is never inline: a location with a password (``redis://u:pw@...``,
-  ``s3://key:secret@...``) or a key named ``password``/``secret``/``token`` is an error that says
-  where the secret goes instead (a ``*_env`` key naming an environment variable; for object
-  storage the cloud's own variables); secrets are never printed (errors show ``***``);
+  ``s3://key:secret@...``) or a signature (``?sig=...``), or a key that names a secret
+  (:func:`..bounds.redaction.names_a_secret`: ``password``, ``token``,
+  ``aws_secret_access_key``, ``aws_session_token``, ``account_key``, ``sas_token``,
+  ``connection_string``, ``client_secret``, ...), is an error that says where the secret goes
+  instead (Redis: ``password_env`` naming an environment variable; object storage: the cloud's
+  own variables or credential files) and never shows its value;
+* a stream's or a connector's name is a plain name (:data:`NAME_RE`): letters, digits and
+  ``_ . -``, not starting with ``.``; a connector's progress folder is named after it, so a
+  name cannot reach outside its folder (``..``, ``/``, an absolute path);
 * a URL location is checked by its backend when the catalog is read (no I/O): a malformed one
   is an error at its line, not at first use;
 * every error is a :class:`CatalogError` naming the file, the line and the key
@@ -58,9 +64,10 @@ from typing import TYPE_CHECKING, Any
 import pyarrow as pa
 
 from ..bounds.errors import OptionError, RowtimeError, StreamNotFoundError
+from ..bounds.redaction import holds_secret, names_a_secret, redact, split_userinfo
 from .ddl import to_ddl
 from .meta import payload_schema, validate_defaults
-from .storage import create_storage, open_storage, resolve
+from .storage import MAX_PARTITIONS, create_storage, open_storage, resolve
 
 if TYPE_CHECKING:
     from .storage import StreamStorage
@@ -91,7 +98,7 @@ STREAM_KEYS: dict[str, str] = {
     "location": "a path (relative to the catalog file), a redis:// URL or an object storage URL "
     "(s3://bucket/prefix, az://container/prefix)",
     "schema": "the payload schema as Spark DDL, e.g. 'ticker STRING, qty INT'",
-    "partitions": "a whole number from 1 to 10000 (default 1)",
+    "partitions": f"a whole number from 1 to {MAX_PARTITIONS} (default 1)",
     "reader": "a table of reader defaults (order, adjust.unit, adjust.range, rowtime.column, ...)",
     "sink": "a table of sink options (clock, target, granularity, compression)",
     "password_env": "the name of an environment variable holding the Redis password",
@@ -101,10 +108,10 @@ STREAM_KEYS: dict[str, str] = {
 }
 #: Sink options a catalog may set for writers of a stream (the query's own options win).
 SINK_KEYS = ("clock", "target", "granularity", "compression")
-#: Key names that would hold a secret inline.
-_SECRET_KEYS = re.compile(r"(^|[._-])(password|passwd|secret|token|api_?key)$", re.IGNORECASE)
-#: A URL's ``user:password@`` (any scheme: redis://, s3://, az://, ...).
-_URL_SECRET = re.compile(r"([a-z][a-z0-9+.-]*://[^/@\s:]*:)[^\s/]*@", re.IGNORECASE)
+#: A stream's or a connector's name: it names folders (a connector's progress), so it cannot
+#: hold a path separator or start with a dot ("." and ".." included).
+NAME_RE = re.compile(r"[A-Za-z0-9_][A-Za-z0-9_.-]{0,127}\Z")
+NAME_RULE = "letters, digits and _ . - (1 to 128 of them, not starting with '.')"
 
 
 def _credentials_from(scheme: str) -> str:
@@ -126,11 +133,6 @@ def _credentials_from(scheme: str) -> str:
 
 class CatalogError(OptionError):
     """A catalog that cannot be used: the message names the file, line and key."""
-
-
-def redact(text: str) -> str:
-    """``text`` with any URL password replaced by ``***``."""
-    return _URL_SECRET.sub(r"\1***@", text)
 
 
 # -- where keys are --------------------------------------------------------------------------
@@ -353,26 +355,55 @@ def _server_entry(
     return out
 
 
+def _where_secret_goes(key: str) -> str:
+    """Where the secret a catalog key ``key`` would hold belongs (never the catalog)."""
+    words = set(re.split(r"[^a-z0-9]+", re.sub(r"(?<=[a-z0-9])(?=[A-Z])", "_", key).lower()))
+    if words & {"aws", "s3", "session"} or key.lower().startswith("aws"):
+        return (
+            "AWS credentials come from the environment variables AWS_ACCESS_KEY_ID, "
+            "AWS_SECRET_ACCESS_KEY and AWS_SESSION_TOKEN, a profile of ~/.aws/credentials "
+            "(AWS_PROFILE), or the machine's role"
+        )
+    azure = {"azure", "account", "sas", "connection", "shared", "client", "tenant", "abfs"}
+    if words & azure:
+        return (
+            "Azure credentials come from the environment variables AZURE_STORAGE_ACCOUNT_KEY, "
+            "AZURE_STORAGE_SAS_TOKEN or AZURE_CLIENT_ID/AZURE_CLIENT_SECRET/AZURE_TENANT_ID, "
+            "or the machine's managed identity"
+        )
+    return (
+        "a Redis password goes in an environment variable named by "
+        'password_env = "VARIABLE"; object storage credentials come from the cloud\'s '
+        "environment variables (AWS_*, AZURE_STORAGE_*) or the machine's role"
+    )
+
+
 def _no_inline_secrets(path: str, text: str, node: Any, keys: tuple[str, ...]) -> None:
     if isinstance(node, dict):
         for k, v in node.items():
             here = (*keys, k)
-            if _SECRET_KEYS.search(k) and not isinstance(v, dict):
+            if names_a_secret(k) and not isinstance(v, dict):
                 raise _error(
                     path,
                     text,
                     here,
                     _MISSING,
-                    f"secrets are never written in a catalog: put it in an environment variable "
-                    f'and name that variable with {k}_env = "VARIABLE"',
+                    "names a secret, and secrets are never written in a catalog (its value is "
+                    f"not shown): remove it; {_where_secret_goes(k)}",
                 )
             _no_inline_secrets(path, text, v, here)
-    elif isinstance(node, str) and (found := _URL_SECRET.search(node)):
-        scheme = found.group(1).split("://", 1)[0].lower()
-        if scheme in ("redis", "rediss"):
+    elif isinstance(node, str) and holds_secret(node):
+        _, _, password, _ = split_userinfo(node.strip())
+        scheme = node.strip().split("://", 1)[0].lower() if "://" in node else ""
+        why = "the URL holds a password (not shown)"
+        if password is None:
+            why = "the value holds a token or a signature (not shown)"
+            where = _credentials_from(scheme) if scheme else _where_secret_goes("")
+            instead = f"remove it: {where}"
+        elif scheme in ("redis", "rediss"):
             instead = (
-                'remove it and set password_env = "VARIABLE" naming an environment variable that '
-                "holds it"
+                'remove it and set password_env = "VARIABLE" naming an environment variable '
+                "that holds it"
             )
         else:
             instead = f"remove it: {_credentials_from(scheme)}"
@@ -381,12 +412,24 @@ def _no_inline_secrets(path: str, text: str, node: Any, keys: tuple[str, ...]) -
             text,
             keys,
             _MISSING,
-            "the URL holds a password (shown as ***): secrets are never written in a catalog; "
-            + instead,
+            f"{why}: secrets are never written in a catalog; {instead}",
         )
     elif isinstance(node, list):
         for v in node:
             _no_inline_secrets(path, text, v, keys)
+
+
+def _check_names(path: str, text: str, top: str, node: dict[str, Any]) -> None:
+    for name in node:
+        if not NAME_RE.match(name):
+            raise _error(
+                path,
+                text,
+                (top, name),
+                _MISSING,
+                f"a {top[:-1]} name may hold only {NAME_RULE}: a name becomes part of folder "
+                "names, and this one could reach outside them; rename it",
+            )
 
 
 def _tables(path: str, text: str, doc: dict[str, Any], top: str) -> dict[str, dict[str, Any]]:
@@ -396,6 +439,7 @@ def _tables(path: str, text: str, doc: dict[str, Any], top: str) -> dict[str, di
     for name, table in node.items():
         if not isinstance(table, dict):
             raise _error(path, text, (top, name), table, f"must be a table [{top}.{name}]")
+    _check_names(path, text, top, node)
     return node
 
 
@@ -431,7 +475,7 @@ def _stream_entry(path: str, text: str, name: str, table: dict[str, Any]) -> Str
     partitions = table.get("partitions", 1)
     if isinstance(partitions, bool) or not isinstance(partitions, int):
         raise fail("partitions", f"must be {STREAM_KEYS['partitions']}")
-    if not 1 <= partitions <= 10_000:
+    if not 1 <= partitions <= MAX_PARTITIONS:
         raise fail("partitions", f"must be {STREAM_KEYS['partitions']}")
     reader_raw = table.get("reader", {})
     if not isinstance(reader_raw, dict):
@@ -473,7 +517,12 @@ def _location(catalog: str, location: str, password_env: Any, fail: Any) -> str:
     if "://" in location:
         scheme = location.split("://", 1)[0].lower()
         if scheme == "file":
-            return urllib.parse.urlparse(location).path
+            try:
+                return urllib.parse.urlparse(location).path
+            except ValueError:  # an unclosed "[": urllib's text would quote the location
+                raise fail(
+                    "location", "cannot be read as a file:// URL (file:///abs/path)"
+                ) from None
         if password_env is not None:
             if not isinstance(password_env, str) or not re.fullmatch(r"[A-Za-z_]\w*", password_env):
                 raise fail("password_env", "must be the name of an environment variable")

@@ -62,7 +62,6 @@ from __future__ import annotations
 import enum
 import importlib
 import os
-import re
 import urllib.parse
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
@@ -72,6 +71,7 @@ from typing import TYPE_CHECKING, Any, Protocol, runtime_checkable
 import pyarrow as pa
 
 from ..bounds.errors import CorruptLogError, OptionError, SchemaError, StreamNotFoundError
+from ..bounds.redaction import redact, split_userinfo
 from ..bounds.versions import newer_format
 
 if TYPE_CHECKING:
@@ -80,6 +80,7 @@ if TYPE_CHECKING:
     from .segments import SegmentStats
 
 __all__ = [
+    "MAX_PARTITIONS",
     "SINK_DIR",
     "SINK_TARGET_FILE",
     "Backend",
@@ -686,17 +687,20 @@ def _scheme(location: str | os.PathLike[str]) -> str:
         raise OptionError(f"a stream location must be a path or a URL, got {location!r}")
     if "://" not in location:
         return ""
-    return urllib.parse.urlparse(location).scheme.lower()
+    # Not urllib: it reads the whole URL, and a password holding "[" fails it (Invalid IPv6).
+    head = split_userinfo(location)[0]
+    return head[: -len("://")].lower()
 
 
-#: A password may hold ``/`` and ``@``: it ends at the last ``@`` before the host.
-_USERINFO_RE = re.compile(r"([A-Za-z][\w+.-]*://[^/@\s:]*:)[^\s]*@(?=[^@\s/]*(?:[/?\s]|$))")
+#: The most partitions a stream may be created with (the catalog, ``rowtime create``, the sink's
+#: ``partitions`` and :func:`create_storage` all hold to it): each partition is a writer, a lock,
+#: a clock and a folder or set of keys, and a planner reads every partition's tail each step.
+MAX_PARTITIONS = 10_000
 
 
-def redact_url(text: str) -> str:
-    """``text`` with the password of any ``scheme://user:password@`` URL shown as ``***``
-    (for errors about locations of any scheme, known or not)."""
-    return _USERINFO_RE.sub(r"\1***@", text)
+#: The project's one redaction (:mod:`..bounds.redaction`), under the name this module has
+#: always exported it by.
+redact_url = redact
 
 
 def local_path(location: str | os.PathLike[str]) -> str:
@@ -707,16 +711,21 @@ def local_path(location: str | os.PathLike[str]) -> str:
     if not isinstance(location, str) or not location:
         raise OptionError(f"a stream location must be a path or a file:// URL, got {location!r}")
     if "://" in location:
-        url = urllib.parse.urlparse(location)
-        if url.scheme != "file":
+        head, user, _, _ = split_userinfo(location)
+        scheme = head[: -len("://")].lower()
+        if scheme != "file":
             raise OptionError(
                 f"stream location {redact_url(location)!r}: only local paths and file:// URLs are "
-                f"supported by the embedded log (not {url.scheme}://)"
+                f"supported by the embedded log (not {scheme}://)"
             )
-        if url.netloc not in ("", "localhost"):
+        try:
+            url = urllib.parse.urlparse(location)
+        except ValueError:  # an unclosed "[" of a host: urllib's text would quote it
+            url = None
+        if url is None or user is not None or url.netloc not in ("", "localhost"):
             raise OptionError(
-                f"stream location {location!r}: a file:// URL names a local path "
-                "(file:///abs/path); remote hosts are not supported"
+                f"stream location {redact_url(location)!r}: a file:// URL names a local path "
+                "(file:///abs/path); remote hosts and credentials are not supported"
             )
         location = urllib.parse.unquote(url.path)
     return os.path.abspath(os.path.expanduser(location))
@@ -763,6 +772,17 @@ def create_storage(
     partitions: int = 1,
     **defaults: Any,
 ) -> StreamStorage:
-    """Create the stream at ``location`` (or open the identical one) with its backend."""
+    """Create the stream at ``location`` (or open the identical one) with its backend; at most
+    :data:`MAX_PARTITIONS` partitions."""
+    if (
+        not isinstance(partitions, bool)
+        and isinstance(partitions, int)
+        and partitions > MAX_PARTITIONS
+    ):
+        raise OptionError(
+            f"stream {redact(os.fspath(location))!r}: partitions={partitions} is more than "
+            f"{MAX_PARTITIONS}, the most a stream may have (each partition is a writer, a lock "
+            "and a clock that every query's planner reads); use fewer"
+        )
     backend = backend_for(location)
     return backend.create(backend.resolve(os.fspath(location)), schema, partitions, defaults)

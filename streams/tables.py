@@ -30,6 +30,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from ..bounds.errors import OptionError, StreamNotFoundError
+from ..bounds.redaction import split_userinfo
 from .storage import LocationKind, local_path, redact_url
 
 __all__ = [
@@ -85,7 +86,7 @@ def delta_uri(location: str) -> str:
     """``location`` as delta-rs takes it: a local path, or a URL of a scheme it knows (``s3a``
     becomes ``s3``). Credentials and endpoints come from the cloud's environment variables, as
     for streams on object storage (``streams.objstore.location``)."""
-    scheme = urllib.parse.urlparse(location).scheme.lower()
+    scheme = split_userinfo(location)[0][:-3].lower()
     if scheme in ("", "file"):
         return local_path(location)
     if scheme == "s3a":
@@ -134,13 +135,18 @@ class IcebergLocation:
 
 
 def is_iceberg_location(location: str | os.PathLike[str]) -> bool:
-    return urllib.parse.urlparse(os.fspath(location)).scheme.lower() in SCHEMES
+    return split_userinfo(os.fspath(location))[0][:-3].lower() in SCHEMES
 
 
 def parse_iceberg_location(location: str) -> IcebergLocation:
     """``location`` parsed; :class:`OptionError` showing the form when it is not one."""
-    url = urllib.parse.urlparse(location)
     shown = redact_url(location)
+    try:
+        url = urllib.parse.urlparse(location)
+    except ValueError:  # an unclosed "[" (urllib's message would quote the location)
+        raise OptionError(
+            f"{shown!r} cannot be read as iceberg://CATALOG/NAMESPACE.TABLE"
+        ) from None
     name = urllib.parse.unquote(url.path).strip("/")
     if (
         url.scheme.lower() not in SCHEMES

@@ -30,6 +30,8 @@ What is guaranteed:
   implicit rows, or the arrival of an implicit row written before 0.2.0). After
   ``end_stream()`` the clock is the end of stream and no row can follow.
 * One writer per partition: a second one gets :class:`WriterLockedError` while the first lives.
+* A record holds at most 64 MiB of string and binary values (:mod:`.row_checks`); a larger
+  row is refused at insert, naming it, and nothing of the call is buffered.
 
 Rowtimes are read with one :class:`pyspark_rowtime.bounds.time.TimeFormat` built from the
 stream's defaults ``rowtime_unit`` (else ``ms``), ``rowtime_timezone`` (else UTC) and
@@ -70,6 +72,8 @@ from ..bounds.time import TimeFormat, parse_duration_us
 from ..bounds.time import format_rowtime as _iso  # the one formatter, short for messages
 from .ddl import type_to_ddl
 from .retention import RetentionCheck
+from .row_checks import INT_RANGES, ROW_ROOM_CHARS, check_row, check_table, counted_columns
+from .row_checks import fast_types as _fast_types
 from .segments import SegmentStats, clock_before, data_run_stats
 from .storage import StreamStorage, open_storage
 
@@ -106,41 +110,6 @@ def constant_int64(n: int, value: int) -> pa.ChunkedArray:
 def _with_arrival(chunk: pa.Table, stamp: int) -> pa.Table:
     """``chunk`` (in the record schema: arrival first) with every arrival ``stamp``."""
     return chunk.set_column(0, chunk.schema.field(0), constant_int64(chunk.num_rows, stamp))
-
-
-_INT_RANGES = {
-    pa.int8(): (-(2**7), 2**7 - 1),
-    pa.int16(): (-(2**15), 2**15 - 1),
-    pa.int32(): (-(2**31), 2**31 - 1),
-    pa.int64(): (-(2**63), 2**63 - 1),
-}
-
-
-def _fast_types(dtype: pa.DataType) -> frozenset[type]:
-    """Python types that need no further check for a column of ``dtype`` (besides int range).
-
-    Anything else goes through :meth:`Writer._check_row`, which asks pyarrow.
-    """
-    t = pa.types
-    if t.is_integer(dtype):
-        return frozenset({int})
-    if t.is_floating(dtype):
-        return frozenset({float, int})
-    if t.is_boolean(dtype):
-        return frozenset({bool})
-    if t.is_string(dtype):
-        return frozenset({str})
-    if t.is_binary(dtype):
-        return frozenset({bytes, bytearray})
-    if t.is_timestamp(dtype):
-        return frozenset({dt.datetime})
-    if t.is_date32(dtype):
-        return frozenset({dt.date})
-    if t.is_duration(dtype):
-        return frozenset({dt.timedelta})
-    if t.is_time(dtype):
-        return frozenset({dt.time})
-    return frozenset()  # decimal, nested: checked by pyarrow every time
 
 
 class Writer:
@@ -185,10 +154,11 @@ class Writer:
         self._good_types: set[tuple[type, ...]] = set()
         # int64 is checked when the buffer becomes Arrow (a Python int past 2**63 is rare).
         self._ranges = tuple(
-            (i, *_INT_RANGES[f.type])
+            (i, *INT_RANGES[f.type])
             for i, f in enumerate(fields)
-            if f.type in _INT_RANGES and f.type != pa.int64()
+            if f.type in INT_RANGES and f.type != pa.int64()
         )
+        self._wide = counted_columns(self._schema)  # the record size limit's columns
         defaults = meta.defaults
         self._reject = defaults.get("order") == "reject"
         # Built (and so checked) once per writer, not on every insert().
@@ -341,6 +311,14 @@ class Writer:
                 v = values[i]
                 if v is not None and not lo <= v <= hi:
                     self._bad_value(self._names[i], v, f"out of range [{lo}, {hi}]")
+            if self._wide:
+                size = 0
+                for i in self._wide:
+                    v = values[i]
+                    if v is not None:
+                        size += len(v)
+                if size > ROW_ROOM_CHARS:
+                    check_row(values, self._wide, self._names, self._where)
             if rowtime is None and self._promote_index is not None:
                 rowtime = values[self._promote_index]
                 if rowtime is None:
@@ -513,6 +491,7 @@ class Writer:
                 columns.append(col)
             if n == 0:
                 return
+            check_table(columns, self._wide, self._names, self._where)
             arrival = max(self._clock_now(), self._arrival)
             clock = self._clock
             check_late = self._reject or clock == END_OF_STREAM_US

@@ -65,7 +65,13 @@ from .streams.retention import (
     parse_retention,
     parse_size,
 )
-from .streams.storage import LocationKind, StreamStorage, open_storage, what_is_at
+from .streams.storage import (
+    MAX_PARTITIONS,
+    LocationKind,
+    StreamStorage,
+    open_storage,
+    what_is_at,
+)
 from .streams.writer import Writer
 
 __all__ = ["main"]
@@ -132,7 +138,7 @@ def cmd_create(args: argparse.Namespace) -> int:
         entry = _catalog(args).stream(args.stream)
         meta = ensure_stream(entry).meta
         print(
-            f"stream {args.stream} at {meta.location}: {meta.partitions} partition(s), "
+            f"stream {args.stream} at {redact(meta.location)}: {meta.partitions} partition(s), "
             f"schema {meta.ddl}"
         )
         return 0
@@ -142,7 +148,7 @@ def cmd_create(args: argparse.Namespace) -> int:
         args.path, args.schema, args.partitions, **_parse_defaults(args.default or [])
     )
     meta = stream.meta
-    print(f"stream {meta.location}: {meta.partitions} partition(s), schema {meta.ddl}")
+    print(f"stream {redact(meta.location)}: {meta.partitions} partition(s), schema {meta.ddl}")
     return 0
 
 
@@ -283,7 +289,7 @@ def _idle_timeout_us(stream: StreamStorage, given: Any) -> int | None:
 
 def cmd_describe(args: argparse.Namespace) -> int:
     where = what_is_at(args.path)
-    path = where.resolved
+    path = redact(where.resolved)  # shown: a backend may resolve to the location as given
     if where.kind is LocationKind.PARQUET_TARGET:
         if args.verify:
             raise OptionError(
@@ -291,7 +297,8 @@ def cmd_describe(args: argparse.Namespace) -> int:
                 "a Parquet target of the sink: describe it without --verify"
             )
 
-        target = describe_parquet_target(path)  # a Parquet target of writeStream.format("rowtime")
+        # a Parquet target of writeStream.format("rowtime")
+        target = describe_parquet_target(where.resolved)
         print(json.dumps(target, indent=2) if args.json else describe_text(target))
         return 0
     if where.kind in (LocationKind.DELTA_TARGET, LocationKind.ICEBERG_TARGET):
@@ -308,6 +315,7 @@ def cmd_describe(args: argparse.Namespace) -> int:
             print("stream clock  none")
         return 0
     info = describe(open_storage(args.path), verify=args.verify, idle_timeout=args.idle_timeout)
+    info["location"] = redact(info["location"])
     if args.json:
         print(json.dumps(info, indent=2))
         return 1 if any("damaged" in p for p in info["partition_info"]) else 0
@@ -630,7 +638,12 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--schema", help="payload columns as Spark DDL: 'a INT, b STRING'")
     p.add_argument("--stream", help="create the catalog's stream NAME from its entry instead")
     p.add_argument("--catalog", help="the catalog file (default: $ROWTIME_CATALOG)")
-    p.add_argument("--partitions", type=int, default=1, help="number of partitions (default 1)")
+    p.add_argument(
+        "--partitions",
+        type=int,
+        default=1,
+        help=f"number of partitions, 1 to {MAX_PARTITIONS} (default 1)",
+    )
     p.add_argument(
         "--default",
         action="append",
@@ -803,7 +816,7 @@ def main(argv: Sequence[str] | None = None) -> int:
             pass
         return 0
     except (RowtimeError, OSError) as e:
-        message = " ".join(str(e).split())  # one line
+        message = " ".join(redact(str(e)).split())  # one line (an OSError is not redacted yet)
         print(f"{PROG} {args.command}: error: {message}", file=sys.stderr)
         return 2
     except KeyboardInterrupt:

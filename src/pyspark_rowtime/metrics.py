@@ -2,7 +2,8 @@
 
 ``rowtime metrics PATH...`` prints :func:`exposition`; ``rowtime connect --metrics-port N``
 serves the same at ``/metrics`` (:func:`serve`). Every series is named ``rowtime_*`` and
-labelled ``stream`` (the location as given) and, per partition, ``partition``:
+labelled ``stream`` (the location as given, any password or token in it shown as ``***``:
+:func:`stream_label`) and, per partition, ``partition``:
 
 =================================  ======================================================
 ``rowtime_partition_clock_seconds`` the partition clock under the stream's default policy
@@ -42,6 +43,7 @@ from .api import rowtime_bound_us
 from .bounds.bounds import END_OF_STREAM_US
 from .bounds.errors import OptionError
 from .bounds.plan import idle_partitions
+from .bounds.redaction import redact
 from .datasource.options import parse_reader_options
 from .datasource.planner import whole_step
 from .streams.columns import LOG_ARRIVAL_US
@@ -103,6 +105,12 @@ def _first_arrival_after(stream: StreamStorage, partition: int, t_us: int) -> in
             i = int(np.searchsorted(arrivals, t_us, side="right"))
             return int(arrivals[i]) if i < len(arrivals) else None
     return None
+
+
+def stream_label(location: str) -> str:
+    """The ``stream`` label of a location's series: the location as given, redacted (a scrape
+    is read by whoever can reach the port, and kept by Prometheus)."""
+    return redact(location)
 
 
 def _seconds(t_us: int | None) -> float | None:
@@ -204,7 +212,7 @@ class RowtimeCollector:
         ):
             clock = rowtime_bound_us(location)
             if clock is not None:
-                g["sink_clock"].add_metric([location], clock / 1e6)
+                g["sink_clock"].add_metric([stream_label(location)], clock / 1e6)
         if where.kind is not LocationKind.STREAM:
             return
         stream_metrics(location, g, c)
@@ -224,8 +232,9 @@ def stream_metrics(location: str, g: dict[str, Any], c: dict[str, Any]) -> None:
     if cfg.idle_timeout_us is not None:
         lasts = [t.last_arrival_us if t.end else getattr(meta, "created_us", None) for t in tails]
         idle = idle_partitions(lasts, cfg.idle_timeout_us)
+    label = stream_label(location)
     for p, (state, tail) in enumerate(zip(end.partitions, tails, strict=True)):
-        labels = [location, str(p)]
+        labels = [label, str(p)]
         clock = state.clock_us(cfg.policy)
         if clock is not None:
             g["partition_clock"].add_metric(labels, clock / 1e6)
@@ -241,9 +250,9 @@ def stream_metrics(location: str, g: dict[str, Any], c: dict[str, Any]) -> None:
             g["idle"].add_metric(labels, 1 if p in idle else 0)
         g["first_kept"].add_metric(labels, int(start_offset(p)) if start_offset else 0)
     if end.clock_us is not None:
-        g["stream_clock"].add_metric([location], end.clock_us / 1e6)
+        g["stream_clock"].add_metric([label], end.clock_us / 1e6)
         if newest is not None:
-            g["lag"].add_metric([location, ""], (newest - end.clock_us) / 1e6)
+            g["lag"].add_metric([label, ""], (newest - end.clock_us) / 1e6)
 
 
 def registry(locations: Sequence[str]) -> Any:

@@ -11,8 +11,10 @@ obstore (Rust's ``object_store``): ``AWS_ACCESS_KEY_ID``, ``AWS_SECRET_ACCESS_KE
 ``AWS_SESSION_TOKEN``, ``AWS_REGION``, ``AWS_ENDPOINT_URL``, ``AWS_ALLOW_HTTP``, the instance's
 or the container's role; ``AZURE_STORAGE_ACCOUNT_NAME``, ``AZURE_STORAGE_ACCOUNT_KEY``,
 ``AZURE_STORAGE_SAS_TOKEN``, ``AZURE_STORAGE_ENDPOINT``, ``AZURE_CLIENT_ID`` and friends. A
-location never carries a secret (one with ``user:password@`` is refused), so a location can be
-shown in every error, plan and ``describe``; obstore's messages name paths, never credentials.
+location never carries a secret (one with ``user:password@``, or with a query such as a SAS
+token's ``?sv=...&sig=...``, is refused without showing it), so a location can be shown in
+every error, plan and ``describe``. obstore's messages are cut to their first line and redacted
+(:func:`...bounds.redaction.redact`: a signature or a key from the environment is masked).
 """
 
 from __future__ import annotations
@@ -28,7 +30,7 @@ from functools import partial
 from typing import Any, TypeVar
 
 from ...bounds.errors import OptionError, RowtimeError
-from ..storage import redact_url
+from ...bounds.redaction import redact, split_userinfo
 
 __all__ = [
     "SCHEMES",
@@ -78,20 +80,32 @@ class ObjectLocation:
 def parse_location(location: str) -> ObjectLocation:
     """``location`` parsed; :class:`OptionError` saying what is wrong and what a location
     looks like when it is not one."""
-    shown = redact_url(location)
-    url = urllib.parse.urlparse(location)
+    shown = redact(location)
+    head, user, password, rest = split_userinfo(location)
+    # Parsed without a password: urllib's errors would quote a piece of one.
+    try:
+        url = urllib.parse.urlparse(head + (f"{user}@" if user is not None else "") + rest)
+    except ValueError as e:  # an unclosed "[" of an IPv6 host
+        raise OptionError(
+            f"object storage location {shown!r} cannot be read ({e}): a location is "
+            "scheme://bucket/prefix"
+        ) from None
     scheme = url.scheme.lower()
     if scheme not in SCHEMES:
         raise OptionError(f"{shown!r} is not an object storage location (s3://, az://, abfs://)")
-    if url.password is not None or (url.username is not None and scheme not in ("abfs", "abfss")):
+    if password is not None or (user is not None and scheme not in ("abfs", "abfss")):
+        hidden = f"{head}***@{rest}"  # a user alone may be a key or a token: hidden too
         raise OptionError(
-            f"object storage location {shown!r} carries credentials: give them through the "
-            "cloud's environment variables (AWS_ACCESS_KEY_ID/AWS_SECRET_ACCESS_KEY, "
+            f"object storage location {redact(hidden)!r} carries credentials: give them through "
+            "the cloud's environment variables (AWS_ACCESS_KEY_ID/AWS_SECRET_ACCESS_KEY, "
             "AZURE_STORAGE_ACCOUNT_KEY, ...) or the machine's role, never in the location"
         )
     if url.query or url.fragment or url.params:
+        # Not shown: a query may be a SAS token or a presigned URL's signature.
+        bare = redact(location.split("?", 1)[0].split("#", 1)[0].split(";", 1)[0])
         raise OptionError(
-            f"object storage location {shown!r} has a query or fragment: a location is "
+            f"object storage location {bare!r} has a query or fragment (not shown: it may hold "
+            "a token or a signature): a location is "
             "scheme://bucket/prefix; endpoints and credentials come from environment variables"
         )
     account = None
@@ -340,7 +354,7 @@ def _make_store(loc: ObjectLocation) -> Any:
 
 def _short(e: BaseException) -> str:
     """The first line of an obstore error (its debug dump follows), secrets redacted."""
-    return redact_url(str(e).split("\n", 1)[0])[:500]
+    return redact(str(e).split("\n", 1)[0])[:500]
 
 
 def call(loc: ObjectLocation, what: str, fn: Callable[[], T]) -> T:

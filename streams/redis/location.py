@@ -18,8 +18,12 @@ optional query settings::
 ``ssl_cert_reqs``         ``rediss://`` only: ``required`` (default), ``optional`` or ``none``
 ========================  =====================================================================
 
-The password never appears in what this module prints: :func:`redact` replaces it by ``***``
-in any text holding a location, and :class:`RedisLocation`'s ``str``/``repr`` are redacted.
+The password never appears in what this module prints: :func:`redact` (the project's one
+redaction, :mod:`...bounds.redaction`) replaces it by ``***`` in any text holding a location,
+:class:`RedisLocation`'s ``str``/``repr`` leave it out, and the parser remembers it
+(:func:`remember_secret`) before anything can fail, so no error shows a piece of it either. A
+password may be percent-encoded (``%2F`` for ``/``) or written as it is: it runs from the
+``:`` after the user to the last ``@`` (:func:`split_userinfo`).
 """
 
 from __future__ import annotations
@@ -33,6 +37,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from ...bounds.errors import OptionError, RowtimeError
+from ...bounds.redaction import redact, remember_secret, split_userinfo
 from ...bounds.time import parse_duration_us
 
 __all__ = [
@@ -60,19 +65,9 @@ _SETTINGS = {
     "ssl_cert_reqs",
 }
 
-# user:password@ in a redis:// or rediss:// URL; the password is everything up to the last @
-# before the host (a password may itself hold @ or : when percent-encoded or not).
-_SECRET_RE = re.compile(r"(rediss?://[^/@\s:]*:)[^\s]*@(?=[^@\s/]*(?:[/?\s]|$))")
-
 
 class RedisUnavailableError(RowtimeError, ConnectionError):
     """The Redis server did not answer within the location's timeouts and retries."""
-
-
-def redact(text: str) -> str:
-    """``text`` with the password of every ``redis://`` / ``rediss://`` location replaced by
-    ``***`` (``redis://u:***@host:6379/0/s``). Text without one is returned unchanged."""
-    return _SECRET_RE.sub(r"\1***@", text)
 
 
 def is_redis_location(location: object) -> bool:
@@ -128,6 +123,7 @@ class RedisLocation:
         if self.password_env is None:
             return self.password
         value = os.environ.get(self.password_env)
+        remember_secret(value)
         if value is None:
             raise OptionError(
                 f"{self}: password_env={self.password_env} names an environment variable that "
@@ -229,10 +225,16 @@ def parse_location(location: str) -> RedisLocation:
 
     Raises :class:`OptionError` naming the (redacted) location and what is accepted.
     """
+    head, user, secret, rest = split_userinfo(location)
+    remember_secret(secret)
+    if secret is not None:
+        remember_secret(urllib.parse.unquote(secret))
     shown = redact(location)
     form = "redis://[user:password@]host:port/db/name (or rediss:// for TLS)"
     try:
-        url = urllib.parse.urlsplit(location)
+        # The credentials are split off first: urllib reads the authority up to the first "/",
+        # so a password holding one would be read as a port, and urllib's error quotes it.
+        url = urllib.parse.urlsplit(head + rest)
         port = url.port
     except ValueError as e:
         raise OptionError(
@@ -294,7 +296,7 @@ def parse_location(location: str) -> RedisLocation:
         )
     if "ssl_ca_certs" in settings:
         kw["ssl_ca_certs"] = settings["ssl_ca_certs"]
-    password = urllib.parse.unquote(url.password) if url.password is not None else None
+    password = urllib.parse.unquote(secret) if secret is not None else None
     if "password_env" in settings:
         if password:
             raise OptionError(
@@ -307,7 +309,7 @@ def parse_location(location: str) -> RedisLocation:
         port=port if port is not None else 6379,
         db=int(db_text),
         name=name,
-        username=urllib.parse.unquote(url.username) if url.username else None,
+        username=urllib.parse.unquote(user) if user else None,
         password=password or None,
         **kw,
     )
