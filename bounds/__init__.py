@@ -1,7 +1,9 @@
 """The pure temporal core: time, bounds, ordering policies, alignment, panes and intervals.
 
 Never imports pyspark or the log (``tests/test_plan.py`` proves it), so it can be used and
-tested anywhere. Rowtimes are ``int`` microseconds since the Unix epoch, UTC; intervals are
+tested anywhere. It also holds the one exception hierarchy (:mod:`.errors`) and the redaction
+every error applies to its message (:mod:`.redaction`), so that no layer above can raise a
+secret. Rowtimes are ``int`` microseconds since the Unix epoch, UTC; intervals are
 half-open ``[start, end)``.
 """
 

@@ -60,8 +60,10 @@ _SCHEME = re.compile(r"(?<![A-Za-z0-9+.-])[A-Za-z][A-Za-z0-9+.-]*://")
 #: A URL that starts a new word (after a space, a quote, a bracket, ``=`` or ``,``): where the
 #: search for the end of an earlier URL's password stops.
 _NEXT_URL = re.compile(r"(?<=[\s'\"(\[{<,=])[A-Za-z][A-Za-z0-9+.-]*://")
-#: The user of a userinfo: what may precede its ``:``.
-_USER = re.compile(r"[^/?#@:\s'\"]*")
+#: The user of a userinfo in a text: what may precede its ``:`` (a space ends a URL in a text).
+_USER = re.compile(r"[^/?#@:\s]*")
+#: The user of a location's userinfo without a password (RFC 3986: before the first / ? #).
+_AUTHORITY_USER = re.compile(r"[^/?#@]*")
 
 #: Words that make a key name a secret, and word pairs (joined with ``_``) that do.
 _SECRET_WORDS = frozenset(
@@ -121,20 +123,28 @@ def names_a_secret(name: str) -> bool:
 
 def split_userinfo(location: str) -> tuple[str, str | None, str | None, str]:
     """``location`` as ``(scheme://, user, password, rest)``, user and password as written
-    (still percent-encoded) or None. A password runs from the ``:`` after the user to the last
-    ``@`` of the location, so one written unencoded may hold any character; ``rest`` is the
-    host and all that follows. A location that is not a URL is ``("", None, None, location)``."""
+    (still percent-encoded) or None; ``rest`` is the host and all that follows.
+
+    The userinfo ends at the last ``@`` of the location; when it holds a ``:``, the user is
+    what comes before the first one and the password all that follows, so a password (or a
+    user) written unencoded may hold any character. A userinfo without ``:`` is a user only
+    where RFC 3986 reads one (before the first ``/ ? #``: ``abfs://container@account...``,
+    while the ``@`` of ``s3://bucket/a@b`` is the prefix's). A location that is not a URL is
+    ``("", None, None, location)``; nor has one whose ``scheme://`` is followed by ``/``
+    (``file:///path``) a userinfo."""
     m = _SCHEME.match(location)
     if m is None:
         return "", None, None, location
     head, body = m.group(0), location[m.end() :]
-    user = _USER.match(body)
-    j = user.end() if user else 0
-    if body[j : j + 1] == ":":
-        k = body.rfind("@")
-        if k > j:
-            return head, body[:j], body[j + 1 : k], body[k + 1 :]
+    if body.startswith("/"):
         return head, None, None, body
+    k = body.rfind("@")
+    if k >= 0:
+        colon = body.find(":", 0, k)
+        if colon >= 0:
+            return head, body[:colon], body[colon + 1 : k], body[k + 1 :]
+    user = _AUTHORITY_USER.match(body)
+    j = user.end() if user else 0
     if body[j : j + 1] == "@":
         return head, body[:j], None, body[j + 1 :]
     return head, None, None, body

@@ -722,10 +722,15 @@ def local_path(location: str | os.PathLike[str]) -> str:
             url = urllib.parse.urlparse(location)
         except ValueError:  # an unclosed "[" of a host: urllib's text would quote it
             url = None
-        if url is None or user is not None or url.netloc not in ("", "localhost"):
+        if user is not None:  # not shown: it may hold a password, written unencoded
+            raise OptionError(
+                "a file:// stream location carries a user or a password (not shown): a file:// "
+                "URL names a local path (file:///abs/path); credentials are not supported"
+            )
+        if url is None or url.netloc not in ("", "localhost"):
             raise OptionError(
                 f"stream location {redact_url(location)!r}: a file:// URL names a local path "
-                "(file:///abs/path); remote hosts and credentials are not supported"
+                "(file:///abs/path); remote hosts are not supported"
             )
         location = urllib.parse.unquote(url.path)
     return os.path.abspath(os.path.expanduser(location))

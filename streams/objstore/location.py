@@ -20,6 +20,7 @@ every error, plan and ``describe``. obstore's messages are cut to their first li
 from __future__ import annotations
 
 import os
+import re
 import threading
 import urllib.parse
 import uuid
@@ -94,15 +95,18 @@ def parse_location(location: str) -> ObjectLocation:
     if scheme not in SCHEMES:
         raise OptionError(f"{shown!r} is not an object storage location (s3://, az://, abfs://)")
     if password is not None or (user is not None and scheme not in ("abfs", "abfss")):
-        hidden = f"{head}***@{rest}"  # a user alone may be a key or a token: hidden too
+        # Not shown at all: where credentials end in a URL written unencoded is a guess (a
+        # user alone may be a key or a token), and no guess may show a piece of them.
         raise OptionError(
-            f"object storage location {redact(hidden)!r} carries credentials: give them through "
-            "the cloud's environment variables (AWS_ACCESS_KEY_ID/AWS_SECRET_ACCESS_KEY, "
-            "AZURE_STORAGE_ACCOUNT_KEY, ...) or the machine's role, never in the location"
+            f"an object storage location ({scheme}://...) carries credentials (not shown): give "
+            "them through the cloud's environment variables (AWS_ACCESS_KEY_ID/"
+            "AWS_SECRET_ACCESS_KEY, AZURE_STORAGE_ACCOUNT_KEY, ...) or the machine's role, never "
+            "in the location"
         )
     if url.query or url.fragment or url.params:
         # Not shown: a query may be a SAS token or a presigned URL's signature.
-        bare = redact(location.split("?", 1)[0].split("#", 1)[0].split(";", 1)[0])
+        where = re.split(r"[?#;]", rest, maxsplit=1)[0]
+        bare = redact(head + (f"{user}@" if user is not None else "") + where)
         raise OptionError(
             f"object storage location {bare!r} has a query or fragment (not shown: it may hold "
             "a token or a signature): a location is "
