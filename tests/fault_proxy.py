@@ -11,7 +11,11 @@ tests/redis_server.py start those). On its way it can
 * ``drop``: forward the request, wait until the server answers (it has handled the request),
   then reset the client's connection without passing the answer on: the lost reply of a write
   that was applied;
-* ``cut``: pass on the first half of the answer's first chunk, then reset: a reply cut halfway.
+* ``cut``: pass on the first half of the answer's first chunk, then reset: a reply cut halfway;
+* ``hang``: forward the request, swallow the server's answer, and keep the client's connection
+  open and silent until the client gives up: a reply lost on the way with no reset (a
+  middlebox that drops packets), so the client waits for its own timeout. The server has
+  handled the request.
 
 **The unit is a turn**: the bytes a client sends since the server's last answer on that
 connection (one HTTP/1.1 request on a keep-alive connection, body included; one Redis command,
@@ -43,7 +47,8 @@ from dataclasses import dataclass
 __all__ = ["FAULTS", "FaultProxy", "Faults"]
 
 #: The faults, in the order their rates are drawn.
-FAULTS = ("reset", "drop", "cut", "stall", "latency")
+#: ``hang`` came last: a seed's draws for the other faults stay what they were.
+FAULTS = ("reset", "drop", "cut", "stall", "latency", "hang")
 
 
 @dataclass
@@ -57,6 +62,7 @@ class Faults:
     cut: float = 0.0
     stall: float = 0.0
     latency: float = 0.0
+    hang: float = 0.0
     latency_s: float = 0.05
     stall_s: float = 2.0
 
@@ -213,6 +219,19 @@ class FaultProxy:
         while not self._stop.is_set() and time.monotonic() < end:
             self._stop.wait(min(0.05, max(end - time.monotonic(), 0.0)))
 
+    def _swallow(self, sel: selectors.BaseSelector) -> None:
+        """Read and discard what either side sends until the client closes (or the proxy
+        does): the rest of the server's answer never reaches the client, which hears nothing
+        at all, not even the server's closing the connection (moto closes some)."""
+        while not self._stop.is_set():
+            for key, _ in sel.select(timeout=0.2):
+                sock = key.fileobj
+                assert isinstance(sock, socket.socket)
+                if not sock.recv(1 << 16):
+                    if key.data == "client":
+                        return
+                    sel.unregister(sock)
+
     def _serve(self, client: socket.socket) -> None:
         try:
             server = socket.create_connection(self.upstream, timeout=5)
@@ -251,6 +270,9 @@ class FaultProxy:
                             return  # the server has handled the request; its answer is lost
                         if fault == "cut":
                             client.sendall(data[: len(data) // 2])
+                            return
+                        if fault == "hang":
+                            self._swallow(sel)
                             return
                         fault = None
                         client.sendall(data)

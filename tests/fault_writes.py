@@ -28,7 +28,7 @@ from pyspark_rowtime.streams.storage import open_storage
 FAST_TIMEOUTS = {
     "ROWTIME_STORE_TIMEOUT_S": "1",
     "ROWTIME_STORE_CONNECT_TIMEOUT_S": "1",
-    "ROWTIME_STORE_RETRIES": "2",
+    "ROWTIME_STORE_RETRIES": "1",
     "ROWTIME_STORE_RETRY_TIMEOUT_S": "2",
 }
 #: What one failed flush may take at most with FAST_TIMEOUTS (a few requests, each bounded).

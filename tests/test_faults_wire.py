@@ -26,6 +26,7 @@ from pathlib import Path
 import pytest
 from fault_proxy import FaultProxy, Faults
 from fault_writes import (
+    FAST_TIMEOUTS,
     breaking,
     environ,
     ids,
@@ -76,23 +77,47 @@ def test_every_flush_through_a_faulty_network_lands_exactly_once_on_redis(
     assert stats["raised"] > 0, proxy.summary()
 
 
-def test_a_commit_whose_reply_was_lost_is_recognised_as_its_own(s3_server: ObjectServer) -> None:
-    """Create-if-absent: the store applied the commit, the reply is lost, the client retries
-    and hears "already exists": the commit is read back and found to be this writer's."""
+def test_a_commit_whose_reply_was_lost_is_retried_and_recognised_as_its_own(
+    s3_server: ObjectServer,
+) -> None:
+    """Create-if-absent: the store applied the commit and its reply is lost; the client's
+    retry hears "already exists", reads the commit back and finds it this writer's (its id):
+    the flush returns, nothing written twice."""
     url = s3_server.url("lost-commit")
     pr.create_stream(url, "id BIGINT")
     with through_proxy(s3_server) as proxy:
         w = pr.open_writer(url)
         w.insert({"id": 0})
         proxy.target("drop", b"PUT ", b"/_commits/")
-        with pytest.raises(ConnectionError, match=r"flush\(\) again"):
-            w.flush()  # obstore does not retry a PUT whose connection broke: we do
-        assert w.end_offset == 0 and w.pending == 1
-        assert w.flush() == 1  # the commit, read back, is this writer's: nothing written twice
+        assert w.flush() == 1
         w.insert({"id": 1})
         assert w.flush() == 2
         w.close()
         assert proxy.counts["drop"] == 1, proxy.summary()
+    assert ids(url) == [0, 1]
+
+
+def test_a_commit_whose_every_reply_was_lost_is_completed_by_the_next_flush(
+    s3_server: ObjectServer,
+) -> None:
+    """Every attempt the client may make loses its reply (the first was applied): the flush
+    raises saying to call it again, and the next flush reads the commit back and finds it
+    this writer's: nothing written twice."""
+    url = s3_server.url("lost-commits")
+    pr.create_stream(url, "id BIGINT")
+    with through_proxy(s3_server) as proxy:
+        w = pr.open_writer(url)
+        w.insert({"id": 0})
+        tries = int(FAST_TIMEOUTS["ROWTIME_STORE_RETRIES"]) + 1
+        proxy.target("drop", b"PUT ", b"/_commits/", times=tries)
+        with pytest.raises(ConnectionError, match=r"flush\(\) again"):
+            w.flush()
+        assert w.end_offset == 0 and w.pending == 1
+        assert w.flush() == 1  # the commit, read back, is this writer's
+        w.insert({"id": 1})
+        assert w.flush() == 2
+        w.close()
+        assert proxy.counts["drop"] == tries, proxy.summary()
     assert ids(url) == [0, 1]
 
 
@@ -113,7 +138,7 @@ def test_a_stream_created_while_the_reply_was_lost_is_recognised(s3_server: Obje
 
 
 def test_a_lease_renewal_whose_reply_was_lost_keeps_the_lease(s3_server: ObjectServer) -> None:
-    """Compare-and-swap: the renewal was applied and its reply lost; the next renewal's
+    """Compare-and-swap: the renewal was applied and its reply lost; the client's retry's
     precondition fails (the etag moved) and the lease, read back, is still this writer's."""
     from pyspark_rowtime.streams.objstore.log import ObjectStream
 
@@ -124,9 +149,10 @@ def test_a_lease_renewal_whose_reply_was_lost_keeps_the_lease(s3_server: ObjectS
         assert isinstance(stream, ObjectStream)
         appender = stream.lock_partition(0, "partition 0", lease_s=600)
         proxy.target("drop", b"PUT ", b"_lease.json")
-        with pytest.raises(ConnectionError):
-            appender.lease.renew()  # applied; its reply lost (obstore does not retry a PUT)
-        assert appender.lease.renew() and not appender.lease.lost  # read back: still ours
+        # applied, its reply lost; the retry's precondition fails, and the lease read back is
+        # still this writer's epoch
+        assert appender.lease.renew() and not appender.lease.lost
+        assert appender.lease.renew() and not appender.lease.lost
         assert proxy.counts["drop"] == 1
         w_end = appender.tail().end
         assert w_end == 0

@@ -24,6 +24,7 @@ from typing import Any
 
 from ...bounds.errors import CorruptLogError
 from .location import (
+    WRITER_PART_BYTES,
     ObjectLocation,
     call,
     create_if_absent,
@@ -31,6 +32,7 @@ from .location import (
     parse_location,
     require_conditional_writes,
     store_for,
+    writer_store_for,
 )
 
 __all__ = ["ObjectTargetFiles"]
@@ -39,7 +41,7 @@ __all__ = ["ObjectTargetFiles"]
 #: it chooses to) before the commit gives up and says so.
 COPY_WAIT_S = 120.0
 #: Parts of a staged file's multipart upload (S3's minimum part is 5 MiB).
-PART_BYTES = 16 << 20
+PART_BYTES = WRITER_PART_BYTES
 _CAS_ATTEMPTS = 16
 
 
@@ -106,12 +108,13 @@ class ObjectTargetFiles:
         writer = call(
             self.loc,
             f"starting the upload of {name}",
-            lambda: obstore.open_writer(store_for(self.loc), key, buffer_size=PART_BYTES),
+            lambda: obstore.open_writer(writer_store_for(self.loc), key, buffer_size=PART_BYTES),
         )
         return _Output(writer)
 
     def close_output(self, out: Any, name: str) -> None:
-        call(self.loc, f"completing the upload of {name}", out.finish)
+        # not repeated: the writer completes its upload once (its parts are obstore's to retry)
+        call(self.loc, f"completing the upload of {name}", out.finish, retry=False)
 
     def publish(self, src: str, dst: str) -> bool:
         import obstore
@@ -128,7 +131,8 @@ class ObjectTargetFiles:
             call(
                 self.loc,
                 f"publishing {src} as {dst}",
-                lambda: obstore.copy(store, src_key, dst_key),
+                lambda: obstore.copy(store_for(self.loc), src_key, dst_key),
+                writes=size,
             )
         except FileNotFoundError:  # cleaned by a racing commit that published it
             return self.exists(dst)

@@ -19,9 +19,12 @@ every error, plan and ``describe``. obstore's messages are cut to their first li
 
 from __future__ import annotations
 
+import math
 import os
+import random
 import re
 import threading
+import time
 import urllib.parse
 import uuid
 from collections.abc import Callable, Sequence
@@ -35,6 +38,7 @@ from ...bounds.redaction import redact, split_userinfo
 
 __all__ = [
     "SCHEMES",
+    "UNKNOWN_SIZE",
     "ObjectLocation",
     "ObjectStoreUnavailableError",
     "call",
@@ -42,6 +46,7 @@ __all__ = [
     "parse_location",
     "require_conditional_writes",
     "store_for",
+    "writer_store_for",
 ]
 
 #: The URL schemes this backend serves.
@@ -136,26 +141,49 @@ def parse_location(location: str) -> ObjectLocation:
     return ObjectLocation(cloud, bucket, prefix, account, given)
 
 
-_STORES: dict[tuple[str, str, str | None], Any] = {}
+_STORES: dict[tuple[str, str, str | None, _Attempt], Any] = {}
 _STORES_LOCK = threading.Lock()
+#: The attempt the request :func:`call` is making on this thread (None outside one).
+_CURRENT = threading.local()
 
 
 def store_for(loc: ObjectLocation) -> Any:
-    """obstore's client for the location's bucket (one per bucket and process; configured from
-    the environment when first made)."""
-    key = (loc.cloud, loc.bucket, loc.account)
+    """obstore's client for the location's bucket, configured for the request :func:`call`
+    is making on this thread (its per-attempt timeouts suit the object: ``reads`` or
+    ``writes``), else for a request on a small object. One client per bucket and kind of
+    attempt in a process, configured from the environment when first made (the timeouts are
+    in its configuration, and obstore has no per-request timeout)."""
+    attempt = getattr(_CURRENT, "attempt", None) or _attempt_for(_settings(), None, None)
+    return _store(loc, attempt)
+
+
+def writer_store_for(loc: ObjectLocation) -> Any:
+    """The client for obstore's multipart writer (:func:`obstore.open_writer`): the writer
+    uploads parts of :data:`WRITER_PART_BYTES` inside its own calls, out of :func:`call`'s
+    reach, so that client keeps obstore's own retries (``ROWTIME_STORE_RETRIES`` within
+    ``ROWTIME_STORE_RETRY_TIMEOUT_S``; a part upload is idempotent, its completion decided by
+    obstore)."""
+    got = _settings()
+    plain = _attempt_for(got, None, WRITER_PART_BYTES)
+    return _store(loc, _Attempt(plain.timeout_s, None, obstore_retries=True))
+
+
+def _store(loc: ObjectLocation, attempt: _Attempt) -> Any:
+    key = (loc.cloud, loc.bucket, loc.account, attempt)
     with _STORES_LOCK:
         store = _STORES.get(key)
         if store is None:
-            store = _STORES[key] = _make_store(loc)
+            store = _STORES[key] = _make_store(loc, attempt)
         return store
 
 
 def forget_stores() -> None:
-    """Drop the cached clients (tests that change the environment call this)."""
+    """Drop the cached clients and settings (tests that change the environment call this)."""
+    global _SETTINGS
     with _STORES_LOCK:
         _STORES.clear()
         _CONDITIONAL_OK.clear()
+        _SETTINGS = None
 
 
 _CONDITIONAL_OK: set[tuple[str, str, str | None]] = set()
@@ -164,8 +192,9 @@ _CONDITIONAL_OK: set[tuple[str, str, str | None]] = set()
 def create_if_absent(loc: ObjectLocation, key: str, data: bytes, what: str) -> bool:
     """Create ``key`` holding ``data`` unless it exists (``If-None-Match: *``, on a store
     checked by :func:`require_conditional_writes`); True if this call did. False may also be
-    this call's own create reported as a conflict (S3's retried 409): callers that must know
-    read the object back."""
+    this call's own create reported as a conflict (S3's retried 409, or the retry of an
+    attempt whose answer was lost finding that attempt's object): callers that must know read
+    the object back, ``data`` carrying an id of theirs."""
     import obstore
     from obstore.exceptions import AlreadyExistsError, PreconditionError
 
@@ -179,11 +208,14 @@ def create_if_absent(loc: ObjectLocation, key: str, data: bytes, what: str) -> b
 
 def _first_put(loc: ObjectLocation, store: Any, key: str) -> None:
     import obstore
+    from obstore.exceptions import AlreadyExistsError, PreconditionError
 
     try:
         call(
             loc, "checking conditional writes", lambda: obstore.put(store, key, b"1", mode="create")
         )
+    except (AlreadyExistsError, PreconditionError):
+        pass  # the probe's name is new: this is the retry of our own first attempt
     except FileNotFoundError:  # obstore's not found: the bucket or container
         raise OptionError(
             f"{loc}: the bucket (or container) {loc.bucket!r} does not exist, or these "
@@ -249,22 +281,47 @@ def require_conditional_writes(loc: ObjectLocation) -> None:
     _CONDITIONAL_OK.add(key)
 
 
-#: The client's timeouts and retries: (environment variable, default, what it is). The
-#: defaults bound how long one request to a store that does not answer may take: a refused
-#: connection fails in about a second (``RETRIES`` quick attempts), a store that accepts the
-#: connection and never answers in ``TIMEOUT`` (a request that timed out is retried only while
-#: ``RETRY_TIMEOUT`` has not passed). obstore's own defaults (10 retries within 3 minutes)
-#: made an unreachable endpoint fail after minutes.
+#: The client's timeouts and retries: (environment variable, default, what it is). A request
+#: is made of attempts, each bounded by a timeout that suits its object (:func:`_attempt_for`),
+#: and :func:`call` retries a failed attempt (backoff with jitter) while ``RETRIES`` allow and
+#: ``RETRY_TIMEOUT`` has not passed since the first failure, as the AWS SDKs do: a lost reply
+#: then costs one attempt's timeout, never the query. ``TIMEOUT`` is short (5 s) because the
+#: objects the protocol waits on are small (commits, trims, leases, manifest entries, a page of
+#: a listing): their answers take milliseconds, and a request that hangs is better abandoned
+#: and sent again. With the 30 s of the past, a hung GET outlasted the 20 s retry window and
+#: was never retried (issue 55).
 STORE_SETTINGS: dict[str, tuple[str, float, str]] = {
-    "timeout": ("ROWTIME_STORE_TIMEOUT_S", 30.0, "seconds one request may take, body included"),
-    "connect_timeout": ("ROWTIME_STORE_CONNECT_TIMEOUT_S", 5.0, "seconds to connect"),
+    "timeout": (
+        "ROWTIME_STORE_TIMEOUT_S",
+        5.0,
+        "seconds one attempt of a request on a small object may take, body included",
+    ),
+    "min_rate": (
+        "ROWTIME_STORE_MIN_MB_S",
+        1.0,
+        "the slowest transfer, in MB per second, an attempt on a large object is given time for",
+    ),
+    "connect_timeout": ("ROWTIME_STORE_CONNECT_TIMEOUT_S", 2.0, "seconds to connect"),
     "max_retries": ("ROWTIME_STORE_RETRIES", 3, "retries of a failed request"),
     "retry_timeout": (
         "ROWTIME_STORE_RETRY_TIMEOUT_S",
         20.0,
-        "seconds after a request's first attempt during which it may be retried",
+        "seconds after a request's first failed attempt during which it may be retried",
     ),
 }
+#: ``reads=UNKNOWN_SIZE``: a read whose size is not known before its answer (a staged run).
+UNKNOWN_SIZE = -1
+#: The parts obstore's multipart writer uploads (S3's minimum part is 5 MiB).
+WRITER_PART_BYTES = 16 << 20
+#: Backoff before retry n (0, 1, ...): uniform in [0, min(cap, first * 2**n)] ("full
+#: jitter", as the AWS SDKs: retries of many clients spread out instead of coming in waves).
+_BACKOFF_FIRST_S = 0.1
+_BACKOFF_CAP_S = 5.0
+#: An attempt at a read of unknown size may last this many small-object timeouts, as long as
+#: its answer keeps coming (the read-idle timeout catches one that stops).
+_UNKNOWN_READ_FACTOR = 128
+
+_SETTINGS: dict[str, float] | None = None
 
 
 def store_settings() -> dict[str, float]:
@@ -280,11 +337,54 @@ def store_settings() -> dict[str, float]:
             value = float(raw) if name != "max_retries" else int(raw)
         except ValueError:
             value = -1
-        if value < 0 or (name != "max_retries" and value == 0):
-            kind = "a whole number >= 0" if name == "max_retries" else "a number of seconds > 0"
+        if value < 0 or (name != "max_retries" and value == 0) or not math.isfinite(value):
+            kind = "a whole number >= 0" if name == "max_retries" else "a number > 0"
             raise OptionError(f"{env}={raw!r} ({what}) must be {kind}")
         out[name] = value
     return out
+
+
+def _settings() -> dict[str, float]:
+    """:func:`store_settings`, read once per process (until :func:`forget_stores`), as the
+    clients made from them are."""
+    global _SETTINGS
+    got = _SETTINGS
+    if got is None:
+        got = _SETTINGS = store_settings()
+    return got
+
+
+@dataclass(frozen=True)
+class _Attempt:
+    """How one attempt of a request is bounded: its whole time (``timeout_s``, connecting to
+    the answer's last byte), the longest silence while it waits for or reads its answer
+    (``read_idle_s``; None: only the whole time), and whether obstore retries inside it (only
+    the multipart writer's client: every other retry is :func:`call`'s)."""
+
+    timeout_s: float
+    read_idle_s: float | None
+    obstore_retries: bool = False
+
+
+def _attempt_for(got: dict[str, float], reads: int | None, writes: int | None) -> _Attempt:
+    """The attempt that suits a request reading ``reads`` or writing ``writes`` bytes (None:
+    a small object, or none).
+
+    A small object's attempt takes at most ``timeout``. A larger one is given the time its
+    bytes take at ``min_rate``, rounded up to ``timeout`` times a power of two (few distinct
+    clients per bucket). A read also ends when its answer is silent for ``timeout``: the
+    server answers a GET at once and sends its body steadily, so silence means it was lost,
+    whatever the size (a write's answer comes only after its whole body was sent, so a write
+    has no such bound)."""
+    small = got["timeout"]
+    size = reads if reads is not None else writes
+    if size is None:
+        return _Attempt(small, None)
+    if size == UNKNOWN_SIZE:
+        return _Attempt(small * _UNKNOWN_READ_FACTOR, small)
+    need = size / (got["min_rate"] * 1e6)
+    steps = 0 if need <= small else math.ceil(math.log2(need / small) - 1e-9)
+    return _Attempt(small * 2**steps, small if reads is not None else None)
 
 
 #: obstore's HTTP client settings that it also reads from ``AWS_<KEY>`` / ``AZURE_<KEY>``
@@ -317,27 +417,31 @@ def _env_client_options(cloud: str) -> dict[str, Any]:
     return out
 
 
-def _client_options(cloud: str) -> dict[str, Any]:
-    got = store_settings()
+def _client_options(cloud: str, attempt: _Attempt) -> dict[str, Any]:
+    got = _settings()
+    client: dict[str, Any] = {
+        **_env_client_options(cloud),
+        "timeout": timedelta(seconds=attempt.timeout_s),
+        "connect_timeout": timedelta(seconds=min(got["connect_timeout"], attempt.timeout_s)),
+    }
+    if attempt.read_idle_s is not None:
+        client["read_timeout"] = timedelta(seconds=attempt.read_idle_s)
+    retries = int(got["max_retries"]) if attempt.obstore_retries else 0
     return {
-        "client_options": {
-            **_env_client_options(cloud),
-            "timeout": timedelta(seconds=got["timeout"]),
-            "connect_timeout": timedelta(seconds=got["connect_timeout"]),
-        },
+        "client_options": client,
         "retry_config": {
-            "max_retries": int(got["max_retries"]),
+            "max_retries": retries,
             "retry_timeout": timedelta(seconds=got["retry_timeout"]),
             "backoff": {
-                "init_backoff": timedelta(milliseconds=100),
-                "max_backoff": timedelta(seconds=5),
+                "init_backoff": timedelta(seconds=_BACKOFF_FIRST_S),
+                "max_backoff": timedelta(seconds=_BACKOFF_CAP_S),
                 "base": 2,
             },
         },
     }
 
 
-def _make_store(loc: ObjectLocation) -> Any:
+def _make_store(loc: ObjectLocation, attempt: _Attempt) -> Any:
     try:
         from obstore.store import AzureStore, S3Store
     except ImportError:
@@ -345,7 +449,7 @@ def _make_store(loc: ObjectLocation) -> Any:
             f"{loc} is an object storage location, and obstore is not installed: "
             "pip install 'pyspark-rowtime[cloud]'"
         ) from None
-    options = _client_options(loc.cloud)
+    options = _client_options(loc.cloud, attempt)
     try:
         if loc.cloud == "s3":
             return S3Store(loc.bucket, **options)
@@ -361,10 +465,70 @@ def _short(e: BaseException) -> str:
     return redact(str(e).split("\n", 1)[0])[:500]
 
 
-def call(loc: ObjectLocation, what: str, fn: Callable[[], T]) -> T:
-    """``fn()``, with obstore's errors other than the expected ones (not found, already exists,
-    precondition failed: the caller handles those) turned into the project's, naming
-    ``what`` was being done at ``loc``."""
+def call(
+    loc: ObjectLocation,
+    what: str,
+    fn: Callable[[], T],
+    *,
+    reads: int | None = None,
+    writes: int | None = None,
+    retry: bool = True,
+) -> T:
+    """``fn()``, a request to the store at ``loc`` (``what`` is being done: for messages),
+    retried when an attempt fails to reach the store or to hear its answer, with obstore's
+    errors other than the expected ones (not found, already exists, precondition failed: the
+    caller handles those) turned into the project's.
+
+    ``fn`` gets its client from :func:`store_for` (inside ``fn``): the client's timeouts suit
+    the object, ``reads`` or ``writes`` bytes of it (None: a small object). An attempt that
+    fails on the way (a timeout, a reset, a 5xx) is tried again after a backoff with jitter,
+    while ``ROWTIME_STORE_RETRIES`` allow and ``ROWTIME_STORE_RETRY_TIMEOUT_S`` has not passed
+    since the first failure; then :class:`ObjectStoreUnavailableError`.
+
+    Repeating must be safe: every read is; a plain put or delete of a key only this writer
+    writes ends as the first would; a conditional put carries an id of its caller's (a commit
+    id, a lease token, a random mark), so when the retry of an attempt that was applied and
+    whose answer was lost hears "already exists" or "precondition failed", the caller reads
+    the object back and recognises its own write, as it does for S3's retried 409. A request
+    that must not be repeated passes ``retry=False``."""
+    got = _settings()
+    attempt = _attempt_for(got, reads, writes)
+    retries = 0
+    first_failure: float | None = None
+    while True:
+        outer = getattr(_CURRENT, "attempt", None)
+        _CURRENT.attempt = attempt
+        try:
+            return _attempt_once(loc, what, fn)
+        except _Unreached as e:
+            cause = e.cause
+        finally:
+            _CURRENT.attempt = outer
+        now = time.monotonic()
+        if first_failure is None:
+            first_failure = now
+        left = first_failure + got["retry_timeout"] - now
+        if not retry or retries >= got["max_retries"] or left <= 0:
+            tried = "one attempt" if retries == 0 else f"{retries + 1} attempts"
+            raise ObjectStoreUnavailableError(
+                f"the object store did not complete {what} at {loc} ({tried}; {cause}). "
+                "Nothing of that step is assumed done; retry when the store answers (timeouts "
+                "and retries: ROWTIME_STORE_TIMEOUT_S, ROWTIME_STORE_RETRIES, "
+                "ROWTIME_STORE_RETRY_TIMEOUT_S)"
+            ) from None
+        time.sleep(min(random.uniform(0, min(_BACKOFF_CAP_S, _BACKOFF_FIRST_S * 2**retries)), left))
+        retries += 1
+
+
+class _Unreached(Exception):
+    """An attempt that did not reach the store, or whose answer did not come back."""
+
+    def __init__(self, cause: str) -> None:
+        super().__init__(cause)
+        self.cause = cause
+
+
+def _attempt_once(loc: ObjectLocation, what: str, fn: Callable[[], T]) -> T:
     from obstore.exceptions import (
         AlreadyExistsError,
         PermissionDeniedError,
@@ -387,11 +551,7 @@ def call(loc: ObjectLocation, what: str, fn: Callable[[], T]) -> T:
         raise
     except Exception as e:
         if type(e).__module__.startswith("obstore") or isinstance(e, (OSError, TimeoutError)):
-            raise ObjectStoreUnavailableError(
-                f"the object store did not complete {what} at {loc} ({_short(e)}). Nothing of "
-                "that step is assumed done; retry when the store answers (timeouts and retries: "
-                "ROWTIME_STORE_TIMEOUT_S, ROWTIME_STORE_RETRIES, ROWTIME_STORE_RETRY_TIMEOUT_S)"
-            ) from None
+            raise _Unreached(_short(e)) from None
         raise
 
 

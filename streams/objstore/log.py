@@ -179,7 +179,8 @@ class _RangeFile(io.RawIOBase):
         data = call(
             self._loc,
             self._what,
-            lambda: obstore.get_range(self._store, self._key, start=start, length=n),
+            lambda: obstore.get_range(store_for(self._loc), self._key, start=start, length=n),
+            reads=n,
         )
         memoryview(buffer)[:n] = memoryview(data)[:n]
         self._pos += n
@@ -494,7 +495,12 @@ class ObjectStream:
                 )
                 table = reader.read_all()
             else:
-                raw = call(self.loc, what, lambda: obstore.get(self.store, piece.key).bytes())
+                raw = call(
+                    self.loc,
+                    what,
+                    lambda: obstore.get(self.store, piece.key).bytes(),
+                    reads=piece.size or None,
+                )
                 table = pa.ipc.open_file(pa.py_buffer(bytes(raw))).read_all()
         except FileNotFoundError:  # obstore's not found
             kept = self.start_offset(partition)
@@ -663,7 +669,12 @@ class ObjectAppender:
                 lambda: obstore.put(stream.store, key, json.dumps(doc).encode(), mode="create"),
             )
         except (AlreadyExistsError, PreconditionError):
-            theirs = stream._read_commit(self.partition, seq)  # confirm: maybe ours (S3's 409)
+            try:  # confirm: maybe ours (S3's 409, or a retried attempt whose answer was lost)
+                theirs = stream._read_commit(self.partition, seq)
+            except BaseException:
+                if not fenced_ok:
+                    self._pending = (seq, doc)  # still unknown: as below
+                raise
             if theirs is None or theirs.get("id") != commit_id:
                 if fenced_ok and theirs is not None and int(theirs.get("epoch", 0)) < self.epoch:
                     return False
@@ -756,6 +767,7 @@ class ObjectAppender:
             stream.loc,
             f"uploading records [{stats.first}, {stats.end}) of {self.where}",
             lambda: obstore.put(stream.store, key, data),
+            writes=len(data),
         )
         return {"key": key, "size": len(data), "stats": _stats_doc(stats)}
 

@@ -41,6 +41,7 @@ from ..storage import (
 )
 from .lease import Lease, lease_seconds
 from .location import (
+    UNKNOWN_SIZE,
     ObjectLocation,
     call,
     create_if_absent,
@@ -208,6 +209,7 @@ class ObjectSinkState(StagedBlobs):
             self.loc,
             f"staging a run of batch {batch_id} of the sink target",
             lambda: obstore.put(store_for(self.loc), self._staged_key(handle), data),
+            writes=len(data),
         )
         return handle, _done
 
@@ -234,6 +236,7 @@ class ObjectSinkState(StagedBlobs):
                 self.loc,
                 f"reading staged run {handle}",
                 lambda: obstore.get(store_for(self.loc), self._staged_key(handle)).bytes(),
+                reads=UNKNOWN_SIZE,
             )
         except FileNotFoundError:  # obstore's not found
             raise CorruptLogError(f"staged run {handle} of {self.target} is gone") from None
