@@ -29,6 +29,7 @@ from .location import (
     call,
     create_if_absent,
     delete_objects,
+    get_whole,
     parse_location,
     require_conditional_writes,
     store_for,
@@ -170,17 +171,16 @@ class ObjectTargetFiles:
 
     def _fetch(self, name: str) -> tuple[bytes, str | None] | None:
         """The bytes at ``name`` and their etag, or None."""
-        import obstore
 
         try:
-            result = call(
+            raw, meta = call(
                 self.loc,
                 f"reading {name}",
-                lambda: obstore.get(store_for(self.loc), self._key(name)),
+                lambda: get_whole(store_for(self.loc), self._key(name)),
             )
         except FileNotFoundError:
             return None
-        return bytes(result.bytes()), result.meta.get("e_tag")
+        return raw, meta.get("e_tag")
 
     def _get(self, name: str) -> tuple[Any | None, str | None]:
         got = self._fetch(name)

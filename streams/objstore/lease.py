@@ -29,7 +29,7 @@ import uuid
 from typing import Any
 
 from ...bounds.errors import OptionError, WriterLockedError
-from .location import ObjectLocation, call, require_conditional_writes
+from .location import ObjectLocation, call, get_whole, require_conditional_writes
 
 __all__ = ["DEFAULT_LEASE_S", "LEASE_ENV", "Lease", "lease_seconds"]
 
@@ -78,18 +78,16 @@ class Lease:
         self._mutex = threading.Lock()
 
     def _read(self) -> tuple[dict[str, Any] | None, str | None]:
-        import obstore
-
         try:
-            result = call(
+            raw, meta = call(
                 self.loc,
                 f"reading the lease of {self.where}",
-                lambda: obstore.get(self.store, self.key),
+                lambda: get_whole(self.store, self.key),
             )
         except FileNotFoundError:  # obstore's not found
             return None, None
-        doc = json.loads(bytes(result.bytes()))
-        return doc, result.meta["e_tag"]
+        doc = json.loads(raw)
+        return doc, meta["e_tag"]
 
     def _put(self, doc: dict[str, Any], etag: str | None) -> str:
         import obstore

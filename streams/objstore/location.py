@@ -43,6 +43,7 @@ __all__ = [
     "ObjectStoreUnavailableError",
     "call",
     "create_if_absent",
+    "get_whole",
     "parse_location",
     "require_conditional_writes",
     "store_for",
@@ -57,7 +58,7 @@ T = TypeVar("T")
 
 
 class ObjectStoreUnavailableError(RowtimeError, ConnectionError):
-    """The object store did not answer (after obstore's retries), or refused the credentials."""
+    """The object store did not answer (after the backend's retries: :func:`call`)."""
 
 
 @dataclass(frozen=True)
@@ -427,11 +428,13 @@ def _client_options(cloud: str, attempt: _Attempt) -> dict[str, Any]:
     if attempt.read_idle_s is not None:
         client["read_timeout"] = timedelta(seconds=attempt.read_idle_s)
     retries = int(got["max_retries"]) if attempt.obstore_retries else 0
+    # obstore counts its window from the first attempt's start, call() from its failure
+    window = attempt.timeout_s + got["retry_timeout"]
     return {
         "client_options": client,
         "retry_config": {
             "max_retries": retries,
-            "retry_timeout": timedelta(seconds=got["retry_timeout"]),
+            "retry_timeout": timedelta(seconds=window),
             "backoff": {
                 "init_backoff": timedelta(seconds=_BACKOFF_FIRST_S),
                 "max_backoff": timedelta(seconds=_BACKOFF_CAP_S),
@@ -553,6 +556,16 @@ def _attempt_once(loc: ObjectLocation, what: str, fn: Callable[[], T]) -> T:
         if type(e).__module__.startswith("obstore") or isinstance(e, (OSError, TimeoutError)):
             raise _Unreached(_short(e)) from None
         raise
+
+
+def get_whole(store: Any, key: str) -> tuple[bytes, dict[str, Any]]:
+    """The object at ``key`` and its metadata (``e_tag``, ...), its body read to the end: for a
+    ``fn`` of :func:`call`, so that an answer cut in its body is a failed attempt, retried
+    like one cut before it (obstore's ``get`` returns when the headers have come)."""
+    import obstore
+
+    result = obstore.get(store, key)
+    return bytes(result.bytes()), dict(result.meta)
 
 
 def delete_objects(loc: ObjectLocation, store: Any, keys: Sequence[str], what: str) -> None:

@@ -89,6 +89,7 @@ from .location import (
     ObjectLocation,
     call,
     delete_objects,
+    get_whole,
     store_for,
 )
 
@@ -235,15 +236,12 @@ class ObjectStream:
     # -- reading the commit sequence --
 
     def _get_json(self, key: str, what: str) -> tuple[Any, str] | None:
-        import obstore
-
         try:
-            result = call(self.loc, what, lambda: obstore.get(self.store, key))
+            raw, meta = call(self.loc, what, lambda: get_whole(self.store, key))
         except FileNotFoundError:  # obstore's not found
             return None
-        raw = bytes(result.bytes())
         try:
-            return json.loads(raw), str(result.meta["e_tag"])
+            return json.loads(raw), str(meta["e_tag"])
         except ValueError as e:
             raise CorruptLogError(f"object {key} of {self.location} cannot be read: {e}") from e
 
