@@ -31,6 +31,7 @@ OWN_PROCESSES = {
     "integration/test_install.py",
     "integration/test_driver_memory.py",
     "integration/test_faults_spark.py",
+    "integration/test_lost_replies_spark.py",
 }
 OWN_PROCESSES_UNIT = "own-processes"
 
