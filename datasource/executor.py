@@ -52,9 +52,12 @@ def _emit_rows(table: pa.Table, c: Classified) -> pa.Table:
     return table.take(to_arrow(idx, pa.int64()))
 
 
-def read_task(cfg: ReaderConfig, task: ReadTask, schema: pa.Schema) -> Iterator[pa.RecordBatch]:
-    """Replay one partition's step and yield what it emits, as batches of ``schema``."""
-    stream = open_storage(cfg.location)
+def read_task(
+    cfg: ReaderConfig, task: ReadTask, schema: pa.Schema, stream: StreamStorage | None = None
+) -> Iterator[pa.RecordBatch]:
+    """Replay one partition's step and yield what it emits, as batches of ``schema``; from the
+    stream at ``cfg.location``, or from ``stream`` (a table's versions: ``datasource.tables``)."""
+    stream = stream if stream is not None else open_storage(cfg.location)
     prev = PartitionState.from_dict(task.prev)
     # the payload columns ``schema`` keeps (a user-given schema may leave some out)
     payload = [n for n in stream.meta.payload_schema.names if n in schema.names]

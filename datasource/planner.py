@@ -98,9 +98,11 @@ class Planner:
     from the offset (the result is the same, only slower once).
     """
 
-    def __init__(self, cfg: ReaderConfig) -> None:
+    def __init__(self, cfg: ReaderConfig, stream: StreamStorage | None = None) -> None:
         self.cfg = cfg
-        self._stream: StreamStorage | None = None
+        #: the stream at ``cfg.location``, opened when first needed; or the records of another
+        #: source given here (a table's versions: ``datasource.tables``)
+        self._stream: StreamStorage | None = stream
         self._cache: dict[int, _Window] = {}
         #: Time columns an ordered step read and found out of order, for the general path to
         #: take rather than read again (an object store would fetch them twice): partition ->

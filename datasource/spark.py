@@ -154,18 +154,43 @@ class RowtimeReaderSource(DataSource):
         payload = open_storage(cfg.location).meta.payload_schema.names
         return cfg, chosen_columns(arrow, payload, schema)
 
+    def _table(self, schema: StructType | None = None) -> tuple[Any, pa.Schema] | None:
+        """A table read (option ``table``: :mod:`.table_source`) and its output schema (the
+        columns ``schema`` keeps), or None for a stream."""
+        from .table_source import is_table_read, parse_table_options
+
+        if not is_table_read(self.options):
+            return None
+        read = parse_table_options(self.options)
+        if schema is None:
+            return read, read.output
+        return read, chosen_columns(read.output, read.columns.payload.names, schema)
+
     def schema(self) -> StructType:
         require_supported_spark("schema()")
+        table = self._table()
+        if table is not None:
+            return from_arrow_schema(table[1], prefer_timestamp_ntz=True)
         _, arrow = self._reading()
         return from_arrow_schema(arrow, prefer_timestamp_ntz=True)
 
     def reader(self, schema: StructType) -> DataSourceReader:
         require_supported_spark("reader()")
+        table = self._table(schema)
+        if table is not None:
+            from .table_spark import TableBatchReader
+
+            return TableBatchReader(*table)
         cfg, arrow = self._reading_columns(schema)
         return RowtimeBatchReader(cfg, arrow)
 
     def streamReader(self, schema: StructType) -> DataSourceStreamReader:
         require_supported_spark("streamReader()")
+        table = self._table(schema)
+        if table is not None:
+            from .table_spark import table_stream_reader
+
+            return table_stream_reader(*table)
         cfg, arrow = self._reading_columns(schema)
 
         if cfg.max_rows_per_batch is not None:

@@ -1,0 +1,380 @@
+"""A table's history as a log of one partition: what the reader's planner and executors read.
+
+:class:`TableLog` serves the part of :class:`~..streams.storage.StreamStorage` the reader uses
+(``meta``, ``end_offset``, ``tail``, ``read``) over a list of :class:`Version` s, the versions
+of the table from an :class:`Anchor` on that hold records:
+
+* the version's rows: every row of the data files its commit added, in rowtime order (a stable
+  sort: ties keep the order of the commit's files, then of the rows in each file), offsets
+  ``[base, base + rows)``;
+* then, when its commit moved the table's clock, its bound record at offset ``base + rows``,
+  the bound the new clock.
+
+Every record's arrival is its version's commit time (``arrival_us``, never below the version
+before's). The rows of a version are sorted because a commit's files come from many tasks and
+its rows in no order a reader can rely on; a version is the unit a table is committed in, as a
+run is a stream's, so nothing later can come between two of its rows. Sorting costs the
+version's rowtimes (8 bytes a row, plus the permutation) on the driver, and on an executor the
+version's rows: a task reads whole versions (:meth:`TableLog.read` keeps the last one read, so
+the reader's chunked reads of one version read its files once).
+
+The same offsets always give the same records: a version's records follow from its commit
+alone (its files, the clock in it) and the anchor before it (the clock and commit time so far),
+and a committed version never changes.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import Any, Protocol
+
+import numpy as np
+import pyarrow as pa
+
+from ..bounds.arrays import to_arrow
+from ..bounds.errors import InvalidRowtimeError, OffsetError, OptionError
+from ..bounds.time import TimeFormat
+from ..streams.columns import LOG_ARRIVAL_US, LOG_IS_BOUND, LOG_ROWTIME_US, LOG_SYSTEM_COLUMNS
+from ..streams.meta import StreamMeta
+from ..streams.retention import TrimState
+from ..streams.storage import PartitionTail, pick_columns
+
+__all__ = [
+    "Anchor",
+    "DataFile",
+    "TableColumns",
+    "TableFiles",
+    "TableLog",
+    "Version",
+    "replace_frontier",
+    "with_versions",
+]
+
+_SYSTEM_FIELDS = [
+    pa.field(LOG_ARRIVAL_US, pa.int64(), nullable=False),
+    pa.field(LOG_ROWTIME_US, pa.int64()),
+    pa.field(LOG_IS_BOUND, pa.bool_(), nullable=False),
+]
+
+
+@dataclass(frozen=True)
+class Anchor:
+    """Where the records of ``version`` begin: its first record's offset (``base``), and what
+    the versions before it leave (the table's clock, the last commit time), from which the
+    records of ``version`` and every later version follow. JSON-able: each Spark offset of a
+    table carries the anchor of its first alive record (:meth:`TableLog.anchor_at`)."""
+
+    version: int
+    base: int = 0
+    clock_us: int | None = None
+    arrival_us: int | None = None
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "version": self.version,
+            "base": self.base,
+            "clock": self.clock_us,
+            "arrival": self.arrival_us,
+        }
+
+    @classmethod
+    def from_dict(cls, d: Any) -> Anchor:
+        try:
+            return cls(int(d["version"]), int(d["base"]), d.get("clock"), d.get("arrival"))
+        except (KeyError, TypeError, ValueError) as e:
+            raise OffsetError(
+                f"a table offset's anchor {str(d)[:200]} is damaged ({type(e).__name__}: {e}); "
+                "the checkpoint cannot be resumed"
+            ) from e
+
+
+@dataclass(frozen=True)
+class DataFile:
+    """A data file a commit added: where (as the table's log names it), its rows, and the
+    values of the table's partition columns (as the log writes them, text; None: null)."""
+
+    path: str
+    rows: int
+    partition: tuple[tuple[str, str | None], ...] = ()
+
+
+@dataclass(frozen=True)
+class Version:
+    """The records of one version of a table (see the module docstring)."""
+
+    #: the version and what the versions before it left
+    anchor: Anchor
+    files: tuple[DataFile, ...]
+    #: the bound record after the rows (the clock the commit moved the table to), or None
+    bound_us: int | None
+    #: the table's clock after this version (the bound, or the one before it)
+    clock_us: int | None
+    #: the commit time of this version, never below the one before (microseconds)
+    arrival_us: int
+
+    @property
+    def version(self) -> int:
+        return self.anchor.version
+
+    @property
+    def base(self) -> int:
+        return self.anchor.base
+
+    @property
+    def rows(self) -> int:
+        return sum(f.rows for f in self.files)
+
+    @property
+    def end(self) -> int:
+        return self.base + self.rows + (self.bound_us is not None)
+
+    def after(self) -> Anchor:
+        """The anchor of the next version."""
+        return Anchor(self.version + 1, self.end, self.clock_us, self.arrival_us)
+
+
+@dataclass(frozen=True)
+class TableColumns:
+    """The columns a table's records have: the payload the reader emits (the table's columns,
+    without ``rowtime`` when that is the time column, as in a table this sink wrote), the
+    column that holds each row's event time and how its values are read."""
+
+    payload: pa.Schema
+    time_column: str
+    time_format: TimeFormat
+    #: the table's columns (the Spark form of their types), as data files are read
+    table: pa.Schema
+
+
+class TableFiles(Protocol):
+    """A table's data files as a format reads them (picklable: executors read them)."""
+
+    def read(self, file: DataFile, columns: Sequence[str], schema: pa.Schema) -> pa.Table:
+        """The rows of ``file``: ``columns`` of ``schema`` (the table's), in that order and of
+        those types; a column the file lacks (added to the table later) as nulls."""
+        ...
+
+
+class TableLog:
+    """The records of a table's versions from ``versions[0]`` on (or from ``frontier`` when
+    there are none): one partition, offsets ``[first, end)``.
+
+    On the driver the list grows at the end as the table gets versions (:meth:`extend`) and is
+    cut at the front as the query moves on (:meth:`forget_before`); an executor's is the
+    versions its task reads, shipped with the task."""
+
+    def __init__(
+        self,
+        location: str,
+        columns: TableColumns,
+        files: TableFiles,
+        frontier: Anchor,
+        versions: Sequence[Version] = (),
+        table_id: str = "",
+        where: str = "",
+    ) -> None:
+        self.location = location
+        self.columns = columns
+        self.files = files
+        self.versions: list[Version] = list(versions)
+        #: the first version not read yet, and the offset its records begin at
+        self.frontier = frontier if not versions else versions[-1].after()
+        self.where = where or f"table {location}"
+        self.meta = StreamMeta(
+            location=location, payload_schema=columns.payload, partitions=1, stream_id=table_id
+        )
+        self._cached: tuple[int, tuple[str, ...], pa.Table] | None = None
+
+    # -- the index ----------------------------------------------------------------------------
+
+    @property
+    def first(self) -> int:
+        return self.versions[0].base if self.versions else self.frontier.base
+
+    @property
+    def end(self) -> int:
+        return self.frontier.base
+
+    def add(self, version: Version) -> None:
+        """``version``, the frontier's, read: the frontier moves past it (a version without
+        records is kept out of the list)."""
+        if version.anchor != self.frontier:
+            raise AssertionError(f"version {version.anchor} read at frontier {self.frontier}")
+        if version.end > version.base:
+            self.versions.append(version)
+        self.frontier = version.after()
+
+    def covers(self, anchor: Anchor) -> bool:
+        """Whether the records from ``anchor`` on are the ones this log has (the same version
+        begins at the same offset)."""
+        if anchor == self.frontier:
+            return True
+        return any(v.anchor == anchor for v in self.versions)
+
+    def forget_before(self, anchor: Anchor) -> None:
+        """Drop the versions before ``anchor``'s (the query no longer needs their records)."""
+        self.versions = [v for v in self.versions if v.version >= anchor.version]
+
+    def anchor_at(self, offset: int) -> Anchor:
+        """The anchor of the version that holds record ``offset`` (the frontier's at the end)."""
+        for v in self.versions:
+            if v.base <= offset < v.end:
+                return v.anchor
+        if offset == self.frontier.base:
+            return self.frontier
+        raise OffsetError(
+            f"{self.where}: offset {offset} is outside the versions read ({self.first} to "
+            f"{self.end}); the checkpoint does not belong to this table"
+        )
+
+    def versions_between(self, start: int, end: int) -> list[Version]:
+        """The versions holding records ``[start, end)``."""
+        return [v for v in self.versions if v.end > start and v.base < end]
+
+    def where_is(self, offset: int) -> str:
+        """Record ``offset`` as a user finds it in the table: its version, and its place."""
+        for v in self.versions:
+            if v.base <= offset < v.end:
+                if offset - v.base >= v.rows:
+                    return f"the bound record after version {v.version}"
+                return f"row {offset - v.base} of version {v.version} in rowtime order"
+        return f"offset {offset}"
+
+    # -- what the reader reads ------------------------------------------------------------------
+
+    @property
+    def file_schema(self) -> pa.Schema:
+        return pa.schema([*_SYSTEM_FIELDS, *self.columns.payload])
+
+    def end_offset(self, partition: int) -> int:
+        self._check(partition)
+        return self.end
+
+    def tail(self, partition: int) -> PartitionTail:
+        self._check(partition)
+        last = self.versions[-1] if self.versions else None
+        return PartitionTail(
+            self.end,
+            self.frontier.clock_us,
+            last.arrival_us if last is not None else self.frontier.arrival_us,
+        )
+
+    def clock_us(self, partition: int) -> int | None:
+        return self.tail(partition).clock_us
+
+    def stream_clock_us(self) -> int | None:
+        return self.frontier.clock_us
+
+    def start_offset(self, partition: int) -> int:
+        """0: offsets count from the anchor the query started at; a version the query needs
+        that the table no longer has fails as the format says (:mod:`.table_delta`)."""
+        self._check(partition)
+        return 0
+
+    def trim_state(self, partition: int) -> TrimState:
+        self._check(partition)
+        return TrimState()
+
+    def partition_stats(self, partition: int) -> list[Any]:
+        raise OptionError(f"{self.where} is a table: it keeps no segment statistics")
+
+    def lock_partition(self, partition: int, where: str) -> Any:
+        raise OptionError(f"{self.where} is read as a stream; write to it with its own writers")
+
+    def read(
+        self, partition: int, start: int, end: int, columns: Sequence[str] | None = None
+    ) -> pa.Table:
+        """Records ``[start, end)`` (see the module docstring), ``columns`` of
+        :attr:`file_schema` (None: all)."""
+        self._check(partition)
+        names = pick_columns(self.file_schema, columns, self.where)
+        if not start <= end or start < self.first or end > self.end:
+            raise OffsetError(
+                f"{self.where}: records [{start}, {end}) asked for, and the versions read hold "
+                f"[{self.first}, {self.end})"
+            )
+        payload = tuple(n for n in names if n not in LOG_SYSTEM_COLUMNS)
+        parts = []
+        for v in self.versions_between(start, end):
+            table = self._version_table(v, payload)
+            lo, hi = max(start, v.base) - v.base, min(end, v.end) - v.base
+            parts.append(table.slice(lo, hi - lo).select(names))
+        if not parts:
+            return self.file_schema.empty_table().select(names)
+        return parts[0] if len(parts) == 1 else pa.concat_tables(parts)
+
+    def _check(self, partition: int) -> None:
+        if partition != 0:
+            raise OptionError(f"{self.where} is read as one partition (0), not {partition!r}")
+
+    def _version_table(self, v: Version, payload: tuple[str, ...]) -> pa.Table:
+        """Every record of version ``v``, system columns and ``payload``: its rows in rowtime
+        order, then its bound record. The last one made is kept (a task reads a version in
+        chunks)."""
+        cached = self._cached
+        if cached is not None and cached[0] == v.version and set(payload) <= set(cached[1]):
+            return cached[2]
+        cols = self.columns
+        wanted = list(dict.fromkeys([cols.time_column, *payload]))
+        parts = [self.files.read(f, wanted, cols.table) for f in v.files]
+        schema = pa.schema([cols.table.field(n) for n in wanted])
+        data = pa.concat_tables(parts) if parts else schema.empty_table()
+        t = self._times(v, data, parts)
+        if len(t) > 1 and not bool(np.all(t[1:] >= t[:-1])):
+            order = np.argsort(t, kind="stable")
+            data, t = data.take(to_arrow(order, pa.int64())), t[order]
+        n = len(t)
+        arrival = np.full(n, v.arrival_us, dtype=np.int64)
+        is_bound = np.zeros(n, dtype=bool)
+        if v.bound_us is not None:
+            t = np.append(t, np.int64(v.bound_us))
+            arrival = np.append(arrival, np.int64(v.arrival_us))
+            is_bound = np.append(is_bound, True)
+        arrays: list[Any] = [to_arrow(arrival), to_arrow(t), to_arrow(is_bound)]
+        fields = list(_SYSTEM_FIELDS)
+        for name in payload:
+            column = data.column(name)
+            if v.bound_us is not None:
+                column = pa.chunked_array([*column.chunks, pa.nulls(1, column.type)], column.type)
+            arrays.append(column)
+            fields.append(cols.payload.field(name))
+        table = pa.Table.from_arrays(arrays, schema=pa.schema(fields))
+        self._cached = (v.version, payload, table)
+        return table
+
+    def _times(self, v: Version, data: pa.Table, parts: list[pa.Table]) -> np.ndarray:
+        """The event time of each row of ``data`` (microseconds); an error naming the file and
+        row of the first value that is not one."""
+        cols = self.columns
+        what = f"column {cols.time_column!r} of {self.where} version {v.version}"
+        try:
+            return np.asarray(cols.time_format.read_array(data.column(cols.time_column), what=what))
+        except InvalidRowtimeError:
+            pass
+        for f, part in zip(v.files, parts, strict=True):
+            try:
+                cols.time_format.read_array(part.column(cols.time_column), what=what)
+            except InvalidRowtimeError as e:
+                raise InvalidRowtimeError(
+                    f"{self.where} version {v.version}, file {f.path}: {e}; every row needs an "
+                    f"event time in column {cols.time_column!r} (option rowtime.column, with "
+                    "rowtime.unit/rowtime.format for numbers and text)"
+                ) from None
+        raise AssertionError("a bad event time in no file")
+
+
+def with_versions(log: TableLog, versions: Sequence[Version]) -> TableLog:
+    """A log of ``versions`` alone, as an executor gets it (nothing to read of the table's
+    log itself)."""
+    frontier = versions[0].anchor if versions else log.frontier
+    return TableLog(
+        log.location, log.columns, log.files, frontier, versions, log.meta.stream_id, log.where
+    )
+
+
+def replace_frontier(log: TableLog, anchor: Anchor) -> None:
+    """Start ``log`` over at ``anchor`` (a checkpoint's offset the log does not cover)."""
+    log.versions = []
+    log.frontier = anchor
+    log._cached = None

@@ -1,0 +1,406 @@
+"""Delta Lake tables read as rowtime streams: ``spark.readStream.format("rowtime")
+.option("table", "delta").load(PATH)``, and ``spark.read`` of the same; this module without
+Spark (options, offsets, micro-batches, tasks), :mod:`.table_spark` the thin Spark face.
+
+The reader's whole machinery (the policies, the quarantine, the caps, the offsets Spark keeps)
+works on partitions of records in offset order (:class:`~.planner.Planner`,
+:func:`~.executor.read_task`). A table's history is made into exactly that, a log of one
+partition (:class:`~.table_log.TableLog`), and the machinery runs on it unchanged:
+
+* each **version** (a commit of the table's log) becomes a run of records: the rows its commit
+  added, in rowtime order (stable: ties in the order of the commit's files and of the rows in
+  them), then, when its commit moved the table's clock, one **bound record** at that clock. A
+  commit that only moved the clock is a bound record alone; one that added no rows and did not
+  move the clock (a compaction, whose files have ``dataChange=false``, a property change) is
+  no record, and a log checkpoint is no commit at all;
+* a record's **offset** counts the records before it in that log; what the offsets mean is
+  kept in every Spark offset as ``table``, the :class:`~.table_log.Anchor` of the first record
+  still alive (its version, that version's first offset, the clock and commit time before it),
+  so that the driver reads the table's log onwards from there, never its whole history, and a
+  replay from a checkpoint maps the same offsets to the same versions and rows; ``stream`` is
+  the table's id (a table deleted and made again at the path is another table);
+* a record's **arrival** is its version's commit time (never below the one before);
+* **files per micro-batch** (``maxFilesPerTrigger``, Delta's option, default 1000): a
+  micro-batch admits whole versions until their files reach the cap (at least one version; a
+  clock-only version counts as one file); ``maxRowsPerBatch`` then cuts inside a version as it
+  cuts a stream;
+* an **error** that names a record's offset also names its version
+  (:meth:`~.table_log.TableLog.where_is`).
+
+:class:`TableSource` is what the Spark face calls, one method per Spark call; the tests drive
+it directly. :mod:`.table_delta` reads the versions from ``_delta_log/<version>.json``.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import re
+from collections.abc import Callable, Iterator, Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any, TypeVar
+
+import pyarrow as pa
+
+from ..bounds.errors import (
+    HeldRowsOverflowError,
+    InvalidRowtimeError,
+    LateRowError,
+    OffsetError,
+    OptionError,
+    SchemaError,
+)
+from ..bounds.plan import StreamPosition
+from ..bounds.time import TimeFormat
+from ..streams.columns import SPARK_ROWTIME
+from ..streams.options import OptionTable
+from .executor import read_task
+from .options import ReaderConfig, parse_reader_options
+from .planner import Planner, batch_tasks, partition_tasks
+from .table_delta import DeltaFiles, DeltaVersions, delta_schema
+from .table_log import Anchor, TableColumns, TableLog, Version, replace_frontier
+from .tasks import EmitRuns, ReadTask, output_arrow_schema
+
+__all__ = ["TABLE_OPTIONS", "TableRead", "TableSource", "TableTask", "parse_table_options"]
+
+_T = TypeVar("_T")
+
+#: The options of a table read besides the reader's (lower case, as Spark passes them).
+TABLE_OPTIONS: dict[str, str] = {
+    "table": "delta: read the Delta table at the path as a rowtime stream",
+    "skipchangecommits": (
+        "true or false (default): skip versions that delete, update or overwrite rows (else"
+        " the query fails naming the version)"
+    ),
+    "maxfilespertrigger": "a whole number > 0 of data files per micro-batch (default 1000)",
+}
+_SPELLING = {"skipchangecommits": "skipChangeCommits", "maxfilespertrigger": "maxFilesPerTrigger"}
+_OPTIONS = OptionTable(TABLE_OPTIONS, "format('rowtime') of a table", "the table reader", _SPELLING)
+
+#: Reader options a table read does not take (yet), and why.
+_NOT_FOR_TABLES = {
+    "stream": "a table is named by its path",
+    "catalog": "a table is named by its path",
+    "interval.duration": "validity intervals are not read from tables yet",
+    "interval.count": "validity intervals are not read from tables yet",
+    "interval.slide": "validity intervals are not read from tables yet",
+    "idle.timeout": "a table is one partition: no other partition waits for it",
+    "idle.commitgrace": "a table is one partition: no other partition waits for it",
+}
+
+#: maxFilesPerTrigger when not given (Delta's own default).
+DEFAULT_MAX_FILES = 1000
+
+
+@dataclass(frozen=True)
+class TableRead:
+    """A table read's configuration, validated once; picklable."""
+
+    kind: str
+    location: str
+    #: what the planner and the executors run with: the table's log holds each row's event
+    #: time already (``__rowtime_us``), so no column is promoted there
+    cfg: ReaderConfig
+    columns: TableColumns
+    #: the reader's output schema (payload, ``rowtime``, ``is_bound``; or the quarantine's)
+    output: pa.Schema
+    table_id: str
+    #: the version whose schema the read has (later schema changes fail the query)
+    schema_version: int
+    skip_change_commits: bool = False
+    max_files: int = DEFAULT_MAX_FILES
+
+    @property
+    def where(self) -> str:
+        return f"Delta table {self.location}"
+
+
+def is_table_read(options: Mapping[str, Any]) -> bool:
+    """Whether ``options`` read a table (option ``table``) rather than a rowtime stream."""
+    return any(k.lower() == "table" for k in options)
+
+
+def parse_table_options(options: Mapping[str, Any]) -> TableRead:
+    """A table read's options (the reader's, and :data:`TABLE_OPTIONS`) as a
+    :class:`TableRead`, the table's schema read once."""
+    given = {str(k).lower(): v for k, v in options.items()}
+    for key, why in _NOT_FOR_TABLES.items():
+        if key in given:
+            raise OptionError(f"option {key} does not apply to a table read ({why}); remove it")
+    kind = str(given.pop("table")).strip().lower()
+    if kind != "delta":
+        raise OptionError(
+            f"option table={kind!r}: the reader reads Delta tables (table=delta); remove the "
+            "option to read a rowtime stream"
+        )
+    skip = _flag(given.pop("skipchangecommits", "false"), "skipchangecommits")
+    max_files = _positive(given.pop("maxfilespertrigger", DEFAULT_MAX_FILES), "maxfilespertrigger")
+    user = parse_reader_options(given)
+    location = user.location
+    schema, version, table_id, _ = delta_schema(location)
+    columns = _columns(user, schema, f"Delta table {location}")
+    cfg = dataclasses.replace(user, rowtime_column=None, time_format=TimeFormat())
+    return TableRead(
+        kind=kind,
+        location=location,
+        cfg=cfg,
+        columns=columns,
+        output=output_arrow_schema(columns.payload, user.output),
+        table_id=table_id,
+        schema_version=version,
+        skip_change_commits=skip,
+        max_files=max_files,
+    )
+
+
+def _flag(value: Any, name: str) -> bool:
+    v = str(value).strip().lower()
+    if v not in ("true", "false"):
+        raise _OPTIONS.bad(name, value)
+    return v == "true"
+
+
+def _positive(value: Any, name: str) -> int:
+    try:
+        n = int(str(value).strip())
+    except ValueError:
+        raise _OPTIONS.bad(name, value) from None
+    if n < 1 or isinstance(value, bool):
+        raise _OPTIONS.bad(name, value)
+    return n
+
+
+def _columns(user: ReaderConfig, schema: pa.Schema, where: str) -> TableColumns:
+    """Which of the table's columns holds event time: ``rowtime.column``, else ``rowtime``
+    (the column this sink writes); a ``rowtime`` column is the reader's own ``rowtime``, not a
+    payload column."""
+    names = {n.lower(): n for n in schema.names}
+    column = user.rowtime_column
+    if column is None:
+        if SPARK_ROWTIME not in names:
+            raise OptionError(
+                f"{where} has no column {SPARK_ROWTIME!r} (a table this sink wrote has one): set "
+                "option rowtime.column to the column that holds each row's event time (with "
+                f"rowtime.unit for numbers); its columns are {', '.join(schema.names)}"
+            )
+        column = names[SPARK_ROWTIME]
+        time_format = TimeFormat()
+    else:
+        if column.lower() not in names:
+            raise OptionError(
+                f"option rowtime.column={column!r} names no column of {where}; its columns are "
+                f"{', '.join(schema.names)}"
+            )
+        column = names[column.lower()]
+        time_format = user.time_format
+    payload = schema
+    if column.lower() == SPARK_ROWTIME:
+        payload = pa.schema([f for f in schema if f.name != column])
+    return TableColumns(payload, column, time_format, schema)
+
+
+@dataclass
+class TableTask:
+    """One task of a table read: the reader's task and the versions it reads (picklable)."""
+
+    task: ReadTask
+    versions: tuple[Version, ...]
+
+
+class TableSource:
+    """The driver's side of one table read (streaming or batch); see the module docstring."""
+
+    def __init__(self, read: TableRead) -> None:
+        self.read_cfg = read
+        self.versions = DeltaVersions(
+            read.location,
+            read.columns.table,
+            read.schema_version,
+            skip_change_commits=read.skip_change_commits,
+        )
+        self.log = TableLog(
+            read.location,
+            read.columns,
+            DeltaFiles(read.location),
+            Anchor(0),
+            table_id=read.table_id,
+            where=read.where,
+        )
+        self.planner = Planner(read.cfg, stream=self.log)
+        #: availableNow: the newest version when the trigger was prepared
+        self.target_version: int | None = None
+
+    # -- offsets ----------------------------------------------------------------------------
+
+    def offset(self, pos: StreamPosition) -> dict[str, Any]:
+        d = pos.to_dict()
+        d["table"] = self.log.anchor_at(pos.partitions[0].scan).to_dict()
+        d["stream"] = self.read_cfg.table_id
+        return d
+
+    def _position(self, offset: dict[str, Any]) -> StreamPosition:
+        """The position of a Spark offset of this table, the log made to hold its records."""
+        was = offset.get("stream") if isinstance(offset, dict) else None
+        if was != self.read_cfg.table_id:
+            raise OffsetError(
+                f"the query's checkpoint holds positions in table {was}, and the "
+                f"{self.read_cfg.where} is table {self.read_cfg.table_id}: it was deleted and "
+                "created again since, or the checkpoint is another query's. Start the query "
+                "with a new checkpointLocation"
+            )
+        anchor = Anchor.from_dict(offset.get("table"))
+        if not self.log.covers(anchor):
+            replace_frontier(self.log, anchor)
+            self.planner = Planner(self.read_cfg.cfg, stream=self.log)
+        return StreamPosition.from_dict(offset)
+
+    def initial_offset(self) -> dict[str, Any]:
+        if self.read_cfg.cfg.starting == "latest":
+            version = self.versions.latest() + 1
+            anchor = Anchor(version, 0, self.versions.clock_before(version))
+        else:
+            anchor = Anchor(0)
+        replace_frontier(self.log, anchor)
+        return self.offset(StreamPosition.start([anchor.base]))
+
+    def prepare_available_now(self) -> None:
+        self.target_version = self.versions.latest()
+
+    # -- planning ---------------------------------------------------------------------------
+
+    def _extend(self, until: Callable[[], bool]) -> None:
+        """Read versions at the log's frontier until ``until()`` or the table has no more (or
+        the availableNow target is read)."""
+        target = self.target_version
+        while not until():
+            if target is not None and self.log.frontier.version > target:
+                return
+            version = self.versions.read(self.log.frontier)
+            if version is None:
+                return
+            self.log.add(version)
+
+    def _admitted(self, start: int, capped: bool) -> int:
+        """The end of what a micro-batch from offset ``start`` may take: the log's end, or
+        (``capped``) the end of the version whose files reach ``maxFilesPerTrigger``."""
+        most = self.read_cfg.max_files
+
+        def files_from() -> tuple[int, int]:
+            n = 0
+            for v in self.log.versions:
+                if v.end > start:
+                    n += max(1, len(v.files))
+                    if capped and n >= most:
+                        return n, v.end
+            return n, self.log.end
+
+        self._extend(lambda: capped and files_from()[0] >= most)
+        return files_from()[1]
+
+    def latest_offset(
+        self, start: dict[str, Any], max_rows: int | None, most: int | None = None
+    ) -> dict[str, Any]:
+        """The end of the micro-batch from ``start``: ``max_rows`` new records planned at a
+        time, up to ``most`` in all (joined steps, as the stream reader plans them); the
+        ``start`` itself when there is nothing new."""
+        pos = self._position(start)
+        end = self._admitted(pos.partitions[0].next, capped=max_rows is not None)
+        if most is not None and max_rows is not None:
+            new = self._named(lambda: self.planner.plan_joined(pos, [end], max_rows, most))
+        else:
+            new = self._named(lambda: self.planner.plan(pos, [end], max_rows))
+        return start if new is None else self.offset(new)
+
+    def tasks(
+        self, start: dict[str, Any], end: dict[str, Any], runs: Sequence[EmitRuns | None] | None
+    ) -> list[TableTask]:
+        """The tasks of the micro-batch ``start`` -> ``end`` (``runs``: the planner's, or None:
+        the tasks replay the policy)."""
+        self._position(start)
+        last = StreamPosition.from_dict(end).partitions[0].next
+        self._extend(lambda: self.log.end >= last)
+        if self.log.end < last:
+            raise OffsetError(
+                f"{self.read_cfg.where}: the checkpoint's micro-batch ends at offset {last}, and "
+                f"the table's versions hold records up to {self.log.end}: the checkpoint is not "
+                "this table's. Start the query with a new checkpointLocation"
+            )
+        return self._wrap(partition_tasks(start, end, runs, None))
+
+    def runs_for(self, start: dict[str, Any], end: dict[str, Any]) -> list[EmitRuns | None] | None:
+        return self.planner.runs_for(start, end)
+
+    def commit(self, end: dict[str, Any]) -> None:
+        """Spark finished the micro-batch ending at ``end``: versions before its first alive
+        record are not needed again."""
+        self.log.forget_before(Anchor.from_dict(end.get("table")))
+
+    def batch_tasks(self) -> list[TableTask]:
+        """A batch read: the table's history as one step, from version 0 to the newest."""
+        replace_frontier(self.log, Anchor(0))
+        self.target_version = self.versions.latest()
+        self._extend(lambda: False)
+        self.planner = Planner(self.read_cfg.cfg, stream=self.log)
+        return self._wrap(self._named(lambda: batch_tasks(self.read_cfg.cfg, self.planner)))
+
+    def _wrap(self, tasks: list[ReadTask]) -> list[TableTask]:
+        out = []
+        for t in tasks:
+            scan = int(t.prev["scan"])
+            out.append(TableTask(t, tuple(self.log.versions_between(scan, t.end))))
+        return out
+
+    def progress(self) -> dict[str, Any]:
+        """What the query's progress shows of the table: the versions read so far."""
+        return {"version": self.log.frontier.version - 1, "records": self.log.end}
+
+    def _named(self, plan: Callable[[], _T]) -> _T:
+        return _named(self.log, plan)
+
+
+def _named(log: TableLog, call: Callable[[], _T]) -> _T:
+    """``call()``, an error naming a record's offset also naming its version."""
+    try:
+        return call()
+    except (LateRowError, HeldRowsOverflowError, InvalidRowtimeError) as e:
+        raise _renamed(log, e) from None
+
+
+def _renamed(log: TableLog, e: Exception) -> Exception:
+    m = re.search(r"offset (\d+)", str(e))
+    if m is None:
+        return e
+    return type(e)(f"{e} (offset {m[1]}: {log.where_is(int(m[1]))} of the {log.where})")
+
+
+def read_table_task(
+    read: TableRead, task: TableTask, schema: pa.Schema
+) -> Iterator[pa.RecordBatch]:
+    """Executor: one task's rows and bound record, as batches of ``schema``."""
+    frontier = task.versions[0].anchor if task.versions else Anchor(0, task.task.end)
+    log = TableLog(
+        read.location,
+        read.columns,
+        DeltaFiles(read.location),
+        frontier,
+        task.versions,
+        read.table_id,
+        read.where,
+    )
+    batches = read_task(read.cfg, task.task, schema, stream=log)
+    while True:
+        try:
+            batch = next(batches)
+        except StopIteration:
+            return
+        except (LateRowError, HeldRowsOverflowError, InvalidRowtimeError) as e:
+            raise _renamed(log, e) from None
+        yield batch
+
+
+def check_columns(read: TableRead, names: Sequence[str]) -> None:
+    """Refuse a user-given schema that is not the table's."""
+    if list(names) != read.output.names:
+        raise SchemaError(
+            f"the schema given to format rowtime ({', '.join(names)}) is not the "
+            f"{read.where}'s ({', '.join(read.output.names)}); give no schema"
+        )

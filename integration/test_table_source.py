@@ -1,0 +1,185 @@
+"""Delta tables read back as rowtime streams: ``readStream.format("rowtime").option("table",
+"delta")``, in real Spark, on tables written by this sink and by delta-rs' ``write_deltalake``.
+
+Every result is checked against brute force: the rows the test wrote (read back with delta-rs
+alone where the sink wrote them), once each, in rowtime order within a micro-batch, and the
+windows counted by hand. Queries are driven to quiescence (``processAllAvailable``,
+``availableNow``); nothing sleeps.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+import json
+import os
+from pathlib import Path
+
+import pyarrow as pa
+import pytest
+from helpers import Run, batch_reader, drain, plain, reader, start
+from pyspark.sql import functions as F
+from table_builders import delta_commit, make_delta_target
+
+from pyspark_rowtime.api import create_stream, open_writer
+from pyspark_rowtime.watermark import with_watermark
+
+deltalake = pytest.importorskip("deltalake", reason="the delta extra is not installed")
+
+MINUTE_US = 60_000_000
+HOUR_US = 60 * MINUTE_US
+T0_US = 1_700_000_000_000_000 - 1_700_000_000_000_000 % HOUR_US  # 2023-11-14T22:00:00Z
+UTC_US = pa.timestamp("us", tz="UTC")
+
+
+def at(us: int) -> dt.datetime:
+    return dt.datetime(1970, 1, 1, tzinfo=dt.timezone.utc) + dt.timedelta(microseconds=us)
+
+
+def sink_to_delta(spark, src: Path, table: str, checkpoint: Path) -> None:  # type: ignore[no-untyped-def]
+    """Hop 1: the stream at ``src`` into the Delta table, everything available now."""
+    (
+        reader(spark, src)
+        .writeStream.format("rowtime")
+        .option("checkpointLocation", str(checkpoint))
+        .option("target", "delta")
+        .trigger(availableNow=True)
+        .start(table)
+        .awaitTermination()
+    )
+
+
+def test_a_two_hop_pipeline_closes_its_last_windows_when_the_source_goes_quiet(spark, workdir):
+    # stream -> sink -> Delta -> the table read as a stream -> windowed counts. The source's
+    # last rows are followed by a bound only: nothing new arrives downstream but the table's
+    # clock, and that must close the last windows.
+    src, table, out = workdir / "src", str(workdir / "table"), str(workdir / "counts")
+    create_stream(src, "id BIGINT", partitions=2)
+    times = [T0_US + i * 7 * MINUTE_US for i in range(30)]  # 3.5 hours of rows
+    with open_writer(src, partition=0) as w0, open_writer(src, partition=1) as w1:
+        for i, t in enumerate(times):
+            (w0 if i % 2 else w1).insert({"id": i}, rowtime=at(t))
+        # the source is complete up to here: every window closes (with_watermark keeps the
+        # watermark 1 ms below the bound, so the bound passes the last window's end)
+        last = T0_US + 4 * HOUR_US + MINUTE_US
+        w0.set_rowtime_bound(at(last))
+        w1.set_rowtime_bound(at(last))
+    sink_to_delta(spark, src, table, workdir / "ck1")
+    assert deltalake.DeltaTable(table).transaction_version("rowtime.clock") == last
+
+    df = with_watermark(reader(spark, table, table="delta"))
+    counts = (
+        df.groupBy(F.window("rowtime", "1 hour"))
+        .agg(F.count("*").alias("n"))
+        .select(F.col("window.end").alias("rowtime"), "n")
+    )
+    (
+        counts.writeStream.format("rowtime")
+        .option("checkpointLocation", str(workdir / "ck2"))
+        .option("target", "delta")
+        .trigger(availableNow=True)
+        .start(out)
+        .awaitTermination()
+    )
+    got = deltalake.DeltaTable(out).to_pyarrow_table()
+    got_counts = sorted(
+        zip(
+            got.column("rowtime").cast(pa.int64()).to_pylist(),
+            got.column("n").to_pylist(),
+            strict=True,
+        )
+    )
+    expected: dict[int, int] = {}
+    for t in times:
+        end = t - t % HOUR_US + HOUR_US
+        expected[end] = expected.get(end, 0) + 1
+    assert got_counts == sorted(expected.items())
+    # the last window (ending at T0 + 4 h) is in: only the clock closed it
+    assert max(expected) == T0_US + 4 * HOUR_US
+    # the counts' table keeps the watermark as its clock: the bound, less with_watermark's 1 ms
+    assert deltalake.DeltaTable(out).transaction_version("rowtime.clock") == last - 1000
+
+
+def test_a_table_written_by_delta_rs_reads_in_rowtime_order_within_each_version(spark, workdir):
+    # Another writer's table: no rowtime column, no clock; rowtime.column names the time.
+    path = str(workdir / "other")
+    versions = [
+        [(1, 30), (2, 10), (3, 20)],  # one commit, rows out of order
+        [(4, 40), (5, 35)],
+        [(6, 50)],
+    ]
+    for rows in versions:
+        data = pa.table(
+            {
+                "id": pa.array([i for i, _ in rows], pa.int64()),
+                "ts": pa.array([T0_US + m * MINUTE_US for _, m in rows], UTC_US),
+                "part": pa.array(["a" if i % 2 else "b" for i, _ in rows]),
+            }
+        )
+        deltalake.write_deltalake(path, data, mode="append", partition_by=["part"])
+    run = Run()
+    q = start(reader(spark, path, table="delta", **{"rowtime.column": "ts"}), workdir / "ck", run)
+    drain(q, run)
+    q.stop()
+    by_batch = [[r for r in rows if not r["is_bound"]] for _, rows in run.batches]
+    rows = [r for b in by_batch for r in b]
+    assert sorted(r["id"] for r in rows) == [1, 2, 3, 4, 5, 6]
+    for b in by_batch:  # each micro-batch in rowtime order
+        assert [r["rowtime"] for r in b] == sorted(r["rowtime"] for r in b)
+    assert all(r["rowtime"] == r["ts"] for r in rows)
+    assert set(rows[0]) == {"id", "ts", "part", "rowtime", "is_bound"}
+
+    # a batch read of the same history, under the same policy: the same rows
+    batch = plain(batch_reader(spark, path, table="delta", **{"rowtime.column": "ts"}))
+    assert sorted(r["id"] for r in batch if not r["is_bound"]) == [1, 2, 3, 4, 5, 6]
+
+
+def test_a_compaction_between_micro_batches_reads_as_nothing(spark, workdir):
+    src, table = workdir / "src", str(workdir / "table")
+    create_stream(src, "id BIGINT")
+    run = Run()
+    query = None
+    expected = []
+    for step in range(3):
+        with open_writer(src) as w:
+            for i in range(10):
+                n = step * 10 + i
+                w.insert({"id": n}, rowtime=at(T0_US + n * MINUTE_US))
+                expected.append(n)
+            w.set_rowtime_bound(at(T0_US + (step + 1) * 10 * MINUTE_US))
+        sink_to_delta(spark, src, table, workdir / "ck1")
+        if step == 1:
+            t = deltalake.DeltaTable(table)
+            t.optimize.compact()
+            t.create_checkpoint()
+        if query is None:
+            query = start(reader(spark, table, table="delta"), workdir / "ck2", run)
+        drain(query, run)
+    assert query is not None
+    query.stop()
+    assert sorted(r["id"] for r in run.rows) == expected  # once each: the compaction adds none
+    assert run.bounds[-1] == T0_US + 30 * MINUTE_US
+
+
+def test_a_replay_from_the_checkpoint_reads_the_same_rows_into_the_same_micro_batch(spark, workdir):
+    # a table laid out as the sink lays it out, four commits of rows in no order, each
+    # moving the clock to the end of its rows
+    table = make_delta_target(workdir / "table")
+    for batch in range(4):
+        rows = [(n, T0_US + (n * 37 % 10 + batch * 10) * MINUTE_US) for n in range(10)]
+        delta_commit(table, rows, T0_US + (batch + 1) * 10 * MINUTE_US, batch)
+    run = Run()
+    df = reader(spark, table, table="delta", maxRowsPerBatch="7")
+    q = start(df, workdir / "ck2", run, available_now=True)
+    q.awaitTermination()
+    first = run.batches
+    assert len(first) >= 3
+    # forget that the last micro-batch ran: Spark replays it from the offsets it kept
+    last_id = first[-1][0]
+    os.remove(workdir / "ck2" / "commits" / str(last_id))
+    again = Run()
+    q = start(df, workdir / "ck2", again, available_now=True)
+    q.awaitTermination()
+    replayed = [b for b in again.batches if b[0] == last_id]
+    assert replayed and replayed[0][1] == first[-1][1]
+    offsets = (workdir / "ck2" / "offsets" / str(last_id)).read_text().splitlines()
+    assert json.loads(offsets[-1])["table"]["version"] >= 1
