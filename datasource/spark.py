@@ -43,6 +43,8 @@ from .retention import (
     skip_removed,
     skipped_progress,
 )
+from .table_source import is_table_read, parse_table_options
+from .table_spark import TableBatchReader, table_stream_reader
 from .tasks import EmitRuns, ReadTask, output_arrow_schema
 
 
@@ -157,8 +159,6 @@ class RowtimeReaderSource(DataSource):
     def _table(self, schema: StructType | None = None) -> tuple[Any, pa.Schema] | None:
         """A table read (option ``table``: :mod:`.table_source`) and its output schema (the
         columns ``schema`` keeps), or None for a stream."""
-        from .table_source import is_table_read, parse_table_options
-
         if not is_table_read(self.options):
             return None
         read = parse_table_options(self.options)
@@ -178,8 +178,6 @@ class RowtimeReaderSource(DataSource):
         require_supported_spark("reader()")
         table = self._table(schema)
         if table is not None:
-            from .table_spark import TableBatchReader
-
             return TableBatchReader(*table)
         cfg, arrow = self._reading_columns(schema)
         return RowtimeBatchReader(cfg, arrow)
@@ -188,8 +186,6 @@ class RowtimeReaderSource(DataSource):
         require_supported_spark("streamReader()")
         table = self._table(schema)
         if table is not None:
-            from .table_spark import table_stream_reader
-
             return table_stream_reader(*table)
         cfg, arrow = self._reading_columns(schema)
 
