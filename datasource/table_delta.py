@@ -201,15 +201,15 @@ class DeltaVersions:
 
     def clock_before(self, version: int) -> int | None:
         """The table's clock as of the version before ``version`` (a query that starts
-        there): one snapshot of the table, read once."""
+        there): one snapshot of the table, read once; None when that version is gone."""
         if version <= 0:
             return None
-        require_deltalake()
-        from deltalake import DeltaTable
-
-        value = DeltaTable(delta_uri(self.location), version=version - 1).transaction_version(
-            CLOCK_KEY
-        )
+        deltalake = require_deltalake()
+        try:
+            table = deltalake.DeltaTable(delta_uri(self.location), version=version - 1)
+        except deltalake.exceptions.TableNotFoundError:
+            return None  # that version is gone from the log: the caller keeps its clock
+        value = table.transaction_version(CLOCK_KEY)
         return None if value is None else int(value)
 
     def read(self, at: Anchor) -> Version | None:
@@ -223,11 +223,20 @@ class DeltaVersions:
                 raise DataLossError(
                     f"{self.where}: version {at.version} is needed, and its commit file is gone "
                     f"(the log's clean-up removed versions before its checkpoint {last}: "
-                    "delta.logRetentionDuration); start the query with a new checkpointLocation "
-                    "and option startingOffsets=latest, or keep the log longer"
+                    "delta.logRetentionDuration). Set option failOnDataLoss=false to skip to "
+                    "the first version kept (their rows are not read), or start the query with a "
+                    "new checkpointLocation; keep the log longer than a query may stop"
                 )
             return None
         return self.parse(at, text)
+
+    def first_kept(self, version: int) -> int:
+        """The first version from ``version`` on whose commit file is still in the log."""
+        last = self._last_checkpoint() or version
+        for v in range(version, last + 1):
+            if self._text(f"{v:020d}.json") is not None:
+                return v
+        return last + 1
 
     def parse(self, at: Anchor, text: str) -> Version:
         """The records of one commit file's text (see the module docstring)."""

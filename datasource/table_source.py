@@ -34,6 +34,7 @@ it directly. :mod:`.table_delta` reads the versions from ``_delta_log/<version>.
 from __future__ import annotations
 
 import dataclasses
+import logging
 import re
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
@@ -53,6 +54,7 @@ from ..bounds.plan import StreamPosition
 from ..bounds.time import TimeFormat
 from ..streams.columns import SPARK_ROWTIME
 from ..streams.options import OptionTable
+from ..streams.retention import DataLossError
 from .executor import read_task
 from .options import ReaderConfig, parse_reader_options
 from .planner import Planner, batch_tasks, partition_tasks
@@ -63,6 +65,8 @@ from .tasks import EmitRuns, ReadTask, output_arrow_schema
 __all__ = ["TABLE_OPTIONS", "TableRead", "TableSource", "TableTask", "parse_table_options"]
 
 _T = TypeVar("_T")
+
+log = logging.getLogger("pyspark_rowtime")
 
 #: The options of a table read besides the reader's (lower case, as Spark passes them).
 TABLE_OPTIONS: dict[str, str] = {
@@ -228,6 +232,10 @@ class TableSource:
         self.planner = Planner(read.cfg, stream=self.log)
         #: availableNow: the newest version when the trigger was prepared
         self.target_version: int | None = None
+        #: versions skipped because the log's clean-up removed them (failOnDataLoss=false),
+        #: and where each skip moved an anchor to (a step planned across it is read so)
+        self.skipped_versions = 0
+        self._moved: dict[Anchor, Anchor] = {}
 
     # -- offsets ----------------------------------------------------------------------------
 
@@ -248,6 +256,7 @@ class TableSource:
                 "with a new checkpointLocation"
             )
         anchor = Anchor.from_dict(offset.get("table"))
+        anchor = self._moved.get(anchor, anchor)
         if not self.log.covers(anchor):
             replace_frontier(self.log, anchor)
             self.planner = Planner(self.read_cfg.cfg, stream=self.log)
@@ -274,10 +283,36 @@ class TableSource:
         while not until():
             if target is not None and self.log.frontier.version > target:
                 return
-            version = self.versions.read(self.log.frontier)
+            try:
+                version = self.versions.read(self.log.frontier)
+            except DataLossError:
+                if self.read_cfg.cfg.fail_on_data_loss:
+                    raise
+                self._skip_removed()
+                continue
             if version is None:
                 return
             self.log.add(version)
+
+    def _skip_removed(self) -> None:
+        """``failOnDataLoss=false``: the versions the log's clean-up removed are skipped (their
+        rows are lost, as Delta's own source loses them), the frontier moved to the first kept
+        version, with the clock as of the version before it; a warning says how many."""
+        was = self.log.frontier
+        first = self.versions.first_kept(was.version)
+        clock = self.versions.clock_before(first)
+        if was.clock_us is not None and (clock is None or clock < was.clock_us):
+            clock = was.clock_us
+        self.log.frontier = self._moved[was] = Anchor(first, was.base, clock, was.arrival_us)
+        self.skipped_versions += first - was.version
+        log.warning(
+            "%s: versions %d to %d are needed, and the log's clean-up removed them; "
+            "failOnDataLoss=false: skipped to version %d (their rows are not read)",
+            self.read_cfg.where,
+            was.version,
+            first - 1,
+            first,
+        )
 
     def _admitted(self, start: int, capped: bool) -> int:
         """The end of what a micro-batch from offset ``start`` may take: the log's end, or
@@ -351,7 +386,10 @@ class TableSource:
 
     def progress(self) -> dict[str, Any]:
         """What the query's progress shows of the table: the versions read so far."""
-        return {"version": self.log.frontier.version - 1, "records": self.log.end}
+        out: dict[str, Any] = {"version": self.log.frontier.version - 1, "records": self.log.end}
+        if self.skipped_versions:
+            out["skipped_versions"] = self.skipped_versions
+        return out
 
     def _named(self, plan: Callable[[], _T]) -> _T:
         return _named(self.log, plan)

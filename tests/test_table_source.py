@@ -23,6 +23,7 @@ from pyspark_rowtime.datasource.table_source import (
     parse_table_options,
     read_table_task,
 )
+from pyspark_rowtime.streams.retention import DataLossError
 
 deltalake = pytest.importorskip("deltalake", reason="the delta extra is not installed")
 
@@ -263,3 +264,32 @@ def test_a_checkpoint_of_another_table_is_refused(tmp_path):
     start = TableSource(ra).initial_offset()
     with pytest.raises(OffsetError, match="new checkpointLocation"):
         TableSource(rb).latest_offset(start, 10)
+
+
+def test_versions_the_logs_clean_up_removed_follow_fail_on_data_loss(tmp_path):
+    path = str(tmp_path / "t")
+    retention = {"delta.logRetentionDuration": "interval 0 seconds"}
+    ms = T0_US // 1000
+
+    def append(k: int) -> None:
+        data = pa.table({"k": pa.array([k], pa.int64()), "at": pa.array([ms + k], pa.int64())})
+        deltalake.write_deltalake(path, data, mode="append", configuration=retention)
+
+    append(0)
+    options = {"rowtime.column": "at"}
+    (source, start), batches = stream(path, **options)
+    assert [k for k, _ in rows_of(batches)] == [0]
+    for k in range(1, 5):
+        append(k)
+    table = deltalake.DeltaTable(path)
+    table.create_checkpoint()  # at version 4
+    append(5)
+    deltalake.DeltaTable(path).cleanup_metadata()  # versions 1 to 3 are gone from the log
+    with pytest.raises(DataLossError, match=r"version 1 is needed.*failOnDataLoss=false"):
+        source.latest_offset(start, 1 << 24)
+    lossy = TableSource(parse_table_options({"path": path, "table": "delta", **options,
+                                             "failOnDataLoss": "false"}))  # fmt: skip
+    end = lossy.latest_offset(start, 1 << 24)
+    got = records(lossy.read_cfg, lossy.tasks(start, end, lossy.runs_for(start, end)))
+    assert [r["k"] for r in got if not r["is_bound"]] == [4, 5]
+    assert lossy.progress()["skipped_versions"] == 3
