@@ -293,3 +293,12 @@ def test_versions_the_logs_clean_up_removed_follow_fail_on_data_loss(tmp_path):
     got = records(lossy.read_cfg, lossy.tasks(start, end, lossy.runs_for(start, end)))
     assert [r["k"] for r in got if not r["is_bound"]] == [4, 5]
     assert lossy.progress()["skipped_versions"] == 3
+
+
+def test_the_readers_page_lists_exactly_the_table_options():
+    from test_readme_options import table_names
+
+    from pyspark_rowtime.datasource.table_source import TABLE_OPTIONS
+
+    names = table_names("reader.md", "| table option | accepts |")
+    assert {n.lower() for n in names} == set(TABLE_OPTIONS)
