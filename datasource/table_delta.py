@@ -180,6 +180,10 @@ class DeltaVersions:
         except FileNotFoundError:
             return None
 
+    def start_version(self) -> int:
+        """Where a read from the beginning starts: version 0."""
+        return 0
+
     def latest(self) -> int:
         """The newest version now (found from the log's last checkpoint on, one file at a
         time)."""

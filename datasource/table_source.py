@@ -55,11 +55,13 @@ from ..bounds.time import TimeFormat
 from ..streams.columns import SPARK_ROWTIME
 from ..streams.options import OptionTable
 from ..streams.retention import DataLossError
+from ..streams.tables import is_iceberg_location, parse_iceberg_location
 from .executor import read_task
 from .options import ReaderConfig, parse_reader_options
 from .planner import Planner, batch_tasks, partition_tasks
 from .table_delta import DeltaFiles, DeltaVersions, delta_schema
-from .table_log import Anchor, TableColumns, TableLog, Version, replace_frontier
+from .table_iceberg import IcebergFiles, IcebergVersions, iceberg_schema
+from .table_log import Anchor, TableColumns, TableFiles, TableLog, Version, replace_frontier
 from .tasks import EmitRuns, ReadTask, output_arrow_schema
 
 __all__ = ["TABLE_OPTIONS", "TableRead", "TableSource", "TableTask", "parse_table_options"]
@@ -70,7 +72,10 @@ log = logging.getLogger("pyspark_rowtime")
 
 #: The options of a table read besides the reader's (lower case, as Spark passes them).
 TABLE_OPTIONS: dict[str, str] = {
-    "table": "delta: read the Delta table at the path as a rowtime stream",
+    "table": (
+        "delta: read the Delta table at the path as a rowtime stream (iceberg: the Iceberg"
+        " table of an iceberg:// path, which needs no option)"
+    ),
     "skipchangecommits": (
         "true or false (default): skip versions that delete, update or overwrite rows (else"
         " the query fails naming the version)"
@@ -112,15 +117,47 @@ class TableRead:
     schema_version: int
     skip_change_commits: bool = False
     max_files: int = DEFAULT_MAX_FILES
+    #: Iceberg: the catalog's properties from options ``iceberg.<property>``
+    overrides: tuple[tuple[str, str], ...] = ()
 
     @property
     def where(self) -> str:
-        return f"Delta table {self.location}"
+        return f"{'Delta' if self.kind == 'delta' else 'Iceberg'} table {self.location}"
+
+    def versions(self) -> DeltaVersions | IcebergVersions:
+        """The driver's reader of the table's versions."""
+        if self.kind == "delta":
+            return DeltaVersions(
+                self.location,
+                self.columns.table,
+                self.schema_version,
+                skip_change_commits=self.skip_change_commits,
+            )
+        return IcebergVersions(
+            self.location,
+            dict(self.overrides),
+            self.columns.table,
+            self.schema_version,
+            skip_change_commits=self.skip_change_commits,
+        )
+
+    def files(self) -> TableFiles:
+        """The table's data files, as executors read them."""
+        if self.kind == "delta":
+            return DeltaFiles(self.location)
+        return IcebergFiles(self.location, self.overrides)
+
+
+def _path(options: Mapping[str, Any]) -> str:
+    return str(next((v for k, v in options.items() if str(k).lower() == "path"), ""))
 
 
 def is_table_read(options: Mapping[str, Any]) -> bool:
-    """Whether ``options`` read a table (option ``table``) rather than a rowtime stream."""
-    return any(k.lower() == "table" for k in options)
+    """Whether ``options`` read a table (option ``table``, or an ``iceberg://`` path) rather
+    than a rowtime stream."""
+    return any(str(k).lower() == "table" for k in options) or is_iceberg_location(
+        _path(options).strip()
+    )
 
 
 def parse_table_options(options: Mapping[str, Any]) -> TableRead:
@@ -130,18 +167,37 @@ def parse_table_options(options: Mapping[str, Any]) -> TableRead:
     for key, why in _NOT_FOR_TABLES.items():
         if key in given:
             raise OptionError(f"option {key} does not apply to a table read ({why}); remove it")
-    kind = str(given.pop("table")).strip().lower()
-    if kind != "delta":
+    iceberg = is_iceberg_location(_path(given).strip())
+    kind = str(given.pop("table", "iceberg" if iceberg else "delta")).strip().lower()
+    if kind not in ("delta", "iceberg") or (kind == "iceberg") != iceberg:
         raise OptionError(
-            f"option table={kind!r}: the reader reads Delta tables (table=delta); remove the "
-            "option to read a rowtime stream"
+            f"option table={kind!r}: the reader reads Delta tables at a path (table=delta) "
+            "and Iceberg tables named iceberg://CATALOG/NAMESPACE.TABLE (no option needed); "
+            "remove the option to read a rowtime stream"
+        )
+    overrides = tuple(
+        sorted(
+            (k[len("iceberg.") :], str(given.pop(k)))
+            for k in list(given)
+            if k.startswith("iceberg.")
+        )
+    )
+    if overrides and kind != "iceberg":
+        raise OptionError(
+            f"option iceberg.{overrides[0][0]} configures an Iceberg catalog; this is a Delta "
+            "table: remove it"
         )
     skip = _flag(given.pop("skipchangecommits", "false"), "skipchangecommits")
     max_files = _positive(given.pop("maxfilespertrigger", DEFAULT_MAX_FILES), "maxfilespertrigger")
     user = parse_reader_options(given)
     location = user.location
-    schema, version, table_id, _ = delta_schema(location)
-    columns = _columns(user, schema, f"Delta table {location}")
+    if kind == "delta":
+        schema, version, table_id, _ = delta_schema(location)
+    else:
+        location = str(parse_iceberg_location(location))
+        schema, version, table_id = iceberg_schema(location, dict(overrides))
+    where = f"{'Delta' if kind == 'delta' else 'Iceberg'} table {location}"
+    columns = _columns(user, schema, where)
     cfg = dataclasses.replace(user, rowtime_column=None, time_format=TimeFormat())
     return TableRead(
         kind=kind,
@@ -153,6 +209,7 @@ def parse_table_options(options: Mapping[str, Any]) -> TableRead:
         schema_version=version,
         skip_change_commits=skip,
         max_files=max_files,
+        overrides=overrides,
     )
 
 
@@ -215,16 +272,11 @@ class TableSource:
 
     def __init__(self, read: TableRead) -> None:
         self.read_cfg = read
-        self.versions = DeltaVersions(
-            read.location,
-            read.columns.table,
-            read.schema_version,
-            skip_change_commits=read.skip_change_commits,
-        )
+        self.versions = read.versions()
         self.log = TableLog(
             read.location,
             read.columns,
-            DeltaFiles(read.location),
+            read.files(),
             Anchor(0),
             table_id=read.table_id,
             where=read.where,
@@ -267,7 +319,7 @@ class TableSource:
             version = self.versions.latest() + 1
             anchor = Anchor(version, 0, self.versions.clock_before(version))
         else:
-            anchor = Anchor(0)
+            anchor = Anchor(self.versions.start_version())
         replace_frontier(self.log, anchor)
         return self.offset(StreamPosition.start([anchor.base]))
 
@@ -371,7 +423,7 @@ class TableSource:
 
     def batch_tasks(self) -> list[TableTask]:
         """A batch read: the table's history as one step, from version 0 to the newest."""
-        replace_frontier(self.log, Anchor(0))
+        replace_frontier(self.log, Anchor(self.versions.start_version()))
         self.target_version = self.versions.latest()
         self._extend(lambda: False)
         self.planner = Planner(self.read_cfg.cfg, stream=self.log)
@@ -418,7 +470,7 @@ def read_table_task(
     log = TableLog(
         read.location,
         read.columns,
-        DeltaFiles(read.location),
+        read.files(),
         frontier,
         task.versions,
         read.table_id,
