@@ -12,6 +12,7 @@ from __future__ import annotations
 import datetime as dt
 import json
 import os
+import tempfile
 from pathlib import Path
 
 import pyarrow as pa
@@ -24,6 +25,15 @@ from pyspark_rowtime.api import create_stream, open_writer
 from pyspark_rowtime.watermark import with_watermark
 
 deltalake = pytest.importorskip("deltalake", reason="the delta extra is not installed")
+pytest.importorskip("pyiceberg.catalog", reason="the iceberg extra is not installed")
+
+#: An embedded Iceberg catalog (SQL on SQLite) named ``hops``, configured as users configure
+#: pyiceberg, through its environment variables, set at collection, before Spark starts, so
+#: that the JVM and the Python workers it starts inherit them.
+_ICEBERG_ROOT = Path(tempfile.mkdtemp(prefix="rowtime-hops-"))
+(_ICEBERG_ROOT / "warehouse").mkdir()
+os.environ["PYICEBERG_CATALOG__HOPS__URI"] = f"sqlite:///{_ICEBERG_ROOT}/catalog.db"
+os.environ["PYICEBERG_CATALOG__HOPS__WAREHOUSE"] = f"file://{_ICEBERG_ROOT}/warehouse"
 
 MINUTE_US = 60_000_000
 HOUR_US = 60 * MINUTE_US
@@ -183,3 +193,52 @@ def test_a_replay_from_the_checkpoint_reads_the_same_rows_into_the_same_micro_ba
     assert replayed and replayed[0][1] == first[-1][1]
     offsets = (workdir / "ck2" / "offsets" / str(last_id)).read_text().splitlines()
     assert json.loads(offsets[-1])["table"]["version"] >= 1
+
+
+def test_three_hops_through_delta_and_iceberg_close_their_last_windows(spark, workdir):
+    # stream -> Delta -> 10-minute counts -> Iceberg -> hourly sums. The source's rows end
+    # at T0 + 2 h and its bound says nothing before T0 + 3 h 1 min follows: every clock
+    # downstream follows from that one bound, and the last hour closes with no row after it.
+    src, delta = workdir / "src", str(workdir / "raw")
+    iceberg = f"iceberg://hops/rt_{workdir.name.replace('-', '_')[-40:]}.counts"
+    create_stream(src, "id BIGINT")
+    times = [T0_US + i * 4 * MINUTE_US for i in range(30)]  # 10:00 to 11:56
+    bound = T0_US + 3 * HOUR_US + MINUTE_US
+    with open_writer(src) as w:
+        for i, t in enumerate(times):
+            w.insert({"id": i}, rowtime=at(t))
+        w.set_rowtime_bound(at(bound))
+    sink_to_delta(spark, src, delta, workdir / "ck1")
+
+    counts = (
+        with_watermark(reader(spark, delta, table="delta"))
+        .groupBy(F.window("rowtime", "10 minutes"))
+        .agg(F.count("*").alias("n"))
+        .select(F.col("window.end").alias("rowtime"), "n")
+    )
+    (
+        counts.writeStream.format("rowtime")
+        .option("checkpointLocation", str(workdir / "ck2"))
+        .option("target", "iceberg")
+        .trigger(availableNow=True)
+        .start(iceberg)
+        .awaitTermination()
+    )
+    sums = (
+        with_watermark(reader(spark, iceberg))
+        .groupBy(F.window("rowtime", "1 hour"))
+        .agg(F.sum("n").alias("total"))
+        .select(F.col("window.end").alias("end"), "total")
+    )
+    run = Run()
+    q = start(sums, workdir / "ck3", run, available_now=True)
+    q.awaitTermination()
+    # brute force: each row's 10-minute window end, then the hour that end falls in
+    expected: dict[int, int] = {}
+    for t in times:
+        end10 = t - t % (10 * MINUTE_US) + 10 * MINUTE_US
+        hour_end = end10 - end10 % HOUR_US + HOUR_US
+        expected[hour_end] = expected.get(hour_end, 0) + 1
+    got = sorted((r["end"], r["total"]) for r in run.records)
+    assert got == sorted(expected.items())
+    assert max(expected) == T0_US + 3 * HOUR_US  # the hour [2 h, 3 h): closed by clocks alone
