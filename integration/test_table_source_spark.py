@@ -58,6 +58,7 @@ def sink_to_delta(spark, src: Path, table: str, checkpoint: Path) -> None:  # ty
     )
 
 
+@pytest.mark.connect("the table reader started from a Connect client (the same code in the server)")
 def test_a_two_hop_pipeline_closes_its_last_windows_when_the_source_goes_quiet(spark, workdir):
     # stream -> sink -> Delta -> the table read as a stream -> windowed counts. The source's
     # last rows are followed by a bound only: nothing new arrives downstream but the table's

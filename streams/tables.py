@@ -304,9 +304,9 @@ class _IcebergBackend:
 
     def open(self, resolved: str, given: str) -> Any:
         raise StreamNotFoundError(
-            f"{given} is an Iceberg table, not a rowtime stream: read it with pyiceberg "
-            "(load_catalog(...).load_table(...).scan()) or Spark's Iceberg source; its clock is "
-            "get_rowtime_bound(location) or `rowtime clock LOCATION`"
+            f"{given} is an Iceberg table, not a rowtime stream: read it as one with "
+            "spark.readStream.format('rowtime').load(location) (the table reader), or with "
+            "pyiceberg; its clock is get_rowtime_bound(location) or `rowtime clock LOCATION`"
         )
 
     def create(self, resolved: str, schema: Any, partitions: int, defaults: dict[str, Any]) -> Any:
