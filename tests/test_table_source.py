@@ -302,3 +302,29 @@ def test_the_readers_page_lists_exactly_the_table_options():
 
     names = table_names("reader.md", "| table option | accepts |")
     assert {n.lower() for n in names} == set(TABLE_OPTIONS)
+
+
+def test_a_second_writers_appends_between_micro_batches_are_data_judged_by_the_policy(tmp_path):
+    path = sink_table(tmp_path, [([(1, T0_US + 10)], T0_US + 20)])
+    (_, start), batches = stream(path, order="drop")
+    hour = pa.array(["2023-11-14T22"] * 2)
+    other = pa.table(
+        {
+            "k": pa.array([50, 51], pa.int64()),
+            "rowtime": pa.array([T0_US + 5, T0_US + 30], UTC_US),  # one below the clock read
+            "rowtime_hour": hour,
+        }
+    )
+    deltalake.write_deltalake(path, other, mode="append", partition_by=["rowtime_hour"])
+    delta_commit(path, [(2, T0_US + 40)], T0_US + 50, batch=1)
+    read = parse_table_options({"path": path, "table": "delta", "order": "drop"})
+    again = TableSource(read)
+    more = []
+    while (end := again.latest_offset(start, 1 << 24)) != start:
+        more.append(records(read, again.tasks(start, end, again.runs_for(start, end))))
+        start = end
+    assert [k for k, _ in rows_of(batches + more)] == [1, 51, 2]  # 50 was late: discarded
+    quarantine = parse_table_options(
+        {"path": path, "table": "delta", "order": "drop", "output": "discarded"}
+    )
+    assert [r["k"] for r in records(quarantine, TableSource(quarantine).batch_tasks())] == [50]
