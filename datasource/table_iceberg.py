@@ -27,7 +27,7 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 import pyarrow as pa
@@ -89,39 +89,34 @@ def _main_line(table: Any) -> list[Any]:
     return out[::-1]
 
 
-@dataclass(frozen=True)
+@dataclass
 class IcebergFiles:
     """An Iceberg table's data files, as executors read them (picklable): through the table's
-    own FileIO, loaded from its catalog once per task."""
+    own FileIO, loaded from its catalog when the first file is read (once per task: each task
+    gets its own)."""
 
     location: str
     overrides: tuple[tuple[str, str], ...] = ()
+    _io: Any = field(default=None, repr=False, compare=False)
+
+    def __getstate__(self) -> dict[str, Any]:
+        return {"location": self.location, "overrides": self.overrides, "_io": None}
 
     def read(self, file: DataFile, columns: Sequence[str], schema: pa.Schema) -> pa.Table:
-        io = _io(self.location, self.overrides)
-        with io.new_input(file.path).open() as f:
+        if self._io is None:
+            self._io = _load(self.location, dict(self.overrides)).io
+        with self._io.new_input(file.path).open() as f:
             source = pq.ParquetFile(f)
             have = set(source.schema_arrow.names)
             data = source.read(columns=[c for c in columns if c in have])
         arrays = []
         for name in columns:
-            field = schema.field(name)
+            field_ = schema.field(name)
             if name in have:
-                arrays.append(data.column(name).cast(field.type))
+                arrays.append(data.column(name).cast(field_.type))
             else:  # a column the table got after this file was written
-                arrays.append(pa.nulls(data.num_rows, field.type))
+                arrays.append(pa.nulls(data.num_rows, field_.type))
         return pa.Table.from_arrays(arrays, names=list(columns))
-
-
-_IO: dict[tuple[str, tuple[tuple[str, str], ...]], Any] = {}
-
-
-def _io(location: str, overrides: tuple[tuple[str, str], ...]) -> Any:
-    """The table's FileIO, kept per process (a task reads many files)."""
-    key = (location, overrides)
-    if key not in _IO:
-        _IO[key] = _load(location, dict(overrides)).io
-    return _IO[key]
 
 
 class IcebergVersions:

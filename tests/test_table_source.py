@@ -328,3 +328,19 @@ def test_a_second_writers_appends_between_micro_batches_are_data_judged_by_the_p
         {"path": path, "table": "delta", "order": "drop", "output": "discarded"}
     )
     assert [r["k"] for r in records(quarantine, TableSource(quarantine).batch_tasks())] == [50]
+
+
+def test_a_table_on_object_storage_reads_as_on_a_folder(object_server):
+    # moto's S3 and Azurite: delta-rs writes the table, the reader reads its log and files
+    # through delta-rs' object store, with the standard variables the servers set
+    path = object_server.url("delta")
+    for rows in ([(1, 20), (2, 10)], [(3, 30)]):
+        data = pa.table(
+            {
+                "k": pa.array([k for k, _ in rows], pa.int64()),
+                "rowtime": pa.array([T0_US + m for _, m in rows], UTC_US),
+            }
+        )
+        deltalake.write_deltalake(path, data, mode="append")
+    _, batches = stream(path)
+    assert rows_of(batches) == [(2, T0_US + 10), (1, T0_US + 20), (3, T0_US + 30)]

@@ -138,3 +138,32 @@ def test_snapshots_expire_snapshots_removed_follow_fail_on_data_loss(catalog):
     end = lossy.latest_offset(start, 1 << 24)
     got = records(lossy.read_cfg, lossy.tasks(start, end, lossy.runs_for(start, end)))
     assert [r["k"] for r in got if not r["is_bound"]] == [4]
+
+
+def test_an_iceberg_warehouse_on_object_storage_reads_as_in_a_folder(
+    monkeypatch, tmp_path, object_server
+):
+    # moto's S3 and Azurite: pyiceberg writes the table; the reader resolves the catalog as
+    # the sink does (the endpoints from the standard variables the servers set)
+    import pyiceberg.catalog
+    from pyiceberg.catalog import load_catalog
+    from pyiceberg.utils.config import Config
+    from table_helpers import iceberg_props
+
+    scheme = "s3" if object_server.scheme == "s3" else "abfs"
+    warehouse = f"{scheme}://{object_server.bucket}/iceberg-{tmp_path.name}"
+    uri = f"sqlite:///{tmp_path}/catalog.db"
+    monkeypatch.setenv("PYICEBERG_CATALOG__OBJ__URI", uri)
+    monkeypatch.setenv("PYICEBERG_CATALOG__OBJ__WAREHOUSE", warehouse)
+    monkeypatch.setattr(pyiceberg.catalog, "_ENV_CONFIG", Config())
+    cat = load_catalog("obj", **iceberg_props(uri, warehouse))
+    cat.create_namespace_if_not_exists("db")
+    ts = pa.timestamp("us", tz="UTC")
+    schema = pa.schema([("id", pa.int64()), ("rowtime", ts)])
+    table = cat.create_table("db.events", schema=schema)
+    table.append(pa.table({"id": [1, 2], "rowtime": pa.array([T0_US + 9, T0_US], ts)}, schema))
+    _, batches = stream("iceberg://obj/db.events")
+    assert [(r["id"], r["rowtime"]) for b in batches for r in b if not r["is_bound"]] == [
+        (2, T0_US),
+        (1, T0_US + 9),
+    ]
