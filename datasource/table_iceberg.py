@@ -69,6 +69,12 @@ def iceberg_schema(location: str, overrides: Mapping[str, str]) -> tuple[pa.Sche
     """The table's schema now (Spark's form), its current snapshot's sequence number (0
     before any) and the table's uuid."""
     table = _load(location, overrides)
+    if int(table.format_version) < 2:
+        raise OptionError(
+            f"Iceberg table {location} is of format version {table.format_version}, whose "
+            "snapshots carry no sequence numbers, by which the reader keeps its place; upgrade "
+            "the table (table.transaction().upgrade_table_version(2)) to read it as a stream"
+        )
     snapshot = table.current_snapshot()
     version = 0 if snapshot is None else int(snapshot.sequence_number)
     return (

@@ -13,7 +13,7 @@ import pytest
 from table_builders import iceberg_catalog_env, iceberg_commit, make_iceberg_target
 from test_table_source import bounds_of, records, rows_of
 
-from pyspark_rowtime.bounds.errors import LateRowError
+from pyspark_rowtime.bounds.errors import LateRowError, OptionError
 from pyspark_rowtime.datasource.table_delta import TableChangeError
 from pyspark_rowtime.datasource.table_source import (
     TableSource,
@@ -167,3 +167,14 @@ def test_an_iceberg_warehouse_on_object_storage_reads_as_in_a_folder(
         (2, T0_US),
         (1, T0_US + 9),
     ]
+
+
+def test_a_format_version_1_table_is_refused_saying_how_to_upgrade(catalog):
+    from pyiceberg.catalog import load_catalog
+
+    cat = load_catalog("local")
+    cat.create_namespace_if_not_exists("db")
+    schema = pa.schema([("id", pa.int64()), ("rowtime", pa.timestamp("us", tz="UTC"))])
+    cat.create_table("db.events", schema=schema, properties={"format-version": "1"})
+    with pytest.raises(OptionError, match=r"format version 1.*upgrade_table_version"):
+        parse_table_options({"path": catalog})
