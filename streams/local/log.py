@@ -67,12 +67,15 @@ from dataclasses import dataclass
 from typing import Any
 
 import pyarrow as pa
+import pyarrow.compute as pc
 
+from ...bounds.arrays import as_numpy, to_arrow
 from ...bounds.bounds import merge_clock
 from ...bounds.errors import (
     CorruptLogError,
     OptionError,
 )
+from ..columns import LOG_ARRIVAL_US, LOG_IS_BOUND, LOG_ROWTIME_US
 from ..lock import LOCK_FILE, PartitionLock
 from ..meta import (
     META_FILE,
@@ -872,15 +875,12 @@ def compact_tail(stream: Stream, partition: int) -> int:
             return merges
         tail = chain[start:]
         try:
-            for s in tail:
-                verify_segment_file(s.path)
+            prepared = _merge_of(stream, chain, start)
         except CorruptLogError:
             # A damaged segment must not get a fresh checksum inside a merged one: it stays as
             # it is, for `rowtime describe --verify` to name (the append itself is committed).
             return merges
-        tables = [stream._table(s).replace_schema_metadata(None) for s in tail]
-        stats = SegmentStats.merge([stream.stats(s) for s in tail])
-        merged = pa.concat_tables(tables).combine_chunks()
+        stats, merged = prepared
         segment = write_segment(part_dir, stats, stream.file_schema, [merged])
         # Read back before the parts go: a merged segment that does not verify (the disk gave
         # back other bytes) is this writer's own, just made; the parts still hold every record.
@@ -899,6 +899,46 @@ def compact_tail(stream: Stream, partition: int) -> int:
             except FileNotFoundError:
                 pass
         merges += 1
+
+
+#: 0 as an int64 scalar made without ``pa.scalar``, which imports pandas (bounds/arrays.py).
+_ZERO = to_arrow([0], pa.int64())[0]
+
+
+def _merge_of(stream: Stream, chain: list[Segment], start: int) -> tuple[SegmentStats, pa.Table]:
+    """The footer and records of the merge of ``chain[start:]``, each part verified first:
+    its checksums, its columns the stream's, and its footer what its records give (footers
+    carry no checksum: a damaged one must not be carried into a merged segment that would
+    then verify). Raises :class:`CorruptLogError` when a part does not verify."""
+    tail = chain[start:]
+    for s in tail:
+        verify_segment_file(s.path)
+    tables = [stream._table(s) for s in tail]
+    for s, table in zip(tail, tables, strict=True):
+        if not table.schema.remove_metadata().equals(stream.file_schema.remove_metadata()):
+            raise CorruptLogError(f"segment {s.path} has columns {table.schema.remove_metadata()}")
+    stats = SegmentStats.merge([stream.stats(s) for s in tail])
+    merged = pa.concat_tables(t.replace_schema_metadata(None) for t in tables).combine_chunks()
+    before: int | None
+    if start:
+        before = stream.stats(chain[start - 1]).clock_us
+    else:
+        before = read_trim_state(os.path.dirname(tail[0].path)).clock_us
+    rowtime = merged.column(LOG_ROWTIME_US)
+    actual = SegmentStats.compute(
+        stats.first,
+        as_numpy(merged.column(LOG_ARRIVAL_US)),
+        as_numpy(pc.fill_null(rowtime, _ZERO)),
+        as_numpy(rowtime.is_valid()),
+        as_numpy(merged.column(LOG_IS_BOUND)),
+        before,
+    )
+    # A field the parts' footers lack was added to the format after they were written.
+    if any(v is not None and getattr(actual, k) != v for k, v in stats.__dict__.items()):
+        raise CorruptLogError(
+            f"the footers of segments {_names(tail)} say {stats}, their records give {actual}"
+        )
+    return stats, merged
 
 
 def clean_partition(stream: Stream, partition: int) -> list[str]:
