@@ -98,6 +98,10 @@ def segment_schema(payload: pa.Schema) -> pa.Schema:
 _TEXT_FIELDS = frozenset({"producers"})
 
 
+#: The footer fields without a default in :class:`SegmentStats`.
+_REQUIRED_FOOTER = ("first", "count", "rows", "bounds", "clock_us", "last_arrival_us")
+
+
 @dataclass(frozen=True)
 class SegmentStats:
     """What a segment's footer says about it. Times are microseconds since the epoch.
@@ -167,9 +171,15 @@ class SegmentStats:
                     values[name] = raw.decode() if raw is not None else None
                 else:
                     values[name] = int(raw) if raw is not None else None
-            return cls(**values)  # type: ignore[arg-type]
         except (TypeError, ValueError) as e:  # UnicodeDecodeError is a ValueError
             raise CorruptLogError(f"segment {where} has no valid rowtime footer: {e}") from e
+        # Every version of the format writes these: one missing is a damaged footer.
+        missing = [n for n in _REQUIRED_FOOTER if values[n] is None]
+        if missing:
+            raise CorruptLogError(
+                f"segment {where} has no valid rowtime footer: it lacks {', '.join(missing)}"
+            )
+        return cls(**values)  # type: ignore[arg-type]
 
     @classmethod
     def compute(

@@ -17,6 +17,7 @@ next writer opens, cleans up, and appends.
 
 from __future__ import annotations
 
+import json
 import multiprocessing as mp
 import os
 import shutil
@@ -349,3 +350,65 @@ def test_a_trim_killed_at_each_step_loses_nothing_it_keeps(tmp_path):
         part = loc / "partition-0000"
         assert sorted(files(part))[0] == name(start, 1)  # the trim's leftovers went
     assert starts == {0, 3}
+
+
+# -- object storage ----------------------------------------------------------------------------
+
+
+def object_keys(stream: Any, *parts: str) -> list[str]:
+    import obstore
+
+    prefix = stream._key(0, *parts) + "/"
+    return sorted(m["path"] for chunk in obstore.list(stream.store, prefix) for m in chunk)
+
+
+def test_a_missing_commit_object_stops_the_next_writer_before_it_hides_later_ones(object_server):
+    """A commit lost from the middle of the sequence (a half-restored backup): a writer taking
+    over would commit its epoch in the gap, making what the later commits name invisible for
+    good, and then remove their segments as orphans. It refuses instead, naming the commit."""
+    import obstore
+
+    from pyspark_rowtime.streams.objstore.log import COMMITS, SEGMENTS, commit_name
+    from pyspark_rowtime.streams.storage import open_storage
+
+    url = object_server.url("gap")
+    create_stream(url, "k BIGINT")
+    with open_writer(url, 0) as w:  # commit 0: the writer's epoch; then one commit a flush
+        for k in range(3):
+            w.insert({"k": k}, rowtime=k * 1000)
+            w.flush()
+    stream: Any = open_storage(url)
+    segments = object_keys(stream, SEGMENTS)
+    assert len(segments) == 3
+    obstore.delete(stream.store, stream._key(0, COMMITS, commit_name(2)))
+    with pytest.raises(CorruptLogError) as info:
+        open_writer(url, 0)
+    message = str(info.value)
+    assert commit_name(2) in message and commit_name(3) in message
+    assert "Nothing was written or removed" in message
+    assert object_keys(stream, SEGMENTS) == segments
+    assert len(object_keys(stream, COMMITS)) == 3  # no epoch commit went into the gap
+    fresh: Any = open_storage(url)
+    assert fresh.read(0, 0, fresh.end_offset(0)).column("k").to_pylist() == [0]
+
+
+def test_a_trim_object_newer_than_every_commit_removes_no_segment(object_server):
+    import obstore
+
+    from pyspark_rowtime.streams.objstore.log import COMMITS, SEGMENTS
+    from pyspark_rowtime.streams.storage import open_storage
+
+    url = object_server.url("newtrim")
+    create_stream(url, "k BIGINT")
+    with open_writer(url, 0) as w:
+        for k in range(3):
+            w.insert({"k": k}, rowtime=k * 1000)
+            w.flush()
+    stream: Any = open_storage(url)
+    segments = object_keys(stream, SEGMENTS)
+    doc = {"v": 1, "state": TrimState(start=7, row_max_us=6 * S).to_doc(), "from_seq": 9}
+    obstore.put(stream.store, stream._key(0, TRIM_FILE), json.dumps(doc).encode())
+    with pytest.raises(CorruptLogError, match=r"restored from a newer backup"):
+        open_writer(url, 0)
+    assert object_keys(stream, SEGMENTS) == segments
+    assert len(object_keys(stream, COMMITS)) == 4

@@ -142,6 +142,9 @@ class _Chain:
     end: int | None = None  # None until the first commit is read
     epoch: int = 0
     pieces: list[_Piece] = field(default_factory=list)
+    #: the first commit listed past a missing one (the visible run ends before it): never
+    #: made by the protocol, which creates each number only after the one before
+    beyond: int | None = None
 
 
 def _now_us() -> int:
@@ -315,6 +318,7 @@ class ObjectStream:
             )  # fmt: skip
             for seq in seqs:
                 if seq != new.next_seq:
+                    new.beyond = seq
                     break  # the visible end: the longest run of consecutive commits
                 doc = self._read_commit(partition, seq)
                 if doc is None:
@@ -605,6 +609,7 @@ class ObjectAppender:
         writers uploaded and never committed."""
         for _ in range(16):
             chain = self.stream._refresh(self.partition)
+            self._refuse_damage(chain)
             self._next_seq = chain.next_seq
             end = chain.trim.start if chain.end is None else chain.end
             if self._create_commit({"first": end, "segments": []}, fenced_ok=True):
@@ -617,6 +622,32 @@ class ObjectAppender:
             self._remove_orphans()
         except Exception:
             pass  # housekeeping: the next writer tries again
+
+    def _refuse_damage(self, chain: _Chain) -> None:
+        """Refuse to take over a partition whose commits the protocol cannot have left: this
+        writer's epoch commit would go where one is missing, making what the later commits
+        name invisible for good, and :meth:`_remove_orphans` would then delete their
+        segments (issue 55: recovery never deletes on the strength of a name or a number)."""
+        stream = self.stream
+        commits = stream._key(self.partition, COMMITS)
+        if chain.beyond is not None:
+            missing = commit_name(chain.next_seq)
+            raise CorruptLogError(
+                f"{self.where}: commit object {commits}/{missing} is missing, and commits from "
+                f"{commit_name(chain.beyond)} on exist after it: what they name is not "
+                "visible, and a writer taking the partition over would commit in the gap and "
+                "make it invisible for good. Nothing was written or removed. Restore the "
+                f"missing commit from a backup, or, to give up what the later commits name, "
+                "move them aside (readers read the records up to the gap)"
+            )
+        if chain.end is None and chain.from_seq > 0:
+            raise CorruptLogError(
+                f"{self.where}: {TRIM_FILE} says the partition is kept from commit "
+                f"{commit_name(chain.from_seq)} on, and {commits}/ holds no such commit (a trim "
+                "never removes the last one: was the trim object restored from a newer backup "
+                "than the commits?). Nothing was written or removed; restore the trim object "
+                "of the same backup as the commits"
+            )
 
     def _remove_orphans(self) -> None:
         import obstore
