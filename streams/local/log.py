@@ -55,6 +55,7 @@ from __future__ import annotations
 import bisect
 import contextlib
 import fcntl
+import itertools
 import json
 import logging
 import os
@@ -331,25 +332,42 @@ def _walk(
     by_first: dict[int, list[Segment]], start: int, trimmed: list[Segment], temps: list[str]
 ) -> Listing | _Gap:
     """One listing's chain from ``start`` (see :func:`list_partition`)."""
-    for candidates in by_first.values():
-        candidates.sort(key=lambda s: -s.count)  # the larger first: it replaces the others
+    total = sum(len(c) for c in by_first.values())
+    if total == len(by_first) and start in by_first:
+        # The usual folder: one file per first offset. If they make one chain, none overlaps.
+        chain: list[Segment] = []
+        pos = start
+        while pos in by_first:
+            one = by_first[pos][0]
+            if one.count <= 0:
+                raise CorruptLogError(f"segment {one.path} claims {one.count} records")
+            chain.append(one)
+            pos = one.end
+        if len(chain) == total:
+            return Listing(chain, start, [], sorted(trimmed, key=lambda s: s.first), [], temps)
+    for same_first in by_first.values():
+        if len(same_first) > 1:
+            same_first.sort(key=lambda s: -s.count)  # the larger first: it replaces the others
     firsts = sorted(by_first)
+    # the next first offset after each: where it is below a segment's end, files overlap
+    next_first = dict(itertools.pairwise(firsts))
     rejected: dict[str, tuple[Segment, str]] = {}
 
     def overlaps(seg: Segment) -> bool:
         """Whether another file (not rejected) starts inside ``seg``'s offsets."""
-        for f in firsts[bisect.bisect_left(firsts, seg.first) :]:
-            if f >= seg.end:
-                return False
-            if any(s is not seg and s.path not in rejected for s in by_first[f]):
+        i = bisect.bisect_left(firsts, seg.first)
+        while i < len(firsts) and firsts[i] < seg.end:
+            if any(s is not seg and s.path not in rejected for s in by_first[firsts[i]]):
                 return True
+            i += 1
         return False
 
     def pick(candidates: list[Segment]) -> Segment | None:
         for seg in candidates:
             if seg.path in rejected:
                 continue
-            if seg.count > 0 and overlaps(seg):
+            alone = len(candidates) == 1 and next_first.get(seg.first, seg.end) >= seg.end
+            if seg.count > 0 and not alone and overlaps(seg):
                 why = claim_problem(seg)
                 if why is not None:
                     rejected[seg.path] = (seg, why)
@@ -357,7 +375,7 @@ def _walk(
             return seg
         return None
 
-    chain: list[Segment] = []
+    chain = []
     seg = pick(by_first.get(start, []))
     if seg is None and start:
         # a merge that raced with the trim made one segment across the first kept offset
@@ -369,10 +387,15 @@ def _walk(
         chain.append(seg)
         seg = pick(by_first.get(seg.end, []))
     pos = chain[-1].end if chain else start
-    in_chain = {s.path for s in chain}
-    leftovers = [
-        s for c in by_first.values() for s in c if s.path not in in_chain and s.path not in rejected
-    ]
+    leftovers: list[Segment] = []
+    if total > len(chain):
+        in_chain = {s.path for s in chain}
+        leftovers = [
+            s
+            for c in by_first.values()
+            for s in c
+            if s.path not in in_chain and s.path not in rejected
+        ]
     ahead = [s for s in leftovers if s.first >= pos]
     if ahead:
         return _Gap(pos, min(s.first for s in ahead), list(rejected.values()))

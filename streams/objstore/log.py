@@ -40,6 +40,10 @@ trim keeps: an object store has no rename, no append and no lock, and this needs
   copy of the first request and the retry carry one id, so only one can count), another
   writer's commit means this writer was fenced. ``tests/test_faults_wire.py`` proves it
   through a fault proxy.
+* **Recovery removes only what no commit can name**: a writer taking over removes segment
+  objects of earlier epochs that no kept commit names, and first refuses (removing nothing)
+  a partition whose commits the protocol cannot have left, a number missing before later
+  ones or a trim naming a commit that is gone (:meth:`ObjectAppender._refuse_damage`).
 * **Retention** removes whole segments from the head: ``_trim.json`` is replaced by
   compare-and-swap (one trim wins), then the segments before the first kept offset and the
   commits before the first one still needed are deleted.
