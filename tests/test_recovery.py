@@ -283,6 +283,8 @@ def die_at_step(step: int, job: str, location: str, conn: Connection) -> None:
     if appender is not None:
         appender.insert({"k": COMPACT_FANIN - 1}, rowtime=(COMPACT_FANIN - 1) * 1000)
         appender.flush()  # the sixteenth small segment: a merge runs
+    elif job == "clean":
+        open_writer(location, 0).close()  # its cleanup removes the merge's parts
     else:
         apply_retention(stream, before_us=3 * S, use_retention=False)
     conn.send(calls[0])
@@ -330,6 +332,20 @@ def test_a_merge_killed_at_each_step_loses_nothing(tmp_path):
         listing = list_partition(str(part))
         assert not (listing.leftovers or listing.trimmed or listing.rejected or listing.temps)
     assert merged_seen >= COMPACT_FANIN  # the kills fell between the merge's commit and cleanup
+
+
+def test_a_cleanup_killed_at_each_step_loses_nothing(tmp_path):
+    prepared = tmp_path / "prepared"
+    part = singles(prepared, 6)
+    merged(prepared, 0, 5)  # a merge that died before removing any of its parts
+    runs = kill_at_each_step(tmp_path, "clean", prepared)
+    assert len(runs) >= 6  # five removals and the folder's sync
+    for loc in runs:
+        assert keys(loc) == list(range(6))
+        with open_writer(loc, 0) as w:
+            w.insert({"k": 6}, rowtime=6000)
+        assert sorted(files(loc / part.name)) == [name(0, 5), name(5, 1), name(6, 1)]
+        assert keys(loc) == list(range(7))
 
 
 def test_a_trim_killed_at_each_step_loses_nothing_it_keeps(tmp_path):

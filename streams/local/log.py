@@ -603,7 +603,9 @@ class Stream:
         fsync'd) before any segment is removed, so readers never see a gap: a listing starts at
         the first kept offset. A reader that holds a removed segment memory-mapped keeps its
         records (Linux frees the file when the last map goes); one that opens it after the
-        trim gets :class:`~.retention.DataLossError`."""
+        trim gets :class:`~.retention.DataLossError`. A trim killed between the two leaves
+        segments before the first kept offset, which the next writer removes once their
+        footers say they are what their names say (:func:`clean_partition`)."""
         part_dir = self.partition_dir(partition)
         with _flock(os.path.join(part_dir, TRIM_LOCK_FILE)):
             prev = read_trim_state(part_dir)
