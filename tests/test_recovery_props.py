@@ -19,7 +19,7 @@ from typing import Any
 
 import pyarrow as pa
 from clocks import FakeClock
-from hypothesis import HealthCheck, given, settings
+from hypothesis import HealthCheck, event, given, settings
 from hypothesis import strategies as st
 
 from pyspark_rowtime.api import create_stream, open_writer
@@ -132,8 +132,10 @@ def writer_session(loc: str, spec: dict[str, Any], next_k: int, clock: FakeClock
             if top is not None:
                 before = top - spec["trim"] * clock.step
                 apply_retention(stream, before_us=before, use_retention=False)
-    except RowtimeError:
-        pass  # refused (a damaged partition): allowed, as long as nothing went
+    except RowtimeError as e:
+        event(f"the session stopped: {type(e).__name__}")  # allowed, as long as nothing went
+    else:
+        event("the session ran")
     return next_k
 
 
@@ -153,7 +155,10 @@ def test_no_session_loses_a_record_that_verified_before_it(sessions):
             for op in spec["damage"]:
                 apply_damage(part, op)
             held = verified_records(part, 0)
+            present = set(segment_files(part))
             next_k = writer_session(loc, spec, next_k, clock)
+            if present - set(segment_files(part)):
+                event("the session removed files (cleanup, merge or trim)")
             try:
                 start = open_stream(loc).start_offset(0)
             except CorruptLogError:

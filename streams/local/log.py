@@ -163,7 +163,8 @@ class Listing:
     wholly before ``start`` (what an interrupted trim leaves). ``rejected``: segment files that
     claim offsets other files hold and failed verification (:func:`claim_problem`), each with
     the reason: a stray copy, a half-restored backup, a damaged merge. ``temps``: temporary
-    files. Only :func:`clean_partition` removes anything, and only what it has verified."""
+    files. Of the files outside the chain, only :func:`clean_partition` removes any, and only
+    what it has verified."""
 
     chain: list[Segment]
     start: int
@@ -662,7 +663,7 @@ class Stream:
             table = open_segment_file(segment.path)
         except FileNotFoundError:
             raise
-        except (OSError, pa.ArrowInvalid) as e:
+        except (OSError, pa.ArrowException) as e:  # a damaged file: any of Arrow's errors
             raise _damaged(segment, f"cannot be read ({e})") from e
         if table.num_rows != segment.count:
             raise _damaged(
@@ -914,7 +915,7 @@ def compact_tail(stream: Stream, partition: int) -> int:
             os.unlink(segment.path)
             fsync_dir(part_dir)
             logging.getLogger("pyspark_rowtime").warning(
-                "merging segments of %s was undone: the merged segment %s %s", part_dir,
+                "merging segments of %s was undone: the merged segment %s, read back: %s", part_dir,
                 os.path.basename(segment.path), why,
             )  # fmt: skip
             return merges
@@ -1057,9 +1058,7 @@ def _not_held(seg: Segment, listing: Listing) -> str | None:
     for holder in holders:
         problem = claim_problem(holder)
         if problem is not None:
-            return (
-                f"{holder.path}, which holds records [{lo}, {seg.end}) in the chain, but {problem}"
-            )
+            return f"the chain's segment {_names([holder])}, which holds them too: {problem}"
     pieces = []
     for holder in holders:
         table = open_segment_file(holder.path).replace_schema_metadata(None)
