@@ -189,6 +189,25 @@ def test_a_damaged_merged_segment_beside_its_parts_is_passed_over_and_named(tmp_
     assert files(part) == before
 
 
+def test_offsets_only_a_damaged_merged_segment_claims_are_a_gap_that_names_it(tmp_path):
+    loc = tmp_path / "s"
+    part = singles(loc, 5, mark_at=2)
+    big = merged(loc, 0, 4)
+    flip_mark(big)
+    os.unlink(part / name(2, 1))  # the merge had removed two parts when the disk changed it
+    os.unlink(part / name(3, 1))
+    with pytest.raises(CorruptLogError) as info:
+        open_stream(loc).end_offset(0)
+    message = str(info.value)
+    assert "no segment for offsets [2, 4)" in message
+    assert os.path.basename(big) in message and "checksums do not match" in message
+    with pytest.raises(CorruptLogError):
+        open_writer(loc, 0)
+    assert sorted(files(part)) == sorted(
+        [os.path.basename(big), name(0, 1), name(1, 1), name(4, 1)]
+    )
+
+
 def test_a_damaged_part_beside_its_merged_segment_is_kept_and_named(tmp_path):
     loc = tmp_path / "s"
     part = singles(loc, 5, mark_at=2)
