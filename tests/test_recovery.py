@@ -24,6 +24,8 @@ import shutil
 import signal
 import subprocess
 import sys
+import tempfile
+from collections.abc import Iterator
 from multiprocessing.connection import Connection
 from pathlib import Path
 from typing import Any
@@ -309,14 +311,30 @@ def die_at_step(step: int, job: str, location: str, conn: Connection) -> None:
     conn.send(calls[0])
 
 
-def kill_at_each_step(tmp_path: Path, job: str, prepared: Path) -> list[Path]:
+@pytest.fixture
+def scratch(tmp_path: Path) -> Iterator[Path]:
+    """A folder on tmpfs where there is one (else ``tmp_path``): the kill tests make a copy
+    of a stream per step, and a process killed is what they simulate, not a power cut, so
+    the disk's fsyncs would only cost time."""
+    shm = "/dev/shm"
+    if not (os.path.isdir(shm) and os.access(shm, os.W_OK)):
+        yield tmp_path
+        return
+    folder = Path(tempfile.mkdtemp(prefix="rowtime-kill-", dir=shm))
+    try:
+        yield folder
+    finally:
+        shutil.rmtree(folder, ignore_errors=True)
+
+
+def kill_at_each_step(folder: Path, job: str, prepared: Path) -> list[Path]:
     """Copies of ``prepared``, each after a writer running ``job`` was killed at one step
     (the last copy: the job finished)."""
     ctx = mp.get_context("forkserver")
     ctx.set_forkserver_preload(["pandas", "pyspark_rowtime.streams.writer"])
     out = []
     for step in range(1, 200):
-        loc = tmp_path / f"{job}-{step}"
+        loc = folder / f"{job}-{step}"
         shutil.copytree(prepared, loc)
         parent, child = ctx.Pipe(duplex=False)
         proc = ctx.Process(target=die_at_step, args=(step, job, str(loc), child))
@@ -333,10 +351,10 @@ def kill_at_each_step(tmp_path: Path, job: str, prepared: Path) -> list[Path]:
     raise AssertionError(f"the {job} never finished")
 
 
-def test_a_merge_killed_at_each_step_loses_nothing(tmp_path):
-    prepared = tmp_path / "prepared"
+def test_a_merge_killed_at_each_step_loses_nothing(scratch):
+    prepared = scratch / "prepared"
     singles(prepared, COMPACT_FANIN - 1)
-    runs = kill_at_each_step(tmp_path, "merge", prepared)
+    runs = kill_at_each_step(scratch, "merge", prepared)
     assert len(runs) > COMPACT_FANIN + 4  # the flush, the merge's commit, its sixteen removals
     merged_seen = 0
     for loc in runs:
@@ -353,11 +371,11 @@ def test_a_merge_killed_at_each_step_loses_nothing(tmp_path):
     assert merged_seen >= COMPACT_FANIN  # the kills fell between the merge's commit and cleanup
 
 
-def test_a_cleanup_killed_at_each_step_loses_nothing(tmp_path):
-    prepared = tmp_path / "prepared"
+def test_a_cleanup_killed_at_each_step_loses_nothing(scratch):
+    prepared = scratch / "prepared"
     part = singles(prepared, 6)
     merged(prepared, 0, 5)  # a merge that died before removing any of its parts
-    runs = kill_at_each_step(tmp_path, "clean", prepared)
+    runs = kill_at_each_step(scratch, "clean", prepared)
     assert len(runs) >= 6  # five removals and the folder's sync
     for loc in runs:
         assert keys(loc) == list(range(6))
@@ -367,10 +385,10 @@ def test_a_cleanup_killed_at_each_step_loses_nothing(tmp_path):
         assert keys(loc) == list(range(7))
 
 
-def test_a_trim_killed_at_each_step_loses_nothing_it_keeps(tmp_path):
-    prepared = tmp_path / "prepared"
+def test_a_trim_killed_at_each_step_loses_nothing_it_keeps(scratch):
+    prepared = scratch / "prepared"
     singles(prepared, 6)
-    runs = kill_at_each_step(tmp_path, "trim", prepared)
+    runs = kill_at_each_step(scratch, "trim", prepared)
     assert len(runs) >= 6  # the trim state's write, rename, folder sync, three removals
     starts = set()
     for loc in runs:
