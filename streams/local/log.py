@@ -64,7 +64,7 @@ import time
 import uuid
 from collections import OrderedDict
 from collections.abc import Callable, Iterator, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any
 
 import pyarrow as pa
@@ -959,7 +959,9 @@ def _merge_of(stream: Stream, chain: list[Segment], start: int) -> tuple[Segment
         as_numpy(merged.column(LOG_IS_BOUND)),
         before,
     )
-    # A field the parts' footers lack was added to the format after they were written.
+    # The writers' record is what a writer says, not a property of the records; a field the
+    # parts' footers lack was added to the format after they were written.
+    actual = replace(actual, producers=stats.producers)
     if any(v is not None and getattr(actual, k) != v for k, v in stats.__dict__.items()):
         raise CorruptLogError(
             f"the footers of segments {_names(tail)} say {stats}, their records give {actual}"
