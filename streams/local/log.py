@@ -886,8 +886,8 @@ def compact_tail(stream: Stream, partition: int) -> int:
 
     Only the partition's writer (the lock holder) may call this (see :func:`_merge_start` for
     which segments). The parts are verified (checksums) before they are merged, and the merged
-    segment is committed, then read back and verified (:func:`claim_problem`) before the parts
-    are removed: a writer killed at any step leaves either the parts alone or the merged
+    segment is committed, then read back and compared with the records written before the
+    parts are removed: a writer killed at any step leaves either the parts alone or the merged
     segment beside some of them, which a listing takes once it verifies and the next writer's
     :func:`clean_partition` removes once their records equal its. Readers holding the old
     ones keep their memory maps.
@@ -908,9 +908,14 @@ def compact_tail(stream: Stream, partition: int) -> int:
             return merges
         stats, merged = prepared
         segment = write_segment(part_dir, stats, stream.file_schema, [merged])
-        # Read back before the parts go: a merged segment that does not verify (the disk gave
-        # back other bytes) is this writer's own, just made; the parts still hold every record.
-        why = claim_problem(segment)
+        # Read back before the parts go: a merged segment that is not what was written (the
+        # disk gave back other bytes) is this writer's own, just made; the parts still hold
+        # every record. Compared with the records in memory, value by value: recomputing its
+        # checksums would copy every batch again (the parts' were checked above).
+        written, why = _footer_problem(segment)
+        if why is None and written is not None and not written.equals(merged):
+            why = "its records are not those written"
+        del written
         if why is not None:
             os.unlink(segment.path)
             fsync_dir(part_dir)
