@@ -43,7 +43,7 @@ from ..streams.lock import (  # wait_for_lock: used here, and by stream_target
     wait_for_lock,
 )
 from ..streams.meta import fsync_dir, fsync_file, make_dirs, narrow_mode
-from ..streams.segments import SegmentStats, open_segment_file, write_segment_file
+from ..streams.segments import SegmentStats, open_verified_segment, write_segment_file
 from ..streams.storage import SINK_DIR as STORAGE_SINK_DIR
 from ..streams.storage import (
     SINK_FORMAT,
@@ -278,7 +278,8 @@ class SinkState:
         return [h for h in handles if not os.path.exists(self._path(h))]
 
     def open_staged(self, handle: str) -> pa.Table:
-        return open_segment_file(self._path(handle))
+        # Checked first: its records are written again, under fresh checksums.
+        return open_verified_segment(self._path(handle))
 
     def append_staged(self, appender: Any, handles: Sequence[str]) -> None:
         """Link the staged files into the partition (no record is copied or read)."""

@@ -29,6 +29,8 @@ import os
 import re
 import shutil
 import tempfile
+import threading
+from collections import OrderedDict
 from collections.abc import Callable, Iterable, Iterator, Sequence
 from dataclasses import dataclass, replace
 from typing import Any
@@ -50,11 +52,16 @@ __all__ = [
     "CHECKSUM_KEY",
     "FORMAT_VERSION",
     "SYSTEM_FIELDS",
+    "SegmentChecks",
     "SegmentStats",
+    "check_batch",
     "check_segment_files",
     "clock_before",
     "data_run_stats",
+    "open_checked_segment",
     "open_segment_file",
+    "open_verified_segment",
+    "read_ipc_checked",
     "segment_name",
     "segment_record_batches",
     "segment_schema",
@@ -399,6 +406,177 @@ def write_segment_to(
                     written(sink.tell())
 
 
+# -- verifying what is read -----------------------------------------------------------------
+
+
+def reads_payload(names: Iterable[str]) -> bool:
+    """Whether a read of these columns returns payload, and so checks what it returns: a read
+    of system columns alone (the reader's planner, on the driver) does not, as a check sums
+    every column of a batch; the tasks that read the same records whole check them."""
+    return not set(names) <= set(LOG_SYSTEM_COLUMNS)
+
+
+def _checksum_of(metadata: Any) -> bytes | None:
+    """The checksum in a record batch's custom metadata, None for a batch written without."""
+    return None if metadata is None else metadata.get(CHECKSUM_KEY)
+
+
+def check_batch(
+    batch: pa.RecordBatch, want: bytes | None, where: str, index: int, first: int
+) -> bool:
+    """Check record batch ``index`` of ``where`` (a file, object or key, named in errors), whose
+    first record is at partition offset ``first``, against its checksum ``want``; False when it
+    has none (written before checksums), True when it matches.
+
+    Raises :class:`CorruptLogError` naming ``where``, the batch and its records when it does not
+    match, or when its checksum is of a kind this version does not know.
+    """
+    if want is None:
+        return False
+    if not want.startswith(CHECKSUM_ALGORITHM):
+        raise CorruptLogError(
+            f"{where}: record batch {index} has a checksum of another kind ({want[:20]!r}): it "
+            "was written by a newer version of pyspark-rowtime; upgrade to read it"
+        )
+    if batch_checksum(batch) != want:
+        end = first + batch.num_rows
+        raise CorruptLogError(
+            f"{where}: record batch {index}, records [{first}, {end}) of its partition, does not "
+            f"match its checksum: its bytes were changed after they were written. The "
+            f"partition cannot be trusted from offset {first} on; restore it from a backup "
+            "(other partitions are unaffected)"
+        )
+    return True
+
+
+#: How many record batches of segment files this process remembers as verified
+#: (:class:`SegmentChecks`): each is checked once per process, not once per read.
+VERIFIED_BATCHES = 1 << 16
+_verified: OrderedDict[tuple[Any, ...], None] = OrderedDict()
+_verified_mutex = threading.Lock()
+
+
+def file_identity(path: str) -> tuple[int, ...]:
+    """What tells one segment file from another with the same path (a stream removed and made
+    again): device, inode, size and modification time."""
+    st = os.stat(path)
+    return (st.st_dev, st.st_ino, st.st_size, st.st_mtime_ns)
+
+
+class SegmentChecks:
+    """The checksums of one segment's record batches, checked as reads first touch them.
+
+    ``where`` names the segment in errors, ``first`` is its first offset; ``identity``
+    (:func:`file_identity`, for a file that stays mapped) makes a batch checked once per process
+    (:data:`VERIFIED_BATCHES`), whichever stream object reads it; without one (bytes fetched
+    from a store) a batch is checked once per object. A check sums every byte of the batch, so a
+    read pays it once for the batches it returns and never for the others.
+    """
+
+    def __init__(
+        self,
+        where: str,
+        first: int,
+        batches: Sequence[pa.RecordBatch],
+        wants: Sequence[bytes | None],
+        identity: tuple[Any, ...] | None = None,
+    ) -> None:
+        self.where = where
+        self.first = first
+        self._batches = list(batches)
+        self._wants = list(wants)
+        self._identity = identity
+        self._ends = np.cumsum([b.num_rows for b in self._batches], dtype=np.int64)
+        self._left = {i for i, want in enumerate(self._wants) if want is not None}
+        if identity is not None and self._left:
+            with _verified_mutex:
+                self._left = {i for i in self._left if (*identity, i) not in _verified}
+
+    def check(self, lo: int = 0, hi: int | None = None) -> None:
+        """Check the batches holding the segment's records ``[lo, hi)`` (indexes in the
+        segment; all of them by default) that were not checked yet."""
+        if not self._left:
+            return
+        hi = int(self._ends[-1]) if hi is None else hi
+        a = int(np.searchsorted(self._ends, lo, side="right"))
+        b = int(np.searchsorted(self._ends, hi - 1, side="right")) if hi > lo else a - 1
+        for i in range(a, min(b, len(self._batches) - 1) + 1):
+            if i not in self._left:
+                continue
+            start = self.first + (int(self._ends[i - 1]) if i else 0)
+            check_batch(self._batches[i], self._wants[i], self.where, i, start)
+            self._left.discard(i)
+            if self._identity is not None:
+                with _verified_mutex:
+                    _verified[(*self._identity, i)] = None
+                    while len(_verified) > VERIFIED_BATCHES:
+                        _verified.popitem(last=False)
+
+
+def read_checked(reader: Any) -> tuple[pa.Table, list[pa.RecordBatch], list[Any]]:
+    """All record batches of an open IPC file ``reader`` with their checksums: the table
+    (schema metadata kept: the footer), the batches, and each one's checksum or None."""
+    batches, wants = [], []
+    for i in range(reader.num_record_batches):
+        batch, metadata = reader.get_batch_with_custom_metadata(i)
+        batches.append(batch)
+        wants.append(_checksum_of(metadata))
+    return pa.Table.from_batches(batches, schema=reader.schema), batches, wants
+
+
+def open_checked_segment(path: str) -> tuple[pa.Table, SegmentChecks]:
+    """A segment file as a table whose buffers point into a read-only memory map (no copy), and
+    its batches' checksums to check as its records are read (:class:`SegmentChecks`; the first
+    offset, from the footer, is read by the caller: 0 until it sets ``first``)."""
+    identity = file_identity(path)
+    with pa.memory_map(path, "r") as source:
+        table, batches, wants = read_checked(pa.ipc.open_file(source))
+    return table, SegmentChecks(f"segment file {path}", 0, batches, wants, identity)
+
+
+def open_verified_segment(path: str) -> pa.Table:
+    """A segment file as a memory-mapped table, every record batch checked against its
+    checksum first (for files read whole to be written again: a sink's staged runs; a damaged
+    one must not get a fresh checksum). Raises :class:`CorruptLogError` naming the file and the
+    records of a damaged batch."""
+    try:
+        table, checks = open_checked_segment(path)
+    except FileNotFoundError:
+        raise
+    except (OSError, pa.ArrowException) as e:
+        raise CorruptLogError(f"segment file {path} cannot be read: {e}") from e
+    checks.first = SegmentStats.from_metadata(table.schema.metadata, path).first
+    checks.check()
+    return table
+
+
+def read_ipc_checked(
+    data: Any, where: str, first: int | None = None, *, stream: bool = False
+) -> pa.Table:
+    """Arrow IPC bytes (a file, or with ``stream`` an IPC stream) as a table, every record
+    batch checked against its checksum first (:func:`check_batch`; ``where`` names them in
+    errors, ``first`` is the partition offset of their first record, by default the footer's):
+    what a backend that fetches whole objects or values returns. Schema metadata is kept."""
+    buffer = pa.py_buffer(data)
+    if stream:
+        reader = pa.ipc.open_stream(buffer)
+        batches, wants = [], []
+        while True:
+            try:
+                batch, metadata = reader.read_next_batch_with_custom_metadata()
+            except StopIteration:
+                break
+            batches.append(batch)
+            wants.append(_checksum_of(metadata))
+        table = pa.Table.from_batches(batches, schema=reader.schema)
+    else:
+        table, batches, wants = read_checked(pa.ipc.open_file(buffer))
+    if first is None:
+        first = SegmentStats.from_metadata(table.schema.metadata, where).first
+    SegmentChecks(where, first, batches, wants).check()
+    return table
+
+
 def verify_segment_file(path: str) -> tuple[int, int]:
     """Check each record batch of the segment file ``path`` against its checksum; returns how
     many batches were checked and how many had no checksum (written before checksums).
@@ -423,26 +601,11 @@ def verify_segment_file(path: str) -> tuple[int, int]:
                         f"damaged; the partition cannot be read from offset {offset} on; "
                         "restore the file from a backup (other partitions are unaffected)"
                     ) from e
-                end = offset + batch.num_rows
-                want = metadata.get(CHECKSUM_KEY) if metadata is not None else None
-                if want is None:
-                    unchecked += 1
-                elif not want.startswith(CHECKSUM_ALGORITHM):
-                    raise CorruptLogError(
-                        f"segment file {path}: record batch {i} has a checksum of another kind "
-                        f"({want[:20]!r}): it was written by a newer version of pyspark-rowtime; "
-                        "upgrade to verify it"
-                    )
-                elif batch_checksum(batch) != want:
-                    raise CorruptLogError(
-                        f"segment file {path}: record batch {i}, records [{offset}, {end}) of "
-                        f"its partition, does not match its checksum: bytes of the file were "
-                        f"changed on disk. The partition cannot be trusted from offset {offset} "
-                        "on; restore the file from a backup (other partitions are unaffected)"
-                    )
-                else:
+                if check_batch(batch, _checksum_of(metadata), f"segment file {path}", i, offset):
                     checked += 1
-                offset = end
+                else:
+                    unchecked += 1
+                offset += batch.num_rows
     except FileNotFoundError:
         raise  # merged away meanwhile: the caller lists again
     except (OSError, pa.ArrowException) as e:
@@ -693,7 +856,9 @@ class StagedBlobs:
         raise NotImplementedError
 
     def open_staged(self, handle: str) -> pa.Table:
-        return pa.ipc.open_file(pa.py_buffer(self._blob(handle))).read_all()
+        """A staged run's records, every batch checked first: they are written again as a new
+        segment, whose fresh checksums would hide a damaged one."""
+        return read_ipc_checked(self._blob(handle), f"staged run {handle}")
 
     def append_staged(self, appender: Any, handles: Sequence[str]) -> None:
         append_segment_blobs(appender, (self._blob(h) for h in handles), self._blob_prefix)

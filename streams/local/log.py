@@ -101,9 +101,11 @@ from ..retention import (
 )
 from ..segments import (
     SEGMENT_RE,
+    SegmentChecks,
     SegmentStats,
     check_appended_files,
-    open_segment_file,
+    open_checked_segment,
+    reads_payload,
     segment_name,
     segment_schema,
     verify_segment_file,
@@ -458,7 +460,8 @@ class Stream:
     """A stream opened for reading. Cheap to create; safe to use from several threads.
 
     Listings are refreshed on every :meth:`end_offset`; segment files are memory-mapped once
-    and cached (they never change), up to ``cache_segments`` of them.
+    and cached (they never change), up to ``cache_segments`` of them. A read checks the record
+    batches it returns against their checksums (:class:`~.segments.SegmentChecks`).
     """
 
     def __init__(self, meta: StreamMeta, *, cache_segments: int = 256) -> None:
@@ -466,7 +469,7 @@ class Stream:
         self.location = meta.location
         self.file_schema = segment_schema(meta.payload_schema)
         self._chains: dict[int, list[Segment]] = {}
-        self._tables: OrderedDict[str, pa.Table] = OrderedDict()
+        self._tables: OrderedDict[str, tuple[pa.Table, SegmentChecks]] = OrderedDict()
         self._stats: dict[str, SegmentStats] = {}
         self._cache_segments = cache_segments
         self._mutex = threading.Lock()
@@ -654,13 +657,18 @@ class Stream:
     # -- reading --
 
     def _table(self, segment: Segment) -> pa.Table:
+        return self._mapped(segment)[0]
+
+    def _mapped(self, segment: Segment) -> tuple[pa.Table, SegmentChecks]:
+        """The segment's records (memory-mapped) and its batches' checksums, checked as reads
+        touch them; the footer is checked when the file is first mapped."""
         with self._mutex:
-            table = self._tables.get(segment.path)
-            if table is not None:
+            cached = self._tables.get(segment.path)
+            if cached is not None:
                 self._tables.move_to_end(segment.path)
-                return table
+                return cached
         try:
-            table = open_segment_file(segment.path)
+            table, checks = open_checked_segment(segment.path)
         except FileNotFoundError:
             raise
         except (OSError, pa.ArrowException) as e:  # a damaged file: any of Arrow's errors
@@ -674,12 +682,13 @@ class Stream:
         stats = SegmentStats.from_metadata(table.schema.metadata, segment.path)
         if (stats.first, stats.count) != (segment.first, segment.count):
             raise _damaged(segment, f"says it holds [{stats.first}, {stats.end}) in its footer")
+        checks.first = stats.first
         self._stats[segment.path] = stats
         with self._mutex:
-            self._tables[segment.path] = table
+            self._tables[segment.path] = (table, checks)
             while len(self._tables) > self._cache_segments:
                 self._tables.popitem(last=False)
-        return table
+        return table, checks
 
     def _stable(self, partition: int, fn: Any, fresh: bool = True) -> Any:
         """Run ``fn(chain)``; if a segment vanished meanwhile (merged by the writer), re-list
@@ -707,9 +716,12 @@ class Stream:
         ``columns`` selects columns by name (system columns included); None means all, system
         columns first. The table's buffers point into memory-mapped segment files: nothing is
         copied and unselected columns are never touched. ``end`` may not pass
-        :meth:`end_offset`.
+        :meth:`end_offset`. A read with any payload column checks each record batch it returns
+        from against its checksum first, once per process (:class:`~.segments.SegmentChecks`):
+        a damaged one raises :class:`CorruptLogError` naming the file and its records.
         """
         names = check_read(self.file_schema, columns, start, end, self.location)
+        verify = reads_payload(names)
         if start == end:
             self._check_partition(partition)
             return pa.schema([self.file_schema.field(n) for n in names]).empty_table()
@@ -723,9 +735,12 @@ class Stream:
             i = _find(chain, start)
             while i < len(chain) and chain[i].first < end:
                 seg = chain[i]
-                table = self._table(seg).select(names)
+                table, checks = self._mapped(seg)
+                table = table.select(names)
                 lo = max(start, seg.first) - seg.first
                 hi = min(end, seg.end) - seg.first
+                if verify:
+                    checks.check(lo, hi)
                 pieces.append(table if (lo, hi) == (0, seg.count) else table.slice(lo, hi - lo))
                 i += 1
             if len(pieces) == 1:

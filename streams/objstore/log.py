@@ -81,7 +81,13 @@ from ..meta import (
     StreamMeta,
 )
 from ..retention import RETENTION_FILE, TRIM_FILE, Retention, TrimResult, TrimState, Unit, data_loss
-from ..segments import SegmentStats, check_appended_files, segment_schema, write_segment_to
+from ..segments import (
+    SegmentStats,
+    check_appended_files,
+    read_ipc_checked,
+    segment_schema,
+    write_segment_to,
+)
 from ..storage import (
     PartitionTail,
     check_continues,
@@ -476,8 +482,10 @@ class ObjectStream:
     def _table(self, partition: int, piece: _Piece, names: Sequence[str]) -> pa.Table:
         """The segment's records in columns ``names``. A read of system columns alone (the
         planner's, on the driver) fetches only their byte ranges of the object (the IPC
-        file's footer says where they are), never the payload; other reads fetch the whole
-        object, kept in a small cache (committed segments never change)."""
+        file's footer says where they are), never the payload, and checks no checksum (it
+        covers a whole batch); other reads fetch the whole object and check every record batch
+        against its checksum (:func:`~..segments.read_ipc_checked`), then keep it in a small
+        cache (committed segments never change)."""
         import obstore
 
         projected = (
@@ -507,7 +515,9 @@ class ObjectStream:
                     lambda: obstore.get(self.store, piece.key).bytes(),
                     reads=piece.size or None,
                 )
-                table = pa.ipc.open_file(pa.py_buffer(bytes(raw))).read_all()
+                # Every batch checked against its checksum before any of it is kept or returned.
+                where = f"segment {piece.key} of {self.location}"
+                table = read_ipc_checked(bytes(raw), where, piece.first)
         except FileNotFoundError:  # obstore's not found
             kept = self.start_offset(partition)
             if piece.first < kept:

@@ -15,7 +15,7 @@ import pyarrow as pa
 
 from ...bounds.errors import CorruptLogError, WriterLockedError
 from ..columns import LOG_SYSTEM_COLUMNS as SYSTEM_COLUMNS
-from ..segments import SegmentStats, check_appended_files, open_segment_file
+from ..segments import SegmentStats, check_appended_files, open_verified_segment
 from ..storage import PartitionTail
 from .records import ipc_bytes, one_table, stats_json
 
@@ -99,7 +99,8 @@ class RedisAppender:
         records as one atomic script: Redis holds the records, the files stay the caller's."""
         checked = check_appended_files(self, paths, reject=reject, verify=verify)
         if checked:
-            self._append([(stats, open_segment_file(path)) for path, stats in checked])
+            # Checked first: Redis gets the records under fresh checksums.
+            self._append([(stats, open_verified_segment(path)) for path, stats in checked])
 
     def _append(self, runs: list[tuple[SegmentStats, pa.Table]]) -> None:
         if self._lost:

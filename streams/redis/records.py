@@ -9,7 +9,7 @@ from dataclasses import dataclass
 
 import pyarrow as pa
 
-from ..segments import SegmentStats
+from ..segments import CHECKSUM_KEY, SegmentStats, batch_checksum, read_ipc_checked
 from ..storage import PartitionTail
 
 __all__ = [
@@ -56,15 +56,21 @@ def stats_from_json(text: bytes | str) -> SegmentStats:
 
 
 def ipc_bytes(table: pa.Table) -> bytes:
-    """A table as one Arrow IPC stream (uncompressed)."""
+    """A table as one Arrow IPC stream (uncompressed), each record batch with its checksum in
+    its custom metadata, as in a segment file (:func:`..segments.batch_checksum`)."""
     sink = pa.BufferOutputStream()
     with pa.ipc.new_stream(sink, table.schema) as writer:
-        writer.write_table(table)
+        for batch in table.to_batches():
+            writer.write_batch(batch, custom_metadata={CHECKSUM_KEY: batch_checksum(batch)})
     return sink.getvalue().to_pybytes()
 
 
-def ipc_table(blob: bytes) -> pa.Table:
-    return pa.ipc.open_stream(pa.py_buffer(blob)).read_all()
+def ipc_table(blob: bytes, where: str, first: int) -> pa.Table:
+    """An entry's blob as a table, every record batch checked against its checksum first
+    (entries written before checksums have none and read as before). Redis keeps no checksum
+    of a value, in memory or in its append-only file; ``where`` names the value in errors,
+    ``first`` is the partition offset of its first record."""
+    return read_ipc_checked(blob, where, first, stream=True)
 
 
 def one_table(chunks: Sequence[pa.Table | pa.RecordBatch]) -> pa.Table:

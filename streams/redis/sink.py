@@ -38,7 +38,7 @@ from typing import TYPE_CHECKING, Any
 import pyarrow as pa
 
 from ...bounds.errors import CorruptLogError
-from ..segments import SegmentStats, StagedBlobs
+from ..segments import SegmentStats, StagedBlobs, write_segment_to
 from ..storage import (
     check_sink_version,
     claim_target,
@@ -163,12 +163,7 @@ class RedisSinkState(StagedBlobs):
         """Stage a run as one hash field (handle ``"<batch>/<name>"``), in one transaction
         with the batch's entry in the staging index."""
         sink = pa.BufferOutputStream()
-        with pa.ipc.new_file(sink, schema.with_metadata(stats.to_metadata())) as writer:
-            for chunk in chunks:
-                if isinstance(chunk, pa.RecordBatch):
-                    writer.write_batch(chunk)
-                else:
-                    writer.write_table(chunk)
+        write_segment_to(sink, stats, schema, chunks)  # with checksums, checked when appended
         blob = sink.getvalue()
 
         def stage(c: Any) -> None:

@@ -263,7 +263,14 @@ class RedisStream:
                     if blob is None:
                         found[piece.first_id] = loaded[piece.first_id]
                         continue
-                    table = ipc_table(blob)
+                    where = (
+                        f"the record times of entry {piece.first_id} of partition {partition} "
+                        f"of {self.location}"
+                    )
+                    try:
+                        table = ipc_table(blob, where, piece.first)
+                    except pa.ArrowException as e:
+                        raise CorruptLogError(f"{where} cannot be read as Arrow: {e}") from e
                     if table.num_rows != piece.count:
                         raise CorruptLogError(
                             f"the record times of entry {piece.first_id} of partition "
@@ -315,7 +322,7 @@ class RedisStream:
                 "or deleted? The records cannot be read"
             )
         try:
-            table = ipc_table(fields[b"a"])
+            table = ipc_table(fields[b"a"], where, piece.first)
         except (KeyError, pa.ArrowException) as e:
             raise CorruptLogError(f"{where} cannot be read as Arrow: {e}") from e
         if table.num_rows != piece.count or not table.schema.equals(self._file_schema):
