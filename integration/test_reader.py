@@ -772,3 +772,31 @@ def test_planning_and_reading_in_pieces_equal_one_pass_over_the_step() -> None:
             compared += len(got)
             pos = one
     assert compared > 3000
+
+
+# -- damaged values ------------------------------------------------------------------------------
+
+
+def test_a_flipped_byte_in_a_stored_value_fails_the_query_naming_the_unit_and_its_records(
+    spark: SparkSession, stream_at: Callable[[str], str], tmp_path: Path
+) -> None:
+    from damage import flip_stored
+    from pyspark.errors import StreamingQueryException
+
+    location = stream_at("damaged")
+    pr.create_stream(location, "name STRING", partitions=2)
+    write_rows(location, 0, [({"name": "a"}, BASE_US), ({"name": "b"}, BASE_US + US)])
+    write_rows(location, 0, [({"name": "xxxxxxxx"}, BASE_US + 2 * US)], end=True)
+    write_rows(location, 1, [({"name": "c"}, BASE_US)], end=True)
+    unit = flip_stored(location, b"xxxxxxxx")  # records [2, 4): the row and the end of stream
+
+    run = Run()
+    query = start(reader(spark, location, order="reject"), tmp_path / "ck", run)
+    try:
+        with pytest.raises(StreamingQueryException) as e:
+            drain(query, run)
+    finally:
+        query.stop()
+    message = str(e.value)
+    assert unit in message and "records [2, 4)" in message and "checksum" in message, message
+    assert run.batches == []  # the micro-batch failed whole: nothing of it reached the query

@@ -418,3 +418,52 @@ def test_the_planner_reads_record_times_not_payloads(server: RedisServer) -> Non
     assert whole.num_rows == n + 1
     assert planned < 30 * (n + 1)  # about 17 bytes a record, plus the index and tails
     assert executor > 200 * n  # the payload
+
+
+def _without_checksums(blob: bytes) -> bytes:
+    """An entry's Arrow IPC stream as 0.2.0 wrote it: the same batches, no custom metadata."""
+    table = pa.ipc.open_stream(pa.py_buffer(blob)).read_all()
+    sink = pa.BufferOutputStream()
+    with pa.ipc.new_stream(sink, table.schema) as writer:
+        writer.write_table(table)
+    return sink.getvalue().to_pybytes()
+
+
+def test_entries_written_before_checksums_read_as_before(url: str) -> None:
+    s = create_redis_stream(url, "id BIGINT, name STRING")
+    a = s.lock_partition(0, "p0")
+    try:
+        stats, table = run(s, 0, None, rows(5))
+        a.append_run(stats, [table])
+    finally:
+        a.release()
+    client, key = s.conn.client, s.source(0)
+    entries = client.xrange(key)
+    assert b"rowtime.checksum" in entries[0][1][b"a"]  # written with them now
+    client.delete(key)
+    for eid, fields in entries:
+        client.xadd(key, {**fields, b"a": _without_checksums(fields[b"a"])}, id=eid)
+    times = s.key("tm", 0)
+    for field, blob in client.hgetall(times).items():
+        client.hset(times, field, _without_checksums(blob))
+    fresh = open_redis_stream(url)
+    assert fresh.read(0, 0, 5).column("id").to_pylist() == list(range(5))
+    assert fresh.read(0, 0, 5, [ARRIVAL]).num_rows == 5
+
+
+def test_damaged_record_times_fail_the_planners_read_naming_the_entry(url: str) -> None:
+    s = create_redis_stream(url, "id BIGINT, name STRING")
+    a = s.lock_partition(0, "p0")
+    try:
+        stats, table = run(s, 0, None, rows(5))
+        a.append_run(stats, [table])
+    finally:
+        a.release()
+    client, times = s.conn.client, s.key("tm", 0)
+    [(field, blob)] = client.hgetall(times).items()
+    # a bit of the last record's arrival (T0 + 4, little-endian): another time, as valid
+    at = blob.index((T0 + 4).to_bytes(8, "little"))
+    client.hset(times, field, blob[:at] + bytes([blob[at] ^ 0x01]) + blob[at + 1 :])
+    with pytest.raises(CorruptLogError, match=rf"entry {field.decode()} .*records \[0, 5\)"):
+        open_redis_stream(url).read(0, 0, 5, [ARRIVAL])
+    assert open_redis_stream(url).read(0, 0, 5).column("id").to_pylist() == list(range(5))

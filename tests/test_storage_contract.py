@@ -7,7 +7,7 @@ backend does (its files, leases, credentials, locations) is tested in its own fi
 (test_log.py, test_redis_log.py, test_objstore_log.py).
 
 Sections: creating and opening; appends; atomic visibility; one appender; clocks; retention
-and trims; sink state; target files; errors.
+and trims; sink state; target files; errors; damaged values.
 """
 
 from __future__ import annotations
@@ -22,6 +22,7 @@ import numpy as np
 import pyarrow as pa
 import pytest
 from clocks import T0, FakeClock
+from damage import flip_stored
 from objstore_servers import ObjectServer
 from redis_server import RedisServer, redis_server, why_no_server
 
@@ -35,6 +36,7 @@ from pyspark_rowtime.bounds.errors import (
     StreamNotFoundError,
     WriterLockedError,
 )
+from pyspark_rowtime.cli import main
 from pyspark_rowtime.sink.layout import open_sink_state
 from pyspark_rowtime.streams.columns import LOG_ARRIVAL_US, LOG_IS_BOUND, LOG_ROWTIME_US
 from pyspark_rowtime.streams.retention import DataLossError, Retention, apply_retention
@@ -701,3 +703,39 @@ def test_a_lock_on_a_partition_that_does_not_exist_is_refused(at: Callable[[str]
     create_stream(url, "a INT", 2)
     with pytest.raises(OptionError, match="numbered 0 to 1"):
         open_writer(url, 2)
+
+
+# -- damaged values -----------------------------------------------------------------------------
+
+
+def test_a_flipped_byte_in_a_stored_value_fails_every_read_of_it_naming_the_unit_and_records(
+    at: Callable[[str], str], capsys: pytest.CaptureFixture[str]
+) -> None:
+    url = at("s")
+    create_stream(url, "id BIGINT, name STRING", 2)
+    for p in range(2):
+        with open_writer(url, p) as w:
+            w.insert_arrow(pa.table({"id": list(range(3)), "name": ["a", "b", "c"]}))
+            w.flush()
+            w.insert_arrow(pa.table({"id": list(range(3, 6)), "name": ["xxxxxxxx", "e", "f"]}))
+    unit = flip_stored(url, b"xxxxxxxx")
+
+    s = open_storage(url)
+    for read in (
+        lambda: s.read(0, 0, 6),
+        lambda: s.read(0, 4, 5, ["id"]),
+        lambda: read_stream(url),
+    ):
+        with pytest.raises(CorruptLogError) as e:
+            read()
+        message = str(e.value)
+        assert unit in message and "records [3, 6)" in message and "checksum" in message, message
+    assert s.read(0, 0, 3).column("name").to_pylist() == ["a", "b", "c"]  # before the damage
+    assert s.read(1, 0, 6).column("id").to_pylist() == list(range(6))  # the other partition
+    # The planner's read of the times alone reads on: the tasks that read the records check them.
+    assert s.read(0, 0, 6, [LOG_IS_BOUND]).num_rows == 6
+
+    assert main(["tail", url, "-n", "6"]) == 2
+    out, err = capsys.readouterr()
+    assert unit in err and "records [3, 6)" in err and "checksum" in err, err
+    assert "xxxxxxxx" not in out.lower()  # nothing of the damaged batch, not even a prefix
