@@ -10,10 +10,19 @@ file, instead of misreading it.
 
 Arrow IPC files carry no checksum: a byte flipped on disk inside a value buffer reads as another
 value. So each record batch carries, in its own custom metadata (:data:`CHECKSUM_KEY`), a
-checksum of its IPC message (:func:`batch_checksum`); :func:`verify_segment_file` (``rowtime
-describe --verify``) checks them and names the file and the records of a damaged batch.
-Segments written before checksums have none and read as before; readers never check them on
-their hot path (a full pass over every byte).
+checksum of its IPC message (:func:`batch_checksum`), and every read that returns records checks
+the batches it returns them from before any of it is used (:class:`SegmentChecks`,
+:func:`read_ipc_checked`): a batch that does not match fails the read with
+:class:`CorruptLogError` naming the file (object, entry) and its records, as Kafka's consumers
+check CRCs and PostgreSQL its page checksums. On the embedded log a batch is checked once per
+process, when a read first touches it (cached by file identity: :func:`file_identity`), so the
+cost is one pass over the bytes a process reads, not one per read; stores that fetch whole
+objects or values check each fetch. A read of the system columns alone (the reader's planner, on
+the driver) checks nothing, since a checksum covers the whole batch: the tasks that read the same
+records check them before a row reaches the query. :func:`verify_segment_file` (``rowtime
+describe --verify``) checks every batch of a file. Batches written before checksums (segments
+of early versions, Redis entries of 0.1.0 and 0.2.0) have none and read as before. What the
+checks cost is on docs/benchmarks.md ("Reads that verify").
 
 Everything that writes or checks segment files lives here: the writer's flushes
 (:func:`write_segment_file`), the sink's staged runs (:func:`segment_record_batches`), and the
@@ -312,20 +321,146 @@ def batch_checksum(batch: pa.RecordBatch) -> bytes:
     and every byte of its buffers); a batch read back from a segment gives the one it was
     written with unless the file was damaged.
 
-    ``blocksum64``: the message as little-endian 64-bit words in blocks of 4 KiB; ``A`` the sum
-    of all words and ``B`` the sum of each block's sum times its position (1, 2, ...), both
-    modulo 2**64 (Fletcher's construction over blocks). Any damage within one word changes
-    ``A``; blocks swapped or written in the wrong place change ``B`` unless their sums are
-    equal; other damage goes unseen with a chance of about 2**-64. Chosen over CRC-32 for its
-    cost: numpy sums far faster than zlib's CRC (docs/benchmarks.md, "Segment checksums").
+    ``blocksum64``: the message as little-endian 64-bit words in blocks of 4 KiB (the last word
+    padded with zero bytes); ``A`` the sum of all words and ``B`` the sum of each block's sum
+    times its position (1, 2, ...), both modulo 2**64 (Fletcher's construction over blocks).
+    Any damage within one word changes ``A``; blocks swapped or written in the wrong place
+    change ``B`` unless their sums are equal; other damage goes unseen with a chance of about
+    2**-64. Chosen over CRC-32 for its cost: numpy sums far faster than zlib's CRC
+    (docs/benchmarks.md, "Segment checksums").
+
+    The message is summed as Arrow's IPC writer hands it out, its buffers where they are (a
+    memory map, say), not copied into one (``batch.serialize()``, the same bytes:
+    :func:`_message_pieces`); a batch with dictionaries is serialized, as its stream would
+    carry them too.
     """
-    message = batch.serialize()  # the bytes the IPC writer writes, whatever the slicing
+    pieces = _message_pieces(batch)
+    if pieces is None:
+        pieces = [batch.serialize()]  # the bytes the IPC writer writes, whatever the slicing
+    sums = _BlockSums()
+    for piece in pieces:
+        sums.add(piece)
+    a, b = sums.result()
+    return CHECKSUM_ALGORITHM + b"%016x%016x" % (a, b)
+
+
+class _PieceSink:
+    """A file-like sink for :func:`pa.PythonFile` that keeps what it is given: Arrow passes the
+    body's buffers as :class:`pa.Buffer` views (no copy), the rest as small ``bytes``."""
+
+    def __init__(self) -> None:
+        self.pieces: list[Any] = []
+        self.closed = False
+
+    def write(self, data: Any) -> int:
+        self.pieces.append(data)
+        return data.size if isinstance(data, pa.Buffer) else len(data)
+
+    def flush(self) -> None:
+        pass
+
+    def writable(self) -> bool:
+        return True
+
+    def close(self) -> None:
+        self.closed = True
+
+
+def _has_dictionary(t: pa.DataType) -> bool:
+    return pa.types.is_dictionary(t) or any(
+        _has_dictionary(t.field(i).type) for i in range(t.num_fields)
+    )
+
+
+def _message_pieces(batch: pa.RecordBatch) -> list[Any] | None:
+    """``batch.serialize()``'s bytes as pieces, buffers not copied: what an IPC stream writer
+    writes for the batch after the schema's message. None for a batch with dictionaries (its
+    stream carries their messages too), or when the pieces do not add up to the message's size
+    (never seen; then the caller serializes)."""
+    if any(_has_dictionary(f.type) for f in batch.schema):
+        return None
+    sink = _PieceSink()
+    with pa.ipc.new_stream(pa.PythonFile(sink, mode="w"), batch.schema) as writer:
+        writer.write_batch(batch)
+        pieces = sink.pieces[:]  # before the end-of-stream marker that closing writes
+    skip = batch.schema.serialize().size  # the schema's message, written before the batch
+    out: list[Any] = []
+    for piece in pieces:
+        size = piece.size if isinstance(piece, pa.Buffer) else len(piece)
+        if skip >= size:
+            skip -= size
+            continue
+        out.append(memoryview(piece)[skip:] if skip else piece)
+        skip = 0
+    total = sum(len(memoryview(p)) for p in out)
+    return out if total == pa.ipc.get_record_batch_size(batch) else None
+
+
+class _BlockSums:
+    """``blocksum64``'s two sums over bytes given in pieces of any length: word ``j`` (from 0)
+    adds to ``A`` and, times ``j // 512 + 1`` (its block's position), to ``B``."""
+
+    def __init__(self) -> None:
+        self._a = self._b = 0
+        self._words = 0  # words summed so far
+        self._carry = b""  # bytes of a word split between pieces
+
+    def add(self, data: Any) -> None:
+        view = memoryview(data).cast("B")
+        if self._carry:
+            need = 8 - len(self._carry)
+            self._carry += bytes(view[:need])
+            view = view[need:]
+            if len(self._carry) < 8:
+                return
+            self._add_words(np.frombuffer(self._carry, dtype="<u8"))
+            self._carry = b""
+        n = len(view) // 8
+        if n:
+            self._add_words(np.frombuffer(view, dtype="<u8", count=n))
+        self._carry = bytes(view[n * 8 :])
+
+    def _add_words(self, words: np.ndarray) -> None:
+        # Array sums wrap silently (numpy warns on scalar overflow, never on a reduction).
+        start, n = self._words, len(words)
+        head = min(n, -start % _BLOCK_WORDS)  # the rest of the block under way
+        full = (n - head) // _BLOCK_WORDS
+        parts = [
+            (words[:head], start // _BLOCK_WORDS + 1),
+            (words[head + full * _BLOCK_WORDS :], (start + head) // _BLOCK_WORDS + full + 1),
+        ]
+        for part, position in parts:
+            if len(part):
+                total = int(part.sum(dtype=np.uint64))
+                self._a += total
+                self._b += total * position
+        if full:
+            blocks = words[head : head + full * _BLOCK_WORDS].reshape(full, _BLOCK_WORDS)
+            sums = blocks.sum(axis=1, dtype=np.uint64)
+            first = (start + head) // _BLOCK_WORDS + 1
+            self._a += int(sums.sum(dtype=np.uint64))
+            weights = np.arange(first, first + full, dtype=np.uint64)
+            self._b += int((sums * weights).sum(dtype=np.uint64))
+        self._words = start + n
+        self._a %= 1 << 64
+        self._b %= 1 << 64
+
+    def result(self) -> tuple[int, int]:
+        if self._carry:
+            self._add_words(np.frombuffer(self._carry.ljust(8, b"\0"), dtype="<u8"))
+            self._carry = b""
+        return self._a, self._b
+
+
+def _serialized_checksum(batch: pa.RecordBatch) -> bytes:
+    """:func:`batch_checksum` over ``batch.serialize()``, as the first version computed it
+    (kept for tests that prove the two agree)."""
+    message = batch.serialize()
     n = message.size // 8
     words = np.frombuffer(message, dtype="<u8", count=n)
     full = n // _BLOCK_WORDS
     sums = words[: full * _BLOCK_WORDS].reshape(full, _BLOCK_WORDS).sum(axis=1, dtype=np.uint64)
     tail = np.frombuffer(bytes(message[n * 8 :]).ljust(8, b"\0"), dtype="<u8")
-    # Array sums wrap silently (numpy warns on scalar overflow, never on a reduction).
     last = np.concatenate([words[full * _BLOCK_WORDS :], tail]).sum(dtype=np.uint64)
     sums = np.append(sums, last)
     a = int(sums.sum(dtype=np.uint64))

@@ -20,6 +20,8 @@ import numpy as np
 import pyarrow as pa
 import pytest
 from clocks import T0, FakeClock
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from pyspark_rowtime.api import create_stream, open_stream, open_writer, read_stream
 from pyspark_rowtime.bounds.bounds import END_OF_STREAM_US
@@ -31,6 +33,7 @@ from pyspark_rowtime.bounds.errors import (
     WriterClosedError,
 )
 from pyspark_rowtime.bounds.time import from_rowtime_us
+from pyspark_rowtime.streams import segments
 from pyspark_rowtime.streams.segments import SegmentStats, segment_name, write_segment_file
 from pyspark_rowtime.streams.writer import Writer
 
@@ -623,3 +626,36 @@ def test_a_segment_file_asks_the_disk_to_write_back_as_it_goes(tmp_path, monkeyp
     assert asked[-1][0] + asked[-1][1] <= os.path.getsize(path)
     assert segments.verify_segment_file(str(path)) == (20, 0)
     assert segments.open_segment_file(str(path)).column("a").to_pylist() == (rt * 3).tolist()
+
+
+_VALUES = {
+    "i": (pa.int64(), st.one_of(st.none(), st.integers(-(2**63), 2**63 - 1))),
+    "s": (pa.string(), st.one_of(st.none(), st.text(max_size=40))),
+    "b": (pa.bool_(), st.one_of(st.none(), st.booleans())),
+    "l": (pa.list_(pa.int32()), st.one_of(st.none(), st.lists(st.integers(0, 2**31 - 1)))),
+    "d": (pa.float64(), st.one_of(st.none(), st.floats(allow_nan=False))),
+}
+
+
+@given(
+    columns=st.lists(st.sampled_from(sorted(_VALUES)), min_size=1, max_size=4, unique=True),
+    rows=st.integers(0, 1500),
+    cut=st.tuples(st.integers(0, 1500), st.integers(0, 1500)),
+    data=st.data(),
+)
+@settings(max_examples=40, deadline=None)
+def test_the_checksum_summed_in_place_is_the_one_of_the_serialized_message(
+    columns: list[str], rows: int, cut: tuple[int, int], data: Any
+) -> None:
+    """Readers sum a batch's message as Arrow's writer hands out its pieces (buffers where they
+    are); the checksums written so far were summed over ``batch.serialize()``. They must agree
+    for every batch, sliced or not, or a sound segment would read as damaged."""
+    arrays = {}
+    for name in columns:
+        kind, values = _VALUES[name]
+        drawn = data.draw(st.lists(values, min_size=min(rows, 20), max_size=min(rows, 20)))
+        arrays[name] = pa.array((drawn * (rows // max(len(drawn), 1) + 1))[:rows], kind)
+    batch = pa.RecordBatch.from_arrays(list(arrays.values()), names=list(arrays))
+    lo, n = min(cut[0], batch.num_rows), cut[1]
+    for b in (batch, batch.slice(lo, n)):
+        assert segments.batch_checksum(b) == segments._serialized_checksum(b)
