@@ -51,3 +51,26 @@ def flip_stored(url: str, needle: bytes) -> str:
             path.write_bytes(flipped(data))
             return str(path)
     raise AssertionError(f"no segment file holds {needle!r}")
+
+
+def flip_staged(store: Any, handle: str, needle: bytes) -> None:
+    """Flip one bit inside the sink's staged run ``handle`` of ``store`` (a sink state of any
+    backend: a file, an object, a Redis hash field) where ``needle`` occurs."""
+
+    def flipped(data: bytes) -> bytes:
+        at = data.index(needle) + 1
+        return data[:at] + bytes([data[at] ^ 0x20]) + data[at + 1 :]
+
+    if hasattr(store, "_path"):  # a folder
+        path = Path(store._path(handle))
+        path.write_bytes(flipped(path.read_bytes()))
+        return
+    data = flipped(store._blob(handle))
+    if hasattr(store, "_staged_key"):  # object storage
+        import obstore
+
+        from pyspark_rowtime.streams.objstore.location import store_for
+
+        obstore.put(store_for(store.loc), store._staged_key(handle), data)
+        return
+    store._call("damaging a staged run", lambda c: c.hset(*store._split(handle), data))

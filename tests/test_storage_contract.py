@@ -22,7 +22,7 @@ import numpy as np
 import pyarrow as pa
 import pytest
 from clocks import T0, FakeClock
-from damage import flip_stored
+from damage import flip_staged, flip_stored
 from objstore_servers import ObjectServer
 from redis_server import RedisServer, redis_server, why_no_server
 
@@ -646,6 +646,23 @@ def test_staged_runs_are_appended_discarded_and_cleaned(at: Callable[[str], str]
     assert store.staged() == [orphan]
     store.drop_staging(1)
     assert store.staged() == []
+
+
+def test_a_damaged_staged_run_is_refused_before_it_is_written_again(
+    at: Callable[[str], str],
+) -> None:
+    url = at("t")
+    s = create_storage(url, "id BIGINT")
+    store = open_sink_state(url)
+    marker = 0x5A5A5A5A5A5A5A5A
+    stats, t = _run(s, 0, None, [1, marker, 3], T0)
+    handle, durable = store.stage_segment(0, "a", stats, s.file_schema, [t])
+    durable()
+    flip_staged(store, handle, marker.to_bytes(8, "little"))
+    # The sink's commit reads a run back to write it again (under fresh checksums) where the
+    # run must be merged with others: the damaged one is refused, naming it and its records.
+    with pytest.raises(CorruptLogError, match=r"records \[0, 3\).*checksum"):
+        store.open_staged(handle)
 
 
 def _staged_args(s: StreamStorage) -> tuple[SegmentStats, pa.Schema, list[pa.Table]]:

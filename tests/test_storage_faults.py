@@ -345,3 +345,24 @@ def test_describe_verify_of_a_parquet_target_says_it_checks_streams_only(tmp_pat
     assert main(["describe", str(tmp_path / "target"), "--verify"]) == 2
     assert "Parquet target" in capsys.readouterr().err
     assert main(["describe", str(tmp_path / "target")]) == 0
+
+
+def test_a_batch_is_checked_once_per_process_and_again_once_its_file_changed(tmp_path, monkeypatch):
+    from pyspark_rowtime.streams import segments
+
+    loc = str(tmp_path / "s")
+    fill(loc, partitions=1)
+    sums: list[int] = []
+    real = segments.batch_checksum
+    monkeypatch.setattr(segments, "batch_checksum", lambda b: sums.append(b.num_rows) or real(b))
+    assert ids(loc, 0) == list(range(200))
+    assert sums == [100, 100]  # each segment's one batch
+    assert ids(loc, 0) == list(range(200))  # another stream object, the same files
+    assert open_stream(loc).read(0, 0, 200, ["id", "name"]).num_rows == 200
+    assert sums == [100, 100]
+    assert open_stream(loc).read(0, 0, 200, ["__rowtime_us"]).num_rows == 200  # the planner's
+    assert sums == [100, 100]
+    _flip_in_names(segment_files(loc, 0)[1], 1)  # a changed file is another file
+    with pytest.raises(CorruptLogError, match=r"records \[100, 200\)"):
+        ids(loc, 0)
+    assert sums == [100, 100, 100]
