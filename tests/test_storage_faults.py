@@ -348,13 +348,13 @@ def test_describe_verify_of_a_parquet_target_says_it_checks_streams_only(tmp_pat
 
 
 def test_a_batch_is_checked_once_per_process_and_again_once_its_file_changed(tmp_path, monkeypatch):
-    from pyspark_rowtime.streams import segments
+    from pyspark_rowtime.streams import checksums
 
     loc = str(tmp_path / "s")
     fill(loc, partitions=1)
     sums: list[int] = []
-    real = segments.batch_checksum
-    monkeypatch.setattr(segments, "batch_checksum", lambda b: sums.append(b.num_rows) or real(b))
+    real = checksums.batch_checksum
+    monkeypatch.setattr(checksums, "batch_checksum", lambda b: sums.append(b.num_rows) or real(b))
     assert ids(loc, 0) == list(range(200))
     assert sums == [100, 100]  # each segment's one batch
     assert ids(loc, 0) == list(range(200))  # another stream object, the same files

@@ -33,7 +33,7 @@ from pyspark_rowtime.bounds.errors import (
     WriterClosedError,
 )
 from pyspark_rowtime.bounds.time import from_rowtime_us
-from pyspark_rowtime.streams import segments
+from pyspark_rowtime.streams import checksums
 from pyspark_rowtime.streams.segments import SegmentStats, segment_name, write_segment_file
 from pyspark_rowtime.streams.writer import Writer
 
@@ -658,4 +658,4 @@ def test_the_checksum_summed_in_place_is_the_one_of_the_serialized_message(
     batch = pa.RecordBatch.from_arrays(list(arrays.values()), names=list(arrays))
     lo, n = min(cut[0], batch.num_rows), cut[1]
     for b in (batch, batch.slice(lo, n)):
-        assert segments.batch_checksum(b) == segments._serialized_checksum(b)
+        assert checksums.batch_checksum(b) == checksums._serialized_checksum(b)

@@ -76,6 +76,7 @@ from ...bounds.errors import (
     CorruptLogError,
     OptionError,
 )
+from ..checksums import SegmentChecks, reads_payload
 from ..columns import LOG_ARRIVAL_US, LOG_IS_BOUND, LOG_ROWTIME_US
 from ..lock import LOCK_FILE, PartitionLock
 from ..meta import (
@@ -101,11 +102,9 @@ from ..retention import (
 )
 from ..segments import (
     SEGMENT_RE,
-    SegmentChecks,
     SegmentStats,
     check_appended_files,
     open_checked_segment,
-    reads_payload,
     segment_name,
     segment_schema,
     verify_segment_file,

@@ -9,7 +9,8 @@ from dataclasses import dataclass
 
 import pyarrow as pa
 
-from ..segments import CHECKSUM_KEY, SegmentStats, batch_checksum, read_ipc_checked
+from ..checksums import CHECKSUM_KEY, batch_checksum
+from ..segments import SegmentStats, read_ipc_checked
 from ..storage import PartitionTail
 
 __all__ = [
@@ -57,7 +58,7 @@ def stats_from_json(text: bytes | str) -> SegmentStats:
 
 def ipc_bytes(table: pa.Table) -> bytes:
     """A table as one Arrow IPC stream (uncompressed), each record batch with its checksum in
-    its custom metadata, as in a segment file (:func:`..segments.batch_checksum`)."""
+    its custom metadata, as in a segment file (:func:`..checksums.batch_checksum`)."""
     sink = pa.BufferOutputStream()
     with pa.ipc.new_stream(sink, table.schema) as writer:
         for batch in table.to_batches():
