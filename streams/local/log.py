@@ -105,6 +105,7 @@ from ..segments import (
     SegmentStats,
     check_appended_files,
     open_checked_segment,
+    open_segment_file,
     segment_name,
     segment_schema,
     verify_segment_file,
