@@ -18,6 +18,7 @@ from ..bounds.policies import DEFAULT_MAX_HELD, Policy, make_policy
 from ..bounds.time import TimeFormat
 from ..bounds.units import ADJUST_UNITS_US, EPOCH_UNITS_US
 from ..streams.options import OptionTable
+from ..streams.spark_compat import refuse_before_admission_control
 
 #: Every option the reader accepts (lower case, as Spark passes them), with what it accepts.
 READER_OPTIONS: dict[str, str] = {
@@ -158,6 +159,27 @@ class ReaderConfig:
     def has_rowtime_end(self) -> bool:
         """Whether rows carry a ``rowtime_end`` column (one of the interval options is set)."""
         return self.interval_duration_us is not None or self.interval_count is not None
+
+
+def refuse_batch_only_options(cfg: ReaderConfig, until: str) -> None:
+    """Refuse what only a batch read (``spark.read``) takes, for a ``readStream`` whose
+    micro-batches each run up to ``until`` (the stream clock, the table's clock)."""
+    if cfg.max_rows_per_batch is not None:
+        refuse_before_admission_control(
+            "maxRowsPerBatch",
+            cfg.max_rows_per_batch,
+            "a read limit caps each micro-batch through Spark's admission control",
+        )
+    if cfg.output != "rows":
+        raise OptionError(
+            "option output=discarded is for batch reads (spark.read), which return the "
+            "quarantine of discarded rows; streaming reads always emit rows"
+        )
+    if cfg.ending != "clock":
+        raise OptionError(
+            f"option endingOffsets={cfg.ending} is for batch reads (spark.read); a streaming "
+            f"read runs on, each micro-batch up to {until}: remove the option"
+        )
 
 
 def parse_reader_options(

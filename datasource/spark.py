@@ -29,13 +29,12 @@ from ..streams.spark_compat import (
     ReadLimit,
     ReadMaxRows,
     SupportsTriggerAvailableNow,
-    refuse_before_admission_control,
     require_supported_spark,
 )
 from ..streams.storage import LocationKind, open_storage, what_is_at
 from .executor import read_task
 from .intervals import read_task_with_intervals, with_rowtime_end
-from .options import ReaderConfig, parse_reader_options
+from .options import ReaderConfig, parse_reader_options, refuse_batch_only_options
 from .planner import Planner, batch_tasks, partition_tasks, progress_report
 from .retention import (
     SkipCounter,
@@ -188,23 +187,7 @@ class RowtimeReaderSource(DataSource):
         if table is not None:
             return table_stream_reader(*table)
         cfg, arrow = self._reading_columns(schema)
-
-        if cfg.max_rows_per_batch is not None:
-            refuse_before_admission_control(
-                "maxRowsPerBatch",
-                cfg.max_rows_per_batch,
-                "a read limit caps each micro-batch through Spark's admission control",
-            )
-        if cfg.output != "rows":
-            raise OptionError(
-                "option output=discarded is for batch reads (spark.read), which return the "
-                "quarantine of discarded rows; streaming reads always emit rows"
-            )
-        if cfg.ending != "clock":
-            raise OptionError(
-                f"option endingOffsets={cfg.ending} is for batch reads (spark.read); a streaming "
-                "read runs on, each micro-batch up to the stream clock: remove the option"
-            )
+        refuse_batch_only_options(cfg, "the stream clock")
         return RowtimeStreamReader(cfg, arrow)
 
 

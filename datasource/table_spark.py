@@ -14,14 +14,13 @@ from pyspark.sql.datasource import (
     InputPartition,
 )
 
-from ..bounds.errors import OptionError
 from ..streams.spark_compat import (
     ReadAllAvailable,
     ReadLimit,
     ReadMaxRows,
     SupportsTriggerAvailableNow,
-    refuse_before_admission_control,
 )
+from .options import refuse_batch_only_options
 from .table_source import TableRead, TableSource, TableTask, read_table_task
 
 __all__ = ["TableBatchReader", "TablePartition", "TableStreamReader", "table_stream_reader"]
@@ -42,23 +41,7 @@ class TablePartition(InputPartition):
 
 def table_stream_reader(read: TableRead, schema: pa.Schema) -> TableStreamReader:
     """``readStream`` of a table, refusing what only a batch read takes."""
-    cfg = read.cfg
-    if cfg.max_rows_per_batch is not None:
-        refuse_before_admission_control(
-            "maxRowsPerBatch",
-            cfg.max_rows_per_batch,
-            "a read limit caps each micro-batch through Spark's admission control",
-        )
-    if cfg.output != "rows":
-        raise OptionError(
-            "option output=discarded is for batch reads (spark.read), which return the "
-            "quarantine of discarded rows; streaming reads always emit rows"
-        )
-    if cfg.ending != "clock":
-        raise OptionError(
-            f"option endingOffsets={cfg.ending} is for batch reads (spark.read); a streaming "
-            "read runs on, each micro-batch up to the table's clock: remove the option"
-        )
+    refuse_batch_only_options(read.cfg, "the table's clock")
     return TableStreamReader(read, schema)
 
 
