@@ -181,7 +181,7 @@ class FloorReader(DataSourceStreamReader):
         pass
 
     def read(self, partition: InputPartition) -> Any:
-        from pyspark_rowtime.streams.local.log import list_segments, partition_dirname
+        from pyspark_rowtime.streams.local.folder import list_segments, partition_dirname
 
         p, k = partition.value
         chain, _, _ = list_segments(os.path.join(self.path, partition_dirname(p)))

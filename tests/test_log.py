@@ -28,11 +28,8 @@ from pyspark_rowtime.bounds.errors import (
 )
 from pyspark_rowtime.bounds.time import from_rowtime_us
 from pyspark_rowtime.streams.columns import LOG_ARRIVAL_US, LOG_IS_BOUND
-from pyspark_rowtime.streams.local.log import (
-    COMPACT_FANIN,
-    SegmentStats,
-    open_stream,
-)
+from pyspark_rowtime.streams.local.folder import COMPACT_FANIN
+from pyspark_rowtime.streams.local.log import SegmentStats, open_stream
 from pyspark_rowtime.streams.meta import KNOWN_DEFAULTS
 
 
@@ -332,7 +329,7 @@ def test_leftovers_of_an_interrupted_merge_are_ignored_then_cleaned(tmp_path):
     # Simulate a merge that committed [0, 3) but died before removing the parts.
     stream = open_stream(tmp_path / "s")
     merged = pa.concat_tables(stream.read(0, 0, 3) for _ in [0])
-    from pyspark_rowtime.streams.local.log import write_segment
+    from pyspark_rowtime.streams.local.folder import write_segment
 
     stats = SegmentStats.merge([stream.stats(s) for s in stream.segments(0)])
     write_segment(str(part), stats, stream.file_schema, [merged])
@@ -359,7 +356,8 @@ def test_leftovers_of_an_interrupted_merge_are_ignored_then_cleaned(tmp_path):
     ],
 )
 def test_merges_take_sixteen_segments_of_a_size_class_from_the_tail(counts, start):
-    from pyspark_rowtime.streams.local.log import Segment, _merge_start
+    from pyspark_rowtime.streams.local.folder import Segment
+    from pyspark_rowtime.streams.local.merge import _merge_start
 
     chain, first = [], 0
     for count in counts:

@@ -23,7 +23,7 @@ from pyspark_rowtime.bounds.bounds import END_OF_STREAM_US
 from pyspark_rowtime.cli import main
 from pyspark_rowtime.datasource.options import parse_reader_options
 from pyspark_rowtime.datasource.reader import batch_tasks, output_arrow_schema, read_task
-from pyspark_rowtime.streams.local.log import partition_dirname
+from pyspark_rowtime.streams.local.folder import partition_dirname
 from pyspark_rowtime.streams.storage import SINK_DIR, SINK_TARGET_FILE, open_storage
 
 S = 1_000_000  # a second in microseconds

@@ -37,14 +37,9 @@ from clocks import FakeClock
 from pyspark_rowtime.api import create_stream, open_writer
 from pyspark_rowtime.bounds.errors import CorruptLogError
 from pyspark_rowtime.streams.columns import LOG_IS_BOUND
-from pyspark_rowtime.streams.local import log as local_log
-from pyspark_rowtime.streams.local.log import (
-    COMPACT_FANIN,
-    SegmentStats,
-    list_partition,
-    open_stream,
-    write_segment,
-)
+from pyspark_rowtime.streams.local import merge as local_merge
+from pyspark_rowtime.streams.local.folder import COMPACT_FANIN, list_partition, write_segment
+from pyspark_rowtime.streams.local.log import SegmentStats, open_stream
 from pyspark_rowtime.streams.retention import TRIM_FILE, TrimState, apply_retention
 from pyspark_rowtime.streams.segments import SEGMENT_RE, segment_name
 
@@ -230,7 +225,7 @@ def test_a_merge_whose_read_back_fails_is_undone_and_its_parts_kept(tmp_path, mo
     (it is the writer's own, just made) and the parts stay."""
     loc = tmp_path / "s"
     part = singles(loc, COMPACT_FANIN - 1, mark_at=3)
-    real = local_log.write_segment
+    real = local_merge.write_segment
 
     def write_then_damage(*args: Any, **kwargs: Any) -> Any:
         segment = real(*args, **kwargs)
@@ -238,7 +233,7 @@ def test_a_merge_whose_read_back_fails_is_undone_and_its_parts_kept(tmp_path, mo
             flip_mark(segment.path)
         return segment
 
-    monkeypatch.setattr(local_log, "write_segment", write_then_damage)
+    monkeypatch.setattr(local_merge, "write_segment", write_then_damage)
     with open_writer(loc, 0) as w:
         w.insert({"k": 99}, rowtime=99_000)
         w.flush()  # the sixteenth small segment: a merge runs
