@@ -26,6 +26,7 @@ from hypothesis import strategies as st
 from pyspark_rowtime.api import create_stream, open_writer
 from pyspark_rowtime.bounds.errors import CorruptLogError, RowtimeError
 from pyspark_rowtime.streams.columns import LOG_ARRIVAL_US, LOG_IS_BOUND, LOG_ROWTIME_US
+from pyspark_rowtime.streams.local import folder as local_folder
 from pyspark_rowtime.streams.local import log as local_log
 from pyspark_rowtime.streams.local.log import open_stream
 from pyspark_rowtime.streams.retention import apply_retention
@@ -141,15 +142,22 @@ def writer_session(loc: str, spec: dict[str, Any], next_k: int, clock: FakeClock
     return next_k
 
 
-@settings(deadline=None, suppress_health_check=[HealthCheck.too_slow])
+#: Each example runs up to four writer sessions over a real partition folder (about 0.2 s): CI
+#: draws 200 (94 s at its 500 under load, the slowest test of tests/), ./dev long's thorough
+#: profile 2,000.
+EXAMPLES = 2000 if os.environ.get("HYPOTHESIS_PROFILE") == "thorough" else 200
+
+
+@settings(max_examples=EXAMPLES, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(st.lists(session, min_size=1, max_size=4))
 def test_no_session_loses_a_record_that_verified_before_it(sessions):
     # tmpfs where there is one: the property needs many fsyncs, not a disk
     shm = "/dev/shm" if os.path.isdir("/dev/shm") and os.access("/dev/shm", os.W_OK) else None
     root = tempfile.mkdtemp(prefix="rowtime-recovery-", dir=shm)
     # No other process changes the folder here: a gap is damage, not a race to wait out.
-    retries = mock.patch.object(local_log, "_LIST_RETRIES", 1)
-    retries.start()
+    patches = [mock.patch.object(m, "_LIST_RETRIES", 1) for m in (local_log, local_folder)]
+    for p in patches:
+        p.start()
     try:
         loc = os.path.join(root, "s")
         create_stream(loc, "k BIGINT")
@@ -172,5 +180,6 @@ def test_no_session_loses_a_record_that_verified_before_it(sessions):
             lost = kept - verified_records(part, start)
             assert not lost, f"records lost by the session: {sorted(lost)[:5]}"
     finally:
-        retries.stop()
+        for p in patches:
+            p.stop()
         shutil.rmtree(root, ignore_errors=True)
