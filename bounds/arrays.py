@@ -3,13 +3,13 @@
 ``pa.Array.to_numpy`` goes through pyarrow's pandas conversion, whose first use in a process
 imports pandas when it is installed, a fixed cost of a large import. Spark starts a new Python
 process for the driver side of every streaming query (``latestOffset``, ``partitions``) and
-every Python worker begins fresh, so the reader paid that import in its first planning step of
-each query, more than the step's own work over 10 million rows (``bench/suite.py``'s planning
-share; docs/benchmarks.md, "The reader"). These
-functions read the Arrow buffers directly: a view for fixed-width values, one vectorised unpack
-for booleans. Arrays with nulls keep pyarrow's own conversion (and its meaning of a null).
-And :func:`each_on_threads`, the driver's array work spread over threads, with
-:func:`take_rows`, the gather of a large table a column a thread.
+every Python worker begins fresh, so the reader would pay that import again in the first
+planning step of every query, however small (the planning's share of a drain is on
+docs/benchmarks.md, "The reader"). These functions read the Arrow buffers directly: a view
+for fixed-width values, one vectorised unpack for booleans. Arrays with nulls keep pyarrow's
+own conversion (and its meaning of a null). And :func:`each_on_threads`, the driver's array
+work spread over threads, with :func:`take_rows`, the gather of a large table a column a
+thread.
 """
 
 from __future__ import annotations
@@ -82,8 +82,8 @@ def to_arrow(
     """A one-dimensional numpy array of booleans or numbers (a list: as numpy reads it) as an
     Arrow array: the same array as ``pa.array(values, type=type, mask=mask)``, without pyarrow's
     pandas path. ``pa.array`` (and ``pa.scalar``) ask pandas whether the values are
-    categorical, and the first call in a process imports pandas: 389 ms of CPU and 38 MB
-    measured, in each of Spark's Python workers and planners. ``type``, when given, is an
+    categorical, and the first call in a process imports pandas, a cost each of Spark's fresh
+    Python workers and planners would pay again. ``type``, when given, is an
     integer, floating point or boolean type the values are converted to (numpy's rules, as a
     ``safe=False`` cast); ``mask``, when given, is True where the value is null."""
     array = np.asarray(values)

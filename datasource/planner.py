@@ -259,9 +259,9 @@ class Planner:
         check of the order and a few binary searches; late rows within ``adjust.range`` are
         the next, and there a few passes a block at a time decide what the general path's
         dozen over the whole step decide. Joining every record's time into one array first
-        (the window) wrote 9 bytes a record of fresh memory, which this machine gives slowly:
-        0.06 to 0.47 s for a 20 M-record step where reading the times where they lie took
-        0.03 (docs/benchmarks.md). The same position and runs as the general path (a property
+        (the window) writes 9 bytes a record of fresh memory, which costs far more than reading
+        the times where they lie, and more still when the system is slow to give memory
+        (docs/benchmarks.md). The same position and runs as the general path (a property
         test holds them together). Only without ``rowtime.column``: the times are then the
         stored ones."""
         policy = self.cfg.policy
@@ -641,8 +641,8 @@ def _each_partition(
 ) -> list[_T]:
     """``decide`` for each partition, in order. A large step (:data:`PARALLEL_PLAN_RECORDS`)
     runs them on threads (:func:`each_on_threads`): the policies' passes are numpy's, and
-    while the driver plans a backlog the executors wait for it (``adjust`` over 10 M records
-    in 2 partitions: docs/benchmarks.md). The first partition's error, in order, is the one
+    while the driver plans a backlog the executors wait for it (what the threads save is on
+    docs/benchmarks.md). The first partition's error, in order, is the one
     raised, as one after the other."""
     pairs = list(zip(parts, wheres, strict=True))
     threaded = records >= PARALLEL_PLAN_RECORDS

@@ -41,10 +41,10 @@ from .options import ReaderConfig
 
 TS_TYPE = pa.timestamp("us", tz="UTC")
 #: Most rows per Arrow record batch handed to Spark, and (:data:`BATCH_BYTES`) most bytes: the
-#: smaller of the two. The floor runs as fast with 64K-row batches as with 1M, the reader
-#: pays a little per batch: `reject` over 10 M rows at 0.88 of the floor with 64K rows and
-#: 0.94 with 1M (``./dev bench suite``, quiet), though two noisier runs gave 0.93 / 0.92 and
-#: 0.86 / 0.97. The byte cap keeps wide rows from making batches of gigabytes on the JVM side.
+#: smaller of the two. Spark takes large batches as fast as small ones while the reader pays a
+#: little per batch, so batches are large (``./dev bench suite`` compares sizes; the figures
+#: are on docs/benchmarks.md, "The reader"). The byte cap keeps wide rows from making batches
+#: of gigabytes on the JVM side.
 BATCH_ROWS = 1 << 20
 BATCH_BYTES = 64 << 20
 #: Fewest rows per batch, however wide the rows.
@@ -71,9 +71,8 @@ MAX_EMIT_RUNS = 1 << 16
 RUN_CHUNK_RECORDS = 1 << 20
 #: Emitted rows a task reads and orders at once (see :func:`~.executor._runs_batches`), more
 #: while more rows are held. Small enough that the arrays of the ordering stay in the
-#: processor's caches and the allocator reuses their memory: 10 M rows with 1% out of order
-#: took 0.23-0.29 CPU-s a task in pieces of 128 Ki rows, 0.31-0.77 in pieces of 1 Mi
-#: (docs/benchmarks.md).
+#: processor's caches and the allocator reuses their memory, which larger pieces would take
+#: fresh from the system each time (what each size costs is on docs/benchmarks.md).
 SORT_CHUNK_RECORDS = 1 << 17
 
 #: Columns of the quarantine (``output=discarded``) besides the payload and ``rowtime``.

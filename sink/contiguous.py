@@ -1,9 +1,9 @@
-"""Record batches copied, as they arrive, into one chunk per column (issue 35).
+"""Record batches copied, as they arrive, into one chunk per column.
 
 A write task sorts the rows that reach it out of rowtime order: it gathers them by ``take``.
-Arrow gathers from one chunk about twice as fast as from Spark's hundreds of record batches
-(0.05 CPU-s for 5 M rows of four columns against 0.08 warm, 0.23 against 0.45 in a fresh
-process; groups of batches combined gain nothing), and combining them when the run is full
+Arrow gathers from one chunk faster than from Spark's hundreds of record batches (from
+groups of batches combined, no faster than from the batches: docs/benchmarks.md, "The sink"),
+and combining them when the run is full
 would hold a second copy of it. So, once rows come out of order, each batch's values are
 copied into columns that hold the whole run, and the batch is let go: the run is one chunk,
 held once. The columns are allocated at the run's largest size and filled as rows come (the
@@ -56,8 +56,8 @@ def _empty(n: int, dtype: np.dtype | type) -> np.ndarray:
     used, when nothing holds it any more, else a new one (then kept).
 
     A Spark Python worker runs task after task; memory it frees goes back to the system and
-    comes again page by page, each page a fault the system fills with zeros (on this VM up to
-    0.4 CPU-s of a 5 M-row task: issue 35). Kept, a run's columns cost nothing the next time.
+    comes again page by page, each page a fault the system fills with zeros, a cost that grows
+    with the run (docs/benchmarks.md, "The sink"). Kept, a run's columns cost nothing the next time.
     Spark stops a worker idle for a minute, and with it what it kept."""
     dtype = np.dtype(dtype)
     with _KEPT_LOCK:

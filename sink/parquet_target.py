@@ -100,8 +100,8 @@ ROW_GROUP_ROWS = 1 << 20
 #: A column chunk's dictionary is given up beyond this size. Columns of few distinct values
 #: (names, codes: up to ~32K distinct 8-byte values a row group) keep dictionary encoding;
 #: unique ids and measurements fall back to plain encoding four times sooner than with
-#: Parquet's 1 MiB default, which spent a quarter of the encoding time building dictionaries
-#: that were then thrown away (docs/benchmarks.md, "The sink").
+#: Parquet's 1 MiB default, which spends encoding time building dictionaries that are then
+#: thrown away (docs/benchmarks.md, "The sink").
 DICTIONARY_PAGE_BYTES = 256 << 10
 
 

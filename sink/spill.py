@@ -1,4 +1,4 @@
-"""A write task's sorted runs kept aside in local files, then merged into one order (issue 35).
+"""A write task's sorted runs kept aside in local files, then merged into one order.
 
 A task whose rows reach it out of rowtime order (a file source whose files overlap in time, a
 query after a shuffle) sorts them a run at a time (``stream_target.SORT_BYTES``), so that its

@@ -16,7 +16,7 @@ writes partition ``i``), except with ``clock=watermark`` for a query that keeps 
 get one partition: one ordered stream of windows. So the driver merges rows only where one
 ordered stream is asked for; a pass-through query's rows go from the executors to the target
 by a link, whatever its clock (a merged partition funnels every row of every batch through the
-driver: issue 35). It is created when the query starts if option ``partitions`` is given, else
+driver). It is created when the query starts if option ``partitions`` is given, else
 by the first commit. Task ``i`` writes partition ``i mod partitions``.
 
 **The data moves once, on the executors.** ``write()`` sorts the task's rows by rowtime (a
@@ -109,8 +109,8 @@ RUN_ROWS = 1 << 23
 #: sorts once. Beyond it, sorted runs are kept aside and merged at the end (:mod:`.spill`).
 SORT_BYTES = 256 << 20
 #: The rows gathered into rowtime order at a time, on their way to a file: one record batch of
-#: the file, whose memory the next one reuses (pieces of a million rows took fresh pages from
-#: the system each time: issue 35).
+#: the file, whose memory the next one reuses (larger pieces would take fresh pages from the
+#: system each time).
 GATHER_ROWS = WRITE_ROWS
 #: Room beyond :data:`RUN_ROWS` in a run's columns (:mod:`.contiguous`): a run is cut before
 #: the batch that passes its size, so it may hold that batch too.
@@ -191,7 +191,7 @@ class _Runs:
         ):
             self._sorted = False
             # From here the run is gathered: its rows go into one chunk per column as they
-            # come (.contiguous), which Arrow gathers from twice as fast as from the batches.
+            # come (.contiguous), which Arrow gathers from faster than from the batches.
             self._dense = Contiguous.of(
                 data.schema, RUN_ROWS + _SLACK_ROWS, SORT_BYTES + _SLACK_BYTES
             )
@@ -212,7 +212,7 @@ class _Runs:
         came out of order, else as it is. A copied batch is let go whole: its rowtimes are
         read back from the run's ``rowtime`` column, since ``rt`` is a view of the batch's
         memory and would keep it, so that each batch from Spark would take fresh memory
-        (a page fault a page: issue 35)."""
+        (a page fault a page)."""
         if self._dense is None:
             self._pending.append(batch)
             self._times.append(rt)
@@ -647,7 +647,7 @@ def _dense_times(dense: Contiguous) -> np.ndarray:
 def _gathered(table: pa.Table, order: np.ndarray) -> Iterator[pa.RecordBatch]:
     """``table``'s rows in the order ``order`` gives, a record batch of :data:`GATHER_ROWS`
     at a time: the sorted copy never exists whole. Rows out of order come as one chunk per
-    column (:mod:`.contiguous`), which Arrow gathers from twice as fast."""
+    column (:mod:`.contiguous`), which Arrow gathers from faster than from many."""
     for s in range(0, len(order), GATHER_ROWS):
         yield from table.take(to_arrow(order[s : s + GATHER_ROWS])).to_batches()
 

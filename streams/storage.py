@@ -626,9 +626,9 @@ def register_backend(schemes: Iterable[str], backend: Backend) -> None:
 #: The backends this package carries, by scheme: the module under ``streams/`` whose
 #: ``BACKEND`` serves it. pyproject.toml declares the same as entry points (tests/test_storage.py
 #: holds the two equal); these are found without reading the metadata of every installed
-#: distribution, which took 0.1 s of CPU in each Spark Python process that opened a stream
+#: distribution, a cost paid again in each Spark Python process that opens a stream
 #: (``importlib.metadata`` lists every entry on the path, and Spark puts its spark-core jar,
-#: 5,973 entries, on that path). Other schemes are looked up in the entry points.
+#: thousands of entries, on that path). Other schemes are looked up in the entry points.
 PACKAGED: dict[str, str] = {
     "": "local",
     "file": "local",

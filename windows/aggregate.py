@@ -34,7 +34,7 @@ How it is built, and why:
   a partial holds its pane's row count, so discarded rows are still counted one by one. A
   native Spark aggregation cannot do the first part: in a streaming query it is itself
   stateful and, in append mode, emits only once the watermark passes. ``./dev bench windows``
-  measures the ratio to Spark's own ``groupBy(window(...))`` (target >= 0.5).
+  compares it with Spark's own ``groupBy(window(...))`` (docs/benchmarks.md).
 * **Spark's ``window()`` is not used** to assign panes: it refuses gaps
   (``creationPeriod > intervalDuration``) and offsets of ``creationPeriod`` or more, which IBM
   allows; ``assign_panes_array`` covers every case exactly, in microseconds.

@@ -497,8 +497,9 @@ def _started_only(listener: Any) -> Any:
     the whole progress through Py4J and, for each observed metric (the windows and joins of
     this package observe theirs), looks ``PythonSQLUtils`` up by name, which Py4J resolves by
     trying each imported package in turn, every miss a search of every jar on the classpath.
-    Measured on ``integration/test_intervals.py``: half of the driver JVM's CPU samples were
-    that search, on Spark's listener thread, for a watch that has nothing to do with progress.
+    On a query that observes metrics, that search takes a large share of the driver JVM's CPU,
+    on Spark's listener thread, for a watch that has nothing to do with progress
+    (docs/benchmarks.md, "The test suite and CI").
     """
     from pyspark import SparkContext
     from pyspark.sql.streaming.listener import JStreamingQueryListener

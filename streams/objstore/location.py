@@ -289,8 +289,8 @@ def require_conditional_writes(loc: ObjectLocation) -> None:
 #: then costs one attempt's timeout, never the query. ``TIMEOUT`` is short (5 s) because the
 #: objects the protocol waits on are small (commits, trims, leases, manifest entries, a page of
 #: a listing): their answers take milliseconds, and a request that hangs is better abandoned
-#: and sent again. With the 30 s of the past, a hung GET outlasted the 20 s retry window and
-#: was never retried (issue 55).
+#: and sent again. It must stay well below ``RETRY_TIMEOUT``: an attempt allowed as long as the
+#: retry window would let one hung GET outlast the window and never be retried.
 STORE_SETTINGS: dict[str, tuple[str, float, str]] = {
     "timeout": (
         "ROWTIME_STORE_TIMEOUT_S",

@@ -641,7 +641,7 @@ class ObjectAppender:
         """Refuse to take over a partition whose commits the protocol cannot have left: this
         writer's epoch commit would go where one is missing, making what the later commits
         name invisible for good, and :meth:`_remove_orphans` would then delete their
-        segments (issue 55: recovery never deletes on the strength of a name or a number)."""
+        segments (recovery never deletes on the strength of a name or a number)."""
         stream = self.stream
         commits = stream._key(self.partition, COMMITS)
         if chain.beyond is not None:

@@ -41,7 +41,7 @@ read from the entries (docs/benchmarks.md, "Redis Streams").
 
 Why Arrow IPC per entry and not one entry per row with a field per column: a run is decoded and
 encoded by one Arrow call, where fields per row cost a Python conversion per value, so Arrow
-entries write and read about a hundred times as fast for a little more memory per row
+entries write and read far faster for a little more memory per row
 (``./dev bench log``; the figures are in docs/benchmarks.md, "Redis Streams"). Entries are not
 compressed.
 
