@@ -11,7 +11,8 @@ Options (:mod:`.options`; an unknown one is an error naming it):
   task of that batch, one for a query that keeps state with ``clock=watermark``;
   :mod:`.stream_target`)
   or ``parquet`` (files in time partitions; :mod:`.parquet_target`) with ``granularity``
-  minute|hour|day (default hour) and ``compression`` (default snappy);
+  minute|hour|day (default hour) and ``compression`` (default snappy), or ``delta`` or
+  ``iceberg`` (a table, its clock in the table's own commits);
 * ``clock``: ``bounds`` (the default when the query has ``is_bound``: pass-through queries) or
   ``watermark`` (the default without it: stateful queries after ``with_watermark``), see
   :mod:`.clock`; ``checkpointLocation`` is read for the watermark and the query's id.
@@ -23,8 +24,11 @@ query that first commits to it. ``get_rowtime_bound(path)``, ``rowtime clock`` a
 ``rowtime describe`` read either kind of target.
 
 Modules: :mod:`.spark` (Spark's writer, thin), :mod:`.options`, :mod:`.target` (the ``Target``
-protocol and the write-task skeleton both targets share), :mod:`.stream_target`,
-:mod:`.parquet_target`, :mod:`.task` (row splitting, task reports), :mod:`.manifest` (typed
+protocol and the write-task skeleton every target shares), :mod:`.stream_target` (with
+:mod:`.contiguous`, a run's rows in one chunk per column, and :mod:`.spill`, sorted runs kept
+aside and merged), :mod:`.parquet_target`, the table targets (:mod:`.table_target`, what they
+share; :mod:`.delta_target`, :mod:`.iceberg_target`; :mod:`.table_describe`, what ``rowtime
+describe`` says of them), :mod:`.task` (row splitting, task reports), :mod:`.manifest` (typed
 manifest entries), :mod:`.clock`, :mod:`.layout` (the sink's files beside a target). The sink
 reaches streams only through :mod:`pyspark_rowtime.streams.storage` and never imports the
 reader (``tests/test_layers.py``).

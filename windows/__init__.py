@@ -1,5 +1,11 @@
 """Windows on Spark driven by the rowtime bounds (SPEC section 10): ``time_interval_aggregate``.
 
-Layered like ``datasource`` and ``sink``: it uses ``bounds`` (the pure core) and pyspark, never
-the reader, the sink or the log.
+* :mod:`.aggregate` -- ``time_interval_aggregate``, IBM Streams ``timeInterval`` panes, with
+  :mod:`.step` (its per-key step: panes, trigger, re-trigger, ``discardAge``);
+* :mod:`.validity` -- ``interval_aggregate``, the Odysseus aggregate over validity intervals;
+* :mod:`.join` -- ``overlap_join``, the Odysseus join of two streams of validity intervals;
+* :mod:`.define` -- windows as validity, grouped (element based and predicate based).
+
+Layered like ``datasource`` and ``sink``: it uses ``bounds`` (the pure core), ``with_watermark``'s
+plan reading and pyspark, never the reader, the sink or the log.
 """

@@ -1,14 +1,27 @@
 """``rowtime``: create, feed and inspect rowtime streams from a shell.
 
     rowtime create PATH --schema DDL [--partitions N] [--default key=value ...]
+    rowtime create --stream NAME [--catalog FILE]
+    rowtime catalog check [CATALOG]
+    rowtime streams [CATALOG]
+    rowtime connect CATALOG NAME [--metrics-port N] [--metrics-host HOST]
     rowtime insert PATH [--partition N] [--format jsonl|csv] [--rowtime-column COL]
                         [--rowtime-unit s|ms|us|ns] [FILE|-]
-    rowtime bound PATH TIME [--strict] [--partition N]
+    rowtime bound PATH TIME [--strict] [--partition N] [--unit U]
     rowtime describe PATH [--json] [--verify] [--idle-timeout DURATION]
+    rowtime trim PATH [--before TIME] [--unit U]
+    rowtime retention PATH [DURATION|off] [--size SIZE|off]
     rowtime metrics PATH...
     rowtime clock PATH [--us]
     rowtime wait PATH --until TIME [--timeout DURATION] [--poll DURATION] [--unit U]
+    rowtime serve [NAME] [--root DIR] [--catalog FILE] [--host H] [--port P] ...
     rowtime tail PATH [-n N] [--follow]
+    rowtime demo [--rows N] [--partitions N] [--minutes M] [--tick S] [--out DIR]
+
+``catalog``, ``streams``, ``connect`` and ``create --stream`` work from the catalog
+(:mod:`.streams.catalog`; ``$ROWTIME_CATALOG`` when no file is given); ``serve`` is
+:mod:`.serve_cli`, ``wait`` and the description of table targets :mod:`.cli_tables`, ``insert``
+:mod:`.cli_input`, ``demo`` :mod:`.demo`. docs/operators/cli.md has every command.
 
 PATH is a stream or a sink target (a Parquet folder, a Delta table, an Iceberg table named
 iceberg://CATALOG/NAMESPACE.TABLE) for clock, wait, describe and metrics.

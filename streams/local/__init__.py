@@ -2,7 +2,9 @@
 segment files per partition, on a local (or locally mounted) filesystem.
 
 * :mod:`.log` -- the log: ``Stream`` (read, clocks, trims, one appender per partition),
-  ``open_stream``, ``create_stream``, merging small segments;
+  ``open_stream``, ``create_stream``;
+* :mod:`.folder` -- a partition's folder: its segment files and the chain of records they make;
+* :mod:`.merge` -- merging small segments, and cleaning up what a crash left;
 * :mod:`.backend` -- ``BACKEND``, what :mod:`..storage` serves plain paths and ``file://``
   URLs with (found through the ``pyspark_rowtime.backends`` entry point ``local``).
 

@@ -2,7 +2,9 @@
 (also ``azure://`` and ``abfs[s]://container@account.dfs.core.windows.net/prefix``), on obstore
 (Rust's ``object_store``), with no lock server: conditional creates of numbered commit objects
 and a compare-and-swap lease (:mod:`.log`, :mod:`.lease`), the sink's state below the target
-(:mod:`.sink`), locations and clients from the standard environment variables (:mod:`.location`).
+(:mod:`.sink`) and the Parquet target's files (:mod:`.files`), locations and clients from the
+standard environment variables (:mod:`.location`), creating and opening streams and the backend
+(:mod:`.create`).
 
 Install with ``pip install 'pyspark-rowtime[cloud]'``. Served through the storage seam
 (:func:`..storage.register_backend`): the reader and the sink do not know it by name.
