@@ -350,7 +350,8 @@ def main() -> None:
                     "ok" if of_floor >= FLOOR_RATIO else "MISS"
                 )
                 # Each round's ratio, the floor's run beside this case's: a slow spell of the
-                # machine that lasts a round moves both (docs/benchmarks.md, "Noise.").
+                # machine that lasts a round moves both (docs/benchmarks.md, "How to read a
+                # figure").
                 paired = [
                     f / s for (f, _, _), (s, _, _) in zip(runs["floor"], results, strict=True)
                 ]

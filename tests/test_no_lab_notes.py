@@ -17,6 +17,7 @@ plan text, end of stream, sizes that follow from a layout).
 from __future__ import annotations
 
 import ast
+import functools
 import io
 import re
 import tokenize
@@ -174,6 +175,17 @@ def prose(source: str) -> list[tuple[int, str]]:
     return [(line, " ".join(" ".join(parts).split())) for line, parts in found]
 
 
+@functools.cache
+def package_prose() -> list[tuple[Path, int, str]]:
+    """``(file, line, text)`` of the prose of every module of the package, read once."""
+    return [
+        (path, line, text)
+        for folder in package_folders()
+        for path in sorted(folder.glob("*.py"))
+        for line, text in prose(path.read_text())
+    ]
+
+
 def test_the_check_reads_comments_and_docstrings_not_code() -> None:
     source = (
         '"""Module (issue 1)."""\n'
@@ -194,13 +206,29 @@ def test_the_package_folders_are_the_face_and_the_top_level_folders() -> None:
 
 
 def test_no_package_docstring_or_comment_carries_a_measurement_or_an_issue_number() -> None:
-    found = []
-    for folder in package_folders():
-        for path in sorted(folder.glob("*.py")):
-            for line, text in prose(path.read_text()):
-                for note in lab_notes(text):
-                    found.append(f"{path.relative_to(ROOT)}:{line}: {note}")
+    found = [
+        f"{path.relative_to(ROOT)}:{line}: {note}"
+        for path, line, text in package_prose()
+        for note in lab_notes(text)
+    ]
     assert not found, (
         "a docstring states the contract and the reason; the figure goes on "
         "docs/benchmarks.md with its date, machine and load:\n" + "\n".join(found)
     )
+
+
+#: ``docs/benchmarks.md, "The sink"`` or ``docs/benchmarks.md ("Reads that verify")``.
+PAGE_SECTION = re.compile(r'docs/benchmarks\.md(?:, | \(|: )"([^"]+)"')
+
+
+def test_a_docstring_that_sends_the_reader_to_the_benchmarks_page_names_a_section_it_has() -> None:
+    page = (ROOT / "docs" / "benchmarks.md").read_text()
+    headings = set(re.findall(r"^#+ (.+)$", page, re.M))
+    cited = [
+        (path, line, section)
+        for path, line, text in package_prose()
+        for section in PAGE_SECTION.findall(text)
+    ]
+    assert cited, "the package's docstrings send readers to the page's sections"
+    gone = [f"{p.relative_to(ROOT)}:{line}: {s!r}" for p, line, s in cited if s not in headings]
+    assert not gone, f"docs/benchmarks.md has no such section: {gone}"
