@@ -18,15 +18,16 @@ from __future__ import annotations
 
 import ast
 import re
+import sys
 from pathlib import Path
 
 import pytest
 
 from pyspark_rowtime import cli
 
-try:
+if sys.version_info >= (3, 11):
     import tomllib
-except ModuleNotFoundError:  # pragma: no cover - Python 3.10 installs tomli (pyproject.toml)
+else:  # pragma: no cover - Python 3.10 installs tomli (pyproject.toml)
     import tomli as tomllib
 
 ROOT = Path(__file__).resolve().parent.parent

@@ -20,14 +20,15 @@ import ast
 import functools
 import io
 import re
+import sys
 import tokenize
 from pathlib import Path
 
 import pytest
 
-try:
+if sys.version_info >= (3, 11):
     import tomllib
-except ModuleNotFoundError:  # pragma: no cover - Python 3.10 installs tomli (pyproject.toml)
+else:  # pragma: no cover - Python 3.10 installs tomli (pyproject.toml)
     import tomli as tomllib
 
 ROOT = Path(__file__).resolve().parent.parent
