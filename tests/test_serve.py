@@ -11,9 +11,7 @@ from __future__ import annotations
 import json
 import os
 import signal
-import socket
 import subprocess
-import sys
 import threading
 import time
 from collections.abc import Callable, Iterator
@@ -26,69 +24,22 @@ import pytest
 from fault_proxy import FaultProxy, Faults
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
+from serve_fixtures import (  # noqa: F401 (fixtures)
+    SCHEMA,
+    T0,
+    Served,
+    ack,
+    batch,
+    ids_of,
+    meta,
+    root_fixture,
+    server_fixture,
+)
 
 from pyspark_rowtime.api import create_stream, open_writer, read_stream
 from pyspark_rowtime.cli import main
 from pyspark_rowtime.flight_server import RowtimeFlightServer, Streams, load_producers
 from pyspark_rowtime.streams.storage import open_storage
-
-T0 = 1_700_000_000_000_000  # 2023-11-14T22:13:20Z in microseconds
-SCHEMA = pa.schema(
-    [("id", pa.int64()), ("name", pa.string()), ("rowtime", pa.timestamp("us", tz="UTC"))]
-)
-
-
-def batch(first: int, n: int = 1) -> pa.RecordBatch:
-    """Rows with ids ``first .. first + n - 1``, each at rowtime T0 + id."""
-    ids = pa.array(range(first, first + n), pa.int64())
-    return pa.record_batch(
-        [ids, pa.array([f"n{i}" for i in range(first, first + n)]), pa.array(
-            [T0 + i for i in range(first, first + n)], pa.timestamp("us", tz="UTC")
-        )],
-        schema=SCHEMA,
-    )  # fmt: skip
-
-
-def meta(writer: str, seq: int, **more: Any) -> bytes:
-    return json.dumps({"writer": writer, "seq": seq, **more}).encode()
-
-
-def ack(reader: fl.FlightMetadataReader) -> dict[str, Any]:
-    buf = reader.read()
-    assert buf is not None, "the server ended the put without an answer"
-    doc: dict[str, Any] = json.loads(buf.to_pybytes())
-    return doc
-
-
-@pytest.fixture
-def root(tmp_path: Path) -> Path:
-    create_stream(str(tmp_path / "orders"), "id BIGINT, name STRING", 2)
-    return tmp_path
-
-
-@pytest.fixture
-def server(root: Path) -> Iterator[RowtimeFlightServer]:
-    s = RowtimeFlightServer(Streams(str(root)), port=0)
-    try:
-        yield s
-    finally:
-        s.stop(5)
-
-
-def ids_of(root: Path, partition: int | None = None) -> list[int]:
-    t = read_stream(str(root / "orders"))
-    rows = [
-        (p, i)
-        for p, i, b in zip(
-            t.column("partition").to_pylist(),
-            t.column("id").to_pylist(),
-            t.column("is_bound").to_pylist(),
-            strict=True,
-        )
-        if not b and (partition is None or p == partition)
-    ]
-    return [i for _, i in rows]
-
 
 # -- the protocol, in process -------------------------------------------------------------------
 
@@ -440,61 +391,6 @@ def test_the_writers_record_is_stored_with_the_rows_on_every_backend(
 
 
 # -- real server processes ----------------------------------------------------------------------
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
-
-
-class Served:
-    """``rowtime serve`` as a process (started by :meth:`start`, on a fixed port so that a
-    restarted one is where the client was)."""
-
-    def __init__(self, *args: str, port: int | None = None) -> None:
-        self.args = args
-        self.port = free_port() if port is None else port
-        self.port_given = port is not None
-        self.proc: subprocess.Popen[str] | None = None
-        self.lines: list[str] = []
-
-    @property
-    def url(self) -> str:
-        return f"grpc://127.0.0.1:{self.port}"
-
-    def start(self) -> Served:
-        cmd = [sys.executable, "-m", "pyspark_rowtime.cli", "serve", *self.args]
-        port = [] if self.port_given else ["--port", str(self.port)]
-        self.proc = subprocess.Popen([*cmd, *port], stderr=subprocess.PIPE, text=True)
-        assert self.proc.stderr is not None
-        while True:  # the first line that says where it listens (a warning may come first)
-            line = self.proc.stderr.readline()
-            self.lines.append(line)
-            if not line or "listening on" in line:
-                break
-        assert "listening on" in line, "".join(self.lines) + self.proc.stderr.read()
-        return self
-
-    def kill(self) -> None:
-        assert self.proc is not None
-        self.proc.kill()
-        self.proc.wait(10)
-
-    def stop(self) -> float:
-        """SIGTERM, and how long the process took to exit."""
-        assert self.proc is not None
-        started = time.monotonic()
-        self.proc.send_signal(signal.SIGTERM)
-        self.proc.wait(20)
-        return time.monotonic() - started
-
-    def __enter__(self) -> Served:
-        return self.start()
-
-    def __exit__(self, *exc: object) -> None:
-        if self.proc is not None and self.proc.poll() is None:
-            self.kill()
 
 
 def send_all(

@@ -14,29 +14,14 @@ from typing import Any
 
 import pyarrow as pa
 import pytest
+from serve_fixtures import T0, root_fixture, server_fixture  # noqa: F401 (fixtures)
 
-from pyspark_rowtime.api import create_stream, read_stream
+from pyspark_rowtime.api import read_stream
 from pyspark_rowtime.flight_server import RowtimeFlightServer, Streams
 
 dbapi = pytest.importorskip("adbc_driver_flightsql.dbapi")
 
-T0 = 1_700_000_000_000_000
 HEADER = "adbc.flight.sql.rpc.call_header."
-
-
-@pytest.fixture
-def root(tmp_path: Path) -> Path:
-    create_stream(str(tmp_path / "orders"), "id BIGINT, name STRING", 2)
-    return tmp_path
-
-
-@pytest.fixture
-def server(root: Path) -> Iterator[RowtimeFlightServer]:
-    s = RowtimeFlightServer(Streams(str(root)), port=0)
-    try:
-        yield s
-    finally:
-        s.stop(5)
 
 
 @pytest.fixture

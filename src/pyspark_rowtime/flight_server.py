@@ -32,16 +32,27 @@ in) write to a stream over the network, as SQLstream's adapters did over JDBC wi
   stream) returns ``{"clock_us": ...}`` (SQLstream's ``getRowtimeBound``) and ``writer``
   (body ``{"stream", "partition", "writer"}``) the next ``seq`` the server expects.
 
-Python Flight handlers run under the GIL (apache/arrow 13745), so a handler only reads, checks
-and commits: one message is read, committed and answered before the next is read. What a
-client sends ahead (one that does not read its answers, say) waits in gRPC's flow-control
-window, then holds the client back; the server itself holds one message per put. A message
-is measured against ``max_message_bytes`` once it has arrived: Flight lets gRPC take up to
-2 GiB, and pyarrow's server has no gRPC option to refuse it sooner.
+**Memory.** Python Flight handlers run under the GIL (apache/arrow 13745), so a handler only
+reads, checks and commits: one message is read, committed and let go before the next is read,
+and its answer is written after that (:class:`_Memory` counts what is held: one message a put
+at the most). What a client sends ahead, one that does not wait for its answers or never reads
+them, waits in gRPC's flow-control window and the sockets' buffers, which then hold the client
+back: that is gRPC's, a few MB a connection whatever is sent. A client that reads no answers
+also stops the server once the answers fill its own window (gRPC's ``Write`` waits for flow
+control): the server is held back, and holds one answer. What gRPC frees of the messages it
+received stays in the C allocator's arenas (glibc keeps freed memory for reuse, per thread);
+the server hands it back to the system every :data:`RELEASE_EVERY_BYTES` read and when a put
+ends (``malloc_trim``, and Arrow's pool's ``release_unused``), so that what it holds after a
+put does not depend on how much the put sent. A message is measured against
+``max_message_bytes`` once it has arrived whole, when gRPC holds it (and Flight a copy of it):
+Flight lets gRPC take up to 2 GiB a message, and pyarrow's server has no gRPC option
+(``SetMaxReceiveMessageSize``) nor any view of a message before its body to refuse it sooner.
 """
 
 from __future__ import annotations
 
+import ctypes
+import ctypes.util
 import hmac
 import json
 import os
@@ -98,6 +109,10 @@ STOP_DEADLINE_S = 8.0
 #: no Flight; tests/test_serve.py holds them equal).
 DEFAULT_PORT = 8815
 DEFAULT_MAX_MESSAGE_BYTES = 64 << 20
+#: How many bytes of messages the server reads between two hand-backs of the memory it freed
+#: to the system (:meth:`_Memory.release`): one default-sized message; a hand-back costs
+#: well under a millisecond to a few milliseconds.
+RELEASE_EVERY_BYTES = 64 << 20
 #: A writer's name: what a metric label and a message can show as it is.
 _WRITER_RE = re.compile(r"[A-Za-z0-9][A-Za-z0-9._:@/-]{0,127}\Z")
 #: Rows and bounds go into a commit only when the server says so (one a message): the
@@ -316,6 +331,65 @@ def _rowtime_as_us(data: pa.RecordBatch | pa.Table) -> pa.RecordBatch | pa.Table
     return data
 
 
+# -- memory -------------------------------------------------------------------------------------
+
+
+def _find_malloc_trim() -> Callable[[int], int] | None:
+    """glibc's ``malloc_trim`` (None elsewhere: musl and macOS give freed memory back
+    themselves). Called through ``ctypes.CDLL``, which lets the GIL go while it runs."""
+    name = ctypes.util.find_library("c")
+    try:
+        trim = ctypes.CDLL(name).malloc_trim if name else None
+    except (OSError, AttributeError):
+        return None
+    if trim is not None:
+        trim.argtypes, trim.restype = [ctypes.c_size_t], ctypes.c_int
+    return trim
+
+
+_malloc_trim = _find_malloc_trim()
+
+
+class _Memory:
+    """What the server holds of the messages it read: ``held`` bytes now (read, not yet
+    committed or refused), ``peak`` the most at any moment since the start. A put holds one
+    message at a time, so ``peak`` is at most the largest message times the puts at once.
+    Every :data:`RELEASE_EVERY_BYTES` let go, and when a put ends, the memory freed is handed
+    back to the system."""
+
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self.held = 0
+        self.peak = 0
+        self._since_release = 0
+        self.releases = 0
+
+    def hold(self, size: int) -> None:
+        with self._lock:
+            self.held += size
+            self.peak = max(self.peak, self.held)
+
+    def let_go(self, size: int) -> None:
+        with self._lock:
+            self.held -= size
+            self._since_release += size
+            due = self._since_release >= RELEASE_EVERY_BYTES
+        if due:
+            self.release()
+
+    def release(self) -> None:
+        """Hand what was freed back to the system, if anything was read since the last time:
+        Arrow's pool's unused memory, and the C allocator's (gRPC's buffers are malloc'd)."""
+        with self._lock:
+            if not self._since_release:
+                return
+            self._since_release = 0
+            self.releases += 1
+        pa.default_memory_pool().release_unused()
+        if _malloc_trim is not None:
+            _malloc_trim(0)
+
+
 # -- the server ---------------------------------------------------------------------------------
 
 
@@ -374,6 +448,7 @@ class RowtimeFlightServer(fl.FlightServerBase):
         self._lock = threading.Lock()
         self.counts: dict[tuple[str, int, str], _Counts] = {}
         self.refusals_before_writer: dict[str, int] = {}
+        self.memory = _Memory()
         scheme = "grpc+tls" if tls else "grpc+tcp"
         shown_host = f"[{host}]" if ":" in host else host
         try:
@@ -556,23 +631,31 @@ class RowtimeFlightServer(fl.FlightServerBase):
                 size = len(chunk.app_metadata or b"")
                 if chunk.data is not None:
                     size += chunk.data.get_total_buffer_size()
-                if size > self.max_message_bytes:
-                    raise Refused(
-                        "limit",
-                        f"a message of {size} bytes is over this server's --max-message-bytes "
-                        f"{self.max_message_bytes}; send smaller batches. Nothing of it was "
-                        "stored",
-                        limit=self.max_message_bytes,
-                    )
-                w, seq, bound = parse_app_metadata(chunk.app_metadata)
-                put.writer_id = w
-                status = put.commit(Message(w, seq, bound, chunk.data))
+                self.memory.hold(size)
+                try:
+                    if size > self.max_message_bytes:
+                        raise Refused(
+                            "limit",
+                            f"a message of {size} bytes is over this server's "
+                            f"--max-message-bytes {self.max_message_bytes}; send smaller "
+                            "batches. Nothing of it was stored",
+                            limit=self.max_message_bytes,
+                        )
+                    w, seq, bound = parse_app_metadata(chunk.app_metadata)
+                    put.writer_id = w
+                    status = put.commit(Message(w, seq, bound, chunk.data))
+                finally:
+                    # Let the message go before its answer is written (a client that reads no
+                    # answers blocks that write) and before the next is read.
+                    del chunk
+                    self.memory.let_go(size)
                 writer.write(pa.py_buffer(json.dumps({"seq": seq, "status": status}).encode()))
         except Refused as e:
             self._refusal(name, partition, put.writer_id, e)
             raise e.flight_error() from None
         finally:
             put.end()
+            self.memory.release()
 
     def _target(self, path: Sequence[bytes | str]) -> tuple[str, int]:
         if len(path) not in (1, 2):
@@ -609,6 +692,7 @@ class RowtimeFlightServer(fl.FlightServerBase):
 
         name, partition, w = "?", 0, None
         put = None
+        held = 0
         try:
             try:
                 sql = parse_sql_command(command)
@@ -650,11 +734,13 @@ class RowtimeFlightServer(fl.FlightServerBase):
                 stream = self.streams.open(name)
             except RowtimeError as e:
                 raise Refused("invalid", str(e)) from None
-            batches, size = [], 0
+            batches: list[pa.RecordBatch] = []
             for chunk in _chunks(reader):
                 if chunk.data is not None:
-                    size += chunk.data.get_total_buffer_size()
-                    if size > self.max_message_bytes:
+                    size = chunk.data.get_total_buffer_size()
+                    self.memory.hold(size)
+                    held += size
+                    if held > self.max_message_bytes:
                         raise Refused(
                             "limit",
                             f"an ingest of more than {self.max_message_bytes} bytes is over "
@@ -668,6 +754,9 @@ class RowtimeFlightServer(fl.FlightServerBase):
             put.writer_id = w
             status = put.commit(Message(w, seq, bound, table))
             rows = 0 if table is None else table.num_rows
+            del batches, table
+            self.memory.let_go(held)
+            held = 0
             context.add_trailer("x-rowtime-status", status)
             # One reply, as the driver reads one: the records of the message (a duplicate's
             # too: they are stored, once), or 1 for a bound alone.
@@ -676,8 +765,11 @@ class RowtimeFlightServer(fl.FlightServerBase):
             self._refusal(name, partition, w, e)
             raise e.flight_error() from None
         finally:
+            if held:
+                self.memory.let_go(held)
             if put is not None:
                 put.end()
+            self.memory.release()
 
     # -- stopping
 

@@ -107,59 +107,54 @@ def _text(value: int | bytes, what: str) -> str:
         raise ProtobufError(f"{what} is not UTF-8: {e}") from None
 
 
-def parse_command(command: bytes) -> SqlCommand:
-    """The Flight SQL command in a descriptor's ``cmd`` bytes (a ``google.protobuf.Any``:
-    field 1 the type URL, field 2 the message). Raises :class:`ProtobufError`."""
-    type_url, body = None, b""
-    for number, _, value in fields(command):
-        if number == 1:
-            type_url = _text(value, "the command's type URL")
-        elif number == 2 and isinstance(value, bytes):
-            body = value
-    if type_url is None:
-        raise ProtobufError("the descriptor's command is not a Flight SQL command (no type URL)")
-    if type_url == INGEST_TYPE:
-        table = None
-        for number, _, value in fields(body):
-            if number == 2:
-                table = _text(value, "CommandStatementIngest.table")
-        return SqlCommand(type_url, table=table)
-    if type_url == UPDATE_TYPE:
-        query = None
-        for number, _, value in fields(body):
-            if number == 1:
-                query = _text(value, "CommandStatementUpdate.query")
-        return SqlCommand(type_url, query=query)
-    if type_url == PREPARED_UPDATE_TYPE:
-        # The handle is the statement's text (encode_prepared_result): nothing to look up.
-        query = None
-        for number, _, value in fields(body):
-            if number == 1:
-                query = _text(value, "CommandPreparedStatementUpdate.prepared_statement_handle")
-        return SqlCommand(type_url, query=query)
-    return SqlCommand(type_url)
-
-
-def _any(body: bytes) -> tuple[str | None, bytes]:
+def _any(body: bytes, what: str) -> tuple[str | None, bytes]:
+    """The type URL (field 1) and the message (field 2) of a ``google.protobuf.Any``."""
     type_url, inner = None, b""
     for number, _, value in fields(body):
         if number == 1:
-            type_url = _text(value, "the message's type URL")
+            type_url = _text(value, f"{what}'s type URL")
         elif number == 2 and isinstance(value, bytes):
             inner = value
     return type_url, inner
 
 
+def _string(message: bytes, number: int, what: str) -> str | None:
+    """The string field ``number`` of a message (the last one given: protobuf's rule for a
+    field that comes twice), None if absent."""
+    found = None
+    for n, _, value in fields(message):
+        if n == number:
+            found = _text(value, what)
+    return found
+
+
+def parse_command(command: bytes) -> SqlCommand:
+    """The Flight SQL command in a descriptor's ``cmd`` bytes (a ``google.protobuf.Any``:
+    field 1 the type URL, field 2 the message). Raises :class:`ProtobufError`."""
+    type_url, body = _any(command, "the command")
+    if type_url is None:
+        raise ProtobufError("the descriptor's command is not a Flight SQL command (no type URL)")
+    if type_url == INGEST_TYPE:
+        return SqlCommand(type_url, table=_string(body, 2, "CommandStatementIngest.table"))
+    if type_url == UPDATE_TYPE:
+        return SqlCommand(type_url, query=_string(body, 1, "CommandStatementUpdate.query"))
+    if type_url == PREPARED_UPDATE_TYPE:
+        # The handle is the statement's text (encode_prepared_result): nothing to look up.
+        handle = _string(body, 1, "CommandPreparedStatementUpdate.prepared_statement_handle")
+        return SqlCommand(type_url, query=handle)
+    return SqlCommand(type_url)
+
+
 def parse_prepare_request(body: bytes) -> str:
     """The query of a ``CreatePreparedStatement`` action's body (an ``Any`` holding
     ``ActionCreatePreparedStatementRequest``: field 1 the query)."""
-    type_url, inner = _any(body)
+    type_url, inner = _any(body, "the action's body")
     if type_url != _CREATE_REQUEST:
         raise ProtobufError(f"the action's body is {type_url!r}, not {_CREATE_REQUEST}")
-    for number, _, value in fields(inner):
-        if number == 1:
-            return _text(value, "ActionCreatePreparedStatementRequest.query")
-    raise ProtobufError("ActionCreatePreparedStatementRequest has no query")
+    query = _string(inner, 1, "ActionCreatePreparedStatementRequest.query")
+    if query is None:
+        raise ProtobufError("ActionCreatePreparedStatementRequest has no query")
+    return query
 
 
 def _length_delimited(number: int, value: bytes) -> bytes:

@@ -260,8 +260,8 @@ def cmd_serve(args: argparse.Namespace, out: Any = None) -> int:
 def metrics_registry(server: Any) -> Any:
     """A Prometheus registry with the counters of a :class:`.flight_server.RowtimeFlightServer`
     per stream, partition and writer (a writer's name is what its client chose; no token or
-    header value is a label)."""
-    from prometheus_client.core import CollectorRegistry, CounterMetricFamily
+    header value is a label), and the bytes of messages it holds now."""
+    from prometheus_client.core import CollectorRegistry, CounterMetricFamily, GaugeMetricFamily
 
     class Collector:
         def collect(self) -> Iterator[Any]:
@@ -292,6 +292,12 @@ def metrics_registry(server: Any) -> Any:
                 refused.add_metric(["", "", "", reason], n)
             yield from fams.values()
             yield refused
+            yield GaugeMetricFamily(
+                "rowtime_serve_held_bytes",
+                "Bytes of messages read and not yet committed or refused (one message a put at "
+                "the most; gRPC's own buffers not included)",
+                value=server.memory.held,
+            )
 
     registry = CollectorRegistry()
     registry.register(Collector())
