@@ -52,7 +52,6 @@ Flight lets gRPC take up to 2 GiB a message, and pyarrow's server has no gRPC op
 from __future__ import annotations
 
 import ctypes
-import ctypes.util
 import hmac
 import json
 import os
@@ -335,15 +334,13 @@ def _rowtime_as_us(data: pa.RecordBatch | pa.Table) -> pa.RecordBatch | pa.Table
 
 
 def _find_malloc_trim() -> Callable[[int], int] | None:
-    """glibc's ``malloc_trim`` (None elsewhere: musl and macOS give freed memory back
-    themselves). Called through ``ctypes.CDLL``, which lets the GIL go while it runs."""
-    name = ctypes.util.find_library("c")
+    """glibc's ``malloc_trim`` among the process's own symbols (None elsewhere: musl and
+    macOS have none). Called through ``ctypes.CDLL``, which lets the GIL go while it runs."""
     try:
-        trim = ctypes.CDLL(name).malloc_trim if name else None
+        trim = ctypes.CDLL(None).malloc_trim
     except (OSError, AttributeError):
         return None
-    if trim is not None:
-        trim.argtypes, trim.restype = [ctypes.c_size_t], ctypes.c_int
+    trim.argtypes, trim.restype = [ctypes.c_size_t], ctypes.c_int
     return trim
 
 
@@ -449,6 +446,10 @@ class RowtimeFlightServer(fl.FlightServerBase):
         self.counts: dict[tuple[str, int, str], _Counts] = {}
         self.refusals_before_writer: dict[str, int] = {}
         self.memory = _Memory()
+        # pyarrow imports pandas (if installed) the first time it converts Python values, as a
+        # commit does: seconds on a loaded machine. Done before listening, so that neither the
+        # first put nor a SIGTERM during its commit waits for it.
+        pa.array([0], pa.int64())
         scheme = "grpc+tls" if tls else "grpc+tcp"
         shown_host = f"[{host}]" if ":" in host else host
         try:
