@@ -37,7 +37,9 @@ reads, checks and commits: one message is read, committed and let go before the 
 and its answer is written after that (:class:`_Memory` counts what is held: one message a put
 at the most). What a client sends ahead, one that does not wait for its answers or never reads
 them, waits in gRPC's flow-control window and the sockets' buffers, which then hold the client
-back: that is gRPC's, a few MB a connection whatever is sent. A client that reads no answers
+back: that window is gRPC's, sized from the bandwidth and round trip gRPC measures (a few MB on
+a quiet loopback, more under load), and pyarrow's server can set none of gRPC's options to cap
+it (docs/adapters/any-language.md, Limits). A client that reads no answers
 also stops the server once the answers fill its own window (gRPC's ``Write`` waits for flow
 control): the server is held back, and holds one answer. What gRPC frees of the messages it
 received stays in the C allocator's arenas (glibc keeps freed memory for reuse, per thread);
@@ -109,8 +111,8 @@ STOP_DEADLINE_S = 8.0
 DEFAULT_PORT = 8815
 DEFAULT_MAX_MESSAGE_BYTES = 64 << 20
 #: How many bytes of messages the server reads between two hand-backs of the memory it freed
-#: to the system (:meth:`_Memory.release`): one default-sized message; a hand-back costs
-#: well under a millisecond to a few milliseconds.
+#: to the system (:meth:`_Memory.release`): one default-sized message; a hand-back walks the
+#: allocator's arenas, milliseconds at the most.
 RELEASE_EVERY_BYTES = 64 << 20
 #: A writer's name: what a metric label and a message can show as it is.
 _WRITER_RE = re.compile(r"[A-Za-z0-9][A-Za-z0-9._:@/-]{0,127}\Z")
