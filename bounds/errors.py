@@ -4,6 +4,15 @@ Each leaf also derives from the builtin it resembles, so callers may catch eithe
 (``except ValueError`` keeps working). Messages name what was wrong, the value, and what to do.
 Every message is redacted when the error is made (:func:`.redaction.redact`): an error built
 from a location with a password, or from a library's text that echoes one, never holds it.
+
+Every error a user can meet is exported from ``pyspark_rowtime`` under a name ending in
+``Error`` (tests/test_public_errors.py). A few leaves live beside the code that raises them, in
+the same hierarchy: ``DataLossError`` (streams/retention.py), ``CatalogError``
+(streams/catalog.py), ``TableChangeError`` (datasource/table_delta.py),
+``RedisUnavailableError`` and ``ObjectStoreUnavailableError`` (the backends' location modules),
+``SparkVersionError`` and ``SparkVersionOptionError`` (streams/spark_compat.py),
+``BadLineError`` (streams/text_lines.py) and ``BadInputError`` (connectors/sources.py; its name
+before 0.3, ``BadInput``, still works).
 """
 
 from __future__ import annotations

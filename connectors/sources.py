@@ -13,15 +13,19 @@ import pyarrow as pa
 
 from ..bounds.errors import OptionError, RowtimeError
 from ..bounds.time import TimeFormat, parse_duration_us
-from ..streams.text_lines import BadLine, csv_header, csv_line, decode_line, json_object
+from ..streams.text_lines import BadLineError, csv_header, csv_line, decode_line, json_object
 from ..streams.text_values import ValueReader
 from .feed import Feed, wall_us
 
 BOUND_FIELD = "rowtime_bound"
 
 
-class BadInput(RowtimeError, ValueError):
+class BadInputError(RowtimeError, ValueError):
     """A line of an input file that is not a row of the stream (file and line named)."""
+
+
+#: The name before 0.3: user code that catches ``BadInput`` keeps working.
+BadInput = BadInputError
 
 
 class DirectorySource:
@@ -116,7 +120,7 @@ class DirectorySource:
             offset, line = int(pos["offset"]), int(pos["line"])
         full = os.path.join(self.path, name)
         with open(full, "rb") as f:
-            header: list[str] | BadLine | None = None
+            header: list[str] | BadLineError | None = None
             if self.format == "csv":
                 header = self._header(f.readline(), self.known)
                 if offset == 0:
@@ -130,7 +134,7 @@ class DirectorySource:
                 line += 1
                 try:
                     self._record(name, line, raw, offset, header)
-                except BadInput as e:
+                except BadInputError as e:
                     first = 1 if self.format == "csv" else 0  # the header is no row
                     done = (
                         f"no row of {name} is committed"
@@ -152,7 +156,7 @@ class DirectorySource:
         return True
 
     @staticmethod
-    def _header(raw: bytes, known: set[str]) -> list[str] | BadLine:
+    def _header(raw: bytes, known: set[str]) -> list[str] | BadLineError:
         """The CSV header's names, or why there are none (each line of the file is then bad
         for that reason: named, and failed or skipped as ``on_error`` says)."""
         try:
@@ -160,13 +164,13 @@ class DirectorySource:
             if text.startswith("\ufeff"):
                 text = text[1:]
             return csv_header(next(csv.reader([text], strict=True), []), 1, known)
-        except BadLine as e:
-            return e if e.why.startswith("the header") else BadLine(1, f"the header: {e.why}")
+        except BadLineError as e:
+            return e if e.why.startswith("the header") else BadLineError(1, f"the header: {e.why}")
         except csv.Error as e:
-            return BadLine(1, f"the header is not valid CSV ({e})")
+            return BadLineError(1, f"the header is not valid CSV ({e})")
 
     def _record(
-        self, name: str, line: int, raw: bytes, offset: int, header: list[str] | BadLine | None
+        self, name: str, line: int, raw: bytes, offset: int, header: list[str] | BadLineError | None
     ) -> None:
         where = f"{os.path.join(self.path, name)}:{line}"
         text = raw.decode("utf-8", "backslashreplace").strip()  # for the rejects file
@@ -174,7 +178,7 @@ class DirectorySource:
             text = decode_line(raw, line, offset).strip()
             if not text:
                 return
-            if isinstance(header, BadLine):
+            if isinstance(header, BadLineError):
                 where = f"{os.path.join(self.path, name)}:1"  # the line at fault
                 raise header
             if header is None:
@@ -205,11 +209,11 @@ class DirectorySource:
             self.feed.insert(row, rowtime_us, where)
         # (Decimal's errors are ArithmeticErrors, not ValueErrors)
         except (ValueError, TypeError, ArithmeticError, RowtimeError) as e:
-            why = e.why if isinstance(e, BadLine) else str(e)
+            why = e.why if isinstance(e, BadLineError) else str(e)
             if self.on_error == "skip":
                 self.feed.reject("bad", where, why, text)
                 return
-            raise BadInput(
+            raise BadInputError(
                 f"{where}: {' '.join(why.split())} (on_error=skip skips such lines)"
             ) from None
 

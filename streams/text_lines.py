@@ -1,7 +1,7 @@
 """Rows from text, read strictly: JSON lines and CSV with a header, as ``rowtime insert`` and
 the directory connector read them (SPEC 9: bad input is refused, never half taken or guessed).
 
-A line is refused, as a :class:`BadLine` naming its number (1-based; a CSV record that spans
+A line is refused, as a :class:`BadLineError` naming its number (1-based; a CSV record that spans
 lines is named by the line it starts on), when it is
 
 * not UTF-8 (the byte and its place are named), or holds a NUL byte (text has none: a binary
@@ -34,6 +34,7 @@ from ..bounds.errors import SchemaError
 __all__ = [
     "MAX_JSON_DEPTH",
     "BadLine",
+    "BadLineError",
     "csv_header",
     "csv_line",
     "csv_records",
@@ -50,13 +51,17 @@ MAX_JSON_DEPTH = 64
 _SURROGATE_ESCAPE = re.compile(r"\\u[dD][89a-fA-F]")
 
 
-class BadLine(SchemaError):
+class BadLineError(SchemaError):
     """A line of text input that is not a row: ``line`` is its number, ``why`` the reason."""
 
     def __init__(self, line: int, why: str) -> None:
         super().__init__(f"line {line}: {why}")
         self.line = line
         self.why = why
+
+
+#: The name before 0.3: code that catches ``BadLine`` keeps working.
+BadLine = BadLineError
 
 
 def decode_line(raw: bytes | str, line: int, offset: int | None = None) -> str:
@@ -67,7 +72,7 @@ def decode_line(raw: bytes | str, line: int, offset: int | None = None) -> str:
             text = raw.decode("utf-8")
         except UnicodeDecodeError as e:
             at = "" if offset is None else f", byte {offset + e.start} of the input"
-            raise BadLine(
+            raise BadLineError(
                 line,
                 f"not UTF-8: byte 0x{raw[e.start]:02x} at column {e.start + 1}{at} ({e.reason}); "
                 "save the file as UTF-8",
@@ -76,7 +81,7 @@ def decode_line(raw: bytes | str, line: int, offset: int | None = None) -> str:
         text = raw
     nul = text.find("\x00")
     if nul >= 0:
-        raise BadLine(
+        raise BadLineError(
             line,
             f"a NUL byte at column {nul + 1}: text input has none (a binary file, or text in "
             "UTF-16? save it as UTF-8)",
@@ -133,23 +138,23 @@ def json_object(text: str, line: int) -> dict[str, Any]:
     try:
         row = json.loads(text, object_pairs_hook=_object)
     except _DuplicateKey as e:
-        raise BadLine(
+        raise BadLineError(
             line, f"key {e.args[0]!r} appears twice in one object; give each key once"
         ) from None
     except json.JSONDecodeError as e:
-        raise BadLine(line, f"not valid JSON ({e.msg} at column {e.colno})") from None
+        raise BadLineError(line, f"not valid JSON ({e.msg} at column {e.colno})") from None
     except RecursionError:
-        raise BadLine(line, deep) from None
+        raise BadLineError(line, deep) from None
     if not isinstance(row, dict):
-        raise BadLine(line, f"a JSON object per line is expected, got {type(row).__name__}")
+        raise BadLineError(line, f"a JSON object per line is expected, got {type(row).__name__}")
     # Only a line with that many brackets can nest that deep: most lines skip the walk.
     if text.count("[") + text.count("{") > MAX_JSON_DEPTH and _too_deep(row):
-        raise BadLine(line, deep)
+        raise BadLineError(line, deep)
     if _SURROGATE_ESCAPE.search(text):
         try:
             json.dumps(row, ensure_ascii=False).encode("utf-8")
         except UnicodeEncodeError as e:
-            raise BadLine(
+            raise BadLineError(
                 line,
                 f"escapes half of a UTF-16 surrogate pair ({e.object[e.start]!r}), which is no "
                 "character; give the character itself or both halves of its pair",
@@ -175,13 +180,13 @@ def csv_header(
     that a misspelt header is named at its own line, even in a file of no rows."""
     for i, name in enumerate(cells, 1):
         if not name.strip():
-            raise BadLine(
+            raise BadLineError(
                 line, f"the header's column {i} has no name; name every column of the header"
             )
     seen: dict[str, int] = {}
     for i, name in enumerate(cells, 1):
         if name in seen:
-            raise BadLine(
+            raise BadLineError(
                 line,
                 f"the header names column {name!r} twice (columns {seen[name]} and {i}); name "
                 "each column once",
@@ -190,7 +195,7 @@ def csv_header(
     if known is not None:
         unknown = [name for name in cells if name not in known]
         if unknown:
-            raise BadLine(
+            raise BadLineError(
                 line,
                 f"the header names column(s) {', '.join(map(repr, unknown))} the stream does not "
                 f"have; {what or 'the columns are ' + ', '.join(sorted(known))}",
@@ -203,7 +208,7 @@ def _cells_row(
 ) -> dict[str, str | None]:
     if len(cells) != len(header):
         fewer = "fewer" if len(cells) < len(header) else "more"
-        raise BadLine(
+        raise BadLineError(
             line,
             f"{len(cells)} cell(s), {fewer} than the {len(header)} column(s) of the header "
             f"(line {header_line}); give one cell per column (an empty cell is null)",
@@ -212,22 +217,22 @@ def _cells_row(
     return {k: v or None for k, v in zip(header, cells, strict=True)}
 
 
-def _csv_error(e: csv.Error, start: int, at: int) -> BadLine:
+def _csv_error(e: csv.Error, start: int, at: int) -> BadLineError:
     text = str(e)
     if "unexpected end of data" in text:
-        return BadLine(
+        return BadLineError(
             start,
             'a quoted cell opened on this line is never closed (a " is missing); the rest of '
             "the input would have been that one cell",
         )
     if "field larger than field limit" in text:
-        return BadLine(
+        return BadLineError(
             start,
             f"a cell longer than {csv.field_size_limit()} characters begins on this line: most "
             'likely a quote (") that is never closed',
         )
     seen = "" if at == start else f", seen on line {at}"
-    return BadLine(
+    return BadLineError(
         start,
         f"the record that starts on this line is not valid CSV ({text}{seen}); a quoted cell "
         'ends at its closing quote, and a quote inside it is doubled ("")',

@@ -47,6 +47,19 @@ _EXPORTS = {
     "WriterClosedError": "pyspark_rowtime.bounds.errors:WriterClosedError",
     "WriterLockedError": "pyspark_rowtime.bounds.errors:WriterLockedError",
     "WaitTimeoutError": "pyspark_rowtime.bounds.errors:WaitTimeoutError",
+    # Errors defined beside the code that raises them, in the same hierarchy (RowtimeError):
+    "BadInputError": "pyspark_rowtime.connectors.sources:BadInputError",
+    "BadInput": "pyspark_rowtime.connectors.sources:BadInputError",  # the name before 0.3
+    "BadLineError": "pyspark_rowtime.streams.text_lines:BadLineError",
+    "CatalogError": "pyspark_rowtime.streams.catalog:CatalogError",
+    "DataLossError": "pyspark_rowtime.streams.retention:DataLossError",
+    "ObjectStoreUnavailableError": (
+        "pyspark_rowtime.streams.objstore.location:ObjectStoreUnavailableError"
+    ),
+    "RedisUnavailableError": "pyspark_rowtime.streams.redis.location:RedisUnavailableError",
+    "SparkVersionError": "pyspark_rowtime.streams.spark_compat:SparkVersionError",
+    "SparkVersionOptionError": "pyspark_rowtime.streams.spark_compat:SparkVersionOptionError",
+    "TableChangeError": "pyspark_rowtime.datasource.table_delta:TableChangeError",
     "AdjustPolicy": "pyspark_rowtime.bounds.policies:AdjustPolicy",
     "DropPolicy": "pyspark_rowtime.bounds.policies:DropPolicy",
     "RejectPolicy": "pyspark_rowtime.bounds.policies:RejectPolicy",

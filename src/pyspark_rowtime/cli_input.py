@@ -19,17 +19,17 @@ from .bounds.errors import RowtimeError
 from .bounds.time import TimeFormat
 from .cli_tables import CLI_PROG as PROG
 from .streams.storage import StreamStorage, open_storage
-from .streams.text_lines import BadLine, csv_records, decoded_lines, json_records
+from .streams.text_lines import BadLineError, csv_records, decoded_lines, json_records
 from .streams.text_values import Convert, ValueReader
 
-__all__ = ["BadLine", "cmd_insert", "convert_row", "input_format", "input_waiting", "records"]
+__all__ = ["BadLineError", "cmd_insert", "convert_row", "input_format", "input_waiting", "records"]
 
 
 def records(
     f: Iterable[bytes | str], fmt: str, known: Collection[str] | None = None, what: str = ""
 ) -> Iterator[tuple[int, dict[str, Any]]]:
     """(line number, row) pairs from JSON lines or CSV with a header, read strictly
-    (:mod:`pyspark_rowtime.streams.text_lines`: a :class:`BadLine` names the first line that
+    (:mod:`pyspark_rowtime.streams.text_lines`: a :class:`BadLineError` names the first line that
     is not a row); blank lines skipped. ``f`` yields lines as bytes (decoded here as strict
     UTF-8, so a bad byte is named by its line) or as text. ``known``: the names a CSV header
     may hold (``what`` says them in the message)."""
@@ -87,7 +87,7 @@ def convert_row(
     if rowtime_col is not None:
         value = raw.get(rowtime_col) if rowtime_col in payload else raw.pop(rowtime_col, None)
         if value is None:
-            raise BadLine(
+            raise BadLineError(
                 lineno,
                 f"no value in the rowtime column {rowtime_col!r}; give every row its rowtime",
             )
@@ -106,7 +106,7 @@ def convert_row(
             row[key] = convert(value)
         except (ValueError, TypeError, ArithmeticError, RowtimeError) as e:
             shown = repr(value) if len(repr(value)) <= 80 else repr(value)[:77] + "..."
-            raise BadLine(lineno, f"column {key!r}: cannot read {shown}: {e}") from None
+            raise BadLineError(lineno, f"column {key!r}: cannot read {shown}: {e}") from None
     return row, rowtime
 
 
