@@ -55,11 +55,22 @@ class ValidityInterval:
     """The half-open validity ``[start_us, end_us)`` of a row, in microseconds since the epoch.
 
     ``start_us`` is included, ``end_us`` excluded; ``MIN_ROWTIME_US <= start_us < end_us <=
-    INFINITY_US``. ``end_us`` defaults to :data:`INFINITY_US` (valid until the end of stream).
+    INFINITY_US``. ``end_us`` defaults to ``INFINITY_US`` (valid until the end of stream).
     Ordered by start, then end.
 
     Raises:
         InvalidRowtimeError: a bound is not an int, is out of range, or the interval is empty.
+
+    Examples:
+        >>> import pyspark_rowtime as rt
+        >>> v = rt.ValidityInterval(rt.to_rowtime_us("2026-12-02T10:00:00Z"),
+        ...                         rt.to_rowtime_us("2026-12-02T10:00:05Z"))
+        >>> v.duration_us, v.contains(v.start_us), v.contains(v.end_us), v.is_infinite
+        (5000000, True, False, False)
+        >>> rt.ValidityInterval(v.end_us, v.start_us)
+        Traceback (most recent call last):
+        ...
+        pyspark_rowtime.bounds.errors.InvalidRowtimeError: ...
     """
 
     start_us: int

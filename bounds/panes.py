@@ -83,8 +83,23 @@ class TimeIntervalSpec:
             ``[0, intervalDuration)``.
 
     The ``*_us`` properties give the same values as exact integer microseconds; a value finer
-    than a microsecond is refused rather than rounded. Raises :class:`OptionError` naming the
-    IBM parameter, the value, what is accepted and why.
+    than a microsecond is refused rather than rounded.
+
+    Raises:
+        OptionError: a parameter breaks its rule: the message names the IBM parameter, the
+            value, what is accepted and why.
+
+    Examples:
+        Panes of 10 seconds, a new one every 5 seconds; late rows taken for 2 seconds more:
+
+        >>> import pyspark_rowtime as rt
+        >>> spec = rt.TimeIntervalSpec(10, creation_period_s=5, discard_age_s=2)
+        >>> spec.interval_duration_us, spec.creation_period_us, spec.discard_age_us
+        (10000000, 5000000, 2000000)
+        >>> rt.TimeIntervalSpec(0)
+        Traceback (most recent call last):
+        ...
+        pyspark_rowtime.bounds.errors.OptionError: ...
     """
 
     interval_duration_s: float
@@ -173,6 +188,13 @@ def assign_panes(rowtime_us: int, spec: TimeIntervalSpec) -> list[tuple[int, int
     Pane ``N`` contains ``t`` when ``N * P + O <= t < N * P + O + D``, so
     ``N`` runs from ``floor((t - O - D) / P) + 1`` to ``floor((t - O) / P)``: empty in a gap
     between panes, otherwise ``floor(D / P)`` or ``ceil(D / P)`` panes.
+
+    Examples:
+        The panes of 10 seconds, one every 5 seconds, that hold a row at 12 s past the epoch:
+
+        >>> import pyspark_rowtime as rt
+        >>> rt.assign_panes(12_000_000, rt.TimeIntervalSpec(10, creation_period_s=5))
+        [(5000000, 15000000), (10000000, 20000000)]
     """
     t = _check_rowtime(rowtime_us)
     period, offset, duration = (
@@ -290,6 +312,16 @@ class TimeIntervalWindow:
         pane, and rows that fall in no pane at all are recorded as well.
 
     The watermark never moves back: a lower one raises :class:`BoundError`.
+
+    Examples:
+        >>> import pyspark_rowtime as rt
+        >>> window = rt.TimeIntervalWindow(rt.TimeIntervalSpec(10))
+        >>> window.insert(rt.to_rowtime_us("2026-12-02T10:00:03Z"), "a")
+        >>> window.advance_watermark(rt.to_rowtime_us("2026-12-02T10:00:09Z"))
+        []
+        >>> (pane,) = window.advance_watermark(rt.to_rowtime_us("2026-12-02T10:00:10Z"))
+        >>> rt.from_rowtime_us(pane.start_us), pane.rows[0][1], pane.retrigger
+        (datetime.datetime(2026, 12, 2, 10, 0, tzinfo=datetime.timezone.utc), 'a', False)
     """
 
     def __init__(self, spec: TimeIntervalSpec) -> None:

@@ -80,14 +80,30 @@ class Policy:
 
 @dataclass(frozen=True)
 class RejectPolicy(Policy):
-    """A row below the partition clock is an error (SQLstream)."""
+    """A row below the partition clock is an error (SQLstream).
+
+    Examples:
+        A stream's default, ``order="reject"``; a reader's ``option("order", "reject")``:
+
+        >>> import pyspark_rowtime as rt
+        >>> rt.RejectPolicy().name, rt.RejectPolicy().holds
+        ('reject', False)
+    """
 
     name: ClassVar[str] = "reject"
 
 
 @dataclass(frozen=True)
 class DropPolicy(Policy):
-    """A row below the partition clock is discarded (counted and quarantined, never silent)."""
+    """A row below the partition clock is discarded (counted and quarantined, never silent).
+
+    Examples:
+        ``order="drop"``, as a stream's default or a reader's option:
+
+        >>> import pyspark_rowtime as rt
+        >>> rt.DropPolicy().name
+        'drop'
+    """
 
     name: ClassVar[str] = "drop"
 
@@ -103,6 +119,19 @@ class AdjustPolicy(Policy):
     ``unit`` (``sec``, ``msec``, ``usec``) truncates rowtimes toward the past; ``range`` (in that
     unit, ``>= 0``) is how far below the reference time rows are held to be reordered;
     ``max_held`` bounds the rows held at once (SDP's maxKeepTupleCount).
+
+    Examples:
+        ``order="adjust"`` with ``adjust_unit="sec"``, ``adjust_range=5``: rowtimes truncated
+        to the second, rows held up to 5 seconds below the reference time to be reordered:
+
+        >>> import pyspark_rowtime as rt
+        >>> policy = rt.AdjustPolicy(unit="sec", range=5)
+        >>> policy.unit_us, policy.range_us, policy.holds
+        (1000000, 5000000, True)
+        >>> rt.AdjustPolicy(unit="min")
+        Traceback (most recent call last):
+        ...
+        pyspark_rowtime.bounds.errors.OptionError: ...
     """
 
     name: ClassVar[str] = "adjust"

@@ -288,6 +288,18 @@ def to_rowtime_us(
         InvalidRowtimeError: the value cannot be read or is out of range; the message shows
             the value and the accepted forms.
         OptionError: ``unit``, ``tz`` or ``fmt`` is not valid.
+
+    Examples:
+        >>> import datetime as dt
+        >>> import pyspark_rowtime as rt
+        >>> rt.to_rowtime_us("2026-12-02T10:00:00Z")
+        1796205600000000
+        >>> rt.to_rowtime_us(1796205600000)  # an int: epoch milliseconds
+        1796205600000000
+        >>> rt.to_rowtime_us(dt.datetime(2026, 12, 2, 11, 0), tz="Europe/Berlin")
+        1796205600000000
+        >>> rt.to_rowtime_us("2026/12/02 10:00:00:5")  # the SDP form: half a second
+        1796205600500000
     """
     return TimeFormat(unit, tz, fmt).read(value)
 
@@ -340,6 +352,13 @@ def from_rowtime_us(rowtime_us: int) -> _dt.datetime:
 
     Raises:
         InvalidRowtimeError: ``rowtime_us`` is not an int or is out of range.
+
+    Examples:
+        >>> import pyspark_rowtime as rt
+        >>> rt.from_rowtime_us(1796205600500000)
+        datetime.datetime(2026, 12, 2, 10, 0, 0, 500000, tzinfo=datetime.timezone.utc)
+        >>> print(rt.from_rowtime_us(-1))
+        1969-12-31 23:59:59.999999+00:00
     """
     if isinstance(rowtime_us, (bool, np.bool_)) or not isinstance(rowtime_us, Integral):
         raise InvalidRowtimeError(

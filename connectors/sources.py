@@ -21,7 +21,15 @@ BOUND_FIELD = "rowtime_bound"
 
 
 class BadInputError(RowtimeError, ValueError):
-    """A line of an input file that is not a row of the stream (file and line named)."""
+    """A line of an input file that is not a row of the stream (file and line named).
+
+    Examples:
+        ``BadInput``, its name before 0.3, still works:
+
+        >>> import pyspark_rowtime as rt
+        >>> rt.BadInput is rt.BadInputError and issubclass(rt.BadInputError, ValueError)
+        True
+    """
 
 
 #: The name before 0.3: user code that catches ``BadInput`` keeps working.

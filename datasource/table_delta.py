@@ -57,7 +57,15 @@ log = logging.getLogger("pyspark_rowtime")
 
 class TableChangeError(SchemaError):
     """A version of a table that changes rows a stream has read (a delete, an update, an
-    overwrite), or its schema."""
+    overwrite), or its schema.
+
+    Examples:
+        Also a ``SchemaError``:
+
+        >>> import pyspark_rowtime as rt
+        >>> issubclass(rt.TableChangeError, rt.SchemaError)
+        True
+    """
 
 
 def _filesystem(location: str) -> tuple[Any, str]:

@@ -132,7 +132,15 @@ def _credentials_from(scheme: str) -> str:
 
 
 class CatalogError(OptionError):
-    """A catalog that cannot be used: the message names the file, line and key."""
+    """A catalog that cannot be used: the message names the file, line and key.
+
+    Examples:
+        Also an ``OptionError``, so code that catches bad options catches it:
+
+        >>> import pyspark_rowtime as rt
+        >>> issubclass(rt.CatalogError, rt.OptionError)
+        True
+    """
 
 
 # -- where keys are --------------------------------------------------------------------------

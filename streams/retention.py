@@ -93,7 +93,16 @@ CHECK_EVERY_S = 5.0
 
 
 class DataLossError(RowtimeError, LookupError):
-    """Records a reader needs were removed by retention (or ``rowtime trim``)."""
+    """Records a reader needs were removed by retention (or ``rowtime trim``).
+
+    Examples:
+        A query fails with it (its checkpoint needs trimmed records) unless
+        ``failOnDataLoss=false``; it is also a ``LookupError``:
+
+        >>> import pyspark_rowtime as rt
+        >>> issubclass(rt.DataLossError, LookupError)
+        True
+    """
 
 
 # -- parsing ---------------------------------------------------------------------------------

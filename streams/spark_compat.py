@@ -75,12 +75,24 @@ ADMISSION_CONTROL_SINCE = (4, 2)
 
 class SparkVersionError(RowtimeError, RuntimeError):
     """The running Spark lacks what ``format("rowtime")`` (or one of its options) needs; the
-    message names the Spark in use and the version needed."""
+    message names the Spark in use and the version needed.
+
+    Examples:
+        >>> import pyspark_rowtime as rt
+        >>> issubclass(rt.SparkVersionError, RuntimeError)
+        True
+    """
 
 
 class SparkVersionOptionError(SparkVersionError, OptionError):
     """An option whose meaning the running Spark cannot honour (also an :class:`OptionError`,
-    so code that catches bad options catches it)."""
+    so code that catches bad options catches it).
+
+    Examples:
+        >>> import pyspark_rowtime as rt
+        >>> issubclass(rt.SparkVersionOptionError, rt.OptionError)
+        True
+    """
 
 
 # pyspark.sql.streaming.datasource: new in Spark 4.2 (admission control and availableNow for

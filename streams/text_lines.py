@@ -52,7 +52,15 @@ _SURROGATE_ESCAPE = re.compile(r"\\u[dD][89a-fA-F]")
 
 
 class BadLineError(SchemaError):
-    """A line of text input that is not a row: ``line`` is its number, ``why`` the reason."""
+    """A line of text input that is not a row: ``line`` is its number, ``why`` the reason.
+
+    Examples:
+        Also a ``SchemaError``; ``BadLine``, its name before 0.3, still works:
+
+        >>> import pyspark_rowtime as rt
+        >>> issubclass(rt.BadLineError, rt.SchemaError)
+        True
+    """
 
     def __init__(self, line: int, why: str) -> None:
         super().__init__(f"line {line}: {why}")

@@ -417,10 +417,11 @@ def time_interval_aggregate(
 
     Args:
         df: a streaming DataFrame from the rowtime reader, bound records included (this applies
-            :func:`pyspark_rowtime.with_watermark` itself).
+            [`with_watermark`][pyspark_rowtime.watermark.with_watermark] itself).
         aggs: Spark aggregate columns (``count``, ``sum``, ``avg``, ``min``, ``max``, ``max_by``,
             ``min_by`` over any expressions of ``df``'s columns): one, a list, or one after
             another (``*more_aggs``), as ``groupBy().agg(...)`` takes them.
+        *more_aggs: more aggregate columns, after the first.
         interval_duration: pane length, seconds (a number or a string such as ``"50 seconds"``);
             ``> 0``.
         creation_period: distance between pane starts, ``> 0``; default ``interval_duration``
@@ -443,6 +444,31 @@ def time_interval_aggregate(
     Raises:
         OptionError: a parameter breaks its rule (named, with the value), a partition column
             is missing, or an aggregate is not one the window can keep. Nothing has started.
+
+    Examples:
+        The highest speed of each sensor in panes of 10 seconds:
+
+        >>> import tempfile
+        >>> import pyspark_rowtime as rt
+        >>> from pyspark.sql import functions as F
+        >>> path = tempfile.mkdtemp()
+        >>> _ = rt.create_stream(path + "/speeds", "sensor STRING, speed DOUBLE")
+        >>> with rt.open_writer(path + "/speeds") as w:
+        ...     w.insert({"sensor": "a", "speed": 61.5}, rowtime="2026-12-02T10:00:01Z")
+        ...     w.insert({"sensor": "a", "speed": 70.0}, rowtime="2026-12-02T10:00:04Z")
+        ...     w.insert({"sensor": "a", "speed": 52.0}, rowtime="2026-12-02T10:00:12Z")
+        ...     w.set_rowtime_bound("2026-12-02T10:00:30Z")
+        >>> speeds = spark.readStream.format("rowtime").load(path + "/speeds")
+        >>> fastest = rt.time_interval_aggregate(
+        ...     speeds, F.max("speed").alias("top"), interval_duration="10 seconds",
+        ...     partition_by="sensor")
+        >>> query = (fastest.writeStream.format("memory").queryName("fastest")
+        ...     .option("checkpointLocation", path + "/chk").trigger(availableNow=True).start())
+        >>> query.awaitTermination()
+        >>> for r in spark.table("fastest").orderBy("interval_start").collect():
+        ...     print(r.sensor, r.interval_start.time(), r.interval_end.time(), r.top)
+        a 10:00:00 10:00:10 70.0
+        a 10:00:10 10:00:20 52.0
     """
     from pyspark.sql import functions as F
     from pyspark.sql.streaming.state import GroupStateTimeout

@@ -208,9 +208,10 @@ def _keys(partition_by: str | Sequence[str]) -> tuple[str, ...]:
 def rows_window(
     df: DataFrame, n: int, *, slide: int = 1, partition_by: str | Sequence[str] = ()
 ) -> DataFrame:
-    """The last ``n`` rows of each group (element based window, grouped; seed 001's "the last
-    100 events"): a row is valid from its rowtime until the ``n``-th later row of its group
-    starts, or until the end of stream.
+    """The last ``n`` rows of each group (element based window, grouped).
+
+    Seed 001's "the last 100 events": a row is valid from its rowtime until the ``n``-th later
+    row of its group starts, or until the end of stream.
 
     With ``slide`` (seed 001's "movement"; the element form of option ``interval.slide``) the
     window moves ``slide`` rows at a time: a group's rows go in blocks of ``slide``, and every
@@ -227,7 +228,20 @@ def rows_window(
 
     Returns:
         ``df`` with ``rowtime_end`` (null until an interval operator sets it) and the window's
-        description, for :func:`pyspark_rowtime.interval_aggregate`.
+        description, for [`interval_aggregate`][pyspark_rowtime.windows.validity.interval_aggregate]
+        and [`overlap_join`][pyspark_rowtime.windows.join.overlap_join].
+
+    Examples:
+        The average of each sensor's last 3 readings, at every instant:
+
+        >>> import tempfile
+        >>> import pyspark_rowtime as rt
+        >>> path = tempfile.mkdtemp() + "/temps"
+        >>> _ = rt.create_stream(path, "sensor STRING, temp DOUBLE")
+        >>> temps = spark.readStream.format("rowtime").load(path)
+        >>> last3 = rt.rows_window(temps, 3, partition_by="sensor")
+        >>> rt.interval_aggregate(last3, {"avg_temp": "avg(temp)"}, partition_by="sensor").columns
+        ['sensor', 'avg_temp', 'rowtime', 'rowtime_end']
     """
     from pyspark.sql import functions as F
 
@@ -245,10 +259,12 @@ def rows_window(
 def while_window(
     df: DataFrame, condition: Any, *, partition_by: str | Sequence[str] = ()
 ) -> DataFrame:
-    """Rows while a condition holds (predicate based window, grouped; seed 001's "only when the
-    temperature is above 10 degree centigrade"): a row for which ``condition`` holds is valid
-    from its rowtime until the first later row of its group for which it does not (that row
-    closes the window), or until the end of stream; other rows are valid at no instant.
+    """Rows while a condition holds (predicate based window, grouped).
+
+    Seed 001's "only when the temperature is above 10 degree centigrade": a row for which
+    ``condition`` holds is valid from its rowtime until the first later row of its group for
+    which it does not (that row closes the window), or until the end of stream; other rows are
+    valid at no instant.
 
     Args:
         df: a ``format("rowtime")`` stream without ``interval.*`` options, bound records
@@ -258,7 +274,19 @@ def while_window(
         partition_by: the group's column(s) (``"sensor"``: each sensor's own window).
 
     Returns:
-        As :func:`rows_window`.
+        As [`rows_window`][pyspark_rowtime.windows.define.rows_window].
+
+    Examples:
+        The warmest reading of each sensor while it stays above 10 degrees:
+
+        >>> import tempfile
+        >>> import pyspark_rowtime as rt
+        >>> path = tempfile.mkdtemp() + "/temps"
+        >>> _ = rt.create_stream(path, "sensor STRING, temp DOUBLE")
+        >>> temps = spark.readStream.format("rowtime").load(path)
+        >>> warm = rt.while_window(temps, "temp > 10", partition_by="sensor")
+        >>> rt.interval_aggregate(warm, {"warmest": "max(temp)"}, partition_by="sensor").columns
+        ['sensor', 'warmest', 'rowtime', 'rowtime_end']
     """
     from pyspark.sql import Column
     from pyspark.sql import functions as F

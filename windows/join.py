@@ -371,13 +371,15 @@ def overlap_join(
     """Join two rowtime streams where their keys are equal and their validities overlap.
 
     Args:
-        left, right: streaming DataFrames from ``spark.readStream.format("rowtime")`` with
-            option ``interval.duration`` or ``interval.count`` (columns ``rowtime``,
-            ``rowtime_end``, ``is_bound``; bound records included: this applies
-            :func:`pyspark_rowtime.with_watermark` to each), or such a stream (without
-            ``interval.*`` options) through :func:`pyspark_rowtime.rows_window` or
-            :func:`pyspark_rowtime.while_window` whose ``partition_by`` holds every key of
-            ``on`` (see the module).
+        left: a streaming DataFrame from ``spark.readStream.format("rowtime")`` with option
+            ``interval.duration`` or ``interval.count`` (columns ``rowtime``, ``rowtime_end``,
+            ``is_bound``; bound records included: this applies
+            [`with_watermark`][pyspark_rowtime.watermark.with_watermark] to each), or
+            such a stream (without ``interval.*`` options) through
+            [`rows_window`][pyspark_rowtime.windows.define.rows_window] or
+            [`while_window`][pyspark_rowtime.windows.define.while_window] whose
+            ``partition_by`` holds every key of ``on``.
+        right: the other side, as ``left``.
         on: the key column name(s), present in both with the same type. Rows with a null key
             join nothing (as in SQL).
         how: ``"inner"`` or ``"left"`` (``"left_outer"``, ``"leftouter"``): see the module.
@@ -396,6 +398,21 @@ def overlap_join(
 
     Raises:
         OptionError: a bad argument (named, with what to do). Nothing has started.
+
+    Examples:
+        Each speed with the speed limit in force while it was valid (each valid until the
+        next of its stream):
+
+        >>> import tempfile
+        >>> import pyspark_rowtime as rt
+        >>> path = tempfile.mkdtemp()
+        >>> _ = rt.create_stream(path + "/speeds", "sensor STRING, speed DOUBLE")
+        >>> _ = rt.create_stream(path + "/limits", "sensor STRING, speed_limit DOUBLE")
+        >>> reader = spark.readStream.format("rowtime").option("interval.count", 1)
+        >>> both = rt.overlap_join(
+        ...     reader.load(path + "/speeds"), reader.load(path + "/limits"), on="sensor")
+        >>> both.columns
+        ['sensor', 'speed', 'speed_limit', 'rowtime', 'rowtime_end']
     """
     from pyspark.sql import DataFrame as SparkDataFrame
     from pyspark.sql import functions as F

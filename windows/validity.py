@@ -306,13 +306,14 @@ def interval_aggregate(
         df: a streaming DataFrame from ``spark.readStream.format("rowtime")`` read with option
             ``interval.duration`` or ``interval.count`` (columns ``rowtime``, ``rowtime_end``,
             ``is_bound``; bound records included: this applies
-            :func:`pyspark_rowtime.with_watermark`).
+            [`with_watermark`][pyspark_rowtime.watermark.with_watermark]).
         aggs: Spark aggregate columns, as ``groupBy().agg(...)`` takes them (one, a list, or
             one after another with ``*more_aggs``): ``F.count("*").alias("n")``,
             ``F.sum("v").alias("total")``, ``F.min("temp").alias("coldest")``; or a dict of
             output name to aggregate text, ``{"n": "count(*)", "total": "sum(v)",
             "coldest": "min(temp)"}``. Either way ``count``, ``sum``, ``avg``/``mean``,
             ``min``, ``max`` over any Spark expression of ``df``'s columns.
+        *more_aggs: more aggregate columns, after the first.
         partition_by: column name(s): each value has its own stretches (``GROUP BY``).
             Without it the whole stream is one group.
         metric_name: the observed metric's name (see the module).
@@ -326,6 +327,19 @@ def interval_aggregate(
 
     Raises:
         OptionError: a bad argument (named, with what to do). Nothing has started.
+
+    Examples:
+        How many readings are valid, for each sensor, at every instant (each valid 5 s):
+
+        >>> import tempfile
+        >>> import pyspark_rowtime as rt
+        >>> path = tempfile.mkdtemp() + "/temps"
+        >>> _ = rt.create_stream(path, "sensor STRING, temp DOUBLE")
+        >>> temps = (spark.readStream.format("rowtime")
+        ...     .option("interval.duration", "5 seconds").load(path))
+        >>> valid = rt.interval_aggregate(temps, {"readings": "count(*)"}, partition_by="sensor")
+        >>> valid.columns
+        ['sensor', 'readings', 'rowtime', 'rowtime_end']
     """
     from pyspark.sql import Column as SparkColumn
     from pyspark.sql import DataFrame as SparkDataFrame

@@ -24,6 +24,7 @@ _EXPORTS = {
     "use_catalog": "pyspark_rowtime.source:use_catalog",
     "with_watermark": "pyspark_rowtime.watermark:with_watermark",
     "check_query": "pyspark_rowtime.watermark:check_query",
+    "check_dataframe": "pyspark_rowtime.watermark:check_dataframe",
     "watch_queries": "pyspark_rowtime.watermark:watch_queries",
     "QueryShapeError": "pyspark_rowtime.bounds.errors:QueryShapeError",
     "create_stream": "pyspark_rowtime.api:create_stream",

@@ -1,13 +1,21 @@
 """The public functions for adapter authors, tools and ops (re-exported by ``pyspark_rowtime``).
 
-* :func:`create_stream` makes a stream (a folder) with a payload schema and ops' defaults;
-* :func:`open_writer` appends rows and rowtime bounds to one partition (SQLstream's RowSink);
-* :func:`get_rowtime_bound` reads a stream's clock (SQLstream's ``getRowtimeBound``), or a sink
-  target's;
-* :func:`wait_for_rowtime_bound` waits until that clock reaches a time (``rowtime wait``);
-* :func:`read_stream` returns every record, for tests, tools and small streams.
+* [`create_stream`][pyspark_rowtime.api.create_stream] makes a stream with a payload schema
+  and ops' defaults;
+* [`open_writer`][pyspark_rowtime.api.open_writer] appends rows and rowtime bounds to one
+  partition (SQLstream's RowSink);
+* [`get_rowtime_bound`][pyspark_rowtime.api.get_rowtime_bound] reads a stream's clock
+  (SQLstream's ``getRowtimeBound``), or a sink target's;
+* [`wait_for_rowtime_bound`][pyspark_rowtime.api.wait_for_rowtime_bound] waits until that
+  clock reaches a time (``rowtime wait``);
+* [`open_stream`][pyspark_rowtime.api.open_stream] opens a stream to read, and
+  [`read_stream`][pyspark_rowtime.api.read_stream] returns every record, for tests, tools and
+  small streams.
 
-Locations are local paths or ``file://`` URLs.
+A location is a local path or ``file://`` URL (the embedded log), ``redis://`` or
+``rediss://`` (Redis Streams), ``s3://``, ``az://``, ``abfs://`` or ``abfss://`` (object
+storage); the clock functions also read sink targets: Parquet folders, Delta tables and
+``iceberg://CATALOG/NAMESPACE.TABLE``.
 """
 
 from __future__ import annotations
@@ -66,8 +74,12 @@ def create_stream(
 ) -> StreamStorage:
     """Create a stream at ``location`` and return it opened.
 
+    Creating a stream that exists with the same schema and partitions (and defaults, if given)
+    is a no-op; anything different raises.
+
     Args:
-        location: a local path or ``file://`` URL; the folder is created.
+        location: where the stream lives (see the module): a local path or ``file://`` URL
+            (the folder is created), ``redis://``, ``s3://``, ``az://``...
         schema: the payload columns, as a Spark DDL string (``"a INT, b STRING, ts TIMESTAMP"``)
             or a pyarrow schema (stored in Spark's Arrow form). Columns named ``rowtime`` or
             ``is_bound``, or starting with ``__``, are refused (the reader and the log add them).
@@ -78,15 +90,58 @@ def create_stream(
             ``rowtime_format``, ``rowtime_timezone``. Writers use the last three to read rowtimes
             and check ``order=reject`` at insert time.
 
-    Creating a stream that exists with the same schema and partitions (and defaults, if given)
-    is a no-op; anything different raises (:class:`SchemaError`, :class:`OptionError`).
+    Returns:
+        The stream, opened (as [`open_stream`][pyspark_rowtime.api.open_stream] returns it).
+
+    Raises:
+        SchemaError: a stream exists at ``location`` with another schema, or ``schema`` holds
+            a column the reader or the log adds.
+        OptionError: a default is unknown or out of range, or differs from the existing
+            stream's.
+
+    Examples:
+        >>> import tempfile
+        >>> import pyspark_rowtime as rt
+        >>> path = tempfile.mkdtemp() + "/speeds"
+        >>> stream = rt.create_stream(path, "sensor STRING, speed DOUBLE", partitions=2)
+        >>> stream.meta.partitions
+        2
+        >>> stream.meta.payload_schema.names
+        ['sensor', 'speed']
+        >>> rt.create_stream(path, "sensor STRING, speed INT")
+        Traceback (most recent call last):
+        ...
+        pyspark_rowtime.bounds.errors.SchemaError: ...
     """
     return create_storage(location, schema, partitions, **defaults)
 
 
 def open_stream(location: str | os.PathLike[str]) -> StreamStorage:
-    """The stream at ``location`` opened for reading (see :class:`~.streams.storage.
-    StreamStorage` for what it offers); :class:`StreamNotFoundError` says how to create one."""
+    """The stream at ``location`` opened for reading.
+
+    Args:
+        location: where the stream lives (see the module).
+
+    Returns:
+        The stream: its ``meta`` (payload schema, partitions, ops' defaults), each
+        partition's ``end_offset(p)`` and ``clock_us(p)``, ``stream_clock_us()``.
+
+    Raises:
+        StreamNotFoundError: no stream at ``location``; the message says how to create one.
+
+    Examples:
+        >>> import tempfile
+        >>> import pyspark_rowtime as rt
+        >>> path = tempfile.mkdtemp() + "/speeds"
+        >>> _ = rt.create_stream(path, "sensor STRING, speed DOUBLE")
+        >>> stream = rt.open_stream(path)
+        >>> stream.end_offset(0), stream.stream_clock_us()
+        (0, None)
+        >>> rt.open_stream(path + "-typo")
+        Traceback (most recent call last):
+        ...
+        pyspark_rowtime.bounds.errors.StreamNotFoundError: ...
+    """
     return open_storage(location)
 
 
@@ -101,10 +156,36 @@ def open_writer(
     ``insert(row, rowtime=None)``, ``insert_arrow(table, rowtime_column=None)``,
     ``set_rowtime_bound(t, strict=False)``, ``end_stream()``, ``flush()``, ``close()``. Inserts
     buffer; ``flush()`` makes them durable and visible (returns the committed record count);
-    the buffer is also flushed past a size and on close. ``heartbeat`` (a duration such as
-    ``"1s"``) writes a bound at the arrival time whenever the writer has been idle that long.
-    A second writer on the same partition raises :class:`WriterLockedError` while the first
-    lives. See :mod:`pyspark_rowtime.streams.writer` for the guarantees.
+    the buffer is also flushed past a size and on close. See
+    [`Writer`][pyspark_rowtime.streams.writer.Writer] for the guarantees.
+
+    Args:
+        location: where the stream lives (see the module), or a stream already opened.
+        partition: the partition to write, from 0.
+        heartbeat: a duration (seconds, a ``timedelta`` or a string such as ``"1s"``): the
+            writer writes a bound at the arrival time whenever it has been idle that long.
+            None (default): no heartbeat.
+        **options: the writer's options (its buffer's size, the rowtime's column, unit and
+            format: see [`Writer`][pyspark_rowtime.streams.writer.Writer]).
+
+    Returns:
+        The writer, holding the partition until it is closed.
+
+    Raises:
+        WriterLockedError: another live writer holds the partition.
+        StreamNotFoundError: no stream at ``location``.
+
+    Examples:
+        >>> import tempfile
+        >>> import pyspark_rowtime as rt
+        >>> path = tempfile.mkdtemp() + "/speeds"
+        >>> _ = rt.create_stream(path, "sensor STRING, speed DOUBLE")
+        >>> with rt.open_writer(path) as w:
+        ...     w.insert({"sensor": "a", "speed": 61.5}, rowtime="2026-12-02T10:00:00Z")
+        ...     w.insert({"sensor": "b", "speed": 48.0}, rowtime="2026-12-02T10:00:01Z")
+        ...     w.set_rowtime_bound("2026-12-02T10:00:05Z")
+        ...     w.flush()
+        3
     """
     return _open_writer(location, partition, heartbeat, **options)
 
@@ -113,12 +194,12 @@ def open_writer(
 
 
 def rowtime_bound_us(location: str | os.PathLike[str]) -> int | None:
-    """:func:`get_rowtime_bound` in microseconds since the epoch."""
+    """``get_rowtime_bound`` in microseconds since the epoch."""
     return ClockReader(location)()
 
 
 class ClockReader:
-    """Reads the clock at one location, again and again (:func:`wait_for_rowtime_bound`): a
+    """Reads the clock at one location, again and again (``wait_for_rowtime_bound``): a
     Delta or Iceberg table found once is kept and brought up to date (delta-rs reads only the
     commits since, pyiceberg the current metadata), other kinds are looked at afresh each time
     (a stream target becomes a stream with its first commit)."""
@@ -184,12 +265,13 @@ def _clock(value: Any, location: str | os.PathLike[str]) -> int | None:
 
 
 def get_rowtime_bound(location: str | os.PathLike[str]) -> dt.datetime | None:
-    """The clock of the stream at ``location`` (SQLstream's ``getRowtimeBound``), or of a
-    target written by ``writeStream.format("rowtime")``: a Parquet folder, a Delta table, an
-    Iceberg table (``iceberg://CATALOG/NAMESPACE.TABLE``).
+    """The clock of the stream at ``location`` (SQLstream's ``getRowtimeBound``), or of a target.
 
-    A timezone-aware UTC datetime: every row written later has a rowtime at or above it (for
-    the ``reject`` policy; ``drop`` and ``adjust`` discard rows below it). It is the minimum of
+    A target is what ``writeStream.format("rowtime")`` writes: a Parquet folder, a Delta table,
+    an Iceberg table (``iceberg://CATALOG/NAMESPACE.TABLE``) or another stream.
+
+    The clock promises that every row written later has a rowtime at or above it (for the
+    ``reject`` policy; ``drop`` and ``adjust`` discard rows below it). It is the minimum of
     the partition clocks, each the highest bound or data rowtime of its partition (SPEC 5), and
     None while any partition is empty. End of stream is 9999-12-31T23:59:59.999999Z. For a
     sink target it is the clock the sink committed (None before its first), below which
@@ -197,6 +279,27 @@ def get_rowtime_bound(location: str | os.PathLike[str]) -> dt.datetime | None:
     transaction ``rowtime.clock``, an Iceberg table's property ``rowtime.clock``. A stream
     target whose query has not committed its first batch (which creates the stream) has none
     yet either.
+
+    Args:
+        location: a stream (see the module) or a sink target.
+
+    Returns:
+        The clock, a timezone-aware UTC datetime, or None while there is none.
+
+    Raises:
+        StreamNotFoundError: nothing at ``location`` has a clock.
+
+    Examples:
+        >>> import tempfile
+        >>> import pyspark_rowtime as rt
+        >>> path = tempfile.mkdtemp() + "/speeds"
+        >>> _ = rt.create_stream(path, "sensor STRING, speed DOUBLE")
+        >>> print(rt.get_rowtime_bound(path))
+        None
+        >>> with rt.open_writer(path) as w:
+        ...     w.set_rowtime_bound("2026-12-02T10:00:05Z")
+        >>> print(rt.get_rowtime_bound(path))
+        2026-12-02 10:00:05+00:00
     """
     clock = rowtime_bound_us(location)
     return None if clock is None else from_rowtime_us(clock)
@@ -211,26 +314,48 @@ def wait_for_rowtime_bound(
     now: Callable[[], float] | None = None,
     sleep: Callable[[float], Any] | None = None,
 ) -> dt.datetime:
-    """Wait until the clock at ``location`` (as :func:`get_rowtime_bound` reads it: a stream,
-    a stream target, a Parquet, Delta or Iceberg target) reaches ``time``: everything with a
-    rowtime below ``time`` is then written. Returns the clock read, a UTC datetime ``>= time``.
+    """Wait until the clock at ``location`` reaches ``time``.
+
+    The clock is the one [`get_rowtime_bound`][pyspark_rowtime.api.get_rowtime_bound] reads:
+    of a stream, a stream target, a Parquet, Delta or Iceberg target. Once it reaches ``time``,
+    everything with a rowtime below ``time`` is written.
 
     Args:
+        location: a stream (see the module) or a sink target.
         time: a datetime (naive: UTC), an ISO-8601 string, or anything
-            :func:`~pyspark_rowtime.to_rowtime_us` reads (an int is epoch milliseconds).
+            [`to_rowtime_us`][pyspark_rowtime.bounds.time.to_rowtime_us] reads (an int is
+            epoch milliseconds).
         timeout: how long to wait at most: seconds, a ``timedelta`` or a string such as
             ``"90s"``, ``"2 h"``; 0 reads the clock once; None (default) waits as long as it
             takes.
         poll: the longest pause between reads (default 5 s): pauses start at 0.1 s and double
             up to it.
-        now, sleep: monotonic seconds and a pause (default :func:`time.monotonic`,
-            :func:`time.sleep`), for tests that drive time.
+        now: monotonic seconds (default ``time.monotonic``), for tests that drive time.
+        sleep: a pause (default ``time.sleep``), for tests that drive time.
+
+    Returns:
+        The clock read, a UTC datetime ``>= time``.
 
     Raises:
         WaitTimeoutError: the timeout passed first (a ``TimeoutError``; ``clock_us``,
             ``until_us`` and ``waited_s`` say where things stood).
         StreamNotFoundError: nothing at ``location`` to wait on.
-        InvalidRowtimeError, OptionError: ``time``, ``timeout`` or ``poll`` cannot be read.
+        InvalidRowtimeError: ``time`` cannot be read.
+        OptionError: ``timeout`` or ``poll`` cannot be read.
+
+    Examples:
+        >>> import tempfile
+        >>> import pyspark_rowtime as rt
+        >>> path = tempfile.mkdtemp() + "/speeds"
+        >>> _ = rt.create_stream(path, "sensor STRING, speed DOUBLE")
+        >>> with rt.open_writer(path) as w:
+        ...     w.set_rowtime_bound("2026-12-02T10:00:05Z")
+        >>> print(rt.wait_for_rowtime_bound(path, "2026-12-02T10:00:00Z", timeout="10s"))
+        2026-12-02 10:00:05+00:00
+        >>> rt.wait_for_rowtime_bound(path, "2026-12-02T11:00:00Z", timeout=0)
+        Traceback (most recent call last):
+        ...
+        pyspark_rowtime.bounds.errors.WaitTimeoutError: ...
     """
     until_us = to_rowtime_us(time)
     timeout_s = None if timeout is None else parse_timeout_s(timeout, what="timeout")
@@ -253,11 +378,32 @@ def wait_for_rowtime_bound(
 def read_stream(location: str | os.PathLike[str] | StreamStorage) -> pa.Table:
     """Every record of every partition, partition by partition, in offset order.
 
-    Columns: ``partition`` (int32), ``offset`` (int64), ``arrival`` (timestamp UTC), ``rowtime``
-    (timestamp UTC: the explicit rowtime, the bound of a bound record, null where the writer gave
-    none), ``is_bound`` (bool), then the payload columns (null on bound records). Reads only
-    committed records, from each partition's first kept offset (retention); meant for tests,
-    tools and small streams (it holds everything at once).
+    Reads only committed records, from each partition's first kept offset (retention); meant
+    for tests, tools and small streams (it holds everything at once).
+
+    Args:
+        location: where the stream lives (see the module), or a stream already opened.
+
+    Returns:
+        A pyarrow table. Columns: ``partition`` (int32), ``offset`` (int64), ``arrival``
+        (timestamp UTC), ``rowtime`` (timestamp UTC: the explicit rowtime, the bound of a
+        bound record, null where the writer gave none), ``is_bound`` (bool), then the payload
+        columns (null on bound records).
+
+    Raises:
+        StreamNotFoundError: no stream at ``location``.
+
+    Examples:
+        >>> import tempfile
+        >>> import pyspark_rowtime as rt
+        >>> path = tempfile.mkdtemp() + "/speeds"
+        >>> _ = rt.create_stream(path, "sensor STRING, speed DOUBLE")
+        >>> with rt.open_writer(path) as w:
+        ...     w.insert({"sensor": "a", "speed": 61.5}, rowtime="2026-12-02T10:00:00Z")
+        ...     w.set_rowtime_bound("2026-12-02T10:00:05Z")
+        >>> records = rt.read_stream(path)
+        >>> records.column("is_bound").to_pylist(), records.column("speed").to_pylist()
+        ([False, True], [61.5, None])
     """
     stream = location if isinstance(location, StreamStorage) else open_stream(location)
     payload = stream.meta.payload_schema

@@ -83,22 +83,44 @@ _RULE = (
 
 
 def with_watermark(df: DataFrame, delay: Any = None) -> DataFrame:
-    """Apply ``withWatermark("rowtime", ...)`` and remove the bound records after it, behind a
-    barrier that keeps everything written later above the watermark (module docstring).
+    """Spark's watermark on ``rowtime``, moved by the reader's bound records (SPEC 7).
 
-    ``df`` must be the reader's output (columns ``rowtime`` and ``is_bound``), at most with
-    columns selected or renamed: a filter, a join, an aggregation or a union of two rowtime
-    streams below the watermark is refused with :class:`QueryShapeError`, because it would let
-    the watermark run past rows still to come or stop it. Union streams after calling this on
-    each: Spark then takes the minimum of their watermarks, as the stream clock would.
+    Applies ``withWatermark("rowtime", ...)`` and removes the bound records after it, behind a
+    barrier that keeps everything written later above the watermark, so that a filter, a join
+    or Spark's inferred ``isnotnull`` cannot remove the bound records before the watermark sees
+    them. Union streams after calling this on each: Spark then takes the minimum of their
+    watermarks, as the stream clock would.
 
-    ``delay`` (a duration: seconds, a timedelta or a string such as ``"5s"``) is raised to at
-    least one millisecond: Spark drops rows *below or at* the watermark it derives from a batch,
-    so with a delay of zero a later row exactly at the last bound would count as late. One
-    microsecond is not enough: Spark keeps the watermark and the delay in whole milliseconds
-    (``EventTimeWatermark.getDelayMs`` truncates), so a delay under 1 ms is a delay of zero.
-    The price: a window ending exactly at a bound closes once a bound at least 1 ms past its
-    end arrives. The ``is_bound`` column is dropped from the result.
+    Args:
+        df: the reader's output (columns ``rowtime`` and ``is_bound``), at most with columns
+            selected or renamed.
+        delay: how late a row may come (seconds, a ``timedelta`` or a string such as
+            ``"5s"``), raised to at least one millisecond: Spark drops rows *below or at* the
+            watermark it derives from a batch and keeps it in whole milliseconds, so with a
+            delay under 1 ms a later row exactly at the last bound would count as late. The
+            price: a window ending exactly at a bound closes once a bound at least 1 ms past
+            its end arrives.
+
+    Returns:
+        ``df`` with its watermark, without the bound records and the ``is_bound`` column.
+
+    Raises:
+        QueryShapeError: a filter, a join, an aggregation or a union of two rowtime streams
+            below the watermark, which would let the watermark run past rows still to come or
+            stop it; the message names the operator and what to write instead.
+
+    Examples:
+        >>> import tempfile
+        >>> import pyspark_rowtime as rt
+        >>> path = tempfile.mkdtemp() + "/speeds"
+        >>> _ = rt.create_stream(path, "sensor STRING, speed DOUBLE")
+        >>> df = spark.readStream.format("rowtime").load(path)
+        >>> rt.with_watermark(df, "5s").columns
+        ['sensor', 'speed', 'rowtime']
+        >>> rt.with_watermark(df.where("speed > 50"))
+        Traceback (most recent call last):
+        ...
+        pyspark_rowtime.bounds.errors.QueryShapeError: ...
     """
     return watermark_rowtime(df, delay)
 
@@ -365,7 +387,29 @@ def check_plan(plan: str | PlanNode | None) -> list[str]:
 
 
 def check_dataframe(df: DataFrame) -> list[str]:
-    """:func:`check_plan` for a streaming DataFrame, before it is started."""
+    """The shapes of a streaming DataFrame that break the rowtime promise, before it starts.
+
+    A watermark on a ``format("rowtime")`` stream set without
+    [`with_watermark`][pyspark_rowtime.watermark.with_watermark] lets bound records through as
+    rows and lets filters freeze the watermark; each such shape is a finding.
+
+    Args:
+        df: a streaming DataFrame.
+
+    Returns:
+        One message per finding, naming the fix; empty when the promise holds.
+
+    Examples:
+        >>> import tempfile
+        >>> import pyspark_rowtime as rt
+        >>> path = tempfile.mkdtemp() + "/speeds"
+        >>> _ = rt.create_stream(path, "sensor STRING, speed DOUBLE")
+        >>> df = spark.readStream.format("rowtime").load(path)
+        >>> rt.check_dataframe(rt.with_watermark(df))
+        []
+        >>> rt.check_dataframe(df.withWatermark("rowtime", "1 second"))
+        ["withWatermark('rowtime') on a format('rowtime') stream without ..."]
+    """
     return check_plan(analyzed_plan_text(df))
 
 
@@ -388,13 +432,35 @@ _started: dict[str, list[str]] = {}
 
 
 def check_query(query: StreamingQuery) -> list[str]:
-    """:func:`check_plan` for a started query.
+    """The shapes of a started query that break the rowtime promise (say, in a test of a job).
 
     Classic Spark: the plan the query runs. Spark Connect: the findings of the check that
-    :func:`watch_queries` ran on the query's DataFrame when it started (installed by the first
-    ``with_watermark`` call of the session, or call it before starting the query); for a query
-    started without it, :class:`QueryShapeError` says so, since a client cannot read a started
-    query's plan. Either way, :func:`check_dataframe` checks a DataFrame before it is started.
+    [`watch_queries`][pyspark_rowtime.watermark.watch_queries] ran on the query's DataFrame
+    when it started (installed by the first ``with_watermark`` call of the session, or call it
+    before starting the query). Either way,
+    [`check_dataframe`][pyspark_rowtime.watermark.check_dataframe] checks a DataFrame before it
+    is started.
+
+    Args:
+        query: a started streaming query.
+
+    Returns:
+        One message per finding, naming the fix; empty when the promise holds.
+
+    Raises:
+        QueryShapeError: under Spark Connect, a query started without the check, since a
+            client cannot read a started query's plan.
+
+    Examples:
+        >>> import tempfile
+        >>> import pyspark_rowtime as rt
+        >>> path = tempfile.mkdtemp() + "/speeds"
+        >>> _ = rt.create_stream(path, "sensor STRING, speed DOUBLE")
+        >>> df = rt.with_watermark(spark.readStream.format("rowtime").load(path))
+        >>> query = df.writeStream.format("noop").trigger(availableNow=True).start()
+        >>> query.awaitTermination()
+        >>> rt.check_query(query)
+        []
     """
     if _is_connect(query):
         found = _started.get(str(query.id))
@@ -404,7 +470,7 @@ def check_query(query: StreamingQuery) -> list[str]:
                 " this Spark Connect session, and a Spark Connect client cannot read a started"
                 " query's plan: call pyspark_rowtime.watch_queries(spark) (with_watermark does)"
                 " before starting it, or check the DataFrame before start() with"
-                " pyspark_rowtime.watermark.check_dataframe(df)"
+                " pyspark_rowtime.check_dataframe(df)"
             )
         return list(found)
     jsq: Any = getattr(query, "_jsq")  # noqa: B009 (classic Spark's handle on the JVM query)
@@ -416,15 +482,24 @@ _watch_lock = threading.Lock()
 
 
 def watch_queries(spark: SparkSession) -> None:
-    """Check every query ``spark`` starts from now on with :func:`check_query`, and log a
-    warning (logger ``pyspark_rowtime``) for each shape that breaks the rowtime promise.
+    """Check every query ``spark`` starts from now on, and log a warning for each finding.
 
+    The check is [`check_query`][pyspark_rowtime.watermark.check_query]'s; the warnings go to
+    the logger ``pyspark_rowtime``, one for each shape that breaks the rowtime promise.
     Installed by the first ``with_watermark`` call of a session; idempotent. Classic Spark tells
     listeners about a started query just after ``start()`` returns, on its listener thread, and
     the check reads the query's plan. A Spark Connect client tells them inside ``start()``,
     before the query has a plan of its own: the check reads the plan of the DataFrame being
     started (Spark's analyzed plan, from the server) and keeps the findings for
-    :func:`check_query`.
+    ``check_query``.
+
+    Args:
+        spark: the session whose queries are checked.
+
+    Examples:
+        >>> import pyspark_rowtime as rt
+        >>> rt.watch_queries(spark)
+        >>> rt.watch_queries(spark)  # once per session: a second call changes nothing
     """
     from pyspark.sql.streaming import StreamingQueryListener
 

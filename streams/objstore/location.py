@@ -58,7 +58,15 @@ T = TypeVar("T")
 
 
 class ObjectStoreUnavailableError(RowtimeError, ConnectionError):
-    """The object store did not answer (after the backend's retries: :func:`call`)."""
+    """The object store did not answer (after the backend's retries: :func:`call`).
+
+    Examples:
+        Also a ``ConnectionError``, so a retry loop may catch either:
+
+        >>> import pyspark_rowtime as rt
+        >>> issubclass(rt.ObjectStoreUnavailableError, ConnectionError)
+        True
+    """
 
 
 @dataclass(frozen=True)

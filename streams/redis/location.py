@@ -67,7 +67,15 @@ _SETTINGS = {
 
 
 class RedisUnavailableError(RowtimeError, ConnectionError):
-    """The Redis server did not answer within the location's timeouts and retries."""
+    """The Redis server did not answer within the location's timeouts and retries.
+
+    Examples:
+        Also a ``ConnectionError``, so a retry loop may catch either:
+
+        >>> import pyspark_rowtime as rt
+        >>> issubclass(rt.RedisUnavailableError, ConnectionError)
+        True
+    """
 
 
 def is_redis_location(location: object) -> bool:
