@@ -1,4 +1,4 @@
-"""Rows from text, read strictly: JSON lines and CSV with a header, as ``rowtime insert`` and
+r"""Rows from text, read strictly: JSON lines and CSV with a header, as ``rowtime insert`` and
 the directory connector read them (SPEC 9: bad input is refused, never half taken or guessed).
 
 A line is refused, as a :class:`BadLineError` naming its number (1-based; a CSV record that spans
@@ -8,7 +8,7 @@ lines is named by the line it starts on), when it is
   file, or a file in UTF-16);
 * JSON that does not parse, is not one object, repeats a key in an object (the second would
   silently win), nests deeper than :data:`MAX_JSON_DEPTH` levels, or escapes half of a UTF-16
-  surrogate pair (``"\\ud800"`` is no character: the store cannot hold it);
+  surrogate pair (``"\ud800"`` is no character: the store cannot hold it);
 * CSV whose quoted cell is never closed (without this check the rest of the input becomes
   that one cell), has text after a closing quote, or has fewer or more cells than the header;
 * a CSV header with an empty or a repeated column name.

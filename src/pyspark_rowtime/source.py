@@ -49,7 +49,7 @@ class RowtimeDataSource(RowtimeReaderSource):
 
 
 def use_catalog(spark: Any, path: str | None = None) -> str:
-    """Make ``format("rowtime")`` of this session resolve ``option("stream", NAME)`` by a catalog.
+    r"""Make ``format("rowtime")`` of this session resolve ``option("stream", NAME)`` by a catalog.
 
     Why a call is needed: a Python data source sees only its options. pyspark's planner
     workers receive a hand-picked set of Spark confs that the data source cannot read, and the
@@ -79,7 +79,7 @@ def use_catalog(spark: Any, path: str | None = None) -> str:
         >>> _ = rt.create_stream(folder / "speeds", "sensor STRING, speed DOUBLE")
         >>> catalog = folder / "catalog.toml"
         >>> _ = catalog.write_text(
-        ...     '[streams.speeds]\\nlocation = "speeds"\\nschema = "sensor STRING, speed DOUBLE"')
+        ...     '[streams.speeds]\nlocation = "speeds"\nschema = "sensor STRING, speed DOUBLE"')
         >>> _ = rt.use_catalog(spark, str(catalog))
         >>> spark.readStream.format("rowtime").option("stream", "speeds").load().columns
         ['sensor', 'speed', 'rowtime', 'is_bound']

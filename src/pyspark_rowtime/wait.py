@@ -89,13 +89,15 @@ def wait_for_clock(
     sleep: Callable[[float], Any],
     what: str = "the clock",
 ) -> Waited:
-    """Read the clock with ``read`` (microseconds, None while there is none) until it is at or
-    past ``until_us``; poll with a backoff capped by ``poll_s``.
+    """Read the clock with ``read`` until it is at or past ``until_us``, polling with a backoff.
 
     Args:
+        read: reads the clock, in microseconds (None while there is none).
+        until_us: the time awaited, in microseconds.
         timeout_s: seconds to wait at most (None: as long as it takes; 0: read once).
-        now: monotonic seconds; ``sleep`` pauses for seconds (both the caller's: no wall clock
-            is read here).
+        poll_s: the longest pause between reads; pauses start short and double up to it.
+        now: monotonic seconds (the caller's: no wall clock is read here).
+        sleep: pauses for seconds (the caller's).
         what: how the timeout's message names the clock (``"the clock of /data/counts"``).
 
     Raises:
