@@ -298,18 +298,18 @@ class _Pane:
 class TimeIntervalWindow:
     """A ``timeInterval`` window with IBM's default trigger policy, driven by the caller.
 
-    - :meth:`insert` puts a row into every pane containing its rowtime.
-    - :meth:`advance_watermark` moves the event-time clock; it returns, in ascending
-      ``(end_us, start_us)``, the panes that trigger:
-
-      * a pane triggers when the watermark reaches its end (``watermark_us >= end_us``);
-      * a row that arrives for a pane that has already triggered (a late row) makes the pane
-        trigger again at the next watermark update, even one that does not move the watermark;
-      * a pane is closed, and deleted, once ``watermark_us > end_us + discardAge`` (after a last
-        trigger if it still had one due). A row that arrives for a closed pane is ignored: it is
-        counted in :attr:`ignored_count` and recorded in :attr:`ignored` with the pane and the
-        watermark, never dropped silently. A row in several panes is counted once per closed
-        pane, and rows that fall in no pane at all are recorded as well.
+    - [`insert`][.insert] puts a row into every pane containing its rowtime.
+    - [`advance_watermark`][.advance_watermark] moves the event-time clock; it returns, in
+      ascending ``(end_us, start_us)``, the panes that trigger:
+        * a pane triggers when the watermark reaches its end (``watermark_us >= end_us``);
+        * a row that arrives for a pane that has already triggered (a late row) makes the
+          pane trigger again at the next watermark update, even one that does not move the
+          watermark;
+        * a pane is closed, and deleted, once ``watermark_us > end_us + discardAge`` (after a
+          last trigger if it still had one due). A row that arrives for a closed pane is
+          ignored: it is counted in ``ignored_count`` and recorded in ``ignored`` with the
+          pane and the watermark, never dropped silently. A row in several panes is counted
+          once per closed pane, and rows that fall in no pane at all are recorded as well.
 
     The watermark never moves back: a lower one raises :class:`BoundError`.
 
