@@ -183,9 +183,23 @@ def call_panes(spark: Any, workdir: Path) -> None:
     assert window.advance_watermark(BASE_US + 60 * US)
 
 
+def call_check_dataframe(spark: Any, workdir: Path) -> None:
+    """Names the shapes before start (the check Spark Connect users run before ``start()``)."""
+    location = _stream(workdir)
+    good = pr.with_watermark(reader(spark, location)).where("k = 'a'").groupBy("k").count()
+    assert check_dataframe(good) == []
+    bare = reader(spark, location).withWatermark("rowtime", "1 second").where("v > 0")
+    (problem,) = check_dataframe(bare)
+    assert problem.startswith("withWatermark('rowtime') on a format('rowtime') stream")
+    union = reader(spark, location).union(reader(spark, location))
+    problems = check_dataframe(union.withWatermark("rowtime", "1 second"))
+    assert any("one watermark over 2 rowtime streams" in p for p in problems), problems
+
+
 CALLS: dict[str, Callable[[Any, Path], None]] = {
     "with_watermark": call_with_watermark,
     "check_query": call_check_query,
+    "check_dataframe": call_check_dataframe,
     "watch_queries": call_watch_queries,
     "use_catalog": call_use_catalog,
     "time_interval_aggregate": call_time_interval_aggregate,
@@ -248,18 +262,6 @@ def test_a_filter_before_with_watermark_is_refused_in_this_session(spark: Any, w
     na_drop = r"a filter atleastnnonnulls\(4, k, v, rowtime, is_bound\) stands"
     with pytest.raises(pr.QueryShapeError, match=na_drop):
         pr.with_watermark(reader(spark, location).na.drop().select("k", "rowtime", "is_bound"))
-
-
-def test_check_dataframe_names_the_shapes_before_start(spark: Any, workdir: Path) -> None:
-    location = _stream(workdir)
-    good = pr.with_watermark(reader(spark, location)).where("k = 'a'").groupBy("k").count()
-    assert check_dataframe(good) == []
-    bare = reader(spark, location).withWatermark("rowtime", "1 second").where("v > 0")
-    (problem,) = check_dataframe(bare)
-    assert problem.startswith("withWatermark('rowtime') on a format('rowtime') stream")
-    union = reader(spark, location).union(reader(spark, location))
-    problems = check_dataframe(union.withWatermark("rowtime", "1 second"))
-    assert any("one watermark over 2 rowtime streams" in p for p in problems), problems
 
 
 UNWATCHED = """
