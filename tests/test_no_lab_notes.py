@@ -37,7 +37,8 @@ ROOT = Path(__file__).resolve().parent.parent
 LAB_NOTES: list[tuple[str, re.Pattern[str]]] = [
     ("an issue number", re.compile(r"\b[Ii]ssues? #?\d+|(?<![\w#])#\d{1,4}\b(?!\w)")),
     ("a session's stop", re.compile(r"\bstop \d+\b")),
-    ("a dated run", re.compile(r"\b20[2-9]\d-[01]\d-[0-3]\d\b(?![T\d])")),
+    # a date alone; a timestamp (its T or a time after a space, as a datetime prints) is data
+    ("a dated run", re.compile(r"\b20[2-9]\d-[01]\d-[0-3]\d\b(?![T\d]| \d\d:\d\d)")),
     ("CPU time", re.compile(r"\d ?CPU-s\b|\b\d+(\.\d+)? ?(s|ms|µs|us) of CPU\b")),
     ("a rate", re.compile(r"\d ?(M |k )?(rows|records)/s\b|\d ?[MGK]i?B/s\b")),
     ("a speed-up", re.compile(r"\b\d+(\.\d+)? ?x (faster|slower)\b|\b(twice|\w+ times) as fast\b")),
@@ -91,6 +92,7 @@ FLAGGED = [
 
 #: The package's own text that states contracts: none may be flagged.
 LEGITIMATE = [
+    "2026-12-02 10:00:05+00:00",  # a doctest's printed datetime
     "how long one connection attempt may take (duration; default 5 s)",
     'such as ``"250ms"``, ``"5s"``, ``"1.5 seconds"``, ``"2 minutes"``, ``"1h"``, ``"10us"``',
     "Numbers are read as the decimals they print as (``0.1`` is 100000 us exactly).",
