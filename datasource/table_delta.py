@@ -133,6 +133,12 @@ class DeltaFiles:
                 arrays.append(pa.nulls(n, field.type))
         return pa.Table.from_arrays(arrays, names=list(columns))
 
+    def missing(self, files: Sequence[DataFile]) -> list[DataFile]:
+        """Those of ``files`` that are gone (a VACUUM removed them): one listing call."""
+        fs, root = _filesystem(self.location)
+        infos = fs.get_file_info([_data_path(root, f.path) for f in files])
+        return [f for f, i in zip(files, infos, strict=True) if i.type == pa.fs.FileType.NotFound]
+
 
 def _data_path(root: str, path: str) -> str:
     """A data file's path as the log writes it (a URL-encoded path relative to the table, or an

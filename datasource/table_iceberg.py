@@ -25,6 +25,7 @@ Iceberg's own source refreshes the table) and the manifests of the new snapshots
 
 from __future__ import annotations
 
+import dataclasses
 import logging
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
@@ -124,6 +125,12 @@ class IcebergFiles:
                 arrays.append(pa.nulls(data.num_rows, field_.type))
         return pa.Table.from_arrays(arrays, names=list(columns))
 
+    def missing(self, files: Sequence[DataFile]) -> list[DataFile]:
+        """Those of ``files`` that are gone (removed with the snapshots that expired)."""
+        if self._io is None:
+            self._io = _load(self.location, dict(self.overrides)).io
+        return [f for f in files if not self._io.new_input(f.path).exists()]
+
 
 class IcebergVersions:
     """The driver's reader of an Iceberg table's snapshots."""
@@ -187,8 +194,9 @@ class IcebergVersions:
             )
         for s in line:
             if s.sequence_number >= at.version:
-                return self._version(table, s, Anchor(int(s.sequence_number), at.base,
-                                                       at.clock_us, at.arrival_us))  # fmt: skip
+                return self._version(
+                    table, s, dataclasses.replace(at, version=int(s.sequence_number))
+                )
         return None
 
     def _version(self, table: Any, s: Any, at: Anchor) -> Version:

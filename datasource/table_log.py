@@ -69,19 +69,32 @@ class Anchor:
     base: int = 0
     clock_us: int | None = None
     arrival_us: int | None = None
+    #: the highest rowtime read so far (kept only by reads with bounds.lateness or
+    #: idle.timeout, whose bounds follow from it)
+    high_us: int | None = None
 
     def to_dict(self) -> dict[str, Any]:
-        return {
+        d: dict[str, Any] = {
             "version": self.version,
             "base": self.base,
             "clock": self.clock_us,
             "arrival": self.arrival_us,
         }
+        if self.high_us is not None:  # absent otherwise: offsets without it read as before
+            d["high"] = self.high_us
+        return d
 
     @classmethod
     def from_dict(cls, d: Any) -> Anchor:
         try:
-            return cls(int(d["version"]), int(d["base"]), d.get("clock"), d.get("arrival"))
+            high = d.get("high")
+            return cls(
+                int(d["version"]),
+                int(d["base"]),
+                d.get("clock"),
+                d.get("arrival"),
+                None if high is None else int(high),
+            )
         except (KeyError, TypeError, ValueError) as e:
             raise OffsetError(
                 f"a table offset's anchor {str(d)[:200]} is damaged ({type(e).__name__}: {e}); "
@@ -112,6 +125,11 @@ class Version:
     clock_us: int | None
     #: the commit time of this version, never below the one before (microseconds)
     arrival_us: int
+    #: the highest rowtime read up to this version (None: the anchor's, see Anchor.high_us)
+    high_us: int | None = None
+    #: an idle bound alone (idle.timeout): no commit of the table, the anchor's version still
+    #: to read after it
+    idle: bool = False
 
     @property
     def version(self) -> int:
@@ -131,7 +149,9 @@ class Version:
 
     def after(self) -> Anchor:
         """The anchor of the next version."""
-        return Anchor(self.version + 1, self.end, self.clock_us, self.arrival_us)
+        high = self.high_us if self.high_us is not None else self.anchor.high_us
+        step = 0 if self.idle else 1
+        return Anchor(self.version + step, self.end, self.clock_us, self.arrival_us, high)
 
 
 @dataclass(frozen=True)
@@ -184,7 +204,7 @@ class TableLog:
         self.meta = StreamMeta(
             location=location, payload_schema=columns.payload, partitions=1, stream_id=table_id
         )
-        self._cached: tuple[int, tuple[str, ...], pa.Table] | None = None
+        self._cached: tuple[Anchor, tuple[str, ...], pa.Table] | None = None
 
     # -- the index ----------------------------------------------------------------------------
 
@@ -243,6 +263,8 @@ class TableLog:
         """Record ``offset`` as a user finds it in the table: its version, and its place."""
         for v in self.versions:
             if v.base <= offset < v.end:
+                if v.idle:
+                    return f"the idle bound record before version {v.version}"
                 if offset - v.base >= v.rows:
                     return f"the bound record after version {v.version}"
                 return f"row {offset - v.base} of version {v.version} in rowtime order"
@@ -320,7 +342,7 @@ class TableLog:
         order, then its bound record. The last one made is kept (a task reads a version in
         chunks)."""
         cached = self._cached
-        if cached is not None and cached[0] == v.version and set(payload) <= set(cached[1]):
+        if cached is not None and cached[0] == v.anchor and set(payload) <= set(cached[1]):
             return cached[2]
         cols = self.columns
         wanted = list(dict.fromkeys([cols.time_column, *payload]))
@@ -347,7 +369,7 @@ class TableLog:
             arrays.append(column)
             fields.append(cols.payload.field(name))
         table = pa.Table.from_arrays(arrays, schema=pa.schema(fields))
-        self._cached = (v.version, payload, table)
+        self._cached = (v.anchor, payload, table)
         return table
 
     def _times(self, v: Version, data: pa.Table, parts: list[pa.Table]) -> np.ndarray:

@@ -36,12 +36,14 @@ from __future__ import annotations
 import dataclasses
 import logging
 import re
+import time
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, TypeVar
 
 import pyarrow as pa
 
+from ..bounds.durations import parse_duration_us
 from ..bounds.errors import (
     HeldRowsOverflowError,
     InvalidRowtimeError,
@@ -51,8 +53,9 @@ from ..bounds.errors import (
     SchemaError,
 )
 from ..bounds.plan import StreamPosition
-from ..bounds.time import TimeFormat
-from ..streams.columns import SPARK_ROWTIME
+from ..bounds.time import TimeFormat, format_rowtime
+from ..bounds.units import ADJUST_UNITS_US
+from ..streams.columns import LOG_ROWTIME_US, SPARK_ROWTIME
 from ..streams.options import OptionTable
 from ..streams.retention import DataLossError
 from ..streams.tables import is_iceberg_location, parse_iceberg_location
@@ -61,7 +64,14 @@ from .options import ReaderConfig, parse_reader_options
 from .planner import Planner, batch_tasks, partition_tasks
 from .table_delta import DeltaFiles, DeltaVersions, delta_schema
 from .table_iceberg import IcebergFiles, IcebergVersions, iceberg_schema
-from .table_log import Anchor, TableColumns, TableFiles, TableLog, Version, replace_frontier
+from .table_log import (
+    Anchor,
+    TableColumns,
+    TableLog,
+    Version,
+    replace_frontier,
+    with_versions,
+)
 from .tasks import EmitRuns, ReadTask, output_arrow_schema
 
 __all__ = ["TABLE_OPTIONS", "TableRead", "TableSource", "TableTask", "parse_table_options"]
@@ -81,8 +91,16 @@ TABLE_OPTIONS: dict[str, str] = {
         " the query fails naming the version)"
     ),
     "maxfilespertrigger": "a whole number > 0 of data files per micro-batch (default 1000)",
+    "bounds.lateness": (
+        "a positive duration (seconds, or a string such as '10 minutes'): after each version, a"
+        " bound at the highest rowtime read so far minus it (for a table without a clock)"
+    ),
 }
-_SPELLING = {"skipchangecommits": "skipChangeCommits", "maxfilespertrigger": "maxFilesPerTrigger"}
+_SPELLING = {
+    "skipchangecommits": "skipChangeCommits",
+    "maxfilespertrigger": "maxFilesPerTrigger",
+    "bounds.lateness": "bounds.lateness",
+}
 _OPTIONS = OptionTable(TABLE_OPTIONS, "format('rowtime') of a table", "the table reader", _SPELLING)
 
 #: Reader options a table read does not take (yet), and why.
@@ -92,8 +110,6 @@ _NOT_FOR_TABLES = {
     "interval.duration": "validity intervals are not read from tables yet",
     "interval.count": "validity intervals are not read from tables yet",
     "interval.slide": "validity intervals are not read from tables yet",
-    "idle.timeout": "a table is one partition: no other partition waits for it",
-    "idle.commitgrace": "a table is one partition: no other partition waits for it",
 }
 
 #: maxFilesPerTrigger when not given (Delta's own default).
@@ -119,6 +135,17 @@ class TableRead:
     max_files: int = DEFAULT_MAX_FILES
     #: Iceberg: the catalog's properties from options ``iceberg.<property>``
     overrides: tuple[tuple[str, str], ...] = ()
+    #: bounds.lateness: a bound after each version at the highest rowtime so far minus this
+    lateness_us: int | None = None
+    #: idle.timeout: a bound at the highest rowtime so far once the table was quiet this long
+    #: (in commit time; the newest version's against the driver's clock less the grace)
+    idle_timeout_us: int | None = None
+    idle_grace_us: int = 1_000_000
+
+    @property
+    def tracks_high(self) -> bool:
+        """Whether the read keeps the highest rowtime so far (its bounds follow from it)."""
+        return self.lateness_us is not None or self.idle_timeout_us is not None
 
     @property
     def where(self) -> str:
@@ -141,7 +168,7 @@ class TableRead:
             skip_change_commits=self.skip_change_commits,
         )
 
-    def files(self) -> TableFiles:
+    def files(self) -> DeltaFiles | IcebergFiles:
         """The table's data files, as executors read them."""
         if self.kind == "delta":
             return DeltaFiles(self.location)
@@ -189,6 +216,7 @@ def parse_table_options(options: Mapping[str, Any]) -> TableRead:
         )
     skip = _flag(given.pop("skipchangecommits", "false"), "skipchangecommits")
     max_files = _positive(given.pop("maxfilespertrigger", DEFAULT_MAX_FILES), "maxfilespertrigger")
+    lateness_us = _lateness(given)
     user = parse_reader_options(given)
     location = user.location
     if kind == "delta":
@@ -198,7 +226,11 @@ def parse_table_options(options: Mapping[str, Any]) -> TableRead:
         schema, version, table_id = iceberg_schema(location, dict(overrides))
     where = f"{'Delta' if kind == 'delta' else 'Iceberg'} table {location}"
     columns = _columns(user, schema, where)
-    cfg = dataclasses.replace(user, rowtime_column=None, time_format=TimeFormat())
+    # idle.timeout is decided here, over the versions' commit times (:meth:`TableSource._idle`):
+    # the planner's, across partitions, has no other partition to compare with
+    cfg = dataclasses.replace(
+        user, rowtime_column=None, time_format=TimeFormat(), idle_timeout_us=None
+    )
     return TableRead(
         kind=kind,
         location=location,
@@ -210,7 +242,40 @@ def parse_table_options(options: Mapping[str, Any]) -> TableRead:
         skip_change_commits=skip,
         max_files=max_files,
         overrides=overrides,
+        lateness_us=lateness_us,
+        idle_timeout_us=user.idle_timeout_us,
+        idle_grace_us=user.idle_commit_grace_us,
     )
+
+
+def _lateness(given: dict[str, Any]) -> int | None:
+    """bounds.lateness (microseconds), popped from ``given``, and the policy it needs set there.
+
+    A row is late when it is below the clock. Under ``reject`` and ``drop`` every row moves
+    the clock to its rowtime, so a bound below the highest rowtime read adds nothing; rows up
+    to the lateness late are taken in rowtime order only by holding them, which is ``adjust``:
+    without ``order``, the lateness is ``order=adjust`` with an ``adjust.range`` of the
+    lateness (then the clock entering a version is exactly the lateness bound after the one
+    before: Flink's bounded out-of-orderness, decided per version)."""
+    value = given.pop("bounds.lateness", None)
+    if value is None:
+        return None
+    lateness_us = parse_duration_us(str(value).strip(), what="option bounds.lateness")
+    order = str(given.get("order", "adjust")).strip().lower()
+    if order != "adjust":
+        raise OptionError(
+            f"option bounds.lateness holds rows up to the lateness late, and order={order} "
+            "makes every row below the highest rowtime read late: leave order out (the "
+            "lateness is then order=adjust with adjust.range the lateness), or set "
+            "order=adjust"
+        )
+    given.setdefault("order", "adjust")
+    if "adjust.range" not in given:
+        unit = str(given.setdefault("adjust.unit", "usec")).strip().lower()
+        unit_us = ADJUST_UNITS_US.get(unit)
+        if unit_us is not None:  # else the reader's options name the bad unit
+            given["adjust.range"] = str(-(-lateness_us // unit_us))
+    return lateness_us
 
 
 def _flag(value: Any, name: str) -> bool:
@@ -273,10 +338,11 @@ class TableSource:
     def __init__(self, read: TableRead) -> None:
         self.read_cfg = read
         self.versions = read.versions()
+        self.files = read.files()
         self.log = TableLog(
             read.location,
             read.columns,
-            read.files(),
+            self.files,
             Anchor(0),
             table_id=read.table_id,
             where=read.where,
@@ -288,6 +354,14 @@ class TableSource:
         #: and where each skip moved an anchor to (a step planned across it is read so)
         self.skipped_versions = 0
         self._moved: dict[Anchor, Anchor] = {}
+        #: data files a version needs that are gone (VACUUM, a clean-up), skipped with
+        #: failOnDataLoss=false: how many, and their rows
+        self.lost_files = 0
+        self.lost_rows = 0
+        #: the driver's clock (microseconds), which idle.timeout compares the newest commit with
+        self.now_us: Callable[[], int] = lambda: time.time_ns() // 1000
+        #: while tasks() reads a planned micro-batch: the offset it ends at
+        self._replay_end: int | None = None
 
     # -- offsets ----------------------------------------------------------------------------
 
@@ -333,18 +407,104 @@ class TableSource:
         the availableNow target is read)."""
         target = self.target_version
         while not until():
-            if target is not None and self.log.frontier.version > target:
-                return
-            try:
-                version = self.versions.read(self.log.frontier)
-            except DataLossError:
-                if self.read_cfg.cfg.fail_on_data_loss:
-                    raise
-                self._skip_removed()
-                continue
+            version = None
+            if target is None or self.log.frontier.version <= target:
+                try:
+                    version = self.versions.read(self.log.frontier)
+                except DataLossError:
+                    if self.read_cfg.cfg.fail_on_data_loss:
+                        raise
+                    self._skip_removed()
+                    continue
+            if self._idle(version):
+                continue  # the version (if any) is read again after the idle bound
             if version is None:
                 return
-            self.log.add(version)
+            self.log.add(self._timed(self._kept(version)))
+
+    def _idle(self, version: Version | None) -> bool:
+        """idle.timeout: whether the table was quiet long enough before ``version`` (None:
+        before now) for a bound at the highest rowtime read so far, which is then added.
+
+        Decided over commit times, so that a replay decides the same: a version committed more
+        than the timeout after the one before has the idle bound before it; with no newer
+        version, the driver's clock must be past the timeout plus ``idle.commitGrace`` (a
+        commit the writer stamps earlier than the driver's clock says, by at most the grace,
+        still comes after the idle bound's time)."""
+        timeout = self.read_cfg.idle_timeout_us
+        f = self.log.frontier
+        if timeout is None or f.high_us is None or f.arrival_us is None:
+            return False
+        if f.clock_us is not None and f.clock_us >= f.high_us:
+            return False  # nothing for it to release
+        due = f.arrival_us + timeout
+        if version is not None:
+            quiet = version.arrival_us > due
+        elif self._replay_end is not None and self.log.end < self._replay_end:
+            # a micro-batch of the checkpoint ends beyond the newest version: only this idle
+            # bound can be there, which the driver that planned it decided (its clock then)
+            quiet = True
+        else:
+            quiet = self.now_us() > due + self.read_cfg.idle_grace_us
+        if quiet:
+            self.log.add(Version(f, (), f.high_us, f.high_us, due, f.high_us, idle=True))
+        return quiet
+
+    def _timed(self, version: Version) -> Version:
+        """``version`` with the highest rowtime so far, and (bounds.lateness) its bound at that
+        less the lateness where that moves the clock. A table with a clock of its own keeps
+        the higher of the two. The rowtimes are read on the driver (the version's time
+        column, once: a version is read once)."""
+        read = self.read_cfg
+        if not read.tracks_high:
+            return version
+        high = version.anchor.high_us
+        if version.rows:
+            one = with_versions(self.log, [dataclasses.replace(version, bound_us=None)])
+            times = one.read(0, version.base, version.base + version.rows, [LOG_ROWTIME_US])
+            top = int(times.column(0)[-1].as_py())  # in rowtime order
+            high = top if high is None else max(high, top)
+        bound, clock = version.bound_us, version.clock_us
+        if read.lateness_us is not None and high is not None:
+            candidate = high - read.lateness_us
+            if clock is None or candidate > clock:
+                bound = clock = candidate
+        return dataclasses.replace(version, bound_us=bound, clock_us=clock, high_us=high)
+
+    def _kept(self, version: Version) -> Version:
+        """``version`` without the data files that are gone (a VACUUM or ``expire_snapshots``
+        with file clean-up removed them while the query still needed the version): an error
+        naming the version and failOnDataLoss, or with failOnDataLoss=false the version's other
+        rows read, the lost ones counted and warned about."""
+        if not version.files:
+            return version
+        gone = self.files.missing(version.files)
+        if not gone:
+            return version
+        read = self.read_cfg
+        what = "version" if read.kind == "delta" else "snapshot of sequence number"
+        if read.cfg.fail_on_data_loss:
+            raise DataLossError(
+                f"{read.where}: {what} {version.version} is needed, and {len(gone)} of its "
+                f"data files are gone ({gone[0].path}{', ...' if len(gone) > 1 else ''}): a "
+                "VACUUM (Delta) or a clean-up of expired snapshots' files (Iceberg) removed "
+                "them. Set option failOnDataLoss=false to read the version without them (their "
+                "rows are lost, and counted), or start the query with a new checkpointLocation; "
+                "keep files longer than a query may stop"
+            )
+        rows = sum(f.rows for f in gone)
+        self.lost_files += len(gone)
+        self.lost_rows += rows
+        log.warning(
+            "%s: %s %d is needed, and %d of its data files are gone (%d rows); "
+            "failOnDataLoss=false: read without them",
+            read.where,
+            what,
+            version.version,
+            len(gone),
+            rows,
+        )
+        return dataclasses.replace(version, files=tuple(f for f in version.files if f not in gone))
 
     def _skip_removed(self) -> None:
         """``failOnDataLoss=false``: the versions the log's clean-up removed are skipped (their
@@ -354,8 +514,19 @@ class TableSource:
         first = self.versions.first_kept(was.version)
         clock = self.versions.clock_before(first)
         if was.clock_us is not None and (clock is None or clock < was.clock_us):
+            log.warning(
+                "%s: the table's clock as of version %d is %s (an expired app transaction, "
+                "delta.setTransactionRetentionDuration, or a writer that moved it back); the "
+                "clock never goes back: it stays at %s",
+                self.read_cfg.where,
+                first - 1,
+                "gone" if clock is None else format_rowtime(clock),
+                format_rowtime(was.clock_us),
+            )
             clock = was.clock_us
-        self.log.frontier = self._moved[was] = Anchor(first, was.base, clock, was.arrival_us)
+        self.log.frontier = self._moved[was] = dataclasses.replace(
+            was, version=first, clock_us=clock
+        )
         self.skipped_versions += first - was.version
         log.warning(
             "%s: versions %d to %d are needed, and the log's clean-up removed them; "
@@ -404,7 +575,11 @@ class TableSource:
         the tasks replay the policy)."""
         self._position(start)
         last = StreamPosition.from_dict(end).partitions[0].next
-        self._extend(lambda: self.log.end >= last)
+        self._replay_end = last
+        try:
+            self._extend(lambda: self.log.end >= last)
+        finally:
+            self._replay_end = None
         if self.log.end < last:
             raise OffsetError(
                 f"{self.read_cfg.where}: the checkpoint's micro-batch ends at offset {last}, and "
@@ -441,6 +616,9 @@ class TableSource:
         out: dict[str, Any] = {"version": self.log.frontier.version - 1, "records": self.log.end}
         if self.skipped_versions:
             out["skipped_versions"] = self.skipped_versions
+        if self.lost_files:
+            out["lost_files"] = self.lost_files
+            out["lost_rows"] = self.lost_rows
         return out
 
     def _named(self, plan: Callable[[], _T]) -> _T:
@@ -484,7 +662,25 @@ def read_table_task(
             return
         except (LateRowError, HeldRowsOverflowError, InvalidRowtimeError) as e:
             raise _renamed(log, e) from None
+        except FileNotFoundError as e:
+            raise _lost(read, task, e) from None
         yield batch
+
+
+def _lost(read: TableRead, task: TableTask, e: FileNotFoundError) -> DataLossError:
+    """A data file removed after the micro-batch that reads it was planned: the batch's rows
+    are fixed in the checkpoint, so it cannot skip them; the error names the version."""
+    files = read.files()
+    where = next(
+        (f"version {v.version}" for v in task.versions if files.missing(v.files)), "a version"
+    )
+    return DataLossError(
+        f"{read.where}: a data file of {where} was removed while the micro-batch reading it "
+        f"ran ({e}); a VACUUM or a clean-up of expired snapshots' files removed a file a query "
+        "still needed. Restart the query: with option failOnDataLoss=false it then reads the "
+        "versions without the files that are gone, counting their rows; keep files longer "
+        "than a query may stop"
+    )
 
 
 def check_columns(read: TableRead, names: Sequence[str]) -> None:
