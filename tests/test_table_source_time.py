@@ -66,7 +66,8 @@ def run(source: TableSource, start: dict[str, Any], cap: int) -> tuple[Any, list
 def emitted(steps: list[Any]) -> tuple[list[int], list[int]]:
     """The rows' keys and the bounds, in the order the query receives them."""
     recs = [r for _, _, got in steps for r in got]
-    return [r["k"] for r in recs if not r["is_bound"]], [r["rowtime"] for r in recs if r["is_bound"]]
+    rows = [r["k"] for r in recs if not r["is_bound"]]
+    return rows, [r["rowtime"] for r in recs if r["is_bound"]]
 
 
 def brute_force(versions: list[list[tuple[int, int]]], lateness: int) -> dict[str, Any]:
