@@ -142,13 +142,14 @@ class IcebergVersions:
         schema: pa.Schema,
         schema_version: int,
         *,
-        skip_change_commits: bool = False,
+        skip: Sequence[str] = (),
     ) -> None:
         self.location = location
         self.overrides = dict(overrides)
         self.schema = schema
         self.schema_version = schema_version
-        self.skip_change_commits = skip_change_commits
+        #: the operations of snapshots skipped (overwrite, delete) rather than failing
+        self.skip = tuple(skip)
         self.where = f"Iceberg table {location}"
         self._table: Any = None
 
@@ -205,13 +206,14 @@ class IcebergVersions:
         props = summary.additional_properties
         files: list[DataFile] = []
         if operation in ("overwrite", "delete"):
-            if not self.skip_change_commits:
+            if operation not in self.skip:
                 raise TableChangeError(
                     f"{self.where}: snapshot {s.snapshot_id} (sequence number "
                     f"{s.sequence_number}, {operation}) changes rows already in the table, "
                     "which a stream of its appends cannot take back. Set option "
-                    "skipChangeCommits=true to skip such snapshots (their rows are not read), "
-                    "or start over with a new checkpointLocation"
+                    f"streaming-skip-{operation}-snapshots=true (Iceberg's) or "
+                    "skipChangeCommits=true (both kinds) to skip such snapshots (their rows are "
+                    "not read), or start over with a new checkpointLocation"
                 )
         elif operation == "append":
             self._check_schema(table, s)

@@ -90,6 +90,12 @@ TABLE_OPTIONS: dict[str, str] = {
         "true or false (default): skip versions that delete, update or overwrite rows (else"
         " the query fails naming the version)"
     ),
+    "streaming-skip-overwrite-snapshots": (
+        "Iceberg: true or false (default): skip overwrite snapshots (Iceberg's own option)"
+    ),
+    "streaming-skip-delete-snapshots": (
+        "Iceberg: true or false (default): skip delete snapshots (Iceberg's own option)"
+    ),
     "maxfilespertrigger": "a whole number > 0 of data files per micro-batch (default 1000)",
     "bounds.lateness": (
         "a positive duration (seconds, or a string such as '10 minutes'): after each version, a"
@@ -100,6 +106,8 @@ _SPELLING = {
     "skipchangecommits": "skipChangeCommits",
     "maxfilespertrigger": "maxFilesPerTrigger",
     "bounds.lateness": "bounds.lateness",
+    "streaming-skip-overwrite-snapshots": "streaming-skip-overwrite-snapshots",
+    "streaming-skip-delete-snapshots": "streaming-skip-delete-snapshots",
 }
 _OPTIONS = OptionTable(TABLE_OPTIONS, "format('rowtime') of a table", "the table reader", _SPELLING)
 
@@ -132,6 +140,8 @@ class TableRead:
     #: the version whose schema the read has (later schema changes fail the query)
     schema_version: int
     skip_change_commits: bool = False
+    #: Iceberg: the operations of snapshots skipped rather than failing the query
+    skip_snapshots: tuple[str, ...] = ()
     max_files: int = DEFAULT_MAX_FILES
     #: Iceberg: the catalog's properties from options ``iceberg.<property>``
     overrides: tuple[tuple[str, str], ...] = ()
@@ -165,7 +175,7 @@ class TableRead:
             dict(self.overrides),
             self.columns.table,
             self.schema_version,
-            skip_change_commits=self.skip_change_commits,
+            skip=self.skip_snapshots,
         )
 
     def files(self) -> DeltaFiles | IcebergFiles:
@@ -215,6 +225,18 @@ def parse_table_options(options: Mapping[str, Any]) -> TableRead:
             "table: remove it"
         )
     skip = _flag(given.pop("skipchangecommits", "false"), "skipchangecommits")
+    skip_snapshots = tuple(
+        operation
+        for operation in ("overwrite", "delete")
+        if _flag(given.pop(f"streaming-skip-{operation}-snapshots", "false"),
+                 f"streaming-skip-{operation}-snapshots")
+        or skip
+    )  # fmt: skip
+    if kind == "delta" and any(k.startswith("streaming-skip-") for k in options_given(options)):
+        raise OptionError(
+            "options streaming-skip-overwrite-snapshots and streaming-skip-delete-snapshots are "
+            "Iceberg's; this is a Delta table: set option skipChangeCommits=true instead"
+        )
     max_files = _positive(given.pop("maxfilespertrigger", DEFAULT_MAX_FILES), "maxfilespertrigger")
     lateness_us = _lateness(given)
     user = parse_reader_options(given)
@@ -240,6 +262,7 @@ def parse_table_options(options: Mapping[str, Any]) -> TableRead:
         table_id=table_id,
         schema_version=version,
         skip_change_commits=skip,
+        skip_snapshots=skip_snapshots,
         max_files=max_files,
         overrides=overrides,
         lateness_us=lateness_us,
@@ -276,6 +299,10 @@ def _lateness(given: dict[str, Any]) -> int | None:
         if unit_us is not None:  # else the reader's options name the bad unit
             given["adjust.range"] = str(-(-lateness_us // unit_us))
     return lateness_us
+
+
+def options_given(options: Mapping[str, Any]) -> set[str]:
+    return {str(k).lower() for k in options}
 
 
 def _flag(value: Any, name: str) -> bool:
@@ -358,6 +385,7 @@ class TableSource:
         #: failOnDataLoss=false: how many, and their rows
         self.lost_files = 0
         self.lost_rows = 0
+        self._lost: set[int] = set()
         #: the driver's clock (microseconds), which idle.timeout compares the newest commit with
         self.now_us: Callable[[], int] = lambda: time.time_ns() // 1000
         #: while tasks() reads a planned micro-batch: the offset it ends at
@@ -493,6 +521,11 @@ class TableSource:
                 "keep files longer than a query may stop"
             )
         rows = sum(f.rows for f in gone)
+        if version.version in self._lost:
+            return dataclasses.replace(
+                version, files=tuple(f for f in version.files if f not in gone)
+            )
+        self._lost.add(version.version)  # a version is read again when the query goes back
         self.lost_files += len(gone)
         self.lost_rows += rows
         log.warning(
