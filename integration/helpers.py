@@ -197,6 +197,32 @@ def run_in_local_cluster(code: str, timeout: int = 600) -> str:
     return proc.stdout
 
 
+def start_child_spark(
+    code: str, *args: str, env: dict[str, str] | None = None, log: Any = None
+) -> subprocess.Popen[str]:
+    """A child driver: a new Python running ``code`` (which puts this folder on ``sys.path``
+    and builds its session with :func:`spark_builder`) with ``args``, its Python workers this
+    interpreter, in a process group of its own, so that :func:`kill_child_spark` kills the
+    driver and the JVM it started at once, as a crash of the host would. Output goes to
+    ``log`` (a file: a pipe could fill up and stall the child), else to this process's."""
+    return subprocess.Popen(
+        [sys.executable, "-P", "-c", code, *args],
+        stdout=log,
+        stderr=subprocess.STDOUT if log is not None else None,
+        text=True,
+        start_new_session=True,
+        env={**os.environ, **(env or {}), "PYSPARK_PYTHON": sys.executable},
+    )
+
+
+def kill_child_spark(child: subprocess.Popen[str]) -> None:
+    """SIGKILL a child of :func:`start_child_spark`: its driver and its JVM, no clean-up."""
+    import signal
+
+    os.killpg(child.pid, signal.SIGKILL)
+    child.wait(timeout=120)
+
+
 def at(t_us: int) -> Any:
     """A rowtime for the writer: an aware datetime (an int would be read as milliseconds)."""
     return from_rowtime_us(t_us)

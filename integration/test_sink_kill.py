@@ -37,14 +37,13 @@ from __future__ import annotations
 import os
 import random
 import signal
-import subprocess
-import sys
 import textwrap
 import time
 from pathlib import Path
 
 import pyarrow as pa
 import pytest
+from helpers import kill_child_spark, start_child_spark
 from sink_helpers import published_parquet
 from table_helpers import (
     compact,
@@ -297,18 +296,11 @@ def test_sigkill_the_driver_many_times_and_the_targets_hold_each_row_once(
         aim = TARGETS[(FIRST_AIM[backend] + landed) % len(TARGETS)]
         order = TARGETS[TARGETS.index(aim) :] + TARGETS[: TARGETS.index(aim)]
         log = open(workdir / f"run-{runs}.log", "w+")  # a pipe could fill up and stall it
-        child = subprocess.Popen(
-            [sys.executable, "-P", "-c", code, ",".join(order)],
-            stdout=log,
-            stderr=subprocess.STDOUT,
-            text=True,
-            start_new_session=True,  # its own process group: the driver, its JVM, ...
-            env={
-                **os.environ,
-                **iceberg_catalog_env("kill", props),
-                "PYSPARK_PYTHON": sys.executable,
-                "ROWTIME_LEASE_S": "5",
-            },
+        child = start_child_spark(
+            code,
+            ",".join(order),
+            env={**iceberg_catalog_env("kill", props), "ROWTIME_LEASE_S": "5"},
+            log=log,
         )
         kill = landed < kills
         # Half the kills come a random moment after a write task starts staging (inside the
@@ -333,7 +325,7 @@ def test_sigkill_the_driver_many_times_and_the_targets_hold_each_row_once(
                 ):
                     killed_at = time.monotonic() + extra_s
             if killed_at is not None and time.monotonic() >= killed_at:
-                os.killpg(child.pid, signal.SIGKILL)
+                kill_child_spark(child)
                 break
             time.sleep(0.01)  # polling the checkpoint for a kill point, not waiting on Spark
         child.wait(timeout=120)

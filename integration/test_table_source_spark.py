@@ -243,3 +243,26 @@ def test_three_hops_through_delta_and_iceberg_close_their_last_windows(spark, wo
     got = sorted((r["end"], r["total"]) for r in run.records)
     assert got == sorted(expected.items())
     assert max(expected) == T0_US + 3 * HOUR_US  # the hour [2 h, 3 h): closed by clocks alone
+
+
+@pytest.mark.classic_only("the store does not depend on the mode; classic runs it")
+def test_a_delta_table_on_object_storage_is_read_by_spark(spark, workdir, object_server):
+    # moto's S3 and Azurite: delta-rs writes the table there; one query to quiescence reads
+    # it through delta-rs' object store, with the variables the servers set
+    path = object_server.url(f"delta-{workdir.name}")
+    for rows in ([(1, 20), (2, 10)], [(3, 30)]):
+        data = pa.table(
+            {
+                "id": pa.array([i for i, _ in rows], pa.int64()),
+                "ts": pa.array([T0_US + m * MINUTE_US for _, m in rows], UTC_US),
+            }
+        )
+        deltalake.write_deltalake(path, data, mode="append")
+    run = Run()
+    df = reader(
+        spark, path, table="delta", **{"rowtime.column": "ts", "bounds.lateness": "5 minutes"}
+    )
+    start(df, workdir / "ck", run, available_now=True).awaitTermination()
+    # rows 2 and 1 are released by the bound after version 1 (30 - 5 minutes); 3 is held
+    assert [r["id"] for r in run.rows] == [2, 1]
+    assert run.bounds[-1] == T0_US + 25 * MINUTE_US
