@@ -25,7 +25,14 @@ partition (:class:`~.table_log.TableLog`), and the machinery runs on it unchange
   clock-only version counts as one file); ``maxRowsPerBatch`` then cuts inside a version as it
   cuts a stream;
 * an **error** that names a record's offset also names its version
-  (:meth:`~.table_log.TableLog.where_is`).
+  (:meth:`~.table_log.TableLog.where_is`);
+* a table **without a clock** gets bounds from ``bounds.lateness`` (after each version, the
+  highest rowtime so far less the lateness: :meth:`TableSource._timed`, the highest rowtime
+  carried in the anchor) and ``idle.timeout`` (an idle bound record, a version of no commit,
+  at the highest rowtime once the table was quiet that long in commit time:
+  :meth:`TableSource._idle`); both follow from the versions alone, so replays agree;
+* a version's **data files that are gone** (a VACUUM) follow ``failOnDataLoss``
+  (:meth:`TableSource._kept`), as versions that the log's clean-up removed do.
 
 :class:`TableSource` is what the Spark face calls, one method per Spark call; the tests drive
 it directly. :mod:`.table_delta` reads the versions from ``_delta_log/<version>.json``.
