@@ -124,7 +124,7 @@ def test_the_server_holds_one_message_at_a_time_however_far_ahead_the_client_sen
     reads, commits and lets go of one message before it reads the next (what it holds,
     counted by its ``memory``, never reaches two messages), and answers every one. How far
     ahead the client gets is gRPC's flow-control window, not the server's (the module
-    docstring of flight_server.py; measured in ./dev long below)."""
+    docstring of flight_ingest.py; measured in ./dev long below)."""
     create_stream(str(tmp_path / "orders"), "id BIGINT, name STRING", 1)
     rows, n = 65536, 20
     message = batch(0, rows)  # 1.6 MB, sent n times (as seq 0 .. n-1: each stored once)
