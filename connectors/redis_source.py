@@ -36,7 +36,7 @@ from ..bounds.errors import OptionError, RowtimeError
 from ..bounds.time import TimeFormat
 from ..streams.columns import LOG_ARRIVAL_US, LOG_ROWTIME_US
 from ..streams.meta import validate_defaults
-from ..streams.storage import backend_for, redact_url
+from ..streams.storage import SupportsEntrySource, backend_for, redact_url
 from .feed import Feed
 from .sources import BOUND_FIELD
 
@@ -62,7 +62,7 @@ class RedisSource:
                 raise fail("password_env", "must be the name of an environment variable")
             source = f"{source}{'&' if '?' in source else '?'}password_env={env}"
         # The key is reached through the storage seam: the backend serving the URL's scheme
-        # reads entries others append, if it can (Redis: its entry_source).
+        # reads entries others append, if it can (Redis: a SupportsEntrySource).
         not_redis = (
             f"{redact_url(source)!r} is not a Redis location; use "
             "redis://[user:password@]host:port/db/name (or rediss:// for TLS)"
@@ -71,8 +71,7 @@ class RedisSource:
             backend = backend_for(source)
         except OptionError:
             raise fail("source", not_redis) from None
-        entry_source = getattr(backend, "entry_source", None)
-        if entry_source is None:
+        if not isinstance(backend, SupportsEntrySource):
             raise fail("source", not_redis)
         try:
             resolved = backend.resolve(source)
@@ -119,7 +118,7 @@ class RedisSource:
         # The conversion of entries to rows is the one of streams registered from others
         # (register_external), over this one key, in memory only (nothing is registered on the
         # source server).
-        self.entries = entry_source(resolved, schema, dict(fields), rowtime_field, defaults)
+        self.entries = backend.entry_source(resolved, schema, dict(fields), rowtime_field, defaults)
 
     @property
     def unavailable(self) -> str | None:

@@ -23,7 +23,7 @@ from ..bounds.policies import (
     truncate_array_us,
 )
 from ..streams.columns import LOG_ARRIVAL_US, LOG_ROWTIME_US
-from ..streams.storage import StreamStorage, open_storage
+from ..streams.storage import StreamStorage, open_stream
 from .options import ReaderConfig
 from .tasks import (
     _NO_OFFSETS,
@@ -57,7 +57,7 @@ def read_task(
 ) -> Iterator[pa.RecordBatch]:
     """Replay one partition's step and yield what it emits, as batches of ``schema``; from the
     stream at ``cfg.location``, or from ``stream`` (a table's versions: ``datasource.tables``)."""
-    stream = stream if stream is not None else open_storage(cfg.location)
+    stream = stream if stream is not None else open_stream(cfg.location)
     prev = PartitionState.from_dict(task.prev)
     # the payload columns ``schema`` keeps (a user-given schema may leave some out)
     payload = [n for n in stream.meta.payload_schema.names if n in schema.names]

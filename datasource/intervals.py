@@ -44,7 +44,7 @@ from ..bounds.errors import RowtimeError, SchemaError
 from ..bounds.intervals import INFINITY_US, sliding_window_ends
 from ..bounds.policies import PartitionState
 from ..streams.columns import SPARK_IS_BOUND, SPARK_ROWTIME
-from ..streams.storage import StreamStorage, open_storage
+from ..streams.storage import StreamStorage, open_stream
 from .executor import read_task
 from .options import ReaderConfig
 from .tasks import TS_TYPE, ReadTask, record_times, time_columns
@@ -187,7 +187,7 @@ def read_task_with_intervals(
     at = schema.get_field_index(ROWTIME_END)
     successors = None
     if cfg.interval_count is not None:
-        successors = Successors(cfg, task, open_storage(cfg.location))
+        successors = Successors(cfg, task, open_stream(cfg.location))
     emitted = 0
     for batch in read_task(cfg, task, base):
         bound = as_numpy(batch.column(SPARK_IS_BOUND))

@@ -36,7 +36,7 @@ from ..bounds.policies import (
 from ..bounds.time import format_rowtime
 from ..streams.columns import LOG_ARRIVAL_US, LOG_IS_BOUND
 from ..streams.retention import DataLossError
-from ..streams.storage import StreamStorage, open_storage
+from ..streams.storage import StreamStorage, open_stream
 from ..streams.writer import wall_clock_us
 from .intervals import hold_from
 from .options import ReaderConfig
@@ -136,7 +136,7 @@ class Planner:
     @property
     def stream(self) -> StreamStorage:
         if self._stream is None:
-            self._stream = open_storage(self.cfg.location)
+            self._stream = open_stream(self.cfg.location)
         return self._stream
 
     def available(self) -> list[int]:
@@ -403,10 +403,9 @@ class Planner:
         without idleness)."""
         if st.last_arrival_us is not None:
             return st
-        start_offset = getattr(self.stream, "start_offset", None)
-        kept = start_offset(p) if start_offset is not None else 0
+        kept = self.stream.start_offset(p)
         if st.next == 0:
-            last = getattr(self.stream.meta, "created_us", None)
+            last = self.stream.meta.created_us
         elif st.next - 1 < kept:
             # record next - 1 was removed by retention: its trim keeps that arrival; a trim
             # without it falls back to the first kept record's (a partition then looks active

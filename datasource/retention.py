@@ -21,22 +21,17 @@ from typing import Any
 
 from ..bounds.plan import StreamPosition
 from ..bounds.policies import PartitionState
-from ..streams.retention import TrimState, data_loss
+from ..streams.retention import data_loss
 from ..streams.storage import StreamStorage
 from .options import ReaderConfig
 
 log = logging.getLogger("pyspark_rowtime")
 
 
-def _trim_state(stream: StreamStorage, partition: int) -> TrimState:
-    get = getattr(stream, "trim_state", None)
-    return get(partition) if get is not None else TrimState()
-
-
 def earliest_states(stream: StreamStorage, cfg: ReaderConfig) -> list[PartitionState]:
     """Each partition's state at its first kept record, for ``cfg``'s policy and column."""
     return [
-        _trim_state(stream, p).policy_state(cfg.policy, cfg.rowtime_column)
+        stream.trim_state(p).policy_state(cfg.policy, cfg.rowtime_column)
         for p in range(stream.meta.partitions)
     ]
 
@@ -55,13 +50,12 @@ def skip_removed(
     states = list(pos.partitions)
     moved: dict[int, tuple[int, int]] = {}
     for p, st in enumerate(pos.partitions):
-        start = getattr(stream, "start_offset", None)
-        kept = start(p) if start is not None else 0
+        kept = stream.start_offset(p)
         if st.scan >= kept:
             continue
         if cfg.fail_on_data_loss:
             raise data_loss(cfg.location, p, st.scan, kept)
-        at = _trim_state(stream, p).policy_state(cfg.policy, cfg.rowtime_column)
+        at = stream.trim_state(p).policy_state(cfg.policy, cfg.rowtime_column)
         kept = at.next  # the trim state read just now (a later trim may have moved on)
         if st.next <= kept:
             states[p] = dataclasses.replace(at, discarded=st.discarded)

@@ -31,7 +31,7 @@ from ..streams.spark_compat import (
     SupportsTriggerAvailableNow,
     require_supported_spark,
 )
-from ..streams.storage import LocationKind, open_storage, what_is_at
+from ..streams.storage import LocationKind, open_stream, what_is_at
 from .executor import read_task
 from .intervals import read_task_with_intervals, with_rowtime_end
 from .options import ReaderConfig, parse_reader_options, refuse_batch_only_options
@@ -69,7 +69,7 @@ def _config(options: Any, conf_catalog: str | None = None) -> tuple[ReaderConfig
         parse_reader_options(opts)  # raises the error that names option path
     location = next(v for k, v in opts.items() if k.lower() == "path")
     try:
-        meta = open_storage(location).meta
+        meta = open_stream(location).meta
     except StreamNotFoundError:
         if what_is_at(location).kind is LocationKind.PENDING_STREAM_TARGET:
             raise StreamNotFoundError(
@@ -152,7 +152,7 @@ class RowtimeReaderSource(DataSource):
 
     def _reading_columns(self, schema: StructType) -> tuple[ReaderConfig, pa.Schema]:
         cfg, arrow = self._reading()
-        payload = open_storage(cfg.location).meta.payload_schema.names
+        payload = open_stream(cfg.location).meta.payload_schema.names
         return cfg, chosen_columns(arrow, payload, schema)
 
     def _table(self, schema: StructType | None = None) -> tuple[Any, pa.Schema] | None:

@@ -30,7 +30,7 @@ from helpers import BASE_US, US, at
 import pyspark_rowtime as pr
 from pyspark_rowtime.source import RowtimeDataSource
 from pyspark_rowtime.streams.catalog import ensure_stream, load_catalog
-from pyspark_rowtime.streams.storage import open_storage
+from pyspark_rowtime.streams.storage import open_stream
 
 CATALOG = """
 [streams.orders]
@@ -59,7 +59,7 @@ def _catalog(workdir: Path) -> str:
 
 
 def _copied(workdir: Path) -> list[tuple[str, int, int]]:
-    stream = open_storage(str(workdir / "copy"))
+    stream = open_stream(str(workdir / "copy"))
     out = []
     for p in range(stream.meta.partitions):
         for r in stream.read(p, 0, stream.end_offset(p)).to_pylist():

@@ -34,7 +34,7 @@ from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql import functions as F
 
 import pyspark_rowtime as pr
-from pyspark_rowtime.streams.storage import open_storage
+from pyspark_rowtime.streams.storage import open_stream
 
 OPTIONS = {"order": "drop", "idle.timeout": "5 seconds"}
 
@@ -74,7 +74,7 @@ def test_a_silent_partition_stops_holding_windows_and_its_late_rows_are_quaranti
 ) -> None:
     location = str(tmp_path / "s")
     pr.create_stream(location, "p INT, i INT", partitions=2)
-    c0 = open_storage(location).meta.created_us
+    c0 = open_stream(location).meta.created_us
     assert c0 is not None
     ck = tmp_path / "ck"
     query_df = windowed_counts(pr.with_watermark(reader(spark, location, **OPTIONS)))

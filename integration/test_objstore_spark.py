@@ -16,7 +16,7 @@ from sink_helpers import published_parquet
 
 from pyspark_rowtime.api import create_stream, get_rowtime_bound, open_writer, read_stream
 from pyspark_rowtime.bounds.bounds import END_OF_STREAM_US
-from pyspark_rowtime.streams.storage import LocationKind, open_storage, what_is_at
+from pyspark_rowtime.streams.storage import LocationKind, open_stream, what_is_at
 
 pytestmark = pytest.mark.classic_only("the store does not depend on the mode; classic runs it")
 
@@ -78,7 +78,7 @@ def test_a_stream_on_object_storage_is_read_and_written_by_spark(
         )
     )
     assert got_out == sorted(expected)
-    assert open_storage(out).stream_clock_us() == open_storage(src).stream_clock_us()
+    assert open_stream(out).stream_clock_us() == open_stream(src).stream_clock_us()
 
     # more rows and the end of the stream: the restarted query appends each row once
     expected += _write(src, range(40, 60))
@@ -89,12 +89,12 @@ def test_a_stream_on_object_storage_is_read_and_written_by_spark(
     t = read_stream(out)
     data = t.filter(pa.compute.invert(t.column("is_bound")))
     assert sorted(data.column("id").to_pylist()) == sorted(i for _, i, _ in expected)
-    assert open_storage(out).stream_clock_us() == END_OF_STREAM_US
+    assert open_stream(out).stream_clock_us() == END_OF_STREAM_US
     assert get_rowtime_bound(out) is not None
     # the sink's exactly-once state lies below the target's prefix, on the store
-    from pyspark_rowtime.streams.storage import sink_store
+    from pyspark_rowtime.streams.sink_state import backend_sink_state
 
-    state = sink_store(out)
+    state = backend_sink_state(out)
     assert state is not None and state.batches()
 
 

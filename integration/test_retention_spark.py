@@ -18,7 +18,7 @@ from pyspark.sql import SparkSession
 
 import pyspark_rowtime as pr
 from pyspark_rowtime.streams.retention import apply_retention
-from pyspark_rowtime.streams.storage import open_storage
+from pyspark_rowtime.streams.storage import open_stream
 
 
 def write(location: str, first: int, last: int, per_flush: int) -> None:
@@ -54,7 +54,7 @@ def test_a_query_restarted_after_a_trim_fails_or_skips_and_counts(
     assert sorted(r["k"] for r in first.rows) == list(range(10))
 
     write(location, 10, 40, per_flush=10)
-    trimmed = apply_retention(open_storage(location), before_us=BASE_US + 25 * US)
+    trimmed = apply_retention(open_stream(location), before_us=BASE_US + 25 * US)
     assert [(r.before.start, r.after.start) for r in trimmed] == [(0, 20)]
 
     with pytest.raises(StreamingQueryException) as failed:

@@ -21,7 +21,7 @@ from pyspark.sql import functions as F
 from pyspark_rowtime.api import create_stream, get_rowtime_bound, open_writer, read_stream
 from pyspark_rowtime.bounds.bounds import END_OF_STREAM_US
 from pyspark_rowtime.sink.parquet_target import COMPLETE_MARKER, parquet_clock_us, partition_name
-from pyspark_rowtime.streams.storage import open_storage
+from pyspark_rowtime.streams.storage import open_stream
 from pyspark_rowtime.watermark import with_watermark
 
 MINUTE_US = 60_000_000
@@ -34,7 +34,7 @@ def at(us: int) -> dt.datetime:
 
 
 def stream_clock(path: Path | str) -> int | None:
-    return open_storage(path).stream_clock_us()
+    return open_stream(path).stream_clock_us()
 
 
 def data_of(path: Path) -> list[tuple]:
@@ -57,7 +57,7 @@ def assert_passed_through(path: Path, expected: list[tuple]) -> None:
     every row once with its rowtime, and partition p of the target holds the rows of
     partition p of the source, its records (rows and bounds) in rowtime order."""
     assert sorted(data_of(path)) == sorted(expected)
-    assert open_storage(path).meta.partitions == 2
+    assert open_stream(path).meta.partitions == 2
     t = read_stream(path)
     for p in range(2):
         part = t.filter(pa.compute.equal(t.column("partition"), p))
@@ -243,7 +243,7 @@ def test_windowed_aggregation_clock_covers_every_window_written_and_no_more(
     if target == "parquet":
         assert all((p / COMPLETE_MARKER).exists() for p in out.glob("rowtime_hour=*"))
     else:  # results of Spark's shuffle tasks (2 here): one stream in rowtime order
-        assert open_storage(out).meta.partitions == 1
+        assert open_stream(out).meta.partitions == 1
         times = [t for t, _n, _total in data_of(out)]
         assert times == sorted(times)
 
@@ -254,7 +254,7 @@ def test_a_pass_through_with_the_watermark_clock_keeps_a_partition_per_task(spar
     runs are linked: the driver copies no row (issue 35)."""
     import pyarrow.parquet as pq
 
-    from pyspark_rowtime.sink.layout import SinkState
+    from pyspark_rowtime.sink.layout import FolderSinkState
 
     src = workdir / "files"
     src.mkdir()
@@ -271,12 +271,12 @@ def test_a_pass_through_with_the_watermark_clock_keeps_a_partition_per_task(spar
     query.processAllAvailable()
     query.stop()
     assert sorted(data_of(out)) == sorted(expected)
-    assert open_storage(out).meta.partitions == 2
+    assert open_stream(out).meta.partitions == 2
     t = read_stream(out)
     for p in range(2):
         times = t.filter(pa.compute.equal(t.column("partition"), p)).column("rowtime")
         assert times.cast(pa.int64()).to_pylist() == sorted(times.cast(pa.int64()).to_pylist())
-    state = SinkState(str(out))
+    state = FolderSinkState(str(out))
     parts = [part for batch in state.batches() for part in state.entry(batch)["parts"]]
     assert parts and all(part["mode"] == "link" for part in parts if part["rows"])
 
@@ -348,7 +348,7 @@ def test_in_local_cluster_executors_stage_segments_and_the_driver_links_them(wor
     import pyarrow.dataset as ds
     from helpers import run_in_local_cluster
 
-    from pyspark_rowtime.sink.layout import SinkState
+    from pyspark_rowtime.sink.layout import FolderSinkState
 
     source = workdir / "a"
     create_stream(source, "id BIGINT, tag STRING", partitions=2)
@@ -370,7 +370,7 @@ def test_in_local_cluster_executors_stage_segments_and_the_driver_links_them(wor
     b = workdir / "b"
     assert_passed_through(b, expected)
     assert stream_clock(b) == END_OF_STREAM_US
-    state = SinkState(str(b))
+    state = FolderSinkState(str(b))
     entries = [state.entry(batch) for batch in state.batches()]
     assert len(entries) >= 4  # 300 rows, 40 a batch
     data_parts = [part for e in entries for part in e["parts"] if part["rows"]]

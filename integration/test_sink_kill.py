@@ -65,7 +65,7 @@ from pyspark_rowtime.sink.parquet_target import (
     parquet_clock_us,
     target_files_at,
 )
-from pyspark_rowtime.streams.storage import LocationKind, open_storage, what_is_at
+from pyspark_rowtime.streams.storage import LocationKind, open_stream, what_is_at
 
 ROWS = 2400
 BOUND_EVERY = 100  # rows between the writer's bounds
@@ -172,7 +172,7 @@ class Clocks:
         out = self.at["stream"]
         exists = what_is_at(out).kind is LocationKind.STREAM
         now: dict[str, int | None] = {
-            "stream": open_storage(out).stream_clock_us() if exists else None,
+            "stream": open_stream(out).stream_clock_us() if exists else None,
             "parquet": parquet_clock_us(self.at["parquet"]),
         }
         if tables or time.monotonic() - self.last_table_read > 1.0:
@@ -193,7 +193,7 @@ def where_it_died(work: Path, at: dict[str, str]) -> str:
     out = open_sink_state(location)
     latest = out.latest()
     if latest is not None and what_is_at(location).kind is LocationKind.STREAM:
-        stream = open_storage(location)
+        stream = open_stream(location)
         for part in latest["parts"]:
             records = part["rows"] + (part["bound_us"] is not None)
             if stream.end_offset(part["partition"]) < part["start"] + records:
@@ -359,7 +359,7 @@ def test_sigkill_the_driver_many_times_and_the_targets_hold_each_row_once(
         )
     )
     assert got == expected
-    assert open_storage(out).stream_clock_us() == END_OF_STREAM_US
+    assert open_stream(out).stream_clock_us() == END_OF_STREAM_US
 
     # Parquet: the same rows, once; every minute complete
     pq_at = at["parquet"]

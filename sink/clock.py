@@ -35,7 +35,7 @@ from collections.abc import Iterable
 
 from ..bounds.bounds import END_OF_STREAM_US
 from ..bounds.errors import CorruptLogError, OptionError
-from ..streams.storage import target_files
+from ..streams.sink_state import target_files
 
 __all__ = [
     "advance",

@@ -42,7 +42,8 @@ import pyarrow.parquet as pq
 from ..bounds.errors import CorruptLogError, OptionError, SchemaError
 from ..streams.columns import SPARK_ROWTIME
 from ..streams.ddl import to_ddl
-from ..streams.storage import SINK_KIND_DELTA, LocationKind, TargetFiles, what_is_at
+from ..streams.sink_state import SINK_KIND_DELTA, TargetFiles
+from ..streams.storage import LocationKind, what_is_at
 from ..streams.tables import CLOCK_KEY, delta_table, delta_uri, require_deltalake
 from .layout import open_sink_state
 from .options import SinkConfig

@@ -31,7 +31,7 @@ import pyarrow as pa
 
 from ..bounds.errors import CorruptLogError, OptionError, SchemaError
 from ..streams.columns import SPARK_ROWTIME
-from ..streams.storage import TargetFiles, owner_conflict
+from ..streams.sink_state import TargetFiles, owner_conflict
 from ..streams.tables import (
     CLOCK_KEY,
     iceberg_catalog,

@@ -16,8 +16,9 @@ fsync'd: a reader sees the old file or the new one, never half of one, and after
 (SIGKILL or power loss) what was acknowledged is still there.
 
 A backend that keeps streams away from this machine keeps a stream target's state itself
-(:func:`open_sink_state` asks :func:`streams.storage.sink_store`; Redis keeps it in keys of
-the stream's namespace), with the same operations (:class:`streams.storage.SinkStore`).
+(:func:`open_sink_state` asks :func:`streams.sink_state.backend_sink_state`; Redis keeps it
+in keys of the stream's namespace), with the same operations
+(:class:`streams.sink_state.SinkState`).
 
 Only the latest batches can be replayed by Spark (a restart re-runs the last batch whose commit
 Spark had not logged), so the manifest keeps the last :data:`MANIFEST_KEEP` entries.
@@ -44,19 +45,19 @@ from ..streams.lock import (  # wait_for_lock: used here, and by stream_target
 )
 from ..streams.meta import fsync_dir, fsync_file, make_dirs, narrow_mode
 from ..streams.segments import SegmentStats, open_verified_segment, write_segment_file
-from ..streams.storage import SINK_DIR as STORAGE_SINK_DIR
-from ..streams.storage import (
+from ..streams.sink_state import SINK_DIR as STORAGE_SINK_DIR
+from ..streams.sink_state import (
     SINK_FORMAT,
     SINK_FORMAT_VERSION,
     SINK_TARGET_FILE,
     RunChunks,
-    SinkStore,
+    SinkState,
     Staged,
+    backend_sink_state,
     check_sink_version,
     claim_target,
     define_target_once,
     latest_entry,
-    sink_store,
 )
 
 # The folder and the file that say what a target is are defined below the sink, in
@@ -144,7 +145,7 @@ def read_json(path: str) -> Any | None:
         raise CorruptLogError(f"sink file {path} cannot be read ({e}): it was damaged") from e
 
 
-class SinkState:
+class FolderSinkState:
     """The ``_rowtime_sink`` folder of one target."""
 
     def __init__(self, target_location: str) -> None:
@@ -154,7 +155,7 @@ class SinkState:
         self.staging_dir = os.path.join(self.root, STAGING_DIR)
 
     def __repr__(self) -> str:
-        return f"SinkState({self.target!r})"
+        return f"FolderSinkState({self.target!r})"
 
     def ensure(self) -> None:
         """Create the folders (idempotent)."""
@@ -323,7 +324,7 @@ class SinkState:
                     pass
 
 
-def open_sink_state(location: str) -> SinkStore:
+def open_sink_state(location: str) -> SinkState:
     """The state store of the stream target at ``location``: its backend's own when it keeps
     one (Redis keeps it with the stream), else the ``_rowtime_sink`` folder beside the target."""
-    return sink_store(location) or SinkState(location)
+    return backend_sink_state(location) or FolderSinkState(location)

@@ -1,10 +1,10 @@
 """The manifest entries of both targets, as typed, frozen records.
 
 An entry is written once per batch as JSON under ``<target>/_rowtime_sink/manifest/``
-(:class:`sink.layout.SinkState`); :meth:`to_dict` gives exactly the JSON earlier versions wrote
-(staged files as short lists), and :meth:`from_dict` reads it back, so checkpoints and targets
-written before these classes existed replay unchanged. Times are microseconds since the epoch;
-``clock`` is the same clock for people (ISO-8601 UTC).
+(:class:`sink.layout.FolderSinkState`); :meth:`to_dict` gives exactly the JSON earlier versions
+wrote (staged files as short lists), and :meth:`from_dict` reads it back, so checkpoints and
+targets written before these classes existed replay unchanged. Times are microseconds since the
+epoch; ``clock`` is the same clock for people (ISO-8601 UTC).
 """
 
 from __future__ import annotations

@@ -20,14 +20,8 @@ from ..bounds.errors import OptionError, SchemaError
 from ..streams.columns import SPARK_COLUMNS, SPARK_IS_BOUND, SPARK_ROWTIME
 from ..streams.options import OptionTable
 from ..streams.retention import format_duration, parse_retention, parse_size
-from ..streams.storage import (
-    MAX_PARTITIONS,
-    local_path,
-    redact_url,
-    resolve,
-    sink_store,
-    target_files,
-)
+from ..streams.sink_state import backend_sink_state, target_files
+from ..streams.storage import MAX_PARTITIONS, local_path, redact_url, resolve
 from ..streams.tables import is_iceberg_location
 
 GRANULARITY_US = {
@@ -282,7 +276,11 @@ def parse_sink_options(
         location = resolve(path)
     except OptionError as e:
         raise OptionError(f"option path: {e}") from None
-    if target == "parquet" and sink_store(location) is not None and target_files(location) is None:
+    if (
+        target == "parquet"
+        and backend_sink_state(location) is not None
+        and target_files(location) is None
+    ):
         # Parquet files go to a folder or an object store, their state (intents, staged files)
         # beside them; a backend that keeps no files (Redis) holds streams only.
         raise OptionError(
@@ -327,7 +325,11 @@ def _check_table_location(target: str, path: str, location: str, granularity: st
             f"option path={redact_url(path)!r} names an Iceberg table: set option "
             "target=iceberg to write it"
         )
-    elif target == "delta" and sink_store(location) is not None and target_files(location) is None:
+    elif (
+        target == "delta"
+        and backend_sink_state(location) is not None
+        and target_files(location) is None
+    ):
         raise OptionError(
             f"option path={redact_url(path)!r}: target=delta writes a Delta table to a local "
             "folder or object storage (s3://, az://, abfss://); this location's backend keeps "

@@ -31,7 +31,7 @@ everything it covers is in place.
 
 **Where the files are.** A local folder (:class:`LocalFiles`: rename, hard links, ``flock``,
 ``fsync``), or a location of a backend that keeps files itself, object storage
-(:func:`streams.storage.target_files`): there a staged file is a multipart upload, visible only
+(:func:`streams.sink_state.target_files`): there a staged file is a multipart upload, visible only
 once complete; publishing is a server-side copy; ``_COMPLETE`` is created with
 ``If-None-Match: *``; ``clock.json`` moves by compare-and-swap; and the commit lock is a lease
 (``_rowtime_sink/commit.lease``). The steps and their order are the same.
@@ -59,14 +59,8 @@ from ..bounds.time import from_rowtime_us
 from ..streams.columns import SPARK_ROWTIME
 from ..streams.ddl import to_ddl
 from ..streams.meta import fsync_dir, fsync_file, make_dirs, narrow_mode
-from ..streams.storage import (
-    SINK_KIND_PARQUET,
-    LocationKind,
-    SinkStore,
-    TargetFiles,
-    target_files,
-    what_is_at,
-)
+from ..streams.sink_state import SINK_KIND_PARQUET, SinkState, TargetFiles, target_files
+from ..streams.storage import LocationKind, what_is_at
 from .clock import advance
 from .layout import (
     CLOCK_FILE,
@@ -123,7 +117,7 @@ CLOCK_NAME = f"{SINK_DIR}/{CLOCK_FILE}"
 
 
 class LocalFiles:
-    """A Parquet target's files in a local folder (:class:`streams.storage.TargetFiles`):
+    """A Parquet target's files in a local folder (:class:`streams.sink_state.TargetFiles`):
     written, ``fsync``'d, renamed and linked into place, so that a crash or power loss keeps
     what a commit acknowledged."""
 
@@ -215,7 +209,7 @@ def target_files_at(path: str) -> TargetFiles:
     return target_files(path) or LocalFiles(path)
 
 
-class _ParquetState(SinkStore, Protocol):
+class _ParquetState(SinkState, Protocol):
     """The sink state a Parquet target needs: a stream target's, and one commit at a time."""
 
     def commit_lock(self) -> AbstractContextManager[None]: ...

@@ -1,12 +1,12 @@
 """A rowtime-stream target: a query's output appended to a stream, exactly once, with bounds.
 
 The target is a stream (a folder of the embedded log, or another backend's location, whose
-backend may keep the sink's state with the stream: :func:`streams.storage.sink_store`) with
-the query's payload columns (its columns minus ``rowtime`` and ``is_bound``). Data rows are
-appended with their ``rowtime`` as explicit rowtime, each partition in rowtime order; the
-batch's clock (bound records or watermark, :mod:`sink.clock`) becomes a bound record after them
-in every partition it moves, so a query reading the target sees the same progress (SQLstream
-pumps pass bounds on the same way).
+backend may keep the sink's state with the stream:
+:func:`streams.sink_state.backend_sink_state`) with the query's payload columns (its columns
+minus ``rowtime`` and ``is_bound``). Data rows are appended with their ``rowtime`` as explicit
+rowtime, each partition in rowtime order; the batch's clock (bound records or watermark,
+:mod:`sink.clock`) becomes a bound record after them in every partition it moves, so a query
+reading the target sees the same progress (SQLstream pumps pass bounds on the same way).
 
 **Partitions.** A new target gets option ``partitions``, or by default one partition per write
 task of its first batch (a pass-through query keeps its source's partitioning: task ``i``
@@ -78,14 +78,8 @@ from ..streams.segments import (
     segment_record_batches,
     segment_schema,
 )
-from ..streams.storage import (
-    SINK_KIND_STREAM,
-    LocationKind,
-    StreamStorage,
-    create_storage,
-    open_storage,
-    what_is_at,
-)
+from ..streams.sink_state import SINK_KIND_STREAM
+from ..streams.storage import LocationKind, StreamStorage, create_stream, open_stream, what_is_at
 from ..streams.writer import Writer, wall_clock_us
 from .clock import checkpoint_keeps_state
 from .contiguous import Contiguous
@@ -332,7 +326,7 @@ class StreamTarget:
         """The target stream, or None before the first commit created it."""
         if what_is_at(self.cfg.location).kind is not LocationKind.STREAM:
             return None
-        return open_storage(self.cfg.location)
+        return open_stream(self.cfg.location)
 
     def _payload(self) -> pa.Schema:
         try:
@@ -382,7 +376,7 @@ class StreamTarget:
                 )
         self.state.define_target({"kind": KIND})
         if stream is None and cfg.partitions is not None:
-            create_storage(cfg.location, wanted, cfg.partitions, **cfg.retention)
+            create_stream(cfg.location, wanted, cfg.partitions, **cfg.retention)
 
     # -- executors ----------------------------------------------------------------------------
 
@@ -431,7 +425,7 @@ class StreamTarget:
                 raise CorruptLogError(
                     f"{self.where}: batch {batch_id} has an intent, and the stream is missing"
                 )
-            stream = create_storage(
+            stream = create_stream(
                 self.cfg.location,
                 self._payload(),
                 self._new_partitions(len(reports)),

@@ -27,7 +27,7 @@ import pyarrow as pa
 
 from ..bounds.time import format_rowtime
 from ..streams.ddl import to_ddl
-from ..streams.storage import SINK_DIR, SINK_TARGET_FILE
+from ..streams.sink_state import SINK_DIR, SINK_TARGET_FILE
 from ..streams.tables import CLOCK_KEY, delta_table, iceberg_table, parse_iceberg_location
 from .options import GRANULARITY_US
 from .parquet_target import partition_name, target_files_at

@@ -44,7 +44,7 @@ from typing import Any, Protocol
 import pyarrow as pa
 
 from ..bounds.errors import CommitError
-from ..streams.storage import TargetFiles
+from ..streams.sink_state import TargetFiles
 from .clock import advance, checkpoint_query_id
 from .options import SinkConfig
 from .parquet_target import PartitionFiles, WrittenFile, partition_name

@@ -18,7 +18,7 @@ from typing import Any, Protocol
 import numpy as np
 import pyarrow as pa
 
-from ..streams.storage import SinkStore
+from ..streams.sink_state import SinkState
 from .options import SinkConfig
 from .task import RowSplitter, StagedFile, TaskInfo, TaskReport
 
@@ -48,7 +48,7 @@ class Target(Protocol):
     where: str
 
     @property
-    def state(self) -> SinkStore:
+    def state(self) -> SinkState:
         """Where the target's manifest and staged runs live (``sink.layout``)."""
         ...
 

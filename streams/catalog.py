@@ -67,7 +67,7 @@ from ..bounds.errors import OptionError, RowtimeError, StreamNotFoundError
 from ..bounds.redaction import holds_secret, names_a_secret, redact, split_userinfo
 from .ddl import to_ddl
 from .meta import payload_schema, validate_defaults
-from .storage import MAX_PARTITIONS, create_storage, open_storage, resolve
+from .storage import MAX_PARTITIONS, create_stream, open_stream, resolve
 
 if TYPE_CHECKING:
     from .storage import StreamStorage
@@ -617,12 +617,12 @@ def ensure_stream(entry: StreamEntry) -> StreamStorage:
     """
 
     try:
-        storage = open_storage(entry.location)
+        storage = open_stream(entry.location)
     except StreamNotFoundError:
         storage = None
     if storage is None:
         try:
-            return create_storage(
+            return create_stream(
                 entry.location,
                 entry.schema,
                 entry.partitions,

@@ -48,12 +48,11 @@ import math
 import re
 import threading
 import time
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, replace
-from typing import Any, Protocol
+from typing import Any
 
 import numpy as np
-import pyarrow as pa
 import pyarrow.compute as pc
 
 from ..bounds.arrays import as_numpy, to_arrow
@@ -64,6 +63,7 @@ from ..bounds.policies import PartitionState, Policy, make_policy
 from ..bounds.time import TimeFormat
 from ..bounds.versions import newer_format
 from .columns import LOG_ARRIVAL_US, LOG_IS_BOUND, LOG_ROWTIME_US, LOG_SYSTEM_COLUMNS
+from .storage import StreamStorage, SupportsTrim
 
 __all__ = [
     "RETENTION_FILE",
@@ -437,39 +437,6 @@ class TrimResult:
         return self.after.removed_bytes - self.before.removed_bytes
 
 
-class Trimmable(Protocol):
-    """What a backend adds to :class:`~.storage.StreamStorage` for retention."""
-
-    meta: Any
-    location: str
-
-    def start_offset(self, partition: int) -> int: ...
-
-    def trim_state(self, partition: int) -> TrimState: ...
-
-    def retention(self) -> Retention: ...
-
-    def set_retention(self, retention: Retention) -> None: ...
-
-    def trim_partition(
-        self, partition: int, decide: Callable[[list[Unit], TrimState], TrimState | None]
-    ) -> TrimResult | None: ...
-
-    def read(
-        self, partition: int, start: int, end: int, columns: Sequence[str] | None = None
-    ) -> pa.Table: ...
-
-    def end_offset(self, partition: int) -> int: ...
-
-    def stream_clock_us(self) -> int | None: ...
-
-    def clock_us(self, partition: int) -> int | None: ...
-
-    def tail(self, partition: int) -> Any: ...
-
-    def partition_stats(self, partition: int) -> list[Any]: ...
-
-
 def _time_format(defaults: Mapping[str, Any]) -> TimeFormat:
     return TimeFormat(
         defaults.get("rowtime_unit", "ms"),
@@ -480,7 +447,7 @@ def _time_format(defaults: Mapping[str, Any]) -> TimeFormat:
 
 
 def unit_times(
-    storage: Trimmable, partition: int, first: int, end: int, column: str | None
+    storage: StreamStorage, partition: int, first: int, end: int, column: str | None
 ) -> tuple[np.ndarray, np.ndarray]:
     """Each record's time in ``[first, end)`` (a data row's rowtime, promoted from the stream's
     default ``column`` when given; a bound's bound) and which records are bounds."""
@@ -500,7 +467,7 @@ def unit_times(
 
 
 def _with_column_max(
-    storage: Trimmable, partition: int, units: list[Unit], column: str, upto: int
+    storage: StreamStorage, partition: int, units: list[Unit], column: str, upto: int
 ) -> list[Unit]:
     """``units`` with :attr:`Unit.column_max_us` read for the first ``upto`` of them."""
     out = []
@@ -514,7 +481,7 @@ def _with_column_max(
 
 
 def _keep_from(
-    storage: Trimmable,
+    storage: StreamStorage,
     partition: int,
     units: Sequence[Unit],
     prev: TrimState,
@@ -544,14 +511,14 @@ def _keep_from(
     return units[0].first if units else None
 
 
-def _newest_row(storage: Trimmable, partition: int) -> int | None:
+def _newest_row(storage: StreamStorage, partition: int) -> int | None:
     newest = None
     for s in storage.partition_stats(partition):
         newest = _max(newest, s.max_rowtime_us)
     return newest
 
 
-def live_partitions(storage: Trimmable) -> list[int]:
+def live_partitions(storage: StreamStorage) -> list[int]:
     """The partitions that hold the stream clock for a query with the stream's own defaults:
     all of them, or with the stream default ``idle_timeout`` those not idle (SPEC 12) as of
     the newest arrival in the stream, decided from the partitions' last arrivals (a partition
@@ -563,7 +530,7 @@ def live_partitions(storage: Trimmable) -> list[int]:
     if timeout is None:
         return every
     timeout_us = parse_duration_us(str(timeout), what="stream default idle_timeout")
-    created = getattr(storage.meta, "created_us", None)
+    created = storage.meta.created_us
     lasts: list[int | None] = []
     for p in every:
         last = storage.tail(p).last_arrival_us
@@ -577,7 +544,7 @@ def live_partitions(storage: Trimmable) -> list[int]:
     return live
 
 
-def live_clock(storage: Trimmable) -> int | None:
+def live_clock(storage: StreamStorage) -> int | None:
     """The stream clock over :func:`live_partitions` (SPEC 5's minimum, without the idle)."""
     clocks = [storage.clock_us(p) for p in live_partitions(storage)]
     if not clocks or any(c is None for c in clocks):
@@ -585,7 +552,7 @@ def live_clock(storage: Trimmable) -> int | None:
     return min(c for c in clocks if c is not None)
 
 
-def emitted_clock(storage: Trimmable, policy: Policy, column: str | None) -> int | None:
+def emitted_clock(storage: StreamStorage, policy: Policy, column: str | None) -> int | None:
     """The stream clock a query under the stream's ``policy`` has reached: the minimum over
     partitions of ``max(reference - range, bound)`` (SPEC 6.5), below the storage's stream
     clock by up to ``adjust.range``. Rows above it are released but not yet emitted (they wait
@@ -615,7 +582,7 @@ def emitted_clock(storage: Trimmable, policy: Policy, column: str | None) -> int
     return min(lines)
 
 
-def plan_cutoff(storage: Trimmable, retention: Retention, before_us: int | None) -> int | None:
+def plan_cutoff(storage: StreamStorage, retention: Retention, before_us: int | None) -> int | None:
     """The rowtime before which units may go: ``before_us``, or the retention measured back
     from the stream clock (from the newest data rowtime of the stream when the clock is beyond
     it), whichever removes more; None when neither applies (no retention, or a partition
@@ -634,7 +601,7 @@ def plan_cutoff(storage: Trimmable, retention: Retention, before_us: int | None)
 
 
 def apply_retention(
-    storage: Trimmable,
+    storage: SupportsTrim,
     *,
     before_us: int | None = None,
     partitions: Sequence[int] | None = None,
@@ -657,7 +624,7 @@ def apply_retention(
 
 
 def _apply_retention(
-    storage: Trimmable,
+    storage: SupportsTrim,
     before_us: int | None,
     partitions: Sequence[int] | None,
     use_retention: bool,
@@ -731,13 +698,14 @@ class RetentionCheck:
     seconds per partition and process (the first append of a process checks at once).
     Housekeeping: a failure is logged, never raised into the append that committed."""
 
-    def __init__(self, storage: Any, partition: int) -> None:
-        self.storage = storage
+    def __init__(self, storage: StreamStorage, partition: int) -> None:
+        #: None for a stream that keeps no retention (not a :class:`SupportsTrim`)
+        self.storage = storage if isinstance(storage, SupportsTrim) else None
         self.partition = partition
-        self._key = (str(getattr(storage, "location", "")), partition)
+        self._key = (storage.location, partition)
 
     def after_append(self) -> list[TrimResult]:
-        if not hasattr(self.storage, "trim_partition"):
+        if self.storage is None:
             return []
         now = time.monotonic()
         with _LAST_CHECK_LOCK:

@@ -713,7 +713,7 @@ def append_segment_blobs(appender: Any, blobs: Iterable[bytes], prefix: str) -> 
 
 
 class StagedBlobs:
-    """:meth:`~.storage.SinkStore.open_staged` and :meth:`~.storage.SinkStore.append_staged`
+    """:meth:`~.sink_state.SinkState.open_staged` and :meth:`~.sink_state.SinkState.append_staged`
     of a sink store that keeps each staged run as one blob in the segment format (object
     storage, Redis): the store fetches a blob (``_blob``); appending writes the blobs to
     temporary files (named from ``_blob_prefix``) and appends them as segment files, which the

@@ -9,10 +9,19 @@ point of the group :data:`ENTRY_POINT_GROUP` for each URL scheme it serves (``fi
 plain paths). :func:`backend_for` loads a backend the first time a location of its scheme is
 used, so a user of one backend never imports another's package or client library. This
 package's own backends are also named in :data:`PACKAGED`, which finds them without reading
-any distribution's metadata (and where it is missing). What only some backends can do is a
-capability the caller looks for with ``getattr`` (``sink_store``, ``target_files`` and
-``entry_source`` on a :class:`Backend`; ``retention``, ``set_retention``, ``trim_partition``,
-``stored_bytes``, ``verify`` on a stream). Nothing in ``datasource/``, ``sink/``,
+any distribution's metadata (and where it is missing). What every backend must do is
+:class:`StreamStorage` and :class:`Backend`, called directly; what only some can do is a
+*capability*, a protocol of its own checked with ``isinstance`` (never probed by name):
+
+* on a stream: :class:`SupportsTrim` (a retention, and trims of a partition's head: every
+  backend of this package), :class:`SupportsVerify` (every record batch against its checksum),
+  :class:`SupportsStoredBytes` (the bytes a partition takes), :class:`SupportsWriterOf` (who
+  holds a partition's lock, without taking it);
+* on a backend: :class:`SupportsEntrySource` (entries others append, for a connector), and the
+  sink's :class:`~.sink_state.SupportsSinkState` and :class:`~.sink_state.SupportsTargetFiles`
+  (:mod:`.sink_state`, the sink's own seams: its state and its target files).
+
+Nothing in ``datasource/``, ``sink/``,
 ``connectors/`` or the face changes for a new backend.
 
 Units and ends, for every backend:
@@ -52,9 +61,9 @@ by :func:`what_is_at` alone: the reader, ``get_rowtime_bound`` and the CLI all a
 Where the backends take the same step, one function here takes it for all: the message of a
 missing stream (:func:`stream_not_found`), the checks of a partition number, of a run's first
 offset (:func:`check_continues`: a run that does not start at the partition's end commits
-nothing) and of a read, and the sink state's target description and owner
-(:func:`define_target_once`, :func:`claim_target`). ``tests/test_storage_contract.py`` runs one
-suite of these guarantees against every backend.
+nothing) and of a read. ``tests/test_storage_contract.py`` runs one suite of these guarantees
+and every capability against every backend (each declares the capabilities it has, and the
+suite holds it to them).
 """
 
 from __future__ import annotations
@@ -72,53 +81,33 @@ import pyarrow as pa
 
 from ..bounds.errors import CorruptLogError, OptionError, SchemaError, StreamNotFoundError
 from ..bounds.redaction import redact, split_userinfo
-from ..bounds.versions import newer_format
 
 if TYPE_CHECKING:
     from .meta import StreamMeta
-    from .retention import TrimState
+    from .retention import Retention, TrimResult, TrimState, Unit
     from .segments import SegmentStats
 
 __all__ = [
     "MAX_PARTITIONS",
-    "SINK_DIR",
-    "SINK_TARGET_FILE",
     "Backend",
     "Location",
     "LocationKind",
     "PartitionAppender",
     "PartitionTail",
-    "SinkStore",
     "StreamStorage",
-    "TargetFiles",
+    "SupportsEntrySource",
+    "SupportsStoredBytes",
+    "SupportsTrim",
+    "SupportsVerify",
+    "SupportsWriterOf",
     "backend_for",
-    "create_storage",
+    "create_stream",
     "local_path",
-    "open_storage",
-    "owner_conflict",
+    "open_stream",
     "register_backend",
     "resolve",
-    "sink_store",
-    "target_files",
     "what_is_at",
 ]
-
-#: The folder the sink keeps beside a target (``sink.layout`` describes what is in it), and
-#: the file in it that says what the target is. Defined here, below both the sink that writes
-#: them and the readers that look for them, so that :func:`what_is_at` decides alone.
-SINK_DIR = "_rowtime_sink"
-SINK_TARGET_FILE = "target.json"
-#: ``kind`` in the sink's target file.
-SINK_KIND_STREAM = "stream"
-SINK_KIND_PARQUET = "parquet"
-SINK_KIND_DELTA = "delta"
-
-
-#: A run's records as the appenders and sink stores take them: Arrow tables or batches, in order.
-RunChunks = Iterable[pa.Table | pa.RecordBatch]
-#: What :meth:`SinkStore.stage_segment` returns: the run's handle, and a function that returns
-#: once the run is durable.
-Staged = tuple[str, Callable[[], None]]
 
 
 @dataclass(frozen=True)
@@ -230,6 +219,67 @@ class StreamStorage(Protocol):
         ...
 
 
+# -- capabilities: what only some backends do (each checked with isinstance) -----------------
+
+
+@runtime_checkable
+class SupportsTrim(StreamStorage, Protocol):
+    """A stream that keeps a retention and removes a partition's head (SPEC 12,
+    :mod:`.retention`, which decides what may go: a backend only lists its stored units and
+    commits a trim). Every backend of this package is one; a read-only stream (a table read
+    as a stream) is not."""
+
+    def retention(self) -> Retention:
+        """The stream's retention: ops' last change, else the one it was created with."""
+        ...
+
+    def set_retention(self, retention: Retention) -> None:
+        """Change the stream's retention (ops), atomically; writers pick it up at their next
+        check."""
+        ...
+
+    def trim_partition(
+        self, partition: int, decide: Callable[[list[Unit], TrimState], TrimState | None]
+    ) -> TrimResult | None:
+        """Remove the head units ``decide`` lets go (given the partition's units in offset
+        order and its trim now; it returns the new trim or None), one trim of a partition at a
+        time; None when nothing was removed. The new trim is stored before any unit goes, so
+        a reader never sees a gap."""
+        ...
+
+
+@runtime_checkable
+class SupportsVerify(StreamStorage, Protocol):
+    """A stream whose stored record batches carry checksums a check can read again
+    (``rowtime describe --verify``)."""
+
+    def verify(self, partition: int) -> tuple[int, int]:
+        """Check every record batch of ``partition`` against its checksum (reads every byte);
+        returns how many batches were checked and how many had none (written before
+        checksums). Raises :class:`CorruptLogError` naming the unit and the records of the
+        first damaged batch."""
+        ...
+
+
+@runtime_checkable
+class SupportsStoredBytes(StreamStorage, Protocol):
+    """A stream that can say what a partition takes in storage (``rowtime metrics``)."""
+
+    def stored_bytes(self, partition: int) -> int | None:
+        """Bytes the partition's stored units take, or None when it has none stored yet."""
+        ...
+
+
+@runtime_checkable
+class SupportsWriterOf(StreamStorage, Protocol):
+    """A stream that can name a partition's writer without taking its lock (object storage:
+    taking the lease to look would commit an epoch)."""
+
+    def writer_of(self, partition: int) -> str | None:
+        """Who holds ``partition``'s lock now (``host:pid``), or None when nobody does."""
+        ...
+
+
 def stream_not_found(given: str, location: str, why: str, also: str = "") -> StreamNotFoundError:
     """The error of every backend's open where no stream is: ``given`` as the caller wrote it,
     ``why`` (what is missing, in the backend's terms), how to create one at ``location`` (from
@@ -298,258 +348,6 @@ def pick_columns(schema: pa.Schema, columns: Sequence[str] | None, location: str
     return list(columns)
 
 
-class SinkStore(Protocol):
-    """Where the sink keeps the state of one stream target: what the target is, who owns it,
-    one manifest entry (intent) per batch, and the runs write tasks staged for a batch.
-
-    The embedded log keeps it in a folder beside the target (``sink.layout.SinkState``); a
-    backend serving locations on other machines (Redis) keeps it with the stream, so that the
-    executors, which stage, and the driver, which commits, need no shared filesystem. Every
-    write is atomic (a reader sees the old value or the new one) and durable as far as the
-    backend's appends are; :meth:`put_entry_once` and :meth:`define_target` are won by exactly
-    one of two concurrent callers. Staged runs are named by *handles* (strings) that the task
-    reports carry to the driver.
-    """
-
-    #: The target's location as shown in messages (without a password).
-    target: str
-
-    def read_target(self) -> dict[str, Any] | None:
-        """What the target is (its ``kind``), or None before :meth:`define_target`."""
-        ...
-
-    def define_target(self, doc: dict[str, Any]) -> dict[str, Any]:
-        """Record what the target is, once; returns the recorded description (maybe an earlier
-        one: the caller compares)."""
-        ...
-
-    def claim(self, query_id: str | None) -> None:
-        """Make the target belong to the Spark query ``query_id`` (the first to claim it);
-        another query is refused with :func:`owner_conflict`."""
-        ...
-
-    def batches(self) -> list[int]:
-        """Batch ids with a manifest entry, ascending."""
-        ...
-
-    def entry(self, batch_id: int) -> dict[str, Any] | None:
-        """The manifest entry of ``batch_id``, or None."""
-        ...
-
-    def latest(self, before: int | None = None) -> dict[str, Any] | None:
-        """The entry of the highest batch id (below ``before`` if given), or None."""
-        ...
-
-    def put_entry_once(self, batch_id: int, doc: dict[str, Any]) -> bool:
-        """Publish the entry of ``batch_id`` unless it exists; True if this call did."""
-        ...
-
-    def replace_entry(self, batch_id: int, doc: dict[str, Any]) -> None:
-        """Write (or overwrite) the entry of ``batch_id``, durable when this returns."""
-        ...
-
-    def prune(self, keep: int = ...) -> None:
-        """Drop all but the last ``keep`` entries (Spark replays only the latest batches)."""
-        ...
-
-    def stage_segment(
-        self, batch_id: int, name: str, stats: SegmentStats, schema: pa.Schema, chunks: RunChunks
-    ) -> Staged:
-        """Stage one run of batch ``batch_id`` in the segment format (``stats`` in its footer,
-        as :func:`.segments.write_segment_file`); returns its handle and a function that
-        returns once the run is durable (it may be called from another thread)."""
-        ...
-
-    def missing_staged(self, handles: Sequence[str]) -> list[str]:
-        """Those of ``handles`` that are not staged (any more)."""
-        ...
-
-    def open_staged(self, handle: str) -> pa.Table:
-        """A staged run's records, in the segment format."""
-        ...
-
-    def append_staged(self, appender: Any, handles: Sequence[str]) -> None:
-        """Commit staged runs as the next records of the partition that ``appender`` (a
-        :class:`.writer.Writer` holding its lock) writes, in order, trusting their footers
-        (``Writer.append_segment_files(verify=False)``): atomic per call as the backend's
-        appends are."""
-        ...
-
-    def discard_staged(self, handles: Sequence[str]) -> None:
-        """Remove staged runs (a failed task's); a missing one is no error."""
-        ...
-
-    def drop_staging(self, batch_id: int) -> None:
-        """Remove everything staged for batch ``batch_id``."""
-        ...
-
-    def clean_staging(self, up_to: int) -> None:
-        """Remove what was staged for batches ``<= up_to`` (published, aborted or orphaned)."""
-        ...
-
-    def staged(self) -> list[str]:
-        """The handles of every run staged now (for checks and tests)."""
-        ...
-
-
-#: What a sink target's description says it is (``format``), and the newest version of the
-#: sink's state this code reads (``format_version``): the same in every store.
-SINK_FORMAT = "pyspark-rowtime-sink"
-SINK_FORMAT_VERSION = 1
-
-
-def check_sink_version(doc: Any, where: str) -> Any:
-    """``doc``, a target's description as stored at ``where``, unless a newer version of the
-    sink's format wrote it (refused: its state may not mean what this version reads)."""
-    if isinstance(doc, dict):
-        version = doc.get("format_version", 1)
-        if isinstance(version, int) and version > SINK_FORMAT_VERSION:
-            raise newer_format(
-                f"sink target {where}", version, SINK_FORMAT_VERSION, CorruptLogError
-            )
-    return doc
-
-
-def define_target_once(
-    doc: dict[str, Any],
-    create: Callable[[dict[str, Any]], bool],
-    read: Callable[[], dict[str, Any] | None],
-) -> dict[str, Any]:
-    """:meth:`SinkStore.define_target` for every store: ``doc`` with the format's name and
-    version, written by ``create`` (True when this call wrote it, False when one was there),
-    else the one ``read`` finds (the caller compares)."""
-    full = {"format": SINK_FORMAT, "format_version": SINK_FORMAT_VERSION, **doc}
-    if create(full):
-        return full
-    existing = read()
-    assert existing is not None
-    return existing
-
-
-def claim_target(target: str, query_id: str | None, claim: Callable[[dict[str, Any]], Any]) -> None:
-    """:meth:`SinkStore.claim` for every store: ``claim(doc)`` records ``doc`` as the owner
-    unless one is recorded, and returns the recorded owner (None if none could be read).
-
-    The first query to commit to a target becomes its owner. Another query (a new checkpoint)
-    would restart batch ids at 0 and could neither be told apart from a replay nor keep the
-    clock's promise, so it is refused with an error that says what to do."""
-    if query_id is None:
-        return
-    owner = claim({"query_id": query_id})
-    theirs = owner.get("query_id") if isinstance(owner, dict) else None
-    if theirs != query_id:
-        raise owner_conflict(target, theirs, query_id)
-
-
-def latest_entry(store: SinkStore, before: int | None = None) -> dict[str, Any] | None:
-    """The manifest entry of ``store``'s highest batch id (below ``before`` if given), or None:
-    :meth:`SinkStore.latest` for every backend."""
-    ids = store.batches()
-    if before is not None:
-        ids = [b for b in ids if b < before]
-    for batch_id in reversed(ids):
-        doc = store.entry(batch_id)
-        if doc is not None:  # pruned meanwhile: try the one before
-            return doc
-    return None
-
-
-def owner_conflict(target: str, theirs: str | None, mine: str | None) -> OptionError:
-    """The error of a query writing a sink target another query owns (every store's)."""
-    return OptionError(
-        f"sink target {target} is written by another streaming query (id {theirs}), "
-        f"not by this one (id {mine}): a target belongs to one query, so that a "
-        "replayed batch is recognised and its clock never goes back. Restart the query "
-        "that owns it from its checkpoint, or write to a new path (to start over, delete "
-        f"the target including its sink state, {SINK_DIR}/ beside a folder)"
-    )
-
-
-def sink_store(location: str | os.PathLike[str]) -> SinkStore | None:
-    """The sink state store of a stream target at ``location`` when its backend keeps one
-    itself (Redis: with the stream), or None: the sink then keeps a folder beside the target."""
-    store: SinkStore | None = _capability(location, "sink_store")
-    return store
-
-
-def _capability(location: str | os.PathLike[str], name: str) -> Any:
-    """What the backend of ``location`` makes with its capability ``name`` for the resolved
-    location, or None when it has no such capability."""
-    backend = backend_for(location)
-    make = getattr(backend, name, None)
-    return None if make is None else make(backend.resolve(os.fspath(location)))
-
-
-class TargetFiles(Protocol):
-    """Files below one location of a backend that keeps files itself (object storage): what the
-    sink's Parquet target needs where it cannot use a local folder (``sink.parquet_target``
-    keeps a local folder otherwise). Names are relative to the location, ``/``-separated.
-
-    Every operation is safe without a lock server: an output appears whole when closed or not
-    at all (a killed writer leaves nothing under its name), :meth:`create_json` is won by
-    exactly one of two callers, :meth:`advance_json` is a compare-and-swap, and
-    :meth:`publish` may be repeated (a commit replayed after a crash)."""
-
-    #: The location as shown in messages (no secret).
-    location: str
-
-    def open_output(self, name: str) -> Any:
-        """A writable binary file for ``name`` (pyarrow writes Parquet into it); the object
-        exists, durable and whole, once :meth:`close_output` returns."""
-        ...
-
-    def close_output(self, out: Any, name: str) -> None:
-        """Finish ``out`` (from :meth:`open_output`); durable when this returns."""
-        ...
-
-    def publish(self, src: str, dst: str) -> bool:
-        """Put ``src``'s bytes at ``dst`` unless ``dst`` holds them already (a repeat): True
-        when ``dst`` holds them on return, False when ``src`` is gone and ``dst`` absent."""
-        ...
-
-    def exists(self, name: str) -> bool:
-        """Whether ``name`` exists."""
-        ...
-
-    def create_json(self, name: str, doc: Any) -> bool:
-        """Create ``name`` holding ``doc`` unless it exists; True if this call did."""
-        ...
-
-    def read_json(self, name: str) -> Any | None:
-        """The document at ``name``, or None when there is none."""
-        ...
-
-    def read_text(self, name: str) -> str | None:
-        """The text (UTF-8) at ``name``, or None when there is none (a Spark checkpoint's
-        files, which the sink reads)."""
-        ...
-
-    def read_bytes(self, name: str) -> bytes | None:
-        """The bytes at ``name`` (a published Parquet file, say), or None when there is none."""
-        ...
-
-    def advance_json(self, name: str, doc: Any, newer: Callable[[Any | None], bool]) -> None:
-        """Replace ``name`` with ``doc`` while ``newer(current)`` holds for what is there,
-        by compare-and-swap (a racing writer's newer document is never overwritten)."""
-        ...
-
-    def list(self, prefix: str) -> list[str]:
-        """The names of every object below ``prefix`` (a folder name), sorted."""
-        ...
-
-    def remove(self, names: Sequence[str]) -> None:
-        """Remove ``names``; a missing one is no error."""
-        ...
-
-
-def target_files(location: str | os.PathLike[str]) -> TargetFiles | None:
-    """The files below ``location`` when its backend keeps files itself (object storage), or
-    None: a local folder (the embedded log's backend), or a backend that keeps no files
-    (Redis), which the caller tells apart with :func:`sink_store`."""
-    files: TargetFiles | None = _capability(location, "target_files")
-    return files
-
-
 class LocationKind(enum.Enum):
     """What sits at a location."""
 
@@ -577,6 +375,7 @@ class Location:
     kind: LocationKind
 
 
+@runtime_checkable
 class Backend(Protocol):
     """One kind of storage, serving the locations of its URL scheme(s)."""
 
@@ -599,6 +398,26 @@ class Backend(Protocol):
     ) -> StreamStorage:
         """Create the stream (or open the identical one that exists), see
         :func:`.local.log.create_stream` for the rules."""
+        ...
+
+
+@runtime_checkable
+class SupportsEntrySource(Backend, Protocol):
+    """A backend whose locations also name entries other programs append (Redis: a key
+    others ``XADD`` to), read and converted as the rows of a stream of ``schema``: what a
+    connector of kind ``redis`` reads through (``connectors.redis_source``)."""
+
+    def entry_source(
+        self,
+        resolved: str,
+        schema: pa.Schema,
+        fields: dict[str, str],
+        rowtime_field: str | None,
+        defaults: dict[str, Any],
+    ) -> Any:
+        """The entries at the resolved location: ``fields`` maps columns to entry fields,
+        ``rowtime_field`` holds the rowtime (else the entry's own time), read with the
+        rowtime ``defaults``."""
         ...
 
 
@@ -693,7 +512,7 @@ def _scheme(location: str | os.PathLike[str]) -> str:
 
 
 #: The most partitions a stream may be created with (the catalog, ``rowtime create``, the sink's
-#: ``partitions`` and :func:`create_storage` all hold to it): each partition is a writer, a lock,
+#: ``partitions`` and :func:`create_stream` all hold to it): each partition is a writer, a lock,
 #: a clock and a folder or set of keys, and a planner reads every partition's tail each step.
 MAX_PARTITIONS = 10_000
 
@@ -764,14 +583,14 @@ def what_is_at(location: str | os.PathLike[str]) -> Location:
     return Location(given, resolved, backend.kind_at(resolved))
 
 
-def open_storage(location: str | os.PathLike[str]) -> StreamStorage:
+def open_stream(location: str | os.PathLike[str]) -> StreamStorage:
     """The stream at ``location``, from the backend serving its scheme."""
     backend = backend_for(location)
     given = os.fspath(location)
     return backend.open(backend.resolve(given), given)
 
 
-def create_storage(
+def create_stream(
     location: str | os.PathLike[str],
     schema: str | pa.Schema,
     partitions: int = 1,

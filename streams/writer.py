@@ -75,7 +75,7 @@ from .retention import RetentionCheck
 from .row_checks import INT_RANGES, ROW_ROOM_CHARS, check_row, check_table, counted_columns
 from .row_checks import fast_types as _fast_types
 from .segments import SegmentStats, clock_before, data_run_stats
-from .storage import StreamStorage, open_storage
+from .storage import StreamStorage, open_stream
 
 __all__ = ["Writer", "open_writer", "wall_clock_us"]
 
@@ -875,5 +875,5 @@ def open_writer(
     ``options``: ``clock`` (a callable returning microseconds, for tests), ``flush_records``,
     ``flush_bytes``.
     """
-    stream = location if isinstance(location, StreamStorage) else open_storage(location)
+    stream = location if isinstance(location, StreamStorage) else open_stream(location)
     return Writer(stream, partition, heartbeat=heartbeat, **options)

@@ -7,7 +7,7 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
-from pyspark_rowtime.streams.storage import open_storage
+from pyspark_rowtime.streams.storage import open_stream
 
 __all__ = ["flip_stored"]
 
@@ -16,7 +16,7 @@ def flip_stored(url: str, needle: bytes) -> str:
     """Flip one bit of a byte inside the first stored unit of partition 0 that holds ``needle``
     (a payload value), as a disk, a store or a server's memory might: ``x`` becomes ``X``, still
     a valid string. Returns the unit as errors name it (a path, an object key, an entry ID)."""
-    s: Any = open_storage(url)
+    s: Any = open_stream(url)
 
     def flipped(data: bytes) -> bytes:
         at = data.index(needle) + 1

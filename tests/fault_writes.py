@@ -22,7 +22,7 @@ from objstore_servers import ObjectServer, set_environ
 
 import pyspark_rowtime as pr
 from pyspark_rowtime.streams.objstore.location import forget_stores
-from pyspark_rowtime.streams.storage import open_storage
+from pyspark_rowtime.streams.storage import open_stream
 
 #: Short client timeouts, so that a stalled request fails in about a second.
 FAST_TIMEOUTS = {
@@ -76,7 +76,7 @@ def through_proxy(server: ObjectServer, at_seed: int | None = None) -> Iterator[
 
 
 def ids(url: str) -> list[int]:
-    s = open_storage(url)
+    s = open_stream(url)
     return s.read(0, s.start_offset(0), s.end_offset(0)).column("id").to_pylist()
 
 

@@ -190,7 +190,7 @@ def test_reading_tasks_and_the_sinks_write_nothing_that_imports_pandas(tmp_path)
         from pyspark_rowtime.datasource.intervals import (
             read_task_with_intervals, with_rowtime_end,
         )
-        from pyspark_rowtime.streams.storage import open_storage
+        from pyspark_rowtime.streams.storage import open_stream
         from sink_helpers import HOUR, SCHEMA, T0, make, run
 
         read = 0
@@ -200,7 +200,7 @@ def test_reading_tasks_and_the_sinks_write_nothing_that_imports_pandas(tmp_path)
                         {{"order": "adjust", "adjust.range": "60", "rowtime.column": "at"}},
                         {{"order": "drop", "interval.duration": "10 seconds"}}):
             cfg = parse_reader_options({{"path": {location!r}, **options}})
-            payload = open_storage(cfg.location).meta.payload_schema
+            payload = open_stream(cfg.location).meta.payload_schema
             schema = output_arrow_schema(payload)
             planner = Planner(cfg)
             pos = planner.start_position()

@@ -14,7 +14,7 @@ from pyspark_rowtime.streams.catalog import (
     load_catalog,
     resolve_stream_option,
 )
-from pyspark_rowtime.streams.storage import open_storage
+from pyspark_rowtime.streams.storage import open_stream
 
 GOOD = """
 [streams.orders]
@@ -50,7 +50,7 @@ def test_a_name_resolves_relative_to_the_catalog_and_the_stream_is_created_on_fi
         "adjust_unit": "msec",
         "adjust_range": 999,
     }
-    meta = open_storage(opts["path"]).meta
+    meta = open_stream(opts["path"]).meta
     assert meta.partitions == 2 and meta.payload_schema.names == ["ticker", "qty", "ts"]
 
 

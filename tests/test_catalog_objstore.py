@@ -28,7 +28,7 @@ from pyspark_rowtime.streams.catalog import (
     load_catalog,
     resolve_stream_option,
 )
-from pyspark_rowtime.streams.storage import LocationKind, open_storage, what_is_at
+from pyspark_rowtime.streams.storage import LocationKind, open_stream, what_is_at
 
 #: The environment variables holding the servers' secrets: their values are never printed.
 SECRET_VARS = ("AWS_SECRET_ACCESS_KEY", "AZURE_STORAGE_ACCOUNT_KEY")
@@ -72,7 +72,7 @@ def test_an_entry_on_object_storage_is_created_on_first_use_as_it_says(
     assert what_is_at(url).kind is LocationKind.NOTHING
     opts, got = resolve_stream_option({"stream": "orders", "catalog": path, "order": "drop"})
     assert opts == {"order": "drop", "path": url} and got == entry
-    stream = open_storage(url)
+    stream = open_stream(url)
     meta = stream.meta
     assert meta.partitions == 2
     assert meta.ddl == "ticker STRING, qty INT, ts TIMESTAMP"
@@ -97,7 +97,7 @@ def test_an_existing_stream_on_object_storage_that_differs_shows_both(
     assert "the stream has 2, the catalog says 3" in msg
     assert "qty INT" in msg and "qty BIGINT" in msg and url in msg
     # Refused, not changed: the stream is as it was.
-    assert open_storage(url).meta.partitions == 2
+    assert open_stream(url).meta.partitions == 2
 
 
 @pytest.mark.parametrize(
@@ -290,7 +290,7 @@ def _connectors(
 
 
 def _records(url: str, partition: int) -> list[dict[str, Any]]:
-    stream = open_storage(url)
+    stream = open_stream(url)
     return stream.read(partition, 0, stream.end_offset(partition)).to_pylist()
 
 
@@ -506,7 +506,7 @@ def test_sigkill_of_the_generator_on_object_storage_loses_and_repeats_nothing(
         time.sleep(0.1)
     _stop(proc, first)
     doc = json.loads((tmp_path / "state" / "gen" / "progress.json").read_text())
-    made = committed_state(doc, open_storage(url).end_offset(1))["position"]["next"]
+    made = committed_state(doc, open_stream(url).end_offset(1))["position"]["next"]
     records = _records(url, 1)
     assert [r["qty"] for r in records if not r["__is_bound"]] == list(range(made))
     assert made >= len(before) + 200

@@ -21,7 +21,7 @@ from pyspark_rowtime.cli import main
 from pyspark_rowtime.connectors.run import build, run
 from pyspark_rowtime.connectors.strategies import parse_strategy
 from pyspark_rowtime.streams.catalog import load_catalog
-from pyspark_rowtime.streams.storage import open_storage
+from pyspark_rowtime.streams.storage import open_stream
 
 CATALOG = """
 [streams.orders]
@@ -82,7 +82,7 @@ def _connect(catalog, name):
 
 def _records(tmp_path):
     """Partition 0's records with the log's own columns (times in microseconds)."""
-    stream = open_storage(str(tmp_path / "data" / "orders"))
+    stream = open_stream(str(tmp_path / "data" / "orders"))
     return stream.read(0, 0, stream.end_offset(0)).to_pylist()
 
 

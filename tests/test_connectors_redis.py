@@ -21,7 +21,7 @@ from redis_server import RedisServer, redis_server
 from pyspark_rowtime.connectors.feed import committed_state
 from pyspark_rowtime.connectors.run import build
 from pyspark_rowtime.streams.catalog import load_catalog
-from pyspark_rowtime.streams.storage import open_storage
+from pyspark_rowtime.streams.storage import open_stream
 
 SECRET = "Conn-Secret-9"
 ENV = "ROWTIME_TEST_REDIS_PW"
@@ -91,7 +91,7 @@ def _drain(source) -> None:
 
 
 def _records(location: str) -> list[dict]:
-    stream = open_storage(location)
+    stream = open_stream(location)
     return stream.read(0, 0, stream.end_offset(0)).to_pylist()
 
 
@@ -221,7 +221,7 @@ def test_sigkill_during_ingestion_then_restart_loses_and_repeats_nothing(
         progress = json.loads(
             (Path(location) / "_rowtime_connect" / "in" / "progress.json").read_text()
         )
-        state = committed_state(progress, open_storage(location).end_offset(0))
+        state = committed_state(progress, open_stream(location).end_offset(0))
         last = client.xrevrange(key, "+", "-", count=1)[0][0].decode()
         if (state["position"] or {}).get("id") == last:
             break

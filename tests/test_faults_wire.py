@@ -39,7 +39,7 @@ from redis_server import RedisServer, redis_server
 
 import pyspark_rowtime as pr
 from pyspark_rowtime.bounds.errors import WriterLockedError
-from pyspark_rowtime.streams.storage import open_storage
+from pyspark_rowtime.streams.storage import open_stream
 
 
 def test_every_flush_through_a_faulty_network_lands_exactly_once_on_object_storage(
@@ -145,7 +145,7 @@ def test_a_lease_renewal_whose_reply_was_lost_keeps_the_lease(s3_server: ObjectS
     url = s3_server.url("lost-renewal")
     pr.create_stream(url, "id BIGINT")
     with through_proxy(s3_server) as proxy:
-        stream = open_storage(url)
+        stream = open_stream(url)
         assert isinstance(stream, ObjectStream)
         appender = stream.lock_partition(0, "partition 0", lease_s=600)
         proxy.target("drop", b"PUT ", b"_lease.json")

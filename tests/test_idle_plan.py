@@ -37,6 +37,7 @@ from pyspark_rowtime.datasource.reader import (
     read_task,
 )
 from pyspark_rowtime.streams.columns import LOG_ARRIVAL_US, LOG_IS_BOUND, LOG_ROWTIME_US
+from pyspark_rowtime.streams.retention import TrimState
 from pyspark_rowtime.streams.storage import PartitionTail
 
 PAYLOAD = pa.schema([pa.field("k", pa.int64())])
@@ -72,6 +73,12 @@ class MemoryStream:
     def end_offset(self, partition: int) -> int:
         return self.tables[partition].num_rows
 
+    def start_offset(self, partition: int) -> int:
+        return 0  # never trimmed
+
+    def trim_state(self, partition: int) -> TrimState:
+        return TrimState()
+
     def tail(self, partition: int) -> PartitionTail:
         end = self.end_offset(partition)
         arrivals = self.tables[partition].column(LOG_ARRIVAL_US)
@@ -85,8 +92,8 @@ class MemoryStream:
 @contextmanager
 def serving(stream: MemoryStream) -> Iterator[None]:
     with (
-        mock.patch.object(planner_module, "open_storage", lambda _location: stream),
-        mock.patch.object(executor_module, "open_storage", lambda _location: stream),
+        mock.patch.object(planner_module, "open_stream", lambda _location: stream),
+        mock.patch.object(executor_module, "open_stream", lambda _location: stream),
     ):
         yield
 

@@ -428,3 +428,87 @@ def test_imports_inside_functions_are_only_for_optional_dependencies_and_spark()
         "imports inside functions that belong at the top of the module (or, for a new "
         "optional dependency, in LAZY_ROOTS):\n" + "\n".join(wrong)
     )
+
+
+# -- the storage contract is called, never probed ---------------------------------------------
+
+#: The modules that declare the storage contract: its protocols (what every backend does, and
+#: each capability some have) are found in them.
+CONTRACT_MODULES = ("streams.storage", "streams.sink_state")
+PROBES = ("getattr", "hasattr")
+
+
+def _contract_members() -> dict[str, str]:
+    """Every member of the contract's protocols, and every field of a stream's ``meta``, by
+    name -> the protocol (or class) that declares it."""
+    import dataclasses
+    import importlib
+    from typing import Protocol
+
+    from pyspark_rowtime.streams.meta import StreamMeta
+
+    members = {f.name: "StreamMeta" for f in dataclasses.fields(StreamMeta)}
+    for module in CONTRACT_MODULES:
+        for value in vars(importlib.import_module(f"{PACKAGE}.{module}")).values():
+            if not isinstance(value, type) or Protocol not in value.__mro__ or value is Protocol:
+                continue
+            for cls in value.__mro__:
+                if cls in (object, Protocol) or Protocol not in cls.__mro__:
+                    continue
+                names = [*vars(cls), *getattr(cls, "__annotations__", {})]
+                for name in names:
+                    if not name.startswith("_"):
+                        members.setdefault(name, cls.__name__)
+    return members
+
+
+def _probes(path: str, members: dict[str, str]) -> Iterator[tuple[int, str, str]]:
+    """(line, call, member) of every ``getattr``/``hasattr`` in the file at ``path`` that
+    names a member of the contract by a string."""
+    with open(path, encoding="utf-8") as f:
+        tree = ast.parse(f.read(), path)
+    for node in ast.walk(tree):
+        if (
+            isinstance(node, ast.Call)
+            and isinstance(node.func, ast.Name)
+            and node.func.id in PROBES
+            and len(node.args) >= 2
+            and isinstance(node.args[1], ast.Constant)
+            and node.args[1].value in members
+        ):
+            yield node.lineno, node.func.id, node.args[1].value
+
+
+def test_nothing_probes_the_storage_contract_by_name():
+    # What every backend does is required and called directly; what some do is a capability,
+    # a runtime-checkable protocol asked with isinstance (streams/storage.py's docstring). A
+    # getattr or hasattr on a member of the contract says neither: it hides a method the
+    # protocol should require, or a capability it should declare.
+    members = _contract_members()
+    wrong = [
+        f"{path}:{line} {call}(..., {name!r}): {name} is a member of {members[name]}; call it "
+        "(required) or check its capability with isinstance"
+        for _, (path, _) in sorted(_all_modules().items())
+        for line, call, name in _probes(path, members)
+    ]
+    assert not wrong, "the storage contract probed by name:\n" + "\n".join(wrong)
+
+
+def test_the_probe_check_sees_getattr_and_hasattr_on_contract_members(tmp_path):
+    members = _contract_members()
+    # the required, the capabilities of a stream and of a backend, the sink's seams, meta
+    for name in ("start_offset", "trim_partition", "verify", "writer_of", "stored_bytes"):
+        assert name in members, name
+    for name in ("entry_source", "sink_state", "target_files", "define_target", "created_us"):
+        assert name in members, name
+    probing = tmp_path / "probing.py"
+    probing.write_text(
+        'get = getattr(stream, "start_offset", None)\n'
+        'if hasattr(stream, "verify"):\n'
+        "    pass\n"
+        'created = getattr(stream.meta, "created_us", None)\n'
+        'ok = getattr(args, "command", None)\n'  # not the contract's: allowed
+        "other = getattr(args, key)\n"
+    )
+    found = [(line, name) for line, _, name in _probes(str(probing), members)]
+    assert found == [(1, "start_offset"), (2, "verify"), (4, "created_us")]

@@ -24,7 +24,8 @@ from pyspark_rowtime.cli import main
 from pyspark_rowtime.datasource.options import parse_reader_options
 from pyspark_rowtime.datasource.reader import batch_tasks, output_arrow_schema, read_task
 from pyspark_rowtime.streams.local.folder import partition_dirname
-from pyspark_rowtime.streams.storage import SINK_DIR, SINK_TARGET_FILE, open_storage
+from pyspark_rowtime.streams.sink_state import SINK_DIR, SINK_TARGET_FILE
+from pyspark_rowtime.streams.storage import open_stream
 
 S = 1_000_000  # a second in microseconds
 
@@ -42,7 +43,7 @@ def silent_stream(location: str, **defaults: Any) -> tuple[int, dict[str, int]]:
     partition 0 writes every second until + 21 s; partition 1 returns at + 30 s with one row
     below the stream clock (late after idleness) and rows after it. Rowtimes in ms."""
     pr.create_stream(location, "k INT", partitions=2, **defaults)
-    c0 = open_storage(location).meta.created_us
+    c0 = open_stream(location).meta.created_us
     assert c0 is not None
     clocks = [Clock(c0), Clock(c0)]
     writers = [pr.open_writer(location, p, clock=clocks[p]) for p in range(2)]
@@ -113,7 +114,7 @@ def test_an_empty_partition_is_idle_from_its_streams_creation(
 ) -> None:
     loc = str(tmp_path / "s")
     pr.create_stream(loc, "k INT", partitions=2)
-    c0 = open_storage(loc).meta.created_us
+    c0 = open_stream(loc).meta.created_us
     assert c0 is not None
     with pr.open_writer(loc, 0, clock=Clock(c0 + 3 * S)) as w:
         w.insert({"k": 1})
@@ -148,7 +149,7 @@ def value(got: dict, name: str, stream: str, partition: str | None = None) -> fl
 
 
 def _quarantine(location: str, options: dict[str, str]) -> list[dict[str, Any]]:
-    meta = open_storage(location).meta  # the stream's defaults, as format("rowtime") uses them
+    meta = open_stream(location).meta  # the stream's defaults, as format("rowtime") uses them
     cfg = parse_reader_options({"path": location, **options, "output": "discarded"}, meta.defaults)
     schema = output_arrow_schema(meta.payload_schema, "discarded")
     rows: list[dict[str, Any]] = []
@@ -165,7 +166,7 @@ def test_metrics_are_the_logs_and_the_quarantines_values(
     code, out, _ = run_cli(capsys, "metrics", loc)
     assert code == 0
     got = samples(out)
-    stream = open_storage(loc)
+    stream = open_stream(loc)
     quarantine = _quarantine(loc, {})
     assert [(q["partition"], q["k"], q["reason"]) for q in quarantine] == [(1, 99, "idle")]
     for p in range(2):

@@ -21,7 +21,7 @@ from pyspark_rowtime.bounds.errors import (
 from pyspark_rowtime.streams.objstore.location import parse_location
 from pyspark_rowtime.streams.retention import apply_retention
 from pyspark_rowtime.streams.storage import (
-    open_storage,
+    open_stream,
     what_is_at,
 )
 
@@ -50,7 +50,7 @@ def test_reads_of_a_trimmed_stream_equal_the_untrimmed_ones(
         seed = rng.randrange(10**9)
         for location in (a, b):  # the same records twice: one is trimmed
             write_random(location, random.Random(seed), defaults, partitions, end=case == 0)
-        stream: Any = open_storage(b)
+        stream: Any = open_stream(b)
         top = max(s.max_rowtime_us or 0 for s in stream.partition_stats(0))
         apply_retention(stream, before_us=rng.randrange(1_000_000_000, top + 2))
         kept = [stream.start_offset(p) for p in range(partitions)]
@@ -109,9 +109,9 @@ def test_the_cli_describes_trims_and_sets_retention_on_object_storage(
     out = capsys.readouterr().out
     assert url in out and "30" in out
     assert main(["retention", url, "1 day"]) == 0
-    assert open_storage(url).retention().active  # type: ignore[attr-defined]
+    assert open_stream(url).retention().active  # type: ignore[attr-defined]
     assert main(["trim", url, "--before", "15", "--unit", "s"]) == 0
-    assert open_storage(url).start_offset(0) == 10
+    assert open_stream(url).start_offset(0) == 10
     assert main(["clock", url]) == 0
     # no secret of the environment appears in anything printed
     printed = "".join(capsys.readouterr())
@@ -132,12 +132,12 @@ def test_refused_credentials_are_a_clear_error_without_the_secret(
     location.forget_stores()
     try:
         with pytest.raises(OptionError, match="refused") as e:
-            open_storage(url)
+            open_stream(url)
         assert wrong not in str(e.value) and url in str(e.value)
     finally:
         monkeypatch.undo()
         location.forget_stores()
-    assert open_storage(url).end_offset(0) == 0
+    assert open_stream(url).end_offset(0) == 0
 
 
 def test_an_abfs_location_names_the_same_objects_as_az(az_server: ObjectServer) -> None:
@@ -147,7 +147,7 @@ def test_an_abfs_location_names_the_same_objects_as_az(az_server: ObjectServer) 
     pr.create_stream(abfs, "k INT")
     with pr.open_writer(abfs, 0) as w:
         w.insert({"k": 7}, rowtime=MS)
-    assert open_storage(url).read(0, 0, 1).column("k").to_pylist() == [7]
+    assert open_stream(url).read(0, 0, 1).column("k").to_pylist() == [7]
     assert what_is_at(abfs).resolved == abfs
 
 
@@ -179,9 +179,9 @@ def test_the_planners_read_of_time_columns_fetches_no_payload(
         return plain_get(store, key, *args, **kwargs)
 
     system = ["__arrival_us", "__rowtime_us", "__is_bound"]
-    whole = open_storage(url).read(0, 0, 5000).select(system)
+    whole = open_stream(url).read(0, 0, 5000).select(system)
     monkeypatch.setattr(obstore, "get_range", counted_range)
     monkeypatch.setattr(obstore, "get", no_whole_get)
-    times = open_storage(url).read(0, 0, 5000, columns=system)
+    times = open_stream(url).read(0, 0, 5000, columns=system)
     assert times.equals(whole)
     assert 0 < fetched["bytes"] < 5000 * 400 / 10  # the times: ~17 bytes a record

@@ -24,19 +24,19 @@ import pyspark_rowtime as pr
 from pyspark_rowtime.bounds.errors import WriterLockedError
 from pyspark_rowtime.streams.objstore.log import SEGMENTS, ObjectAppender, ObjectStream
 from pyspark_rowtime.streams.objstore.sink import ObjectSinkState
-from pyspark_rowtime.streams.storage import open_storage
+from pyspark_rowtime.streams.storage import open_stream
 
 MS = 1_700_000_000_000
 
 
 def _stream(url: str) -> ObjectStream:
-    s = open_storage(url)
+    s = open_stream(url)
     assert isinstance(s, ObjectStream)
     return s
 
 
 def _ids(url: str, partition: int = 0) -> list[int]:
-    s = open_storage(url)
+    s = open_stream(url)
     return (
         s.read(partition, s.start_offset(partition), s.end_offset(partition))
         .column("id")
@@ -180,7 +180,7 @@ _CHILD = textwrap.dedent(
     """
     import sys, pyarrow as pa
     import pyspark_rowtime as pr
-    from pyspark_rowtime.streams.storage import open_storage
+    from pyspark_rowtime.streams.storage import open_stream
 
     url, mode = sys.argv[1], sys.argv[2]
     if mode == "loop":
@@ -194,7 +194,7 @@ _CHILD = textwrap.dedent(
     else:  # upload a run, then stop before its commit (killed there)
         import time
         from pyspark_rowtime.bounds.errors import WriterLockedError
-        stream = open_storage(url)
+        stream = open_stream(url)
         while True:  # the killed writer's lease (1 s) ends first
             try:
                 a = stream.lock_partition(0, "partition 0")

@@ -39,7 +39,7 @@ from pyspark_rowtime.streams.objstore.location import (
     store_settings,
 )
 from pyspark_rowtime.streams.objstore.log import ObjectStream
-from pyspark_rowtime.streams.storage import open_storage
+from pyspark_rowtime.streams.storage import open_stream
 
 DEFAULTS = {name: default for name, (_, default, _) in STORE_SETTINGS.items()}
 SMALL_S = DEFAULTS["timeout"]
@@ -73,7 +73,7 @@ def test_a_hanging_get_of_a_small_object_is_retried_within_seconds(
     with pr.open_writer(url) as w:
         w.insert({"id": 1})
     with defaults_through_proxy(object_server) as proxy:
-        stream = open_storage(url)
+        stream = open_stream(url)
         proxy.target("hang", b"GET ", b"_trim.json")
         t = time.monotonic()
         assert stream.end_offset(0) == 1
@@ -111,7 +111,7 @@ def test_a_hanging_lease_renewal_is_retried_and_keeps_the_lease(s3_server: Objec
     url = s3_server.url("hang-lease")
     pr.create_stream(url, "id BIGINT")
     with defaults_through_proxy(s3_server) as proxy:
-        stream = open_storage(url)
+        stream = open_stream(url)
         assert isinstance(stream, ObjectStream)
         appender = stream.lock_partition(0, "partition 0", lease_s=600)
         proxy.target("hang", b"PUT ", b"_lease.json")
@@ -133,7 +133,7 @@ def test_a_hanging_read_of_a_large_segment_ends_at_its_read_idle_timeout(
         for i in range(20):
             w.insert({"id": i, "pad": os.urandom(100_000).hex()})
     with defaults_through_proxy(s3_server, ROWTIME_STORE_MIN_MB_S="0.01") as proxy:
-        stream = open_storage(url)
+        stream = open_stream(url)
         assert isinstance(stream, ObjectStream)
         (piece,) = stream._refresh(0).pieces
         assert piece.size > 2_000_000

@@ -28,7 +28,7 @@ from pyspark_rowtime.datasource.reader import (
     partition_tasks,
     read_task,
 )
-from pyspark_rowtime.streams.storage import open_storage
+from pyspark_rowtime.streams.storage import open_stream
 
 OPTIONS = [
     {"order": "reject"},
@@ -85,7 +85,7 @@ def test_chunked_runs_give_the_rows_and_order_of_a_replay(
         location = str(tmp_path / f"s{case}")
         write(location, rng, 0.0 if options["order"] == "reject" else 0.25)
         cfg = parse_reader_options({"path": location, **options})
-        schema = output_arrow_schema(open_storage(location).meta.payload_schema)
+        schema = output_arrow_schema(open_stream(location).meta.payload_schema)
         planner = Planner(cfg)
         pos = planner.start_position()
         while (new := planner.plan(pos, planner.available(), rng.randrange(20, 300))) is not None:
@@ -246,7 +246,7 @@ def test_runs_found_in_order_go_out_as_slices_with_the_rows_and_order_of_a_repla
         location = str(tmp_path / f"s{case}")
         write(location, rng, implicit=implicit)
         cfg = parse_reader_options({"path": location, **options})
-        payload = open_storage(location).meta.payload_schema
+        payload = open_stream(location).meta.payload_schema
         if case % 2:  # a user schema without ``ts``
             payload = pa.schema([payload.field("k")])
         schema = output_arrow_schema(payload)
@@ -298,7 +298,7 @@ def test_steps_joined_are_the_step_planned_in_one_piece(
         late = 0.0 if late_at is None else 0.1
         write(location, rng, late, late_from=late_at or 0, least=150)
         cfg = parse_reader_options({"path": location, **options})
-        schema = output_arrow_schema(open_storage(location).meta.payload_schema)
+        schema = output_arrow_schema(open_stream(location).meta.payload_schema)
         capped, whole = Planner(cfg), Planner(cfg)
         pos = capped.start_position()
         while True:

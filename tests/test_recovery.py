@@ -417,7 +417,7 @@ def test_a_missing_commit_object_stops_the_next_writer_before_it_hides_later_one
     import obstore
 
     from pyspark_rowtime.streams.objstore.log import COMMITS, SEGMENTS, commit_name
-    from pyspark_rowtime.streams.storage import open_storage
+    from pyspark_rowtime.streams.storage import open_stream
 
     url = object_server.url("gap")
     create_stream(url, "k BIGINT")
@@ -425,7 +425,7 @@ def test_a_missing_commit_object_stops_the_next_writer_before_it_hides_later_one
         for k in range(3):
             w.insert({"k": k}, rowtime=k * 1000)
             w.flush()
-    stream: Any = open_storage(url)
+    stream: Any = open_stream(url)
     segments = object_keys(stream, SEGMENTS)
     assert len(segments) == 3
     obstore.delete(stream.store, stream._key(0, COMMITS, commit_name(2)))
@@ -436,7 +436,7 @@ def test_a_missing_commit_object_stops_the_next_writer_before_it_hides_later_one
     assert "Nothing was written or removed" in message
     assert object_keys(stream, SEGMENTS) == segments
     assert len(object_keys(stream, COMMITS)) == 3  # no epoch commit went into the gap
-    fresh: Any = open_storage(url)
+    fresh: Any = open_stream(url)
     assert fresh.read(0, 0, fresh.end_offset(0)).column("k").to_pylist() == [0]
 
 
@@ -444,7 +444,7 @@ def test_a_trim_object_newer_than_every_commit_removes_no_segment(object_server)
     import obstore
 
     from pyspark_rowtime.streams.objstore.log import COMMITS, SEGMENTS
-    from pyspark_rowtime.streams.storage import open_storage
+    from pyspark_rowtime.streams.storage import open_stream
 
     url = object_server.url("newtrim")
     create_stream(url, "k BIGINT")
@@ -452,7 +452,7 @@ def test_a_trim_object_newer_than_every_commit_removes_no_segment(object_server)
         for k in range(3):
             w.insert({"k": k}, rowtime=k * 1000)
             w.flush()
-    stream: Any = open_storage(url)
+    stream: Any = open_stream(url)
     segments = object_keys(stream, SEGMENTS)
     doc = {"v": 1, "state": TrimState(start=7, row_max_us=6 * S).to_doc(), "from_seq": 9}
     obstore.put(stream.store, stream._key(0, TRIM_FILE), json.dumps(doc).encode())

@@ -46,7 +46,6 @@ from pyspark_rowtime.streams.retention import (
     parse_retention,
     parse_size,
 )
-from pyspark_rowtime.streams.storage import open_storage
 
 S = 1_000_000  # microseconds in a second
 
@@ -387,7 +386,7 @@ def batch(location: str, options: dict[str, str]) -> dict[int, list[dict[str, An
     """A batch read's output per partition, as the Spark batch reader computes it."""
     from pyspark_rowtime.datasource.spark import batch_tasks
 
-    meta = open_storage(location).meta
+    meta = open_stream(location).meta
     cfg = parse_reader_options({"path": location, **options}, meta.defaults)
     schema = output_arrow_schema(meta.payload_schema, cfg.output)
     run: Any = read_task
@@ -450,7 +449,7 @@ def _stream_reader(location: str, **options: str) -> Any:
     from pyspark_rowtime.datasource.spark import RowtimeStreamReader
 
     cfg = parse_reader_options({"path": location, **options})
-    schema = output_arrow_schema(open_storage(location).meta.payload_schema)
+    schema = output_arrow_schema(open_stream(location).meta.payload_schema)
     return RowtimeStreamReader(cfg, schema), cfg, schema
 
 
@@ -569,12 +568,12 @@ def test_the_sinks_retention_option_makes_a_target_whose_commits_apply_it(
 
     monkeypatch.setattr(retention_module, "CHECK_EVERY_S", 0.0)
     target: Any = make(tmp_path, "stream", partitions="1", retention="10 s")
-    stream = open_storage(target.cfg.location)
+    stream = open_stream(target.cfg.location)
     assert stream.retention() == Retention(10 * S)  # type: ignore[attr-defined]
     for batch_id in range(6):  # a batch every 5 s of rowtime, each its own segment
         t = T0 + batch_id * 5 * S
         run(target, batch_id, [[records([(batch_id, t)], bound=t + 1)]])
-    kept = open_storage(target.cfg.location).start_offset(0)
+    kept = open_stream(target.cfg.location).start_offset(0)
     # the clock is 25 s (plus 1 us) after T0: batches wholly before 15 s went, at commit time
     assert kept == 6
     assert read_stream(target.cfg.location).column("id").to_pylist() == [3, None, 4, None, 5, None]

@@ -37,7 +37,7 @@ from pyspark_rowtime.metrics import exposition, stream_label
 from pyspark_rowtime.sink.options import parse_sink_options
 from pyspark_rowtime.streams.catalog import CatalogError, load_catalog
 from pyspark_rowtime.streams.redis.location import parse_location
-from pyspark_rowtime.streams.storage import create_storage, open_storage, what_is_at
+from pyspark_rowtime.streams.storage import open_stream, what_is_at
 
 MARKERS = "¤§¶"
 #: Characters that break naive URL parsing and redaction, drawn often.
@@ -252,8 +252,8 @@ def test_no_output_shows_a_piece_of_a_password_in_a_location(
     url = url_with(scheme, secret, encode, closed_port(), tmp_path)
     texts = {
         "what_is_at": error_text(lambda: what_is_at(url)),
-        "open": error_text(lambda: open_storage(url)),
-        "create": error_text(lambda: create_storage(url, "a INT")),
+        "open": error_text(lambda: open_stream(url)),
+        "create": error_text(lambda: create_stream(url, "a INT")),
         "create 10001": error_text(lambda: create_stream(url, "a INT", 10_001)),
         "sink": error_text(lambda: parse_sink_options({"path": url}, _sink_schema())),
         "checkpoint": error_text(
@@ -296,7 +296,7 @@ def test_a_token_in_an_object_storage_query_is_refused_without_being_shown(
 ) -> None:
     host = "box@acct.dfs.core.windows.net" if scheme == "abfs" else "bucket"
     url = f"{scheme}://{host}/orders?sv=2022-11-02&{name}={signature}&se=2030"
-    for text in (error_text(lambda: open_storage(url)), error_text(lambda: what_is_at(url))):
+    for text in (error_text(lambda: open_stream(url)), error_text(lambda: what_is_at(url))):
         # A signature holding ":" and "@" reads as credentials: refused too, unshown either way.
         assert "has a query" in text or "carries credentials (not shown)" in text, text
         assert leaked(signature, text) == [], text
@@ -356,7 +356,7 @@ def test_a_redis_password_of_any_characters_is_accepted_whole_or_refused_and_nev
             assert "rt:***@127.0.0.1" in out
         texts.append(exposition([url]))
     wrong = url.replace(f"rt:{pw}@", f"rt:{pw}x@")
-    texts.append(error_text(lambda: open_storage(wrong)))
+    texts.append(error_text(lambda: open_stream(wrong)))
     assert "refused the credentials" in texts[-1]
     for text in texts:
         assert leaked(secret, text) == [], text
@@ -413,7 +413,7 @@ def test_a_catalog_location_with_a_signature_is_refused_without_it(tmp_path: Pat
 def test_describe_never_shows_the_password_of_a_missing_or_pending_redis_stream(
     acl_redis: Any, capsys: pytest.CaptureFixture[str]
 ) -> None:
-    from pyspark_rowtime.streams.storage import SINK_KIND_STREAM
+    from pyspark_rowtime.streams.sink_state import SINK_KIND_STREAM
 
     secret = "¤default§pw"
     url = f"redis://:{urllib.parse.quote(secret)}@127.0.0.1:{acl_redis.port}/0/pending"

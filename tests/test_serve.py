@@ -39,7 +39,7 @@ from serve_fixtures import (  # noqa: F401 (fixtures)
 from pyspark_rowtime.api import create_stream, open_writer, read_stream
 from pyspark_rowtime.cli import main
 from pyspark_rowtime.flight_server import RowtimeFlightServer, Streams, load_producers
-from pyspark_rowtime.streams.storage import open_storage
+from pyspark_rowtime.streams.storage import open_stream
 
 # -- the protocol, in process -------------------------------------------------------------------
 
@@ -387,7 +387,7 @@ def test_the_writers_record_is_stored_with_the_rows_on_every_backend(
             w.close()
     finally:
         server.stop(5)
-    assert load_producers(open_storage(loc), 0) == {"w1": 0, "w0": 1}
+    assert load_producers(open_stream(loc), 0) == {"w1": 0, "w0": 1}
 
 
 # -- real server processes ----------------------------------------------------------------------
@@ -435,7 +435,7 @@ def test_sigkill_during_puts_then_resending_what_was_not_acknowledged_stores_eac
     messages = [batch(i * rows, rows) for i in range(n)]
     served = Served("--root", str(root))
     killed = threading.Event()
-    stream = open_storage(str(root / "orders"))
+    stream = open_stream(str(root / "orders"))
 
     def on_sent(sent: int, acked: int) -> None:
         if sent == 48 and not killed.is_set():
@@ -573,7 +573,7 @@ def test_the_record_survives_the_embedded_logs_merges(
         w.write_with_metadata(batch(seq), meta("gw", seq))
         assert ack(r)["status"] == "committed"
     w.close()
-    stream = open_storage(str(root / "orders"))
+    stream = open_stream(str(root / "orders"))
     assert len(stream.partition_stats(0)) < 40  # merged
     assert load_producers(stream, 0) == {"gw": 39}
     w, r = fl.connect(server.url).do_put(fl.FlightDescriptor.for_path("orders"), SCHEMA)

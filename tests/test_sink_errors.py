@@ -8,7 +8,7 @@ import pyarrow as pa
 import pytest
 
 from pyspark_rowtime.bounds.errors import CommitError, SinkBusyError, WriterLockedError
-from pyspark_rowtime.sink.layout import SinkState
+from pyspark_rowtime.sink.layout import FolderSinkState
 from pyspark_rowtime.sink.options import parse_sink_options
 from pyspark_rowtime.streams.lock import PartitionLock
 
@@ -16,7 +16,7 @@ TS = pa.timestamp("us", tz="UTC")
 
 
 def test_a_commit_lock_held_past_the_wait_is_a_busy_target_not_a_locked_writer(tmp_path):
-    state = SinkState(str(tmp_path / "out"))
+    state = FolderSinkState(str(tmp_path / "out"))
     state.ensure()
     other = PartitionLock(os.path.join(state.root, "commit.lock"))
     other.acquire("another commit")  # as a commit of another process would hold it

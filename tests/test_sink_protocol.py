@@ -53,7 +53,7 @@ from pyspark_rowtime.streams.objstore.log import ObjectAppender
 from pyspark_rowtime.streams.objstore.sink import ObjectSinkState
 from pyspark_rowtime.streams.redis.appender import RedisAppender
 from pyspark_rowtime.streams.redis.sink import RedisSinkState
-from pyspark_rowtime.streams.storage import LocationKind, open_storage, what_is_at
+from pyspark_rowtime.streams.storage import LocationKind, open_stream, what_is_at
 
 _names = iter(range(10**6))
 
@@ -235,7 +235,7 @@ def test_rows_of_several_tasks_for_one_partition_are_merged_in_rowtime_order(tmp
     assert t.column("rowtime").cast(pa.int64()).to_pylist() == [T0 + 10, T0 + 20, T0 + 30, T0 + 40]
     assert clock(target) == T0 + 40
     assert [part["mode"] for part in target.state.entry(0)["parts"]] == ["merge"]
-    assert len(open_storage(target.cfg.location).partition_stats(0)) == 1
+    assert len(open_stream(target.cfg.location).partition_stats(0)) == 1
 
 
 def test_a_task_whose_partition_moved_past_its_rows_goes_to_the_lowest_partition(tmp_path, at):
@@ -269,7 +269,7 @@ def test_large_tasks_stage_several_runs_that_become_consecutive_segments(tmp_pat
     with mock.patch.object(stream_target, "RUN_ROWS", 3):
         reports = run(target, 0, [batches])
     assert [f.rows for f in reports[0].files] == [3, 3, 1]
-    assert len(open_storage(target.cfg.location).partition_stats(0)) == 3
+    assert len(open_stream(target.cfg.location).partition_stats(0)) == 3
     assert data_rows(target) == [(i, T0 + i) for i in range(7)]
 
 
@@ -312,7 +312,7 @@ def test_a_task_whose_rows_come_out_of_order_stages_runs_that_continue_one_anoth
     assert [part["mode"] for part in target.state.entry(0)["parts"]] == [mode]
     expected = sorted(enumerate(times), key=lambda r: r[1])  # stable: ties as they came
     assert data_rows(target) == [(i, T0 + t) for i, t in expected]
-    assert len(open_storage(target.cfg.location).partition_stats(0)) == segments
+    assert len(open_stream(target.cfg.location).partition_stats(0)) == segments
     assert target.state.staged() == []
 
 
@@ -320,7 +320,7 @@ def test_a_stream_target_is_created_by_the_first_commit_with_the_payload_columns
     target = make(tmp_path, "stream", location=at)
     assert clock(target) is None
     run(target, 0, [[records([])], [records([])], [records([])]])
-    stream = open_storage(target.cfg.location)
+    stream = open_stream(target.cfg.location)
     assert stream.meta.payload_schema.names == ["id"]
     assert stream.meta.partitions == 3  # one per write task of the first batch
 
@@ -345,7 +345,7 @@ def test_a_watermark_clock_gives_a_pass_through_query_a_partition_per_task(tmp_p
     """A query that keeps no state (its checkpoint has no ``state`` folder) writes its rows as
     its tasks hold them, one partition each, linked: the driver reads no row (issue 35)."""
     target, _ = _watermark_run(tmp_path, at, stateful=False)
-    stream = open_storage(target.cfg.location)
+    stream = open_stream(target.cfg.location)
     assert stream.meta.partitions == 2
     entry = target.state.entry(0)
     assert entry is not None
@@ -358,7 +358,7 @@ def test_a_watermark_clock_gives_a_stateful_query_one_ordered_partition(tmp_path
     """Windows, deduplication and joins come from Spark's shuffle tasks: their results are one
     stream in rowtime order, the tasks' rows merged by the commit."""
     target, _ = _watermark_run(tmp_path, at, stateful=True)
-    assert open_storage(target.cfg.location).meta.partitions == 1
+    assert open_stream(target.cfg.location).meta.partitions == 1
     entry = target.state.entry(0)
     assert entry is not None
     assert [part["mode"] for part in entry["parts"]] == ["merge"]
@@ -597,7 +597,7 @@ def test_stream_target_written_by_another_writer_meanwhile_is_reported(tmp_path,
 def test_a_new_target_takes_option_partitions_and_an_existing_one_keeps_its_own(tmp_path, at):
     target = make(tmp_path, "stream", location=at, partitions="3")
     run(target, 0, [[records([(1, T0)])]])
-    assert open_storage(target.cfg.location).meta.partitions == 3
+    assert open_stream(target.cfg.location).meta.partitions == 3
     make(tmp_path, "stream", location=at)  # without the option: fine
     with pytest.raises(OptionError, match="partitions=2 is for a new target"):
         make(tmp_path, "stream", location=at, partitions="2")

@@ -12,14 +12,14 @@ import pytest
 
 from pyspark_rowtime.api import create_stream, get_rowtime_bound
 from pyspark_rowtime.bounds.errors import OptionError, StreamNotFoundError
-from pyspark_rowtime.sink.layout import SinkState
+from pyspark_rowtime.sink.layout import FolderSinkState
 from pyspark_rowtime.streams import storage
 from pyspark_rowtime.streams.storage import (
     LocationKind,
     PartitionAppender,
     StreamStorage,
     backend_for,
-    open_storage,
+    open_stream,
     register_backend,
     what_is_at,
 )
@@ -27,8 +27,8 @@ from pyspark_rowtime.streams.storage import (
 
 def test_what_is_at_tells_the_four_kinds_of_location_apart(tmp_path):
     create_stream(tmp_path / "stream", "a INT")
-    SinkState(str(tmp_path / "pending")).define_target({"kind": "stream"})
-    SinkState(str(tmp_path / "parquet")).define_target({"kind": "parquet"})
+    FolderSinkState(str(tmp_path / "pending")).define_target({"kind": "stream"})
+    FolderSinkState(str(tmp_path / "parquet")).define_target({"kind": "parquet"})
     kinds = {
         name: what_is_at(tmp_path / name).kind
         for name in ("stream", "pending", "parquet", "nothing")
@@ -49,14 +49,14 @@ def test_what_is_at_tells_the_four_kinds_of_location_apart(tmp_path):
 
 def test_a_stream_target_that_exists_is_a_stream(tmp_path):
     create_stream(tmp_path / "s", "a INT")
-    SinkState(str(tmp_path / "s")).define_target({"kind": "stream"})
+    FolderSinkState(str(tmp_path / "s")).define_target({"kind": "stream"})
     assert what_is_at(f"file://{tmp_path / 's'}").kind is LocationKind.STREAM
 
 
 def test_the_embedded_log_implements_the_storage_interface(tmp_path):
     stream = create_stream(tmp_path / "s", "a INT", partitions=2)
     assert isinstance(stream, StreamStorage)
-    assert isinstance(open_storage(tmp_path / "s"), StreamStorage)
+    assert isinstance(open_stream(tmp_path / "s"), StreamStorage)
     appender = stream.lock_partition(1, "partition 1 of s")
     try:
         assert isinstance(appender, PartitionAppender)

@@ -13,6 +13,7 @@ and trims; sink state; target files; errors; damaged values.
 from __future__ import annotations
 
 import datetime as dt
+import os
 import threading
 from collections.abc import Callable, Iterator
 from pathlib import Path
@@ -41,18 +42,45 @@ from pyspark_rowtime.sink.layout import open_sink_state
 from pyspark_rowtime.streams.columns import LOG_ARRIVAL_US, LOG_IS_BOUND, LOG_ROWTIME_US
 from pyspark_rowtime.streams.retention import DataLossError, Retention, apply_retention
 from pyspark_rowtime.streams.segments import SegmentStats, write_segment_file
+from pyspark_rowtime.streams.sink_state import (
+    SupportsSinkState,
+    SupportsTargetFiles,
+    owner_conflict,
+    target_files,
+)
 from pyspark_rowtime.streams.storage import (
+    Backend,
     LocationKind,
     PartitionAppender,
     StreamStorage,
-    create_storage,
-    open_storage,
-    owner_conflict,
-    target_files,
+    SupportsEntrySource,
+    SupportsStoredBytes,
+    SupportsTrim,
+    SupportsVerify,
+    SupportsWriterOf,
+    backend_for,
+    open_stream,
     what_is_at,
 )
 
 BACKENDS = ["local", "redis", "s3", "azure"]
+#: What each backend can do beyond :class:`StreamStorage` and :class:`Backend`: its streams'
+#: capabilities and its own. Each backend is held to exactly these (a capability it gains is
+#: added here, and tested below over every backend that has it).
+STREAM_CAPABILITIES: dict[str, set[type]] = {
+    "local": {SupportsTrim, SupportsVerify, SupportsStoredBytes},
+    "redis": {SupportsTrim},
+    "s3": {SupportsTrim, SupportsWriterOf},
+    "azure": {SupportsTrim, SupportsWriterOf},
+}
+BACKEND_CAPABILITIES: dict[str, set[type]] = {
+    "local": set(),
+    "redis": {SupportsSinkState, SupportsEntrySource},
+    "s3": {SupportsSinkState, SupportsTargetFiles},
+    "azure": {SupportsSinkState, SupportsTargetFiles},
+}
+EVERY_STREAM_CAPABILITY = set().union(*STREAM_CAPABILITIES.values())
+EVERY_BACKEND_CAPABILITY = set().union(*BACKEND_CAPABILITIES.values())
 MS = T0 // 1000  # T0 in the writer's default unit (ms)
 S = 1_000_000
 JAN1 = 1_704_067_200_000_000
@@ -131,17 +159,17 @@ def written(at: Callable[[str], str]) -> str:
 def test_create_open_and_the_same_again(at: Callable[[str], str]) -> None:
     url = at("s")
     assert what_is_at(url).kind is LocationKind.NOTHING
-    s = create_storage(url, "id BIGINT, name STRING", partitions=3, order="drop")
+    s = create_stream(url, "id BIGINT, name STRING", partitions=3, order="drop")
     assert what_is_at(url).kind is LocationKind.STREAM
-    again = open_storage(url)
+    again = open_stream(url)
     assert isinstance(again, StreamStorage)
     assert again.meta.partitions == 3 and again.meta.defaults == {"order": "drop"}
     assert again.meta.payload_schema.equals(s.meta.payload_schema)
     # the same again (defaults not given, types spelt otherwise): a no-op
-    assert create_storage(url, "id bigint, name string", partitions=3).meta.partitions == 3
+    assert create_stream(url, "id bigint, name string", partitions=3).meta.partitions == 3
     assert [s.tail(p).end for p in range(3)] == [0, 0, 0]
     assert s.stream_clock_us() is None
-    assert open_storage(url).meta.defaults == {"order": "drop"}
+    assert open_stream(url).meta.defaults == {"order": "drop"}
 
 
 @pytest.mark.parametrize(
@@ -163,7 +191,7 @@ def test_creating_a_different_stream_where_one_exists_is_an_error(
     with pytest.raises(error) as info:
         create_stream(url, args.pop("schema"), args.pop("partitions"), **args)
     assert says in str(info.value)
-    s = open_storage(url)  # nothing changed
+    s = open_stream(url)  # nothing changed
     assert s.meta.partitions == 2 and s.meta.defaults == {"order": "drop"}
     assert str(s.meta.payload_schema.field("a").type) == "int32"
     assert s.read(1, 0, 1).column("a").to_pylist() == [1]
@@ -193,7 +221,7 @@ def test_opening_a_missing_stream_names_the_location_and_how_to_create_one(
 ) -> None:
     url = at("nothing-here")
     with pytest.raises(StreamNotFoundError) as info:
-        open_storage(url)
+        open_stream(url)
     message = str(info.value)
     assert "create_stream(" in message and "rowtime create" in message
     assert url.split("://")[-1].split("?")[0].rsplit("/", 1)[-1] in message
@@ -203,8 +231,8 @@ def test_opening_a_missing_stream_names_the_location_and_how_to_create_one(
 
 def test_a_backend_implements_the_storage_interface(at: Callable[[str], str]) -> None:
     url = at("s")
-    create_storage(url, "id BIGINT, name STRING", partitions=2)
-    stream = open_storage(url)
+    create_stream(url, "id BIGINT, name STRING", partitions=2)
+    stream = open_stream(url)
     assert isinstance(stream, StreamStorage)
     appender = stream.lock_partition(1, "partition 1")
     try:
@@ -214,15 +242,123 @@ def test_a_backend_implements_the_storage_interface(at: Callable[[str], str]) ->
         assert (tail.end, tail.clock_us, tail.last_arrival_us) == (0, None, None)
     finally:
         appender.release()
-    for capability in ("retention", "set_retention", "trim_partition"):
-        assert callable(getattr(stream, capability, None)), capability
+
+
+def _kind(request: pytest.FixtureRequest) -> str:
+    kind: str = request.node.callspec.params["at"]
+    return kind
+
+
+def _capable(request: pytest.FixtureRequest, stream: Any, capability: type) -> None:
+    """Skip the test where the backend lacks ``capability`` (as it declares)."""
+    if capability not in STREAM_CAPABILITIES[_kind(request)] | BACKEND_CAPABILITIES[_kind(request)]:
+        assert not isinstance(stream, capability)
+        pytest.skip(f"{_kind(request)} has no {capability.__name__}")
+    assert isinstance(stream, capability)
+
+
+def test_a_backend_has_exactly_the_capabilities_it_declares(
+    at: Callable[[str], str], request: pytest.FixtureRequest
+) -> None:
+    url = at("s")
+    create_stream(url, "id BIGINT")
+    stream, backend = open_stream(url), backend_for(url)
+    assert isinstance(backend, Backend)
+    kind = _kind(request)
+    has = {c for c in EVERY_STREAM_CAPABILITY if isinstance(stream, c)}
+    assert has == STREAM_CAPABILITIES[kind]
+    has = {c for c in EVERY_BACKEND_CAPABILITY if isinstance(backend, c)}
+    assert has == BACKEND_CAPABILITIES[kind]
+
+
+def test_verify_checks_every_stored_batch_and_finds_a_flipped_byte(
+    at: Callable[[str], str], request: pytest.FixtureRequest
+) -> None:
+    url = at("s")
+    create_stream(url, "id BIGINT, name STRING")
+    _capable(request, open_stream(url), SupportsVerify)
+    with open_writer(url, 0) as w:
+        w.insert_arrow(pa.table({"id": [1, 2], "name": ["a", "b"]}))
+        w.flush()
+        w.insert_arrow(pa.table({"id": [3], "name": ["xxxxxxxx"]}))
+    stream = open_stream(url)
+    assert isinstance(stream, SupportsVerify)
+    checked, without = stream.verify(0)
+    assert checked >= 2 and without == 0
+    unit = flip_stored(url, b"xxxxxxxx")
+    fresh = open_stream(url)  # nothing of it read yet (a stream caches what it read)
+    assert isinstance(fresh, SupportsVerify)
+    with pytest.raises(CorruptLogError, match="checksum") as e:
+        fresh.verify(0)
+    assert unit in str(e.value)
+
+
+def test_stored_bytes_grow_with_the_records_a_partition_keeps(
+    at: Callable[[str], str], request: pytest.FixtureRequest
+) -> None:
+    url = at("s")
+    create_stream(url, "id BIGINT", 2)
+    stream = open_stream(url)
+    _capable(request, stream, SupportsStoredBytes)
+    assert isinstance(stream, SupportsStoredBytes)
+    empty = stream.stored_bytes(0) or 0
+    with open_writer(url, 0) as w:
+        w.insert_arrow(pa.table({"id": list(range(1000))}))
+    first = stream.stored_bytes(0)
+    assert first is not None and first > empty + 1000  # 1000 int64 values at the least
+    with open_writer(url, 0) as w:
+        w.insert_arrow(pa.table({"id": list(range(1000))}))
+    again = stream.stored_bytes(0)
+    assert again is not None and again > first
+    assert (stream.stored_bytes(1) or 0) == empty  # the other partition holds nothing
+
+
+def test_writer_of_names_the_holder_of_the_lock_without_taking_it(
+    at: Callable[[str], str], request: pytest.FixtureRequest
+) -> None:
+    url = at("s")
+    create_stream(url, "id BIGINT", 2)
+    stream = open_stream(url)
+    _capable(request, stream, SupportsWriterOf)
+    assert isinstance(stream, SupportsWriterOf)
+    assert stream.writer_of(0) is None
+    with open_writer(url, 0) as w:
+        holder = stream.writer_of(0)
+        assert holder is not None and holder.endswith(f":{os.getpid()}"), holder
+        assert stream.writer_of(1) is None
+        w.insert({"id": 1})
+    assert stream.writer_of(0) is None  # released with the writer
+    with open_writer(url, 0) as w:  # looking took nothing: the lock is free to take
+        w.insert({"id": 2})
+
+
+def test_an_entry_source_reads_the_entries_others_append(
+    at: Callable[[str], str], request: pytest.FixtureRequest
+) -> None:
+    url = at("src")
+    backend = backend_for(url)
+    _capable(request, backend, SupportsEntrySource)
+    assert isinstance(backend, SupportsEntrySource)
+    server: RedisServer = request.getfixturevalue("redis")
+    key = url.rsplit("/", 1)[1]
+    client = server.client()
+    first = client.xadd(key, {"qty": "1", "ts": "1000"}).decode()
+    client.xadd(key, {"qty": "2", "ts": "2000"})
+    schema = pa.schema([pa.field("qty", pa.int64())])
+    source = backend.entry_source(backend.resolve(url), schema, {}, "ts", {})
+    entries = source.read("0-0", 10)
+    assert [e[0].decode() for e in entries][:1] == [first] and len(entries) == 2
+    assert source.read(first, 10)[0][1][b"qty"] == b"2"  # after a position
+    table, bad = source.convert(entries)
+    assert table.column("qty").to_pylist() == [1, 2] and bad == []
+    assert table.column(LOG_ROWTIME_US).to_pylist() == [1000 * 1000, 2000 * 1000]
 
 
 # -- appends ----------------------------------------------------------------------------------
 
 
 def test_records_read_back_in_offset_order_with_system_columns(written: str) -> None:
-    stream = open_storage(written)
+    stream = open_stream(written)
     assert stream.end_offset(0) == 5
     assert stream.end_offset(1) == 0
     t = stream.read(0, 0, 5)
@@ -238,7 +374,7 @@ def test_records_read_back_in_offset_order_with_system_columns(written: str) -> 
 
 
 def test_reads_are_column_pruned_and_sliced_across_runs(written: str) -> None:
-    stream = open_storage(written)
+    stream = open_stream(written)
     t = stream.read(0, 1, 4, columns=[LOG_ROWTIME_US, "b"])
     assert t.column_names == [LOG_ROWTIME_US, "b"]
     assert t.column("b").to_pylist() == [None, None, "p"]
@@ -256,7 +392,7 @@ def test_inserted_records_read_back_by_offset(at: Callable[[str], str]) -> None:
         w.flush()
         w.insert_arrow(pa.table({"id": list(range(20, 30)), "name": ["x"] * 10}))
         w.end_stream()
-    s = open_storage(url)  # a fresh reader, as another process would be
+    s = open_stream(url)  # a fresh reader, as another process would be
     tail = s.tail(0)
     assert tail.end == 31 and tail.clock_us == END_OF_STREAM_US
     whole = s.read(0, 0, 31)
@@ -269,7 +405,7 @@ def test_inserted_records_read_back_by_offset(at: Callable[[str], str]) -> None:
 
 
 def test_runs_append_as_given_with_their_stats(at: Callable[[str], str]) -> None:
-    s = create_storage(at("s"), "id BIGINT, name STRING")
+    s = create_stream(at("s"), "id BIGINT, name STRING")
     a = s.lock_partition(0, "p0")
     try:
         st1, t1 = _run(s, 0, None, list(range(20)), T0)
@@ -279,7 +415,7 @@ def test_runs_append_as_given_with_their_stats(at: Callable[[str], str]) -> None
         assert a.tail().end == 30
     finally:
         a.release()
-    fresh = open_storage(s.location)
+    fresh = open_stream(s.location)
     tail = fresh.tail(0)
     assert (tail.end, tail.clock_us, tail.last_arrival_us) == (30, T0 + 39, T0 + 39)
     assert fresh.read(0, 0, 30).column("id").to_pylist() == list(range(30))
@@ -288,7 +424,7 @@ def test_runs_append_as_given_with_their_stats(at: Callable[[str], str]) -> None
 
 
 def test_segment_files_are_appended_as_one_unit(at: Callable[[str], str], tmp_path: Path) -> None:
-    s = create_storage(at("s"), "id BIGINT")
+    s = create_stream(at("s"), "id BIGINT")
     st1, t1 = _run(s, 0, None, [0, 1, 2, 3], T0)
     st2, t2 = _run(s, 4, st1.clock_us, [4, 5, 6], T0 + 10)
     paths = [str(tmp_path / "a.arrow"), str(tmp_path / "b.arrow")]
@@ -334,7 +470,7 @@ def test_read_stream_of_an_empty_stream_is_an_empty_table(at: Callable[[str], st
 def test_a_reader_sees_each_flush_as_it_is_committed(at: Callable[[str], str]) -> None:
     url = at("s")
     create_stream(url, "id BIGINT")
-    reader = open_storage(url)
+    reader = open_stream(url)
     with open_writer(url, 0) as w:
         for n in range(1, 4):
             w.insert({"id": n}, rowtime=MS + n)
@@ -347,7 +483,7 @@ def test_a_reader_sees_each_flush_as_it_is_committed(at: Callable[[str], str]) -
 def test_committed_records_never_change(at: Callable[[str], str]) -> None:
     url = at("s")
     create_stream(url, "id BIGINT")
-    reader = open_storage(url)
+    reader = open_stream(url)
     with open_writer(url, 0) as w:
         w.insert_arrow(pa.table({"id": list(range(10))}))
     first = reader.read(0, 0, 10)
@@ -357,12 +493,12 @@ def test_committed_records_never_change(at: Callable[[str], str]) -> None:
             if i % 7 == 0:
                 w.flush()
     assert reader.read(0, 0, 10).equals(first)
-    assert open_storage(url).read(0, 0, 10).equals(first)
+    assert open_stream(url).read(0, 0, 10).equals(first)
     assert reader.read(0, 0, 40).column("id").to_pylist() == list(range(40))
 
 
 def test_a_refused_run_commits_nothing(at: Callable[[str], str]) -> None:
-    s = create_storage(at("s"), "id BIGINT")
+    s = create_stream(at("s"), "id BIGINT")
     a = s.lock_partition(0, "p0")
     try:
         st, t = _run(s, 0, None, [0, 1, 2], T0)
@@ -375,7 +511,7 @@ def test_a_refused_run_commits_nothing(at: Callable[[str], str]) -> None:
         a.append_run(ok, [t3])
     finally:
         a.release()
-    assert open_storage(s.location).read(0, 0, 5).column("id").to_pylist() == list(range(5))
+    assert open_stream(s.location).read(0, 0, 5).column("id").to_pylist() == list(range(5))
 
 
 # -- one appender -----------------------------------------------------------------------------
@@ -383,7 +519,7 @@ def test_a_refused_run_commits_nothing(at: Callable[[str], str]) -> None:
 
 def test_one_writer_per_partition(at: Callable[[str], str]) -> None:
     url = at("s")
-    s = create_storage(url, "id BIGINT", partitions=2)
+    s = create_stream(url, "id BIGINT", partitions=2)
     a = s.lock_partition(0, "partition 0")
     with pytest.raises(WriterLockedError, match="another writer"):
         s.lock_partition(0, "partition 0")
@@ -395,11 +531,11 @@ def test_one_writer_per_partition(at: Callable[[str], str]) -> None:
     a.release()  # idempotent
     with open_writer(url, 0) as w:  # released: the next writer goes on
         w.insert({"id": 1}, rowtime=MS)
-    assert open_storage(url).end_offset(0) == 1
+    assert open_stream(url).end_offset(0) == 1
 
 
 def test_concurrent_appenders_never_interleave(at: Callable[[str], str]) -> None:
-    s = create_storage(at("s"), "id BIGINT, name STRING")
+    s = create_stream(at("s"), "id BIGINT, name STRING")
     results: list[str] = []
 
     def writer(k: int) -> None:
@@ -440,7 +576,7 @@ def test_a_writer_goes_on_where_the_last_one_stopped(at: Callable[[str], str]) -
             assert w.clock_us == (None if k == 0 else T0 + (k * 10 - 1) * 1000)
             ids = list(range(k * 10, k * 10 + 10))
             w.insert_arrow(pa.table({"id": ids, "t": [MS + i for i in ids]}), rowtime_column="t")
-    s = open_storage(url)
+    s = open_stream(url)
     assert s.read(0, 0, 30).column("id").to_pylist() == list(range(30))
     assert s.clock_us(0) == T0 + 29_000
 
@@ -451,7 +587,7 @@ def test_a_writer_goes_on_where_the_last_one_stopped(at: Callable[[str], str]) -
 def test_partition_clock_is_highest_bound_or_rowtime_and_stream_clock_the_minimum(
     written: str,
 ) -> None:
-    stream = open_storage(written)
+    stream = open_stream(written)
     # Rows after the bound arrived at T0+3 (2023): below the bound, so the clock stays.
     assert stream.clock_us(0) == JAN2
     assert stream.clock_us(1) is None
@@ -471,7 +607,7 @@ def test_implicit_rows_move_the_clock_by_arrival_time(at: Callable[[str], str]) 
     with open_writer(url, clock=FakeClock(T0, step=1000)) as w:
         w.insert({"a": 1})
         w.insert({"a": 2})
-    assert open_storage(url).clock_us(0) == T0 + 1000
+    assert open_stream(url).clock_us(0) == T0 + 1000
 
 
 def test_end_of_stream_sets_the_clock_to_sparks_max_timestamp(at: Callable[[str], str]) -> None:
@@ -479,14 +615,14 @@ def test_end_of_stream_sets_the_clock_to_sparks_max_timestamp(at: Callable[[str]
     create_stream(url, "a INT")
     with open_writer(url) as w:
         w.end_stream()
-    assert open_storage(url).stream_clock_us() == END_OF_STREAM_US
+    assert open_stream(url).stream_clock_us() == END_OF_STREAM_US
     assert get_rowtime_bound(url) == dt.datetime(
         9999, 12, 31, 23, 59, 59, 999999, tzinfo=dt.timezone.utc
     )
 
 
 def test_the_tail_is_end_clock_and_last_arrival_of_one_look(at: Callable[[str], str]) -> None:
-    s = create_storage(at("s"), "id BIGINT, name STRING", partitions=2)
+    s = create_stream(at("s"), "id BIGINT, name STRING", partitions=2)
     for p, first_at in [(0, T0), (1, T0 + 100)]:
         a = s.lock_partition(p, f"p{p}")
         stats, t = _run(s, 0, None, [0, 1, 2], first_at)
@@ -514,25 +650,32 @@ def _write_seconds(url: str, seconds: range, per_flush: int) -> None:
                 w.flush()
 
 
+def _trimmable(url: str) -> SupportsTrim:
+    """The stream at ``url``, which keeps a retention (every backend here does)."""
+    stream = open_stream(url)
+    assert isinstance(stream, SupportsTrim)
+    return stream
+
+
 def test_a_trim_removes_whole_units_keeps_offsets_and_reports_data_loss(
     at: Callable[[str], str],
 ) -> None:
     url = at("s")
     create_stream(url, "k INT")
     _write_seconds(url, range(40), per_flush=10)
-    reader = open_storage(url)
+    reader = open_stream(url)
     assert reader.read(0, 0, 5).column("k").to_pylist() == list(range(5))
-    stream: Any = open_storage(url)
+    stream = _trimmable(url)
     [result] = apply_retention(stream, before_us=25 * S)
     assert (result.before.start, result.after.start) == (0, 20)
-    fresh = open_storage(url)
+    fresh = open_stream(url)
     assert fresh.start_offset(0) == 20 and fresh.end_offset(0) == 40
     assert fresh.read(0, 20, 40).column("k").to_pylist() == list(range(20, 40))
     with pytest.raises(DataLossError, match="first kept offset is 20"):
         fresh.read(0, 0, 25)
     with open_writer(url, 0) as w:  # offsets go on after the trim
         w.insert({"k": 40}, rowtime=40_000)
-    assert open_storage(url).read(0, 40, 41).column("k").to_pylist() == [40]
+    assert open_stream(url).read(0, 40, 41).column("k").to_pylist() == [40]
     # a reader that looked before the trim sees what came after it
     assert reader.end_offset(0) == 41 and reader.start_offset(0) == 20
     assert reader.read(0, 39, 41).column("k").to_pylist() == [39, 40]
@@ -543,12 +686,12 @@ def test_a_trim_never_removes_the_last_unit(at: Callable[[str], str]) -> None:
     url = at("s")
     create_stream(url, "k INT")
     _write_seconds(url, range(30), per_flush=10)
-    stream: Any = open_storage(url)
+    stream = _trimmable(url)
     apply_retention(stream, before_us=10**9 * S)  # everything is old
-    fresh = open_storage(url)
+    fresh = open_stream(url)
     assert 0 < fresh.start_offset(0) < 30 and fresh.end_offset(0) == 30
     assert fresh.read(0, 29, 30).column("k").to_pylist() == [29]
-    assert apply_retention(fresh, before_us=10**9 * S) == []  # nothing more to remove
+    assert apply_retention(_trimmable(url), before_us=10**9 * S) == []  # nothing more to remove
 
 
 def test_the_trim_state_holds_the_largest_rowtime_before_the_first_kept_offset(
@@ -556,11 +699,11 @@ def test_the_trim_state_holds_the_largest_rowtime_before_the_first_kept_offset(
 ) -> None:
     url = at("s")
     create_stream(url, "k INT")
-    assert open_storage(url).trim_state(0).start == 0
+    assert open_stream(url).trim_state(0).start == 0
     _write_seconds(url, range(40), per_flush=10)
-    stream: Any = open_storage(url)
+    stream = _trimmable(url)
     apply_retention(stream, before_us=25 * S)
-    state = open_storage(url).trim_state(0)
+    state = open_stream(url).trim_state(0)
     assert state.start == 20
     assert state.row_max_us == 19 * S and state.bound_max_us is None
     assert state.clock_us == 19 * S and state.removed_units == 2
@@ -569,16 +712,16 @@ def test_the_trim_state_holds_the_largest_rowtime_before_the_first_kept_offset(
 def test_retention_is_set_and_read_back_and_applied(at: Callable[[str], str]) -> None:
     url = at("s")
     create_stream(url, "k INT", retention="15 seconds")
-    stream: Any = open_storage(url)
+    stream = _trimmable(url)
     assert stream.retention() == Retention(duration_us=15 * S)
     _write_seconds(url, range(40), per_flush=10)
-    stream = open_storage(url)
+    stream = _trimmable(url)
     apply_retention(stream)  # clock 39 s: rowtime before 24 s may go, by whole units
     assert stream.start_offset(0) == 20
     stream.set_retention(Retention(duration_us=7 * 86_400 * S))
-    assert open_storage(url).retention() == Retention(7 * 86_400 * S)  # type: ignore[attr-defined]
+    assert _trimmable(url).retention() == Retention(7 * 86_400 * S)
     stream.set_retention(Retention())
-    assert not open_storage(url).retention().active  # type: ignore[attr-defined]
+    assert not _trimmable(url).retention().active
 
 
 # -- sink state -------------------------------------------------------------------------------
@@ -622,7 +765,7 @@ def test_the_manifest_publishes_each_batch_once(at: Callable[[str], str]) -> Non
 
 def test_staged_runs_are_appended_discarded_and_cleaned(at: Callable[[str], str]) -> None:
     url = at("t")
-    s = create_storage(url, "id BIGINT")
+    s = create_stream(url, "id BIGINT")
     store = open_sink_state(url)
     handles = []
     prev = None
@@ -638,7 +781,7 @@ def test_staged_runs_are_appended_discarded_and_cleaned(at: Callable[[str], str]
     assert store.open_staged(handles[1]).column("id").to_pylist() == [3, 4, 5]
     with open_writer(url, 0) as w:
         store.append_staged(w, handles)
-    assert open_storage(url).read(0, 0, 6).column("id").to_pylist() == list(range(6))
+    assert open_stream(url).read(0, 0, 6).column("id").to_pylist() == list(range(6))
     store.discard_staged(handles[:1])
     assert store.missing_staged(handles) == handles[:1]
     store.discard_staged(handles[:1])  # a missing one is no error
@@ -652,7 +795,7 @@ def test_a_damaged_staged_run_is_refused_before_it_is_written_again(
     at: Callable[[str], str],
 ) -> None:
     url = at("t")
-    s = create_storage(url, "id BIGINT")
+    s = create_stream(url, "id BIGINT")
     store = open_sink_state(url)
     marker = 0x5A5A5A5A5A5A5A5A
     stats, t = _run(s, 0, None, [1, marker, 3], T0)
@@ -712,7 +855,7 @@ def test_bad_reads_say_what_is_wrong(
     written: str, args: tuple[Any, ...], error: type[Exception], says: str
 ) -> None:
     with pytest.raises(error, match=says.replace("(", r"\(")):
-        open_storage(written).read(*args)
+        open_stream(written).read(*args)
 
 
 def test_a_lock_on_a_partition_that_does_not_exist_is_refused(at: Callable[[str], str]) -> None:
@@ -737,7 +880,7 @@ def test_a_flipped_byte_in_a_stored_value_fails_every_read_of_it_naming_the_unit
             w.insert_arrow(pa.table({"id": list(range(3, 6)), "name": ["xxxxxxxx", "e", "f"]}))
     unit = flip_stored(url, b"xxxxxxxx")
 
-    s = open_storage(url)
+    s = open_stream(url)
     for read in (
         lambda: s.read(0, 0, 6),
         lambda: s.read(0, 4, 5, ["id"]),

@@ -20,7 +20,7 @@ from sink_helpers import T0, make, records, run
 import pyspark_rowtime as pr
 from pyspark_rowtime.bounds.errors import CorruptLogError, OffsetError, RowtimeError
 from pyspark_rowtime.bounds.plan import StreamPosition
-from pyspark_rowtime.sink.layout import SinkState
+from pyspark_rowtime.sink.layout import FolderSinkState
 from pyspark_rowtime.streams.local.log import open_stream
 from pyspark_rowtime.streams.meta import meta_from_json
 from pyspark_rowtime.streams.redis.sink import RedisSinkState
@@ -103,7 +103,7 @@ def test_an_offset_of_a_newer_format_is_refused() -> None:
 
 
 def test_a_sink_target_of_a_newer_format_is_refused(tmp_path: Path) -> None:
-    state = SinkState(str(tmp_path / "t"))
+    state = FolderSinkState(str(tmp_path / "t"))
     state.define_target({"kind": "stream"})
     doc = json.loads(Path(state.target_file).read_text())
     Path(state.target_file).write_text(json.dumps({**doc, "format_version": 2}))
@@ -144,7 +144,7 @@ def test_a_manifest_entry_of_a_newer_format_is_refused_at_replay(tmp_path: Path)
 
 def test_0_1_0_manifest_entries_and_descriptions_read() -> None:
     for name in ("copy", "win", "join"):
-        state = SinkState(str(FIXTURE / name))
+        state = FolderSinkState(str(FIXTURE / name))
         assert state.read_target() == {
             "format": "pyspark-rowtime-sink", "format_version": 1, "kind": "stream"
         }  # fmt: skip

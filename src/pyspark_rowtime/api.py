@@ -37,11 +37,11 @@ from .streams.columns import LOG_ARRIVAL_US, LOG_IS_BOUND, LOG_ROWTIME_US
 from .streams.storage import (
     LocationKind,
     StreamStorage,
-    create_storage,
-    open_storage,
     redact_url,
     what_is_at,
 )
+from .streams.storage import create_stream as _create_stream
+from .streams.storage import open_stream as _open_stream
 from .streams.tables import (
     CLOCK_KEY,
     delta_table,
@@ -113,7 +113,7 @@ def create_stream(
         ...
         pyspark_rowtime.bounds.errors.SchemaError: ...
     """
-    return create_storage(location, schema, partitions, **defaults)
+    return _create_stream(location, schema, partitions, **defaults)
 
 
 def open_stream(location: str | os.PathLike[str]) -> StreamStorage:
@@ -142,7 +142,7 @@ def open_stream(location: str | os.PathLike[str]) -> StreamStorage:
         ...
         pyspark_rowtime.bounds.errors.StreamNotFoundError: ...
     """
-    return open_storage(location)
+    return _open_stream(location)
 
 
 def open_writer(
@@ -224,7 +224,7 @@ class ClockReader:
             return _clock(table.properties.get(CLOCK_KEY), self.location)
         where = what_is_at(self.location)
         if where.kind is LocationKind.STREAM:
-            return open_storage(self.location).stream_clock_us()
+            return open_stream(self.location).stream_clock_us()
         if where.kind is LocationKind.PARQUET_TARGET:
             return parquet_clock_us(where.resolved)
         if where.kind is LocationKind.DELTA_TARGET:
@@ -235,7 +235,7 @@ class ClockReader:
             return _clock(table.transaction_version(CLOCK_KEY), self.location)
         if where.kind is LocationKind.PENDING_STREAM_TARGET:
             return None  # a stream target whose first batch has not committed yet
-        return open_storage(self.location).stream_clock_us()  # raises, saying what to do
+        return open_stream(self.location).stream_clock_us()  # raises, saying what to do
 
 
 def missing_table_error(location: str | os.PathLike[str]) -> StreamNotFoundError | None:

@@ -82,7 +82,10 @@ from .streams.storage import (
     MAX_PARTITIONS,
     LocationKind,
     StreamStorage,
-    open_storage,
+    SupportsTrim,
+    SupportsVerify,
+    SupportsWriterOf,
+    open_stream,
     what_is_at,
 )
 from .streams.writer import Writer
@@ -179,7 +182,7 @@ def _bound_us(text: str, unit: str, stream: StreamStorage) -> int:
 
 
 def cmd_bound(args: argparse.Namespace) -> int:
-    stream = open_storage(args.path)
+    stream = open_stream(args.path)
     unit = args.unit or stream.meta.defaults.get("rowtime_unit", "ms")
     bound_us = _bound_us(args.time, unit, stream)
     parts = range(stream.meta.partitions) if args.partition is None else [args.partition]
@@ -215,7 +218,7 @@ def describe(
     ``idle_timeout`` (a duration; else the stream's default ``idle_timeout``): each partition
     idle now under it has ``idle_since`` (SPEC 12: the arrival of the record of another
     partition that made it idle); the answer then has ``idle_timeout_us``."""
-    check = getattr(stream, "verify", None) if verify else None
+    check = stream.verify if verify and isinstance(stream, SupportsVerify) else None
     if verify and check is None:
         raise OptionError(
             "describe --verify checks the checksums of segment files, and this stream's backend "
@@ -247,7 +250,7 @@ def describe(
             {
                 "partition": p,
                 "records": stats[-1].end if stats else 0,
-                "first_kept_offset": _start_offset(stream, p),
+                "first_kept_offset": stream.start_offset(p),
                 "rows": rows,
                 "bounds": sum(s.bounds for s in stats),
                 "segments": len(stats),
@@ -264,7 +267,7 @@ def describe(
     stream_clock = merge_clock(clocks)  # from the same listing as the partitions shown
     timeout_us = _idle_timeout_us(stream, idle_timeout)
     if timeout_us is not None:
-        created = getattr(stream.meta, "created_us", None)
+        created = stream.meta.created_us
         lasts = [
             None if "damaged" in i else (i["last_arrival_us"] if i["records"] else created)
             for i in partitions
@@ -327,7 +330,7 @@ def cmd_describe(args: argparse.Namespace) -> int:
             print(f"stream target {path}: not created yet (its query's first commit creates it)")
             print("stream clock  none")
         return 0
-    info = describe(open_storage(args.path), verify=args.verify, idle_timeout=args.idle_timeout)
+    info = describe(open_stream(args.path), verify=args.verify, idle_timeout=args.idle_timeout)
     info["location"] = redact(info["location"])
     if args.json:
         print(json.dumps(info, indent=2))
@@ -385,15 +388,9 @@ def cmd_describe(args: argparse.Namespace) -> int:
     return 1 if damaged else 0
 
 
-def _start_offset(stream: StreamStorage, partition: int) -> int:
-    get = getattr(stream, "start_offset", None)
-    return int(get(partition)) if get is not None else 0
-
-
 def _retention_info(stream: StreamStorage) -> dict[str, Any]:
     """The stream's retention for ``describe``: microseconds, bytes and a line for people."""
-    get = getattr(stream, "retention", None)
-    retention = get() if get is not None else Retention()
+    retention = stream.retention() if isinstance(stream, SupportsTrim) else Retention()
     return {
         "retention_us": retention.duration_us,
         "retention_size": retention.size_bytes,
@@ -401,10 +398,20 @@ def _retention_info(stream: StreamStorage) -> dict[str, Any]:
     }
 
 
+def _trimmable(stream: StreamStorage, command: str) -> SupportsTrim:
+    """``stream`` as one that keeps a retention, else the error of ``rowtime COMMAND``."""
+    if not isinstance(stream, SupportsTrim):
+        raise OptionError(
+            f"rowtime {command}: {stream.location} keeps no retention (its backend removes no "
+            "records): there is nothing to trim or to set"
+        )
+    return stream
+
+
 def cmd_trim(args: argparse.Namespace) -> int:
     """``rowtime trim PATH [--before TIME]``: apply the retention now (and/or remove what lies
     wholly before TIME), under the never-remove rules of SPEC 12."""
-    stream = open_storage(args.path)
+    stream = open_stream(args.path)
     before_us = None
     if args.before is not None:
         unit = args.unit or stream.meta.defaults.get("rowtime_unit", "ms")
@@ -418,11 +425,11 @@ def cmd_trim(args: argparse.Namespace) -> int:
                 "was given: nothing to trim"
             )
             return 0
-    results = apply_retention(stream, before_us=before_us)  # type: ignore[arg-type]
+    results = apply_retention(_trimmable(stream, "trim"), before_us=before_us)
     removed = {r.partition: r for r in results}
     for p in range(stream.meta.partitions):
         r = removed.get(p)
-        kept = _start_offset(stream, p)
+        kept = stream.start_offset(p)
         if r is None:
             print(f"partition {p}: nothing removed (first kept offset {kept})")
         else:
@@ -437,18 +444,19 @@ def cmd_trim(args: argparse.Namespace) -> int:
 
 def cmd_retention(args: argparse.Namespace) -> int:
     """``rowtime retention PATH [DURATION|off] [--size SIZE|off]``: show or change it."""
-    stream = open_storage(args.path)
+    stream = open_stream(args.path)
     if args.duration is None and args.size is None:
         print(f"retention {_retention_info(stream)['text']}")
         return 0
-    now = stream.retention()  # type: ignore[attr-defined]
+    trimmable = _trimmable(stream, "retention")
+    now = trimmable.retention()
     duration = now.duration_us
     size = now.size_bytes
     if args.duration is not None:
         duration = parse_retention(args.duration, what="retention")
     if args.size is not None:
         size = parse_size(args.size, what="--size")
-    stream.set_retention(Retention(duration, size))  # type: ignore[attr-defined]
+    trimmable.set_retention(Retention(duration, size))
     print(
         f"retention of {stream.location}: {Retention(duration, size).describe()} (writers apply "
         "it as they append; `rowtime trim` applies it now)"
@@ -498,14 +506,14 @@ def _emit(records: list[dict[str, Any]]) -> None:
 
 
 def cmd_tail(args: argparse.Namespace) -> int:
-    stream = open_storage(args.path)
+    stream = open_stream(args.path)
     if args.n < 0:
         raise OptionError(f"-n {args.n}: the number of records must be >= 0")
     ends = [stream.end_offset(p) for p in range(stream.meta.partitions)]
     recent: list[dict[str, Any]] = []
     arrival_us: list[int] = []
     for p, end in enumerate(ends):
-        start = max(_start_offset(stream, p), end - args.n)
+        start = max(stream.start_offset(p), end - args.n)
         recent += _record_dicts(stream, p, start, end)
         arrival_us += stream.read(p, start, end, [LOG_ARRIVAL_US]).column(0).to_pylist()
     # Across partitions by arrival (the numbers: ISO strings drop zero microseconds).
@@ -552,7 +560,7 @@ def cmd_streams(args: argparse.Namespace) -> int:
     for name, entry in sorted(catalog.streams.items()):
         clock, backlog = "not created", "-"
         if what_is_at(entry.location).kind is LocationKind.STREAM:
-            stream = open_storage(entry.location)
+            stream = open_stream(entry.location)
             t = stream.stream_clock_us()
             clock = "none" if t is None else _json_time(t) or "none"
             ends = [stream.end_offset(p) for p in range(stream.meta.partitions)]
@@ -578,10 +586,9 @@ def _connector_state(entry: Any, connector: Any) -> str:
         return "never run"
     partition = int(connector.settings.get("partition", 0))
     try:
-        stream = open_storage(entry.location)
-        look = getattr(stream, "writer_of", None)  # a backend that can tell without writing
-        if look is not None:
-            return "stopped" if look(partition) is None else "running"
+        stream = open_stream(entry.location)
+        if isinstance(stream, SupportsWriterOf):  # a backend that can tell without writing
+            return "stopped" if stream.writer_of(partition) is None else "running"
         lock = stream.lock_partition(partition, "rowtime streams")
     except WriterLockedError:
         return "running"

@@ -18,7 +18,7 @@ from .api import open_writer
 from .bounds.errors import RowtimeError
 from .bounds.time import TimeFormat
 from .cli_tables import CLI_PROG as PROG
-from .streams.storage import StreamStorage, open_storage
+from .streams.storage import StreamStorage, open_stream
 from .streams.text_lines import BadLineError, csv_records, decoded_lines, json_records
 from .streams.text_values import Convert, ValueReader
 
@@ -132,7 +132,7 @@ def cmd_insert(args: argparse.Namespace) -> int:
     they come. At a bad line the good rows before it are committed and the error says how many
     and from which line to send the input again: rows before line K stored, none from it on.
     """
-    stream = open_storage(args.path)
+    stream = open_stream(args.path)
     meta = stream.meta
     defaults = meta.defaults
     unit = args.rowtime_unit or defaults.get("rowtime_unit", "ms")

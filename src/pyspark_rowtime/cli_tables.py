@@ -16,7 +16,7 @@ from .bounds.durations import parse_duration_us
 from .bounds.errors import OptionError, WaitTimeoutError
 from .bounds.time import END_OF_STREAM_TEXT, format_rowtime, to_rowtime_us
 from .sink.table_describe import describe_delta_target, describe_iceberg_target, describe_table_text
-from .streams.storage import Location, LocationKind, open_storage, redact_url, what_is_at
+from .streams.storage import Location, LocationKind, open_stream, redact_url, what_is_at
 from .wait import format_seconds, parse_timeout_s, wait_for_clock
 
 __all__ = ["CLI_PROG", "add_wait_parser", "cmd_wait", "describe_table"]
@@ -52,7 +52,7 @@ def _until_us(text: str, unit: str | None, location: str) -> int:
         return time.time_ns() // 1000
     defaults: dict[str, Any] = {}
     if what_is_at(location).kind is LocationKind.STREAM:
-        defaults = open_storage(location).meta.defaults
+        defaults = open_stream(location).meta.defaults
     value: Any = int(word) if word.lstrip("-").isdigit() else text
     return to_rowtime_us(
         value,

@@ -78,7 +78,7 @@ from .flight_sql import (
 )
 from .flight_sql import parse_command as parse_sql_command
 from .streams.catalog import ensure_stream, load_catalog
-from .streams.storage import LocationKind, StreamStorage, open_storage, redact_url, what_is_at
+from .streams.storage import LocationKind, StreamStorage, open_stream, redact_url, what_is_at
 
 __all__ = [
     "DEFAULT_MAX_MESSAGE_BYTES",
@@ -162,7 +162,7 @@ class Streams:
                 f"no stream {name!r} is served here (nothing at {redact_url(location)}; "
                 f"create it with `rowtime create`); {self._known()}"
             )
-        stream = open_storage(location)
+        stream = open_stream(location)
         with self._lock:
             return self._open.setdefault(name, stream)
 

@@ -47,12 +47,12 @@ from .bounds.redaction import redact
 from .datasource.options import parse_reader_options
 from .datasource.planner import whole_step
 from .streams.columns import LOG_ARRIVAL_US
+from .streams.sink_state import SINK_DIR, SINK_TARGET_FILE
 from .streams.storage import (
-    SINK_DIR,
-    SINK_TARGET_FILE,
     LocationKind,
     StreamStorage,
-    open_storage,
+    SupportsStoredBytes,
+    open_stream,
     what_is_at,
 )
 
@@ -70,7 +70,7 @@ def idle_since(
     timeout after its own last record (its stream's creation before any). A partition at the
     end of stream is left out: it holds nothing back."""
     n = stream.meta.partitions
-    created = getattr(stream.meta, "created_us", None)
+    created = stream.meta.created_us
     if lasts is None:
         lasts = []
         for p in range(n):
@@ -119,9 +119,8 @@ def _seconds(t_us: int | None) -> float | None:
 
 def _bytes(stream: StreamStorage, partition: int) -> int | None:
     """Bytes the partition takes where its backend says (the embedded log: its files), else
-    None (a capability of the stream: ``stored_bytes``)."""
-    get = getattr(stream, "stored_bytes", None)
-    return None if get is None else get(partition)
+    None (a capability of the stream: :class:`~.streams.storage.SupportsStoredBytes`)."""
+    return stream.stored_bytes(partition) if isinstance(stream, SupportsStoredBytes) else None
 
 
 #: Targets of the sink that are not streams: only their clock is a series.
@@ -221,16 +220,15 @@ class RowtimeCollector:
 def stream_metrics(location: str, g: dict[str, Any], c: dict[str, Any]) -> None:
     """Add one stream's samples to the metric families ``g`` (gauges) and ``c`` (counters)."""
 
-    stream = open_storage(location)
+    stream = open_stream(location)
     meta = stream.meta
     cfg = parse_reader_options({"path": location}, meta.defaults)
     end = whole_step(cfg)[3]  # planned again if a writer's trim overtakes it
     tails = [stream.tail(p) for p in range(meta.partitions)]
-    start_offset = getattr(stream, "start_offset", None)  # retention (another branch)
     newest = max((t.last_arrival_us for t in tails if t.last_arrival_us is not None), default=None)
     idle: list[int] | None = None
     if cfg.idle_timeout_us is not None:
-        lasts = [t.last_arrival_us if t.end else getattr(meta, "created_us", None) for t in tails]
+        lasts = [t.last_arrival_us if t.end else meta.created_us for t in tails]
         idle = idle_partitions(lasts, cfg.idle_timeout_us)
     label = stream_label(location)
     for p, (state, tail) in enumerate(zip(end.partitions, tails, strict=True)):
@@ -248,7 +246,7 @@ def stream_metrics(location: str, g: dict[str, Any], c: dict[str, Any]) -> None:
         c["discarded"].add_metric(labels, state.discarded)
         if idle is not None:
             g["idle"].add_metric(labels, 1 if p in idle else 0)
-        g["first_kept"].add_metric(labels, int(start_offset(p)) if start_offset else 0)
+        g["first_kept"].add_metric(labels, stream.start_offset(p))
     if end.clock_us is not None:
         g["stream_clock"].add_metric([label], end.clock_us / 1e6)
         if newest is not None:

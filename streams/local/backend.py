@@ -10,15 +10,14 @@ import pyarrow as pa
 
 from ...bounds.errors import CorruptLogError
 from ..meta import META_FILE, read_meta
-from ..storage import (
+from ..sink_state import (
     SINK_DIR,
     SINK_KIND_DELTA,
     SINK_KIND_PARQUET,
     SINK_KIND_STREAM,
     SINK_TARGET_FILE,
-    LocationKind,
-    local_path,
 )
+from ..storage import LocationKind, local_path
 from .log import Stream, _open, create_stream
 
 __all__ = ["BACKEND", "SCHEMES"]

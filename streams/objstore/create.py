@@ -19,13 +19,8 @@ from ..meta import (
     payload_schema,
     validate_defaults,
 )
-from ..storage import (
-    SINK_KIND_DELTA,
-    SINK_KIND_PARQUET,
-    SINK_KIND_STREAM,
-    LocationKind,
-    stream_not_found,
-)
+from ..sink_state import SINK_KIND_DELTA, SINK_KIND_PARQUET, SINK_KIND_STREAM
+from ..storage import LocationKind, stream_not_found
 from .files import ObjectTargetFiles
 from .location import ObjectLocation, call, parse_location, require_conditional_writes, store_for
 from .log import ObjectStream, _now_us
@@ -139,7 +134,7 @@ class _ObjectStoreBackend:
             return LocationKind.DELTA_TARGET
         return LocationKind.NOTHING
 
-    def sink_store(self, resolved: str) -> Any:
+    def sink_state(self, resolved: str) -> Any:
         """The sink's state of a stream target here, kept below the location (.sink)."""
 
         return ObjectSinkState(resolved)

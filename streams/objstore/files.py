@@ -1,5 +1,5 @@
 """Files below an object storage location, for the sink's Parquet target
-(:class:`..storage.TargetFiles`).
+(:class:`..sink_state.TargetFiles`).
 
 A Parquet target on object storage keeps the local layout (``rowtime_hour=.../part-*.parquet``,
 ``_COMPLETE`` markers, ``_rowtime_sink/``), with the object store's own operations where a

@@ -31,7 +31,7 @@ import pyarrow as pa
 from ...bounds.errors import CorruptLogError
 from ..lock import wait_for_lock
 from ..segments import SegmentStats, StagedBlobs, write_segment_to
-from ..storage import (
+from ..sink_state import (
     SINK_DIR,
     SINK_TARGET_FILE,
     check_sink_version,
@@ -56,7 +56,7 @@ __all__ = ["ObjectSinkState", "read_target"]
 MANIFEST_KEEP = 100
 
 if TYPE_CHECKING:
-    from ..storage import RunChunks, Staged
+    from ..sink_state import RunChunks, Staged
 
 
 def _done() -> None:
@@ -85,7 +85,7 @@ def read_target(loc: ObjectLocation) -> dict[str, Any] | None:
 
 class ObjectSinkState(StagedBlobs):
     """The state of the stream target at an object storage location (module docstring);
-    implements :class:`..storage.SinkStore`. Picklable: the client is made on first use."""
+    implements :class:`..sink_state.SinkState`. Picklable: the client is made on first use."""
 
     def __init__(self, resolved: str) -> None:
         self.loc = parse_location(resolved)

@@ -7,7 +7,8 @@ from typing import Any
 
 import pyarrow as pa
 
-from ..storage import SINK_KIND_STREAM, LocationKind
+from ..sink_state import SINK_KIND_STREAM
+from ..storage import LocationKind
 from .connection import connection
 from .create import create_redis_stream, meta_key, open_redis_stream
 from .external import EntrySource
@@ -45,7 +46,7 @@ class _RedisBackend:
             return LocationKind.PENDING_STREAM_TARGET
         return LocationKind.NOTHING
 
-    def sink_store(self, resolved: str) -> Any:
+    def sink_state(self, resolved: str) -> Any:
         """The sink's state of a stream target here, kept with the stream (:mod:`.sink`)."""
         return RedisSinkState(resolved)
 

@@ -39,12 +39,7 @@ import pyarrow as pa
 
 from ...bounds.errors import CorruptLogError
 from ..segments import SegmentStats, StagedBlobs, write_segment_to
-from ..storage import (
-    check_sink_version,
-    claim_target,
-    define_target_once,
-    latest_entry,
-)
+from ..sink_state import check_sink_version, claim_target, define_target_once, latest_entry
 from .connection import connection
 from .location import parse_location
 
@@ -54,7 +49,7 @@ __all__ = ["RedisSinkState"]
 MANIFEST_KEEP = 100
 
 if TYPE_CHECKING:
-    from ..storage import RunChunks, Staged
+    from ..sink_state import RunChunks, Staged
 
 
 def _done() -> None:
@@ -67,7 +62,7 @@ def _json(raw: bytes | None) -> Any | None:
 
 class RedisSinkState(StagedBlobs):
     """The state of the stream target at a ``redis://`` location (see the module docstring);
-    implements :class:`.storage.SinkStore`. Picklable: it connects on first use."""
+    implements :class:`..sink_state.SinkState`. Picklable: it connects on first use."""
 
     def __init__(self, resolved: str) -> None:
         self.loc = parse_location(resolved)
