@@ -38,7 +38,8 @@ from pyspark_rowtime.streams.objstore.location import (
     parse_location,
     store_settings,
 )
-from pyspark_rowtime.streams.objstore.log import ObjectStream
+from pyspark_rowtime.streams.objstore.log import COMMITS, SEGMENTS, ObjectStream
+from pyspark_rowtime.streams.retention import apply_retention
 from pyspark_rowtime.streams.storage import open_stream
 
 DEFAULTS = {name: default for name, (_, default, _) in STORE_SETTINGS.items()}
@@ -119,6 +120,47 @@ def test_a_hanging_lease_renewal_is_retried_and_keeps_the_lease(s3_server: Objec
         assert appender.lease.renew() and not appender.lease.lost
         assert proxy.counts["hang"] == 1, proxy.summary()
         appender.release()
+
+
+def _partition_objects(stream: ObjectStream) -> set[str]:
+    """The keys of partition 0's segments and commits."""
+    import obstore
+
+    keys: set[str] = set()
+    for folder in (SEGMENTS, COMMITS):
+        for chunk in obstore.list(stream.store, stream._key(0, folder) + "/"):
+            keys |= {meta["path"] for meta in chunk}
+    return keys
+
+
+def test_a_hanging_trim_is_retried_and_recognised_as_this_trims(
+    object_server: ObjectServer,
+) -> None:
+    """The compare-and-swap of a trim whose reply never comes (the store applied it): the
+    retry's precondition fails on this trim's own object, read back by its id, so the trim
+    reports what it removed and deletes its segments and commits now (before, it returned as if
+    another trim had won, and they stayed)."""
+    url = object_server.url("hang-trim")
+    pr.create_stream(url, "id BIGINT")
+    with pr.open_writer(url) as w:
+        for k in range(4):  # four units, rowtimes 0 s to 3 s
+            w.insert({"id": k}, rowtime=k * 1000)
+            w.flush()
+    stream = open_stream(url)
+    assert isinstance(stream, ObjectStream)
+    [first] = apply_retention(stream, before_us=1_500_000)  # creates _trim.json: no fault
+    assert (first.before.start, first.after.start) == (0, 2)
+    before = _partition_objects(stream)
+    with defaults_through_proxy(object_server, ROWTIME_STORE_TIMEOUT_S="1") as proxy:
+        stream = open_stream(url)
+        assert isinstance(stream, ObjectStream)
+        proxy.target("hang", b"PUT ", b"_trim.json")
+        [second] = apply_retention(stream, before_us=2_500_000)  # replaces it: a swap
+        assert proxy.counts["hang"] == 1, proxy.summary()
+        assert (second.before.start, second.after.start) == (2, 3) and second.units == 1
+        gone = before - _partition_objects(stream)
+    assert len(gone) == 2, gone  # the removed unit's segment and the commit that named it
+    assert open_stream(url).start_offset(0) == 3 and ids(url) == [3]
 
 
 def test_a_hanging_read_of_a_large_segment_ends_at_its_read_idle_timeout(

@@ -6,7 +6,7 @@ Objects of the stream at ``s3://bucket/prefix`` (or ``az://container/prefix``)::
     prefix/_retention.json                              retention changed by ops
     prefix/partition-0000/_lease.json                   the one writer's lease (.lease)
     prefix/partition-0000/_trim.json                    the trim: first kept offset, state there,
-                                                        and the first commit still needed
+                                                        the first commit still needed, its id
     prefix/partition-0000/_commits/00000000000000000007.json   commit 7
     prefix/partition-0000/segments/<first>-<count>.e<epoch>.<id>.arrow   a run of records
 
@@ -46,7 +46,9 @@ trim keeps: an object store has no rename, no append and no lock, and this needs
   ones or a trim naming a commit that is gone (:meth:`ObjectAppender._refuse_damage`).
 * **Retention** removes whole segments from the head: ``_trim.json`` is replaced by
   compare-and-swap (one trim wins), then the segments before the first kept offset and the
-  commits before the first one still needed are deleted.
+  commits before the first one still needed are deleted. A failed swap is read back, as a
+  failed commit is: a trim whose request was applied but whose reply was lost hears the
+  precondition fail on its retry, and finds its own id there (it won: it deletes and reports).
 
 Where it differs from the embedded log: small appends are not merged (each append is one
 segment object and one commit object, so a reader's first look lists every commit after the
@@ -269,6 +271,13 @@ class ObjectStream:
         where = f"partition {partition} of {self.location}"
         return TrimState.from_json(json.dumps(doc["state"]), where), int(doc["from_seq"]), etag
 
+    def _trim_is(self, partition: int, trim_id: str) -> bool:
+        """Whether the partition's trim now is the one written with ``trim_id``."""
+        got = self._get_json(
+            self._key(partition, TRIM_FILE), f"reading the trim of partition {partition}"
+        )
+        return got is not None and isinstance(got[0], dict) and got[0].get("id") == trim_id
+
     def _list_commits(self, partition: int, after_seq: int) -> list[int]:
         """Numbers of the commit objects after ``after_seq`` (all with -1), ascending."""
         import obstore
@@ -424,7 +433,11 @@ class ObjectStream:
     ) -> TrimResult | None:
         """Remove the head segments ``decide`` lets go: ``_trim.json`` is replaced by
         compare-and-swap (of two trims one wins; the other returns None), then the removed
-        segments and the commits before the first one still needed are deleted."""
+        segments and the commits before the first one still needed are deleted. A swap that
+        fails is confirmed by reading the object back (its ``id``): a retried attempt whose
+        first reply was lost, after the store applied it, fails its precondition on our own
+        write, and is the winner (else its deletes would wait for a later trim, and its
+        removal go unreported)."""
         import obstore
         from obstore.exceptions import AlreadyExistsError, PreconditionError
 
@@ -452,7 +465,8 @@ class ObjectStream:
         if not kept or kept[0].first != new.start:
             return None  # not a segment boundary of what we listed: the next check decides
         from_seq = kept[0].seq
-        doc = {"v": 1, "state": new.to_doc(), "from_seq": from_seq}
+        trim_id = uuid.uuid4().hex
+        doc = {"v": 1, "state": new.to_doc(), "from_seq": from_seq, "id": trim_id}
         mode: Any = "create" if etag is None else {"e_tag": etag}
         try:
             call(
@@ -463,7 +477,8 @@ class ObjectStream:
                 ),
             )
         except (AlreadyExistsError, PreconditionError):
-            return None  # another trim came first: the next check decides again
+            if not self._trim_is(partition, trim_id):
+                return None  # another trim came first: the next check decides again
         gone = [p.key for p in chain.pieces if p.end <= new.start]
         gone += [self._key(partition, COMMITS, commit_name(s)) for s in range(prev_from, from_seq)]
         self._delete(gone)
