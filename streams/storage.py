@@ -1,16 +1,16 @@
 """The storage seam: what the rest of the project needs from a stream, and who serves a location.
 
-Everything above ``streams/`` (the reader's planner and executors in ``datasource/``, the sink in
-``sink/``, the CLI and the adapter API in the face package) reaches records only through the two
-interfaces below, and never names a backend. A backend is a package (the embedded log
-:mod:`.local`, Redis :mod:`.redis`): it implements :class:`StreamStorage` and
-:class:`PartitionAppender`, wraps them in a :class:`Backend`, and names that object in an entry
-point of the group :data:`ENTRY_POINT_GROUP` for each URL scheme it serves (``file`` also serves
-plain paths). :func:`backend_for` loads a backend the first time a location of its scheme is
-used, so a user of one backend never imports another's package or client library. This
-package's own backends are also named in :data:`PACKAGED`, which finds them without reading
-any distribution's metadata (and where it is missing). What every backend must do is
-:class:`StreamStorage` and :class:`Backend`, called directly; what only some can do is a
+Everything above ``streams/`` (the reader's planner and executors in ``datasource/``, the sink
+in ``sink/``, the CLI and the adapter API in the face package) reaches records only through the
+two interfaces below, and never names a backend. A backend is a package (the embedded log
+:mod:`.local`, Redis :mod:`.redis`, object storage :mod:`.objstore`): it implements
+:class:`StreamStorage` and :class:`PartitionAppender`, wraps them in a :class:`Backend`, and
+names that object in an entry point of the group :data:`ENTRY_POINT_GROUP` for each URL scheme
+it serves (``file`` also serves plain paths). :func:`backend_for` loads a backend the first time
+a location of its scheme is used, so a user of one backend never imports another's package or
+client library. This package's own backends are also named in :data:`PACKAGED`, which finds them
+without reading any distribution's metadata (and where it is missing). What every backend must
+do is :class:`StreamStorage` and :class:`Backend`, called directly; what only some can do is a
 *capability*, a protocol of its own checked with ``isinstance`` (never probed by name):
 
 * on a stream: :class:`SupportsTrim` (a retention, and trims of a partition's head: every
@@ -21,8 +21,9 @@ any distribution's metadata (and where it is missing). What every backend must d
   sink's :class:`~.sink_state.SupportsSinkState` and :class:`~.sink_state.SupportsTargetFiles`
   (:mod:`.sink_state`, the sink's own seams: its state and its target files).
 
-Nothing in ``datasource/``, ``sink/``,
-``connectors/`` or the face changes for a new backend.
+A backend declares a capability by having its methods; ``tests/test_layers.py`` fails on a
+``getattr`` or ``hasattr`` naming a member of the contract. Nothing in ``datasource/``,
+``sink/``, ``connectors/`` or the face changes for a new backend.
 
 Units and ends, for every backend:
 

@@ -33,6 +33,7 @@ from pyspark_rowtime.datasource.intervals import read_task_with_intervals, with_
 from pyspark_rowtime.datasource.options import parse_reader_options
 from pyspark_rowtime.datasource.reader import output_arrow_schema, read_task
 from pyspark_rowtime.streams import retention as retention_module
+from pyspark_rowtime.streams import storage
 from pyspark_rowtime.streams.local.log import create_stream, open_stream
 from pyspark_rowtime.streams.retention import (
     RETENTION_FILE,
@@ -386,7 +387,7 @@ def batch(location: str, options: dict[str, str]) -> dict[int, list[dict[str, An
     """A batch read's output per partition, as the Spark batch reader computes it."""
     from pyspark_rowtime.datasource.spark import batch_tasks
 
-    meta = open_stream(location).meta
+    meta = storage.open_stream(location).meta
     cfg = parse_reader_options({"path": location, **options}, meta.defaults)
     schema = output_arrow_schema(meta.payload_schema, cfg.output)
     run: Any = read_task
@@ -449,7 +450,7 @@ def _stream_reader(location: str, **options: str) -> Any:
     from pyspark_rowtime.datasource.spark import RowtimeStreamReader
 
     cfg = parse_reader_options({"path": location, **options})
-    schema = output_arrow_schema(open_stream(location).meta.payload_schema)
+    schema = output_arrow_schema(storage.open_stream(location).meta.payload_schema)
     return RowtimeStreamReader(cfg, schema), cfg, schema
 
 
@@ -568,12 +569,12 @@ def test_the_sinks_retention_option_makes_a_target_whose_commits_apply_it(
 
     monkeypatch.setattr(retention_module, "CHECK_EVERY_S", 0.0)
     target: Any = make(tmp_path, "stream", partitions="1", retention="10 s")
-    stream = open_stream(target.cfg.location)
+    stream = storage.open_stream(target.cfg.location)
     assert stream.retention() == Retention(10 * S)  # type: ignore[attr-defined]
     for batch_id in range(6):  # a batch every 5 s of rowtime, each its own segment
         t = T0 + batch_id * 5 * S
         run(target, batch_id, [[records([(batch_id, t)], bound=t + 1)]])
-    kept = open_stream(target.cfg.location).start_offset(0)
+    kept = storage.open_stream(target.cfg.location).start_offset(0)
     # the clock is 25 s (plus 1 us) after T0: batches wholly before 15 s went, at commit time
     assert kept == 6
     assert read_stream(target.cfg.location).column("id").to_pylist() == [3, None, 4, None, 5, None]
