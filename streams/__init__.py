@@ -1,8 +1,13 @@
 """Where records live: the storage seam, its backends and the adapter-facing writer.
 
 * :mod:`.storage` -- the interface everything above ``streams/`` uses: ``StreamStorage`` (read,
-  clocks, ends), ``PartitionAppender`` (append, one holder per partition), the ``Backend``
-  registry by URL scheme, and ``what_is_at`` (stream, pending sink target, Parquet target);
+  clocks, ends, first kept offsets), ``PartitionAppender`` (append, one holder per
+  partition), the capabilities only some backends have (``SupportsTrim``, ``SupportsVerify``,
+  ...), the ``Backend`` registry by URL scheme, and ``what_is_at`` (stream, pending sink
+  target, Parquet target);
+* :mod:`.sink_state` -- the sink's seams: ``SinkState`` (a target's description, owner,
+  manifest and staged runs) and ``TargetFiles`` (files below a location of a backend that keeps
+  files itself), as capabilities of a backend;
 * the backends, a package each, found by URL scheme: :mod:`.local` (the embedded log: a stream
   is a folder of immutable Arrow IPC segment files per partition), :mod:`.redis` (Redis
   Streams; :mod:`.redis_log` keeps 0.1.0's import path), :mod:`.objstore` (S3, Azure Blob);
