@@ -9,7 +9,7 @@ is :func:`~.tasks.classify_pieces`; property tests hold them together
 
 from __future__ import annotations
 
-from collections.abc import Iterator, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
 from typing import Literal
 
@@ -124,16 +124,60 @@ def _ascending(t: np.ndarray) -> bool:
     return True
 
 
+class RangeTimes:
+    """The ascending times of ``n`` records of which only the first and the last are known
+    (a table's version, from its files' statistics: :meth:`.table_log.TableLog.ordered_times`);
+    the others are read (``load``) only when a binary search or a position lands between them.
+    Planning an in-order step needs a few positions and searches, which mostly fall at the
+    edges of the pieces: the driver then reads no record's time."""
+
+    def __init__(self, n: int, first: int, last: int, load: Callable[[], np.ndarray]) -> None:
+        self.n, self.first, self.last = n, first, last
+        self._load = load
+        self._values: np.ndarray | None = None
+
+    def __len__(self) -> int:
+        return self.n
+
+    @property
+    def loaded(self) -> bool:
+        return self._values is not None
+
+    def values(self) -> np.ndarray:
+        if self._values is None:
+            self._values = self._load()
+            assert len(self._values) == self.n
+        return self._values
+
+    def at(self, i: int) -> int:
+        if i == 0:
+            return self.first
+        if i == self.n - 1:
+            return self.last
+        return int(self.values()[i])
+
+    def searchsorted(self, value: int, side: Literal["left", "right"]) -> int:
+        if value < self.first or (side == "left" and value == self.first):
+            return 0
+        if value > self.last or (side == "right" and value == self.last):
+            return self.n
+        return int(np.searchsorted(self.values(), value, side=side))
+
+
+#: A piece of :class:`OrderedTimes`: the times as read, or their range alone.
+TimesPiece = np.ndarray | RangeTimes
+
+
 class OrderedTimes:
     """Record times known to ascend, held as the pieces they were read in (views of the log's
-    buffers where the log lies in memory maps, no copy): what :func:`ordered_step` reads of a
-    step, by position (:meth:`at`) and by binary search (:meth:`searchsorted`), without
-    joining the pieces into one array."""
+    buffers where the log lies in memory maps, no copy; or :class:`RangeTimes`, the first and
+    last time alone): what :func:`ordered_step` reads of a step, by position (:meth:`at`) and
+    by binary search (:meth:`searchsorted`), without joining the pieces into one array."""
 
-    def __init__(self, pieces: Sequence[np.ndarray]) -> None:
+    def __init__(self, pieces: Sequence[TimesPiece]) -> None:
         self.pieces = [p for p in pieces if len(p)]
         self.starts = np.cumsum([0, *(len(p) for p in self.pieces)])
-        self.lasts = np.array([int(p[-1]) for p in self.pieces], dtype=np.int64)
+        self.lasts = np.array([_last(p) for p in self.pieces], dtype=np.int64)
 
     def __len__(self) -> int:
         return int(self.starts[-1])
@@ -141,7 +185,8 @@ class OrderedTimes:
     def at(self, i: int) -> int:
         """The time of record ``i`` (0 <= i < len)."""
         k = int(np.searchsorted(self.starts, i, side="right")) - 1
-        return int(self.pieces[k][i - int(self.starts[k])])
+        piece, j = self.pieces[k], i - int(self.starts[k])
+        return piece.at(j) if isinstance(piece, RangeTimes) else int(piece[j])
 
     def searchsorted(self, value: int, side: Literal["left", "right"]) -> int:
         """``np.searchsorted`` over the pieces joined: the pieces ascend one after the other,
@@ -149,7 +194,20 @@ class OrderedTimes:
         k = int(np.searchsorted(self.lasts, value, side=side))
         if k == len(self.pieces):
             return len(self)
-        return int(self.starts[k]) + int(np.searchsorted(self.pieces[k], value, side=side))
+        piece = self.pieces[k]
+        if isinstance(piece, RangeTimes):
+            return int(self.starts[k]) + piece.searchsorted(value, side)
+        return int(self.starts[k]) + int(np.searchsorted(piece, value, side=side))
+
+
+def _last(piece: TimesPiece) -> int:
+    return piece.last if isinstance(piece, RangeTimes) else int(piece[-1])
+
+
+def as_arrays(pieces: Sequence[TimesPiece]) -> list[np.ndarray]:
+    """The times of ``pieces`` as arrays (a :class:`RangeTimes` read), for the passes that
+    look at every time."""
+    return [p.values() if isinstance(p, RangeTimes) else p for p in pieces]
 
 
 def sorted_step(

@@ -44,7 +44,9 @@ from .ordered import (
     _FEW_BOUNDS,
     LateScan,
     OrderedTimes,
+    TimesPiece,
     _ascending,
+    as_arrays,
     clock_at_end,
     late_decide,
     late_scan,
@@ -267,7 +269,7 @@ class Planner:
         policy = self.cfg.policy
         if self.cfg.rowtime_column is not None:
             return None
-        States = tuple[PartitionState, list[np.ndarray], np.ndarray, LateScan | None, bool]
+        States = tuple[PartitionState, list[TimesPiece], np.ndarray, LateScan | None, bool]
 
         def scan(p: int) -> tuple[States, int | None] | None:
             """The partition's times, and its clock after the step (None: the general path)."""
@@ -280,7 +282,7 @@ class Planner:
                 clock = ordered_clock_at_end(policy, st, OrderedTimes(pieces), bounds_at)
                 return (st, pieces, bounds_at, None, ascending), clock
             if policy.holds:
-                late = late_scan(policy, st, pieces, bounds_at)
+                late = late_scan(policy, st, as_arrays(pieces), bounds_at)
                 if late is not None:
                     return (st, pieces, bounds_at, late, ascending), late.clock_us
             return None
@@ -302,7 +304,7 @@ class Planner:
                 return ordered_step(
                     policy, st, OrderedTimes(pieces), bounds_at, pos.clock_us, clock
                 )
-            step = late_decide(policy, st, pieces, bounds_at, late, pos.clock_us, clock)
+            step = late_decide(policy, st, as_arrays(pieces), bounds_at, late, pos.clock_us, clock)
             if step is None or step[1] is None or not ascending:
                 return step
             # in order with adjust.unit: rows go out as they lie, as sorted_step says
@@ -318,18 +320,28 @@ class Planner:
 
     def _step_times(
         self, partition: int, start: int, end: int
-    ) -> tuple[list[np.ndarray], np.ndarray, bool] | None:
+    ) -> tuple[list[TimesPiece], np.ndarray, bool] | None:
         """The times of records ``[start, end)`` of ``partition`` as the log holds them (one
         array a record batch, no copy where the log is memory-mapped), the positions of the
         bound records among them, and whether the times ascend; None when bound records are
         many (:data:`_FEW_BOUNDS`). The general path takes what was read (:meth:`_read`). A
         record's time is the stored one (:func:`stored_times`), as :func:`record_times` says
-        without ``rowtime.column``."""
+        without ``rowtime.column``.
+
+        A log that knows its records' times ascend without reading them (a table's versions,
+        from their files' statistics: ``ordered_times``) gives them as
+        :class:`~.ordered.RangeTimes`, read only where :func:`ordered_step` looks inside; not
+        with ``adjust.unit``, whose path (:func:`late_scan`) reads every time."""
         if end <= start:  # nothing alive, nothing new: nothing to read
             return [], np.empty(0, dtype=np.int64), True
+        ordered_times = getattr(self.stream, "ordered_times", None)
+        if ordered_times is not None and self.cfg.policy.unit_us == 1:
+            known = ordered_times(partition, start, end)
+            if known is not None:
+                return known
         table = self.stream.read(partition, start, end, columns=time_columns(self.cfg))
         self._tried[partition] = (start, end, table)
-        pieces: list[np.ndarray] = []
+        pieces: list[TimesPiece] = []
         bounds: list[np.ndarray] = []
         last, at, nbounds, ascending = NO_TIME, 0, 0, True
         for batch in table.to_batches():

@@ -139,6 +139,10 @@ class DeltaFiles:
         infos = fs.get_file_info([_data_path(root, f.path) for f in files])
         return [f for f, i in zip(files, infos, strict=True) if i.type == pa.fs.FileType.NotFound]
 
+    def footer(self, file: DataFile) -> pq.FileMetaData:
+        fs, root = _filesystem(self.location)
+        return pq.read_metadata(_data_path(root, file.path), filesystem=fs)
+
 
 def _data_path(root: str, path: str) -> str:
     """A data file's path as the log writes it (a URL-encoded path relative to the table, or an

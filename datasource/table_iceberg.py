@@ -109,10 +109,17 @@ class IcebergFiles:
     def __getstate__(self) -> dict[str, Any]:
         return {"location": self.location, "overrides": self.overrides, "_io": None}
 
-    def read(self, file: DataFile, columns: Sequence[str], schema: pa.Schema) -> pa.Table:
+    def _open(self, file: DataFile) -> Any:
         if self._io is None:
             self._io = _load(self.location, dict(self.overrides)).io
-        with self._io.new_input(file.path).open() as f:
+        return self._io.new_input(file.path).open()
+
+    def footer(self, file: DataFile) -> pq.FileMetaData:
+        with self._open(file) as f:
+            return pq.read_metadata(f)
+
+    def read(self, file: DataFile, columns: Sequence[str], schema: pa.Schema) -> pa.Table:
+        with self._open(file) as f:
             source = pq.ParquetFile(f)
             have = set(source.schema_arrow.names)
             data = source.read(columns=[c for c in columns if c in have])

@@ -25,20 +25,24 @@ and a committed version never changes.
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any, Protocol
 
 import numpy as np
 import pyarrow as pa
+import pyarrow.parquet as pq
 
 from ..bounds.arrays import to_arrow
-from ..bounds.errors import InvalidRowtimeError, OffsetError, OptionError
+from ..bounds.errors import InvalidRowtimeError, OffsetError, OptionError, RowtimeError
 from ..bounds.time import TimeFormat
 from ..streams.columns import LOG_ARRIVAL_US, LOG_IS_BOUND, LOG_ROWTIME_US, LOG_SYSTEM_COLUMNS
 from ..streams.meta import StreamMeta
 from ..streams.retention import TrimState
 from ..streams.storage import PartitionTail, pick_columns
+from .ordered import _FEW_BOUNDS, RangeTimes
+from .tasks import stored_times
 
 __all__ = [
     "Anchor",
@@ -175,6 +179,10 @@ class TableFiles(Protocol):
         those types; a column the file lacks (added to the table later) as nulls."""
         ...
 
+    # A format's files may also have ``footer(file) -> pq.FileMetaData``, the Parquet footer
+    # of ``file`` read alone (its row groups' statistics), from which the driver plans without
+    # reading the time column (:meth:`TableLog.ordered_times`); without it, it reads the column.
+
 
 class TableLog:
     """The records of a table's versions from ``versions[0]`` on (or from ``frontier`` when
@@ -205,6 +213,9 @@ class TableLog:
             location=location, payload_schema=columns.payload, partitions=1, stream_id=table_id
         )
         self._cached: tuple[Anchor, tuple[str, ...], pa.Table] | None = None
+        #: version -> the first and last time of its rows in rowtime order, from the footers
+        #: of its files (None: not known from them); the driver's, for :meth:`ordered_times`
+        self._ranges: dict[Version, tuple[int, int] | None] = {}
 
     # -- the index ----------------------------------------------------------------------------
 
@@ -242,6 +253,7 @@ class TableLog:
     def forget_before(self, anchor: Anchor) -> None:
         """Drop the versions before ``anchor``'s (the query no longer needs their records)."""
         self.versions = [v for v in self.versions if v.version >= anchor.version]
+        self._ranges = {k: r for k, r in self._ranges.items() if k.version >= anchor.version}
 
     def anchor_at(self, offset: int) -> Anchor:
         """The anchor of the version that holds record ``offset`` (the frontier's at the end)."""
@@ -333,6 +345,87 @@ class TableLog:
             return self.file_schema.empty_table().select(names)
         return parts[0] if len(parts) == 1 else pa.concat_tables(parts)
 
+    def ordered_times(
+        self, partition: int, start: int, end: int
+    ) -> tuple[list[np.ndarray | RangeTimes], np.ndarray, bool] | None:
+        """What the planner reads of records ``[start, end)`` when they ascend
+        (:meth:`~.planner.Planner._step_times`), known without reading a time where the data
+        files' statistics say it: the pieces (a whole version's rows as a
+        :class:`~.ordered.RangeTimes`, its first and last time from the footers of its files,
+        the others read only if the planner looks between them; a part of a version, and a
+        bound record, as read), the positions of the bound records, True. None when the
+        statistics do not say the records ascend (or are not there, or cannot be trusted:
+        :func:`_file_range`): the planner then reads the times.
+
+        Why: reading the time column of every file to plan a micro-batch took the driver as
+        long as a quarter of the executor's whole read of the same files (docs/benchmarks.md),
+        and an in-order step needs a few binary searches, which mostly fall at the edges of
+        the versions. A version's rows are in rowtime order (the module docstring), so its
+        first and last time are the smallest and the largest in its files."""
+        self._check(partition)
+        if not self.first <= start <= end <= self.end:
+            return None  # read() says what is wrong
+        pieces: list[np.ndarray | RangeTimes] = []
+        bounds: list[int] = []
+        last, at = None, 0
+        for v in self.versions_between(start, end):
+            lo, hi = max(start, v.base) - v.base, min(end, v.end) - v.base
+            piece: np.ndarray | RangeTimes | None = None
+            rows_hi = min(hi, v.rows)
+            if lo < rows_hi:
+                if lo == 0 and rows_hi == v.rows:
+                    known = self._range(v)
+                    if known is None:
+                        return None
+                    load = functools.partial(self._read_times, v.base, v.base + v.rows)
+                    piece = RangeTimes(v.rows, *known, load=load)
+                else:  # a version cut by an earlier micro-batch: its times as read
+                    piece = self._read_times(v.base + lo, v.base + rows_hi)
+                first = piece.first if isinstance(piece, RangeTimes) else int(piece[0])
+                if last is not None and first < last:
+                    return None
+                pieces.append(piece)
+                last = piece.last if isinstance(piece, RangeTimes) else int(piece[-1])
+                at += rows_hi - lo
+            if hi > v.rows:  # the bound record
+                assert v.bound_us is not None
+                if last is not None and v.bound_us < last:
+                    return None
+                pieces.append(np.array([v.bound_us], dtype=np.int64))
+                bounds.append(at)
+                last = v.bound_us
+                at += 1
+        if len(bounds) > _FEW_BOUNDS:
+            return None
+        return pieces, np.array(bounds, dtype=np.int64), True
+
+    def _read_times(self, start: int, end: int) -> np.ndarray:
+        return stored_times(self.read(0, start, end, columns=list(LOG_SYSTEM_COLUMNS)))
+
+    def _range(self, v: Version) -> tuple[int, int] | None:
+        """The first and last time of version ``v``'s rows in rowtime order (the smallest and
+        the largest of its files), from the files' footers; None where a file's do not say."""
+        if v in self._ranges:  # the same files (a version read again may lack vacuumed ones)
+            return self._ranges[v]
+        footer = getattr(self.files, "footer", None)
+        known: tuple[int, int] | None = None
+        if footer is not None and v.files:
+            cols = self.columns
+            field = cols.table.field(cols.time_column)
+            what = f"column {cols.time_column!r} of {self.where} version {v.version}"
+            ranges = []
+            for f in v.files:
+                got = None
+                if cols.time_column not in dict(f.partition):
+                    got = _file_range(footer(f), f.rows, field, cols.time_format, what)
+                if got is None:
+                    break
+                ranges.append(got)
+            else:
+                known = (min(r[0] for r in ranges), max(r[1] for r in ranges))
+        self._ranges[v] = known
+        return known
+
     def _check(self, partition: int) -> None:
         if partition != 0:
             raise OptionError(f"{self.where} is read as one partition (0), not {partition!r}")
@@ -391,6 +484,86 @@ class TableLog:
                     "rowtime.unit/rowtime.format for numbers and text)"
                 ) from None
         raise AssertionError("a bad event time in no file")
+
+
+#: The Parquet logical types whose INT64 statistics are a column's values as Arrow reads them
+#: (signed order; a timestamp's unit as the Arrow type's).
+_TIMESTAMP_UNITS = {"milliseconds": "ms", "microseconds": "us", "nanoseconds": "ns"}
+
+
+def _file_range(
+    meta: pq.FileMetaData, rows: int, field: pa.Field, time_format: TimeFormat, what: str
+) -> tuple[int, int] | None:
+    """The smallest and the largest event time (microseconds) of column ``field`` of a data
+    file, from the statistics of its row groups in its footer ``meta``; None unless they are
+    certainly its values' extremes:
+
+    * the column is a top-level INT64 of the table's type exactly (read without a cast), a
+      timestamp with a time zone (a naive one is read in ``rowtime.tz``, not monotone across
+      a change of the clocks) or a signed integer (``rowtime.unit``): kinds whose Parquet
+      statistics are the values themselves in their own order (the Delta log's
+      ``minValues``/``maxValues`` of a timestamp are cut to milliseconds by delta-rs and by
+      Delta's own writer, so those are never used);
+    * every row group with rows has its minimum, maximum and null count, and no null (a null
+      is the reader's error: the column is read then, to raise it where it would);
+    * the row groups hold ``rows`` rows, as the table's log says.
+
+    The time of a value is read as the column's (``time_format``), an increasing function, so
+    the extremes' times are the extremes of the times; a value it refuses (out of range) makes
+    this None, and reading the column then names the row."""
+    if meta.num_rows != rows:
+        return None
+    arrow = meta.schema.to_arrow_schema()
+    if arrow.get_field_index(field.name) < 0:
+        return None
+    kind, stored = field.type, arrow.field(field.name).type
+    if pa.types.is_timestamp(kind):
+        # another zone's name is the same instants (the read casts them unchanged)
+        if kind.tz is None or not pa.types.is_timestamp(stored) or stored.tz is None:
+            return None
+    elif not (pa.types.is_int64(kind) and stored.equals(kind)):
+        return None
+    index = next(
+        (i for i in range(meta.num_columns) if meta.schema.column(i).path == field.name), None
+    )
+    if index is None:
+        return None
+    column = meta.schema.column(index)
+    logical = column.logical_type.to_json()
+    if column.physical_type != "INT64":
+        return None
+    if pa.types.is_timestamp(kind):
+        if '"Type":"Timestamp"' not in logical:
+            return None
+        unit = next((u for k, u in _TIMESTAMP_UNITS.items() if f'"{k}"' in logical), None)
+        if unit != kind.unit:
+            return None
+    elif logical != '{"Type":"None"}' and '"isSigned":true' not in logical:
+        return None
+    lo: int | None = None
+    hi: int | None = None
+    for g in range(meta.num_row_groups):
+        group = meta.row_group(g)
+        if group.num_rows == 0:
+            continue
+        stats = group.column(index).statistics
+        if stats is None or not stats.has_min_max or not stats.has_null_count:
+            return None
+        if stats.null_count != 0:
+            return None
+        a, b = int(stats.min_raw), int(stats.max_raw)
+        lo = a if lo is None else min(lo, a)
+        hi = b if hi is None else max(hi, b)
+    if lo is None or hi is None:
+        return None
+    values = pa.array([lo, hi], pa.int64())
+    if pa.types.is_timestamp(kind):
+        values = values.view(kind)
+    try:
+        times = time_format.read_array(values, what=what)
+    except (RowtimeError, pa.ArrowException, OverflowError, ValueError):
+        return None
+    return int(times[0]), int(times[1])
 
 
 def with_versions(log: TableLog, versions: Sequence[Version]) -> TableLog:
