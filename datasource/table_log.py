@@ -18,6 +18,10 @@ version's rowtimes (8 bytes a row, plus the permutation) on the driver, and on a
 version's rows: a task reads whole versions (:meth:`TableLog.read` keeps the last one read, so
 the reader's chunked reads of one version read its files once).
 
+The driver plans versions in rowtime order from their files' Parquet footers
+(:meth:`TableLog.ordered_times`: a version's first and last time are its files' extremes),
+and reads their rowtimes only where those do not say.
+
 The same offsets always give the same records: a version's records follow from its commit
 alone (its files, the clock in it) and the anchor before it (the clock and commit time so far),
 and a committed version never changes.
@@ -395,6 +399,7 @@ class TableLog:
                 bounds.append(at)
                 last = v.bound_us
                 at += 1
+        assert at == end - start, (start, end, at)
         if len(bounds) > _FEW_BOUNDS:
             return None
         return pieces, np.array(bounds, dtype=np.int64), True
@@ -556,7 +561,7 @@ def _file_range(
         hi = b if hi is None else max(hi, b)
     if lo is None or hi is None:
         return None
-    values = pa.array([lo, hi], pa.int64())
+    values = to_arrow(np.array([lo, hi], dtype=np.int64))  # pa.array of a list imports pandas
     if pa.types.is_timestamp(kind):
         values = values.view(kind)
     try:
