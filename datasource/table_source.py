@@ -581,18 +581,23 @@ class TableSource:
         """The end of what a micro-batch from offset ``start`` may take: the log's end, or
         (``capped``) the end of the version whose files reach ``maxFilesPerTrigger``."""
         most = self.read_cfg.max_files
+        # counted as versions are read (each once: counting all after each read made a
+        # micro-batch of 1000 clock-only versions take seconds)
+        seen, files, cut = 0, 0, None
 
-        def files_from() -> tuple[int, int]:
-            n = 0
-            for v in self.log.versions:
-                if v.end > start:
-                    n += max(1, len(v.files))
-                    if capped and n >= most:
-                        return n, v.end
-            return n, self.log.end
+        def files_from() -> int:
+            nonlocal seen, files, cut
+            for v in self.log.versions[seen:]:
+                if v.end > start and cut is None:
+                    files += max(1, len(v.files))
+                    if capped and files >= most:
+                        cut = v.end
+            seen = len(self.log.versions)
+            return files
 
-        self._extend(lambda: capped and files_from()[0] >= most)
-        return files_from()[1]
+        self._extend(lambda: capped and files_from() >= most)
+        files_from()
+        return cut if cut is not None else self.log.end
 
     def latest_offset(
         self, start: dict[str, Any], max_rows: int | None, most: int | None = None
