@@ -38,6 +38,18 @@ US = 1_000_000
 #: 2023-11-14T22:13:20Z, a round number of seconds.
 BASE_US = 1_700_000_000 * US
 
+#: ``./dev long`` (``ROWTIME_LONG=1``): the long forms of what CI runs short.
+LONG = os.environ.get("ROWTIME_LONG") == "1"
+
+
+def stop_points(restart_after: int) -> tuple[int, ...]:
+    """The runs of a test "with a restart": the run stopped after round ``restart_after`` and
+    started again from its checkpoint, each checked against brute force; under ``./dev long``
+    also the uninterrupted run (``-1``) first, and the test asserts that both gave the same rows.
+    CI runs the restarted one alone: the uninterrupted run is held to the same brute force, and
+    each run is seconds of micro-batches."""
+    return (-1, restart_after) if LONG else (restart_after,)
+
 
 #: The JVMs of the test runs (the session's, a Connect server's, the child drivers' and the
 #: local-cluster executors') compile with C1 only and collect with one thread: the tests start

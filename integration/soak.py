@@ -29,20 +29,21 @@ partition gets its end of stream and both queries drain. Then:
 Prints one JSON line of figures; exits 1 (printing why) if a check fails.
 
 **A month in minutes** (``./dev soak month [SECONDS] [DAYS]``, default 1800 s for 30 days;
-``integration/test_soak.py`` runs 4 days in 120 s): ``DAYS`` of rowtime pass in ``SECONDS`` of
-wall time. Three writer processes write explicit rowtimes at a steady rate (20 rows a wall
-second each, a commit every 0.1 s) to a stream with ``order=drop`` and a retention of one
-simulated day; the writer of partition 1 is SIGKILLed at a fifth of the run and never
-restarted (with ``idle.timeout`` its partition goes idle and the clock goes on without it); the
-writer of partition 2 is SIGKILLed at half the run and restarted after a simulated hour of
-silence (at least three idle timeouts of wall time: idleness is decided from arrival times), and
-first writes the rows of its silence, below the clock that went on: late, discarded with reason
-``idle``. A query reads (``idle.timeout``, ``failOnDataLoss=false``) into a rowtime stream target
-that has the same retention; every 2 s a batch read takes the quarantine (``output=discarded``,
-batch reads only) and then ``rowtime trim`` runs on both streams and ``rowtime metrics`` on the
-source. Each round (0.25 s) reads every newly committed record of both streams (before a trim
-can remove it) and samples both clocks and their disk use. At the end the live partitions get
-their end of stream, the query drains, the quarantine is read a last time, and:
+``integration/test_soak.py`` runs 3 days in 75 s, 4 in 120 s under ``./dev long``): ``DAYS`` of
+rowtime pass in ``SECONDS`` of wall time. Three writer processes write explicit rowtimes at a
+steady rate (20 rows a wall second each, a commit every 0.1 s) to a stream with ``order=drop``
+and a retention of one simulated day; the writer of partition 1 is SIGKILLed at a fifth of the
+run and never restarted (with ``idle.timeout`` its partition goes idle and the clock goes on
+without it); the writer of partition 2 is SIGKILLed at half the run and restarted after a
+simulated hour of silence (at least three idle timeouts of wall time: idleness is decided from
+arrival times), and first writes the rows of its silence, below the clock that went on: late,
+discarded with reason ``idle``. A query reads (``idle.timeout``, ``failOnDataLoss=false``) into
+a rowtime stream target that has the same retention; every 2 s a batch read takes the quarantine
+(``output=discarded``, batch reads only) and then ``rowtime trim`` runs on both streams and
+``rowtime metrics`` on the source. Each round (0.25 s) reads every newly committed record of
+both streams (before a trim can remove it) and samples both clocks and their disk use. At the
+end the live partitions get their end of stream, the query drains, the quarantine is read a last
+time, and:
 
 * every committed row is in the target, discarded with a reason, or beyond retention (in an
   offset range a trim removed before a query had read it), and none of them twice;

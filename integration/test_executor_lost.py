@@ -2,7 +2,8 @@
 on another executor and nothing is lost or written twice.
 
 One child process (``local-cluster[2,1,1024]``: two executors, each its own JVM with its own
-Python workers) runs seven streaming queries one after the other over the same prepared source:
+Python workers) runs seven streaming queries (five in CI: ``KILL_AT``) one after the other over
+the same prepared source:
 the reader into ``foreachBatch``, and the sink into a stream target in a folder, a stream target
 on Redis, a stream target on S3 (moto's server, tests/objstore_servers.py), a Parquet target, a
 Delta table on Azure Blob (Azurite) and an Iceberg table (a SQLite catalog, its warehouse on S3).
@@ -27,6 +28,7 @@ with code 137") and, for the stage the kill hit, a failed task and every task co
 from __future__ import annotations
 
 import json
+import os
 import textwrap
 from pathlib import Path
 from typing import Any
@@ -59,6 +61,13 @@ KILL_AT = {
     "delta": (0, 160),
     "iceberg": (1, 210),
 }
+#: CI's short form leaves out the stream targets on Redis and on S3 (each case is a query and an
+#: executor the master starts again, 10-15 s): object storage still loses an executor under the
+#: Iceberg table (its warehouse on S3) and the Delta table (on Azure Blob), and a killed driver
+#: over Redis and S3 is integration/test_sink_kill.py's. ``./dev long`` (ROWTIME_LONG=1) runs all.
+if os.environ.get("ROWTIME_LONG") != "1":
+    KILL_AT = {case: at for case, at in KILL_AT.items() if case not in ("redis", "s3")}
+STREAM_CASES = [case for case in ("folder", "redis", "s3") if case in KILL_AT]
 #: The Iceberg table of the case ``iceberg``: its catalog ``lost`` is configured through
 #: pyiceberg's environment variables, which the child (and its executors) inherit.
 ICEBERG_AT = "iceberg://lost/crash.events"
@@ -235,6 +244,8 @@ result["seconds"]["reader"] = round(time.monotonic() - started, 1)
 for case, out, target in [("folder", work + "/out", "stream"), ("redis", redis_out, "stream"),
                           ("s3", s3_out, "stream"), ("parquet", work + "/pq", "parquet"),
                           ("delta", delta_at, "delta"), ("iceberg", iceberg_at, "iceberg")]:
+    if case not in kill_at:  # CI's short form (KILL_AT)
+        continue
     clocks.location = out
     w = source(case).writeStream.format("rowtime").option("target", target)
     if target == "parquet":
@@ -394,7 +405,7 @@ def stream_rows(location: str) -> list[tuple[int, int, str]]:
     )
 
 
-@pytest.mark.parametrize("case", ["folder", "redis", "s3"])
+@pytest.mark.parametrize("case", STREAM_CASES)
 def test_a_stream_target_holds_each_row_once_after_an_executor_is_lost(
     lost: dict[str, Any], case: str
 ) -> None:

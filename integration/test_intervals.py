@@ -27,6 +27,7 @@ from helpers import (
     plain,
     reader,
     start,
+    stop_points,
     write_rows,
 )
 
@@ -114,7 +115,7 @@ def test_interval_count_against_brute_force_with_a_restart(
     spark: Any, workdir: Path, n: int
 ) -> None:
     results = []
-    for stop_after in (-1, 2):  # uninterrupted, then stopped and restarted after round 2
+    for stop_after in stop_points(2):  # (uninterrupted,) stopped and restarted after round 2
         location = workdir / f"s{stop_after}"
         pr.create_stream(str(location), "p int, i long, k string", partitions=2)
         df = reader(spark, location, **{"interval.count": str(n)})
@@ -131,7 +132,7 @@ def test_interval_count_against_brute_force_with_a_restart(
         assert {r["i"]: r["rowtime_end"] for r in rows} == expected
         assert all(r["rowtime_end"] is None for r in run.records if r["is_bound"])
         results.append(sorted((r["i"], r["rowtime"], r["rowtime_end"]) for r in rows))
-    assert results[0] == results[1]
+    assert all(r == results[0] for r in results)
 
 
 def test_interval_count_holds_rows_and_the_clock_until_the_successor(
@@ -160,7 +161,7 @@ def test_interval_count_holds_rows_and_the_clock_until_the_successor(
 
 def test_interval_duration_with_a_restart(spark: Any, workdir: Path) -> None:
     results = []
-    for stop_after in (-1, 1):
+    for stop_after in stop_points(1):
         location = workdir / f"s{stop_after}"
         pr.create_stream(str(location), "p int, i long, k string", partitions=2)
         df = reader(spark, location, **{"interval.duration": "1.5 seconds"})
@@ -168,7 +169,7 @@ def test_interval_duration_with_a_restart(spark: Any, workdir: Path) -> None:
         check_batches(run)
         assert run.rows and all(r["rowtime_end"] == r["rowtime"] + 1_500_000 for r in run.rows)
         results.append(sorted((r["i"], r["rowtime"], r["rowtime_end"]) for r in run.rows))
-    assert results[0] == results[1]
+    assert all(r == results[0] for r in results)
 
 
 def test_no_interval_option_no_rowtime_end(spark: Any, workdir: Path) -> None:
@@ -240,7 +241,7 @@ def join_streams(spark: Any, workdir: Path, name: str) -> tuple[Path, Path, Any]
 def test_overlap_join_against_brute_force_with_a_restart(spark: Any, workdir: Path) -> None:
     rounds = [make_rounds(21, 2, n_rounds=6), make_rounds(22, 1, n_rounds=6)]
     results = []
-    for stop_after in (-1, 2):
+    for stop_after in stop_points(2):
         a, b, df = join_streams(spark, workdir, f"j{stop_after}")
         assert df.columns == ["k", "left_p", "left_i", "right_p", "right_i", "rowtime",
                               "rowtime_end"]  # fmt: skip
@@ -258,7 +259,7 @@ def test_overlap_join_against_brute_force_with_a_restart(spark: Any, workdir: Pa
         for batch_id, rows in run.batches:
             assert all(r["rowtime"] >= watermark[batch_id] for r in rows), batch_id
         results.append(got)
-    assert results[0] == results[1]
+    assert all(r == results[0] for r in results)
 
 
 def test_left_overlap_join_against_brute_force_with_a_restart(spark: Any, workdir: Path) -> None:
@@ -267,7 +268,7 @@ def test_left_overlap_join_against_brute_force_with_a_restart(spark: Any, workdi
     clocks passed it), never before; a restart from the checkpoint gives the same rows."""
     rounds = [make_rounds(41, 2, n_rounds=6), make_rounds(42, 1, n_rounds=6, keys=4)]
     results = []
-    for stop_after in (-1, 3):
+    for stop_after in stop_points(3):
         a, b = workdir / f"l{stop_after}_a", workdir / f"l{stop_after}_b"
         pr.create_stream(str(a), "p int, i long, k string", partitions=2)
         pr.create_stream(str(b), "p int, i long, k string", partitions=1)
@@ -279,7 +280,7 @@ def test_left_overlap_join_against_brute_force_with_a_restart(spark: Any, workdi
         rrows = plain(spark.read.format("rowtime").option("interval.count", "1").load(str(b)))
         lrows = [r for r in lrows if not r["is_bound"]]
         results.append(check_left_join(run, lrows, [r for r in rrows if not r["is_bound"]]))
-    assert results[0] == results[1]
+    assert all(r == results[0] for r in results)
 
 
 def test_overlap_join_state_stays_bounded_by_both_clocks(spark: Any, workdir: Path) -> None:
@@ -384,7 +385,7 @@ def test_grouped_windows_aggregate_to_the_relational_answer_with_a_restart(
 
     plan = window_rounds({"rows": 51, "sliding": 71, "while": 61}[kind])
     results = []
-    for stop_after in (-1, 2):
+    for stop_after in stop_points(2):
         location = workdir / f"w{kind}{stop_after}"
         pr.create_stream(str(location), "i long, k string, v double", partitions=1)
         source = reader(spark, location)
@@ -415,7 +416,7 @@ def test_grouped_windows_aggregate_to_the_relational_answer_with_a_restart(
         got = got_rows(run, "k")
         same(got, want)
         results.append(got)
-    assert results[0] == results[1]
+    assert all(r == results[0] for r in results)
 
 
 @pytest.mark.connect("the refusals are raised in the client, before a plan is sent")
@@ -443,7 +444,7 @@ def test_windows_into_the_left_overlap_join_against_brute_force_with_a_restart(
     right_rounds = make_rounds(82, 1, n_rounds=len(plan), keys=2)
     rounds = [[[(0, rows, bound, end)] for rows, bound, end in plan], right_rounds]
     results = []
-    for stop_after in (-1, 3):
+    for stop_after in stop_points(3):
         a, b = workdir / f"wj{kind}{stop_after}_a", workdir / f"wj{kind}{stop_after}_b"
         pr.create_stream(str(a), "i long, k string, v double", partitions=1)
         pr.create_stream(str(b), "p int, i long, k string", partitions=1)
@@ -463,7 +464,7 @@ def test_windows_into_the_left_overlap_join_against_brute_force_with_a_restart(
             lrows = window_ends(every, "while", 0)
         rrows = plain(spark.read.format("rowtime").option("interval.duration", "1.5").load(str(b)))
         results.append(check_left_join(run, lrows, [r for r in rrows if not r["is_bound"]]))
-    assert results[0] == results[1]
+    assert all(r == results[0] for r in results)
 
 
 @pytest.mark.connect("the refusals are raised in the client, before a plan is sent")

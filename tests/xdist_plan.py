@@ -88,6 +88,8 @@ class WorkerTimes:
 
     def __init__(self) -> None:
         self.seconds: dict[str, dict[str, float]] = {}
+        #: Seconds per file, whatever its unit: the own-processes unit's files one by one.
+        self.files: dict[str, float] = {}
 
     @pytest.hookimpl
     def pytest_runtest_logreport(self, report: pytest.TestReport) -> None:
@@ -98,6 +100,8 @@ class WorkerTimes:
         units = self.seconds.setdefault(worker, {})
         unit = unit_of(report.nodeid)
         units[unit] = units.get(unit, 0.0) + report.duration
+        path = _file_of(report.nodeid)
+        self.files[path] = self.files.get(path, 0.0) + report.duration
 
     @pytest.hookimpl
     def pytest_terminal_summary(self, terminalreporter: Any) -> None:
@@ -109,6 +113,15 @@ class WorkerTimes:
             parts = ", ".join(f"{unit} {s / 60:.1f}" for unit, s in top)
             terminalreporter.write_line(
                 f"{worker}: {sum(units.values()) / 60:.1f} min in {len(units)} units ({parts}, ...)"
+            )
+        # Every file of a tenth of a minute or more, the slowest first: where CI's minutes go
+        # when a pass is to be made shorter, without a run of its own to find out.
+        heavy = sorted(((s, f) for f, s in self.files.items() if s >= 6), reverse=True)
+        if heavy:
+            own = {f for f in self.files if unit_of(f) == OWN_PROCESSES_UNIT}
+            terminalreporter.write_line(
+                "files, minutes (* own-processes): "
+                + ", ".join(f"{f}{'*' if f in own else ''} {s / 60:.1f}" for s, f in heavy)
             )
 
 
