@@ -21,7 +21,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from helpers import CONNECT, connect_server, spark_builder
+from helpers import CONNECT, LONG, connect_server, spark_builder
 
 # Spark's Python workers must run this interpreter, which has the project installed.
 os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
@@ -96,10 +96,35 @@ def pytest_xdist_make_scheduler(config: pytest.Config, log: object) -> object:
     return make_scheduler(config, log)
 
 
+def remote_repeats(items: list[pytest.Item]) -> list[pytest.Item]:
+    """The cases of a parametrized test on Redis or S3 (``stream_at``) after its first: CI's
+    short form runs the first case on those backends and every case on the folder; ``./dev
+    long`` (``ROWTIME_LONG=1``) runs all. The cases (SDP's table: a unit and a range) differ in
+    what the reader computes, not in what it asks of the backend, which tests/'s contract suite
+    holds to the folder's behaviour on all four backends."""
+    seen: set[tuple[str, str, str]] = set()
+    repeats = []
+    for item in items:
+        spec = getattr(item, "callspec", None)
+        backend = spec.params.get("stream_at", "log") if spec is not None else "log"
+        if backend == "log":
+            continue
+        key = (str(item.path), getattr(item, "originalname", item.name), backend)
+        if key in seen:
+            repeats.append(item)
+        seen.add(key)
+    return repeats
+
+
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
     from xdist_plan import plan
 
     plan(items)
+    repeats = [] if LONG else remote_repeats(items)
+    if repeats:
+        config.hook.pytest_deselected(items=repeats)
+        gone = {id(item) for item in repeats}
+        items[:] = [item for item in items if id(item) not in gone]
     if not CONNECT:
         return
     # Outside CONNECT_FILES, only the tests marked connect run under Spark Connect.
