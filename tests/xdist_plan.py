@@ -32,6 +32,7 @@ OWN_PROCESSES = {
     "integration/test_driver_memory.py",
     "integration/test_faults_spark.py",
     "integration/test_lost_replies_spark.py",
+    "integration/test_table_kill_spark.py",
 }
 OWN_PROCESSES_UNIT = "own-processes"
 
