@@ -111,12 +111,15 @@ def test_a_right_row_starting_at_the_left_end_does_not_meet_it() -> None:
 
 
 def test_an_inner_join_state_keeps_its_0_1_0_form() -> None:
-    """An inner join stores (starts, ends, rows) per side, as 0.1.0 did; a left join adds the
-    matched flags as a fourth field, read back as they were."""
+    """An inner join stores (starts, ends, rows) per side, as 0.1.0 did, now inside the
+    versioned envelope (format version 1); the bare form of 0.1.0 reads too. A left join adds
+    the matched flags as a fourth field, read back as they were."""
     import pickle
 
     old = (side([(0, 5000, "a")]), side([(1000, 9000, "b")]))
-    assert [len(s) for s in pickle.loads(_save(old))] == [3, 3]
+    stored = pickle.loads(_save(old))
+    assert stored["v"] == 1 and [len(s) for s in stored["state"]] == [3, 3]
+    assert _load(pickle.dumps(stored["state"]))[1].rows == ["b"]  # as 0.1.0 stored it
     loaded = _load(_save(old))
     assert loaded[0].rows == ["a"] and loaded[1].rows == ["b"]
     assert join_step(loaded, (Side(), Side()), 6).results == []

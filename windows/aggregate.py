@@ -70,12 +70,13 @@ from ..bounds.errors import OptionError
 from ..bounds.panes import TimeIntervalSpec
 from ..bounds.time import parse_duration_us
 from ..watermark import analyzed_plan_text, parse_plan, watermark_rowtime
-from .step import MERGEABLE, AggPlan, merge_step, preaggregate
+from .stateful import KeyLogic, KeyStep, StatefulPlan, never_late, run_on_state_store
+from .step import MERGEABLE, PANES_FORMAT, AggPlan, PanesState, merge_panes, preaggregate
 
 if TYPE_CHECKING:
     from pyspark.sql import Column, DataFrame
 
-__all__ = ["time_interval_aggregate"]
+__all__ = ["PanesConfig", "PanesLogic", "time_interval_aggregate"]
 
 _IBM = {
     "intervalDuration": "interval_duration",
@@ -84,9 +85,6 @@ _IBM = {
     "intervalOffset": "interval_offset",
 }
 _INPUT_MARK = {"pyspark_rowtime": "window input"}
-#: Spark's mark of the watermarked column (``EventTimeWatermark.delayKey``).
-_WATERMARK_KEY = "spark.watermarkDelayMs"
-_NEVER_LATE = 2**63 - 1
 _RESERVED = ("interval_start", "interval_end", "rowtime", "is_bound")
 #: Rows a partition pre-aggregates at once: Spark hands ``mapInPandas`` Arrow batches of
 #: ``spark.sql.execution.arrow.maxRecordsPerBatch`` rows (10,000 by default, a session setting
@@ -402,6 +400,55 @@ def _plan_aggs(
     return plans, inputs, [c.field for c in calls]
 
 
+@dataclass(frozen=True)
+class PanesConfig:
+    """``time_interval_aggregate``'s checked parameters: the panes (``spec``), the mergeable
+    aggregates over the step's input columns, the key columns and the aggregates' names."""
+
+    spec: TimeIntervalSpec
+    aggs: tuple[AggPlan, ...]
+    keys: tuple[str, ...]
+    agg_names: tuple[str, ...]
+
+
+class PanesLogic(KeyLogic[PanesState]):
+    """One key's panes: :func:`.step.merge_panes` over the key's partials, then the panes it
+    emits as rows, and one more row (``__discarded`` > 0) carrying the rows discarded."""
+
+    format = PANES_FORMAT
+
+    def __init__(self, config: PanesConfig) -> None:
+        self.config = config
+        self._aggs = list(config.aggs)
+
+    def step(
+        self,
+        key: tuple,
+        frames: Iterator[pd.DataFrame],
+        state: PanesState | None,
+        watermark_ms: int,
+    ) -> KeyStep[PanesState]:
+        c = self.config
+        result = merge_panes(c.spec, self._aggs, frames, state, watermark_ms)
+        n = len(result.panes) + (1 if result.discarded else 0)
+        if not n:
+            return KeyStep([], result.state, result.timeout_ms)
+        out: dict[str, Any] = {}
+        for name, value in zip(c.keys, key, strict=False):
+            out[name] = [value] * n
+        starts = [p[0] for p in result.panes] + ([None] if result.discarded else [])
+        ends = [p[1] for p in result.panes] + ([None] if result.discarded else [])
+        out["interval_start"] = pd.to_datetime(pd.Series(starts, dtype="Int64"), unit="us",
+                                               utc=True)  # fmt: skip
+        out["interval_end"] = pd.to_datetime(pd.Series(ends, dtype="Int64"), unit="us", utc=True)
+        for j, name in enumerate(c.agg_names):
+            out[name] = [p[2][j] for p in result.panes] + ([None] if result.discarded else [])
+        out["rowtime"] = out["interval_end"]
+        out["__discarded"] = [0] * len(result.panes) + ([result.discarded] if result.discarded
+                                                        else [])  # fmt: skip
+        return KeyStep([pd.DataFrame(out)], result.state, result.timeout_ms)
+
+
 def time_interval_aggregate(
     df: DataFrame,
     aggs: Column | Sequence[Column],
@@ -471,7 +518,6 @@ def time_interval_aggregate(
         a 10:00:10 10:00:20 52.0
     """
     from pyspark.sql import functions as F
-    from pyspark.sql.streaming.state import GroupStateTimeout
     from pyspark.sql.types import (
         BinaryType,
         IntegerType,
@@ -533,11 +579,7 @@ def time_interval_aggregate(
 
     partials = rows.mapInPandas(preaggregate_partition, schema=partial_schema).select(
         "*",
-        # Spark refuses an event-time timeout unless the operator's input has a column marked
-        # as watermarked, and drops the rows whose marked column is at or below the
-        # watermark (compared as microseconds). This column carries the mark and the highest
-        # long: no row is ever at or below a watermark, none is dropped.
-        F.lit(_NEVER_LATE).cast("long").alias("__never_late", metadata={_WATERMARK_KEY: 1}),
+        never_late(),  # every partial reaches the step, which decides what is late
     )
     out_schema = StructType(
         [
@@ -549,44 +591,13 @@ def time_interval_aggregate(
             StructField("__discarded", LongType(), False),
         ]
     )
-    state_schema = StructType([StructField("panes", BinaryType())])
-    agg_names = [f.name for f in agg_fields]
-
-    def step(key: tuple, frames: Iterator[pd.DataFrame], state: Any) -> Iterator[pd.DataFrame]:
-        blob = state.get[0] if state.exists else None
-        result = merge_step(spec, plans, frames, blob, state.getCurrentWatermarkMs())
-        if result.state is None:
-            state.remove()
-        else:
-            state.update((result.state,))
-            if result.timeout_ms is not None:
-                state.setTimeoutTimestamp(result.timeout_ms)
-        n = len(result.panes) + (1 if result.discarded else 0)
-        if not n:
-            return
-        out: dict[str, Any] = {}
-        for name, value in zip(keys, key, strict=False):
-            out[name] = [value] * n
-        starts = [p[0] for p in result.panes] + ([None] if result.discarded else [])
-        ends = [p[1] for p in result.panes] + ([None] if result.discarded else [])
-        out["interval_start"] = pd.to_datetime(pd.Series(starts, dtype="Int64"), unit="us",
-                                               utc=True)  # fmt: skip
-        out["interval_end"] = pd.to_datetime(pd.Series(ends, dtype="Int64"), unit="us", utc=True)
-        for j, name in enumerate(agg_names):
-            out[name] = [p[2][j] for p in result.panes] + ([None] if result.discarded else [])
-        out["rowtime"] = out["interval_end"]
-        out["__discarded"] = [0] * len(result.panes) + ([result.discarded] if result.discarded
-                                                        else [])  # fmt: skip
-        yield pd.DataFrame(out)
-
-    stateful = partials.groupBy(*group_cols).applyInPandasWithState(
-        step,
-        outputStructType=out_schema,
-        stateStructType=state_schema,
-        outputMode="append",
-        timeoutConf=GroupStateTimeout.EventTimeTimeout,
+    config = PanesConfig(spec, tuple(plans), tuple(keys), tuple(f.name for f in agg_fields))
+    plan = StatefulPlan(
+        group_by=group_cols,
+        output=out_schema,
+        state_field="panes",
+        metric_name=metric_name,
+        metrics=[F.coalesce(F.sum("__discarded"), F.lit(0)).alias("discarded_rows")],
+        results=F.col("__discarded") == 0,
     )
-    observed = stateful.observe(
-        metric_name, F.coalesce(F.sum("__discarded"), F.lit(0)).alias("discarded_rows")
-    )
-    return observed.where(F.col("__discarded") == 0).drop("__discarded")
+    return run_on_state_store(partials, PanesLogic(config), plan).drop("__discarded")

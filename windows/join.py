@@ -35,9 +35,10 @@ once, with nulls for the right side and its own whole interval, when it leaves t
 the first batch whose watermark reaches its end (both streams' clocks passed it, so every right
 row to come starts after it, and half-open intervals that merely touch do not meet), never
 before. A left row that met at least one right row gives no null-padded row. Which left rows
-met a right row is kept beside the intervals (an optional fourth field of the stored side: the
-state of an inner join, and of 0.1.0, reads as before). Such a row's ``rowtime`` is below the
-clock of the batch that emits it: write a left join to a table or files, not to a rowtime sink.
+met a right row is kept beside the intervals (a fourth field of the left side in a left join's
+stored state, :class:`JoinState`; an inner join, and 0.1.0, store three). Such a row's
+``rowtime`` is below the clock of the batch that emits it: write a left join to a table or
+files, not to a rowtime sink.
 
 **Windows whose ends depend on later rows** (:func:`pyspark_rowtime.rows_window`,
 :func:`pyspark_rowtime.while_window`) on either side: their rows come with no end yet. A row
@@ -57,9 +58,9 @@ counts them, and the waiting rows).
 
 from __future__ import annotations
 
-import pickle
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass, field
+from functools import partial
 from typing import TYPE_CHECKING, Any
 
 import numpy as np
@@ -69,15 +70,20 @@ from ..bounds.errors import OptionError
 from ..bounds.intervals import INFINITY_US
 from ..watermark import watermark_rowtime
 from .define import WindowDef, assign_ends, window_of
-from .step import load_operator_state
+from .stateful import KeyLogic, KeyStep, StatefulPlan, never_late, run_on_state_store
+from .step import StateFormat
 
 if TYPE_CHECKING:
     from pyspark.sql import DataFrame
 
 __all__ = [
+    "JoinConfig",
+    "JoinLogic",
+    "JoinState",
     "JoinStep",
     "Pending",
     "Side",
+    "join_format",
     "join_step",
     "overlap_join",
     "overlap_pairs",
@@ -85,8 +91,6 @@ __all__ = [
     "window_join_step",
 ]
 
-_WATERMARK_KEY = "spark.watermarkDelayMs"
-_NEVER_LATE = 2**63 - 1
 _SYSTEM = ("rowtime", "rowtime_end", "is_bound")
 #: The columns rows_window and while_window add besides rowtime_end (never payload).
 _WINDOW = ("__win_g", "__win_on")
@@ -308,40 +312,147 @@ def window_join_step(
     return step, (waiting[0], waiting[1])
 
 
-def _save(
-    state: tuple[Side, Side] | None,
-    left_outer: bool = False,
-    pending: tuple[Pending, Pending] | None = None,
-) -> bytes:
-    # Plain lists, not numpy arrays: the state is read back admitting value types only.
-    state = state or (Side(), Side())
-    plain: list[Any] = [(s.start.tolist(), s.end.tolist(), s.rows) for s in state]
-    if left_outer:  # which left rows met a right row: a fourth, optional field
-        plain[0] = (*plain[0], state[0].met().tolist())
-    if pending is not None and (len(pending[0]) or len(pending[1])):
-        # Rows of a window still waiting for their end: a third, optional element.
-        plain.append([(p.start, p.group, p.on, p.rows) for p in pending])
-    return pickle.dumps(plain, protocol=pickle.HIGHEST_PROTOCOL)
+@dataclass(frozen=True)
+class JoinState:
+    """The state of one key (format version 1, :func:`join_format`): each side's intervals
+    and, for a window side, its rows still waiting for their end."""
+
+    left: Side = field(default_factory=Side)
+    right: Side = field(default_factory=Side)
+    waiting: tuple[Pending, Pending] = field(default_factory=lambda: (Pending(), Pending()))
 
 
-def _load_state(blob: bytes) -> tuple[Side, Side, Pending, Pending]:
+def _write_join(state: JoinState, left_outer: bool) -> list[Any]:
+    # Plain lists, not numpy arrays: the state is read back admitting value types only. A side
+    # is (starts, ends, rows), as 0.1.0 stored it.
+    plain: list[Any] = [
+        (s.start.tolist(), s.end.tolist(), s.rows) for s in (state.left, state.right)
+    ]
+    if left_outer:  # which left rows met a right row: a fourth field of the left side
+        plain[0] = (*plain[0], state.left.met().tolist())
+    if len(state.waiting[0]) or len(state.waiting[1]):
+        # Rows of a window still waiting for their end: a third element.
+        plain.append([(p.start, p.group, p.on, p.rows) for p in state.waiting])
+    return plain
+
+
+def _read_join_v1(sides: list[Any]) -> JoinState:
     # A side is (starts, ends, rows) and, for a left join's left side, the matched flags; the
     # state of an inner join (and of 0.1.0) has three fields. A third element, when there,
-    # holds each side's rows waiting for their end.
-    sides = load_operator_state(blob, "an overlap_join key")
-
+    # holds each side's rows waiting for their end. 0.1.0 and 0.2.0 stored this list bare.
     def side(fields: tuple[Any, ...]) -> Side:
         starts, ends, rows = fields[:3]
         met = np.asarray(fields[3], dtype=bool) if len(fields) > 3 else None
         return Side(np.asarray(starts, dtype=np.int64), np.asarray(ends, dtype=np.int64), rows, met)
 
     waiting = [Pending(*map(list, p)) for p in sides[2]] if len(sides) > 2 else [Pending()] * 2
-    return side(sides[0]), side(sides[1]), waiting[0], waiting[1]
+    return JoinState(side(sides[0]), side(sides[1]), (waiting[0], waiting[1]))
+
+
+_FORMATS = {
+    outer: StateFormat(
+        "an overlap_join key", 1, partial(_write_join, left_outer=outer), {1: _read_join_v1}
+    )
+    for outer in (False, True)
+}
+
+
+def join_format(left_outer: bool) -> StateFormat[JoinState]:
+    """How ``overlap_join`` stores a key (:class:`.step.StateFormat`): a left join keeps which
+    left rows met a right row, an inner join has no need to."""
+    return _FORMATS[bool(left_outer)]
+
+
+def _save(
+    state: tuple[Side, Side] | None,
+    left_outer: bool = False,
+    pending: tuple[Pending, Pending] | None = None,
+) -> bytes:
+    left, right = state or (Side(), Side())
+    return join_format(left_outer).dumps(JoinState(left, right, pending or (Pending(), Pending())))
+
+
+def _load_state(blob: bytes) -> tuple[Side, Side, Pending, Pending]:
+    state = join_format(False).loads(blob)  # one reader for both: the stored fields tell
+    return state.left, state.right, state.waiting[0], state.waiting[1]
 
 
 def _load(blob: bytes) -> tuple[Side, Side]:
     left, right, _, _ = _load_state(blob)
     return left, right
+
+
+@dataclass(frozen=True)
+class JoinConfig:
+    """``overlap_join``'s checked parameters: the key columns, whether the join is a left outer
+    one, and each side's window whose ends depend on later rows (None: the rows come with
+    their ends)."""
+
+    keys: tuple[str, ...]
+    left_outer: bool
+    windows: tuple[WindowDef | None, WindowDef | None]
+
+
+class JoinLogic(KeyLogic[JoinState]):
+    """One key's join: :func:`window_join_step` over the key's kept and new rows of both sides,
+    then the results as rows, and one more row carrying the metric (``__kept`` not null)."""
+
+    def __init__(self, config: JoinConfig) -> None:
+        self.config = config
+        self.format = join_format(config.left_outer)
+
+    def _nothing(self, side: int) -> Side | Pending:
+        return Side() if self.config.windows[side] is None else Pending()
+
+    def _side_of(self, frame: pd.DataFrame, side: int) -> Side | Pending:
+        part = frame[frame["__side"] == side]
+        column = "__l" if side == 0 else "__r"
+        if self.config.windows[side] is not None:
+            starts, groups = part["__t"].tolist(), part["__g"].tolist()
+            return Pending(starts, groups, part["__on"].tolist(), list(part[column]))
+        return Side(
+            part["__t"].to_numpy(dtype=np.int64),
+            part["__e"].to_numpy(dtype=np.int64),
+            list(part[column]),
+        )
+
+    def step(
+        self, key: tuple, frames: Iterator[pd.DataFrame], state: JoinState | None, watermark_ms: int
+    ) -> KeyStep[JoinState]:
+        c = self.config
+        old = (Side(), Side(), Pending(), Pending())
+        if state is not None:
+            old = (state.left, state.right, state.waiting[0], state.waiting[1])
+        parts = [f for f in frames if len(f)]
+        new = (self._nothing(0), self._nothing(1))
+        if parts:
+            frame = pd.concat(parts, ignore_index=True)
+            if not any(v is None for v in key):
+                new = (self._side_of(frame, 0), self._side_of(frame, 1))
+            elif c.left_outer:  # a null key joins nothing: its left rows come out alone
+                new = (self._side_of(frame, 0), self._nothing(1))
+        result, waiting = window_join_step(
+            old, new, watermark_ms, windows=c.windows, left_outer=c.left_outer
+        )
+        kept = None
+        if result.state is not None or len(waiting[0]) or len(waiting[1]):
+            left, right = result.state or (Side(), Side())
+            kept = JoinState(left, right, waiting)
+            assert result.timeout_ms is not None
+        n = len(result.results)
+        out: dict[str, Any] = {}
+        for name, value in zip(c.keys, key, strict=True):
+            out[name] = [value] * (n + 1)
+        # One extra row carries the metric (dropped after the observation).
+        out["__l"] = [r[0] for r in result.results] + [None]
+        out["__r"] = [r[1] for r in result.results] + [None]
+        starts = pd.Series([r[2] for r in result.results] + [None], dtype="Int64")
+        ends = pd.Series([r[3] for r in result.results] + [None], dtype="Int64")
+        out["rowtime"] = pd.to_datetime(starts, unit="us", utc=True, cache=False)
+        out["rowtime_end"] = pd.to_datetime(ends, unit="us", utc=True, cache=False)
+        count = result.kept + len(waiting[0]) + len(waiting[1])
+        out["__kept"] = pd.Series([None] * n + [count], dtype="Int64")
+        return KeyStep([pd.DataFrame(out)], kept, result.timeout_ms)
 
 
 def _names(left: list[str], right: list[str], keys: list[str]) -> tuple[list[str], list[str]]:
@@ -416,9 +527,7 @@ def overlap_join(
     """
     from pyspark.sql import DataFrame as SparkDataFrame
     from pyspark.sql import functions as F
-    from pyspark.sql.streaming.state import GroupStateTimeout
     from pyspark.sql.types import (
-        BinaryType,
         BooleanType,
         LongType,
         StructField,
@@ -505,9 +614,7 @@ def overlap_join(
             (F.col("__win_on") if windowed else F.lit(None).cast("boolean")).alias(
                 "__on", metadata={}
             ),
-            # Spark wants a watermarked input column for an event-time timeout, and drops rows
-            # whose marked column is at or below the watermark: this one never is.
-            F.lit(_NEVER_LATE).cast("long").alias("__never_late", metadata={_WATERMARK_KEY: 1}),
+            never_late(),  # every row reaches the step, which decides what is late
         )
 
     rows = tagged(left, 0).unionByName(tagged(right, 1))
@@ -521,71 +628,19 @@ def overlap_join(
             StructField("__kept", LongType()),
         ]
     )
-    state_schema = StructType([StructField("sides", BinaryType())])
-
-    def nothing(side: int) -> Side | Pending:
-        return Side() if windows[side] is None else Pending()
-
-    def side_of(frame: pd.DataFrame, side: int) -> Side | Pending:
-        part = frame[frame["__side"] == side]
-        column = "__l" if side == 0 else "__r"
-        if windows[side] is not None:
-            starts, groups = part["__t"].tolist(), part["__g"].tolist()
-            return Pending(starts, groups, part["__on"].tolist(), list(part[column]))
-        return Side(
-            part["__t"].to_numpy(dtype=np.int64),
-            part["__e"].to_numpy(dtype=np.int64),
-            list(part[column]),
-        )
-
-    def step(key: tuple, frames: Iterator[pd.DataFrame], state: Any) -> Iterator[pd.DataFrame]:
-        old = _load_state(state.get[0]) if state.exists else (Side(), Side(), Pending(), Pending())
-        parts = [f for f in frames if len(f)]
-        new = (nothing(0), nothing(1))
-        if parts:
-            frame = pd.concat(parts, ignore_index=True)
-            if not any(v is None for v in key):
-                new = (side_of(frame, 0), side_of(frame, 1))
-            elif left_outer:  # a null key joins nothing: its left rows come out alone
-                new = (side_of(frame, 0), nothing(1))
-        result, waiting = window_join_step(
-            old, new, state.getCurrentWatermarkMs(), windows=windows, left_outer=left_outer
-        )
-        if result.state is None and not len(waiting[0]) and not len(waiting[1]):
-            if state.exists:
-                state.remove()
-        else:
-            state.update((_save(result.state, left_outer, waiting),))
-            assert result.timeout_ms is not None
-            state.setTimeoutTimestamp(result.timeout_ms)
-        n = len(result.results)
-        out: dict[str, Any] = {}
-        for name, value in zip(keys, key, strict=True):
-            out[name] = [value] * (n + 1)
-        # One extra row carries the metric (dropped after the observation).
-        out["__l"] = [r[0] for r in result.results] + [None]
-        out["__r"] = [r[1] for r in result.results] + [None]
-        starts = pd.Series([r[2] for r in result.results] + [None], dtype="Int64")
-        ends = pd.Series([r[3] for r in result.results] + [None], dtype="Int64")
-        out["rowtime"] = pd.to_datetime(starts, unit="us", utc=True, cache=False)
-        out["rowtime_end"] = pd.to_datetime(ends, unit="us", utc=True, cache=False)
-        kept = result.kept + len(waiting[0]) + len(waiting[1])
-        out["__kept"] = pd.Series([None] * n + [kept], dtype="Int64")
-        yield pd.DataFrame(out)
-
-    stateful = rows.groupBy(*keys).applyInPandasWithState(
-        step,
-        outputStructType=out_schema,
-        stateStructType=state_schema,
-        outputMode="append",
-        timeoutConf=GroupStateTimeout.EventTimeTimeout,
+    plan = StatefulPlan(
+        group_by=keys,
+        output=out_schema,
+        state_field="sides",
+        metric_name=metric_name,
+        metrics=[
+            F.coalesce(F.max("__kept"), F.lit(0)).alias("max_intervals_per_key"),
+            F.count("rowtime").alias("results"),
+        ],
+        results=F.col("__kept").isNull(),
     )
-    observed = stateful.observe(
-        metric_name,
-        F.coalesce(F.max("__kept"), F.lit(0)).alias("max_intervals_per_key"),
-        F.count("rowtime").alias("results"),
-    )
-    return observed.where(F.col("__kept").isNull()).select(
+    logic = JoinLogic(JoinConfig(tuple(keys), left_outer, windows))
+    return run_on_state_store(rows, logic, plan).select(
         *[F.col(k) for k in keys],
         *[F.col("__l").getField(c).alias(o) for c, o in zip(lcols, out_l, strict=True)],
         *[F.col("__r").getField(c).alias(o) for c, o in zip(rcols, out_r, strict=True)],

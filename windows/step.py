@@ -2,10 +2,12 @@
 
 Pure Python (numpy and pandas, no Spark), so it is tested without Spark. It runs in two halves:
 :func:`preaggregate` turns raw rows (any keys, any pieces: Spark calls it per partition, before
-the shuffle) into one partial per (key, pane); :func:`merge_step` is called once per key and
-micro-batch (``applyInPandasWithState``) with the key's new partials, its saved state and the
-batch's watermark, and answers with the panes to emit, the new state and the timer to set.
-:func:`run_step` is both halves over one key's raw rows.
+the shuffle) into one partial per (key, pane); :func:`merge_panes` is called once per key and
+micro-batch (the operator's logic on :func:`.stateful.run_on_state_store`) with the key's new
+partials, its state (:class:`PanesState`, stored by :data:`PANES_FORMAT`) and the batch's
+watermark, and answers with the panes to emit, the new state and the timer to set.
+:func:`merge_step` is the same over the stored bytes; :func:`run_step` is both halves over one
+key's raw rows.
 
 Panes are assigned by :func:`bounds.panes.assign_panes_array`; the trigger rules are those of
 :class:`bounds.panes.TimeIntervalWindow` (SPEC section 10), restated for Spark's batches:
@@ -26,9 +28,9 @@ from __future__ import annotations
 
 import io
 import pickle
-from collections.abc import Iterable
-from dataclasses import dataclass
-from typing import Any
+from collections.abc import Callable, Iterable, Mapping
+from dataclasses import dataclass, field
+from typing import Any, Generic, TypeVar
 
 import numpy as np
 import pandas as pd
@@ -39,11 +41,18 @@ from ..bounds.versions import newer_format
 
 __all__ = [
     "MERGEABLE",
+    "PANES_FORMAT",
     "PARTIAL_COLUMNS",
     "AggPlan",
     "PaneState",
+    "PanesState",
+    "PanesStep",
+    "StateFormat",
     "StepResult",
+    "load_operator_state",
     "load_state",
+    "load_values",
+    "merge_panes",
     "merge_step",
     "preaggregate",
     "run_step",
@@ -97,16 +106,27 @@ class StepResult:
     timeout_ms: int | None
 
 
-def load_state(blob: bytes | None) -> dict[int, PaneState]:
-    """The panes of a key, by start (us), from the bytes kept in Spark's state store.
+@dataclass(frozen=True)
+class PanesStep:
+    """:class:`StepResult` with the state as a :class:`PanesState` (None: nothing held)."""
 
-    The bytes pickle plain tuples ``(start, end, triggered, pending_ms, partials)``, never this
-    module's classes, so renaming or moving code does not break existing checkpoints."""
-    if blob is None:
-        return {}
-    state = load_operator_state(blob, "a time_interval_aggregate key")
-    return {s: PaneState(e, t, p, list(v)) for s, e, t, p, v in state}
+    panes: list[tuple[int, int, list[Any]]]
+    discarded: int
+    state: PanesState | None
+    timeout_ms: int | None
 
+
+# -- the operators' stored state -----------------------------------------------------------------
+# Each stateful operator (time_interval_aggregate here, interval_aggregate, overlap_join) has a
+# frozen state class and a StateFormat: the format version it writes and a reader for every
+# version a release wrote. What is stored is the envelope {"v": version, "state": plain}
+# pickled, plain values only, never this package's classes: renaming or moving code breaks no
+# checkpoint, and the bytes, which live in the checkpoint folder, are read as data, never as
+# code. Every operator writes version 1; 0.1.0 and 0.2.0 stored time_interval_aggregate's and
+# overlap_join's version 1 bare (no envelope), and the first interval_aggregate its dict bare
+# (without "v"): a bare value reads as version 1. A higher version is refused by name.
+
+S = TypeVar("S")
 
 #: The only globals a pane's state may name: the value types partial aggregates hold. Spark's
 #: state store lives in the checkpoint folder, so its bytes are read as data, never as code.
@@ -140,45 +160,108 @@ class _StateUnpickler(pickle.Unpickler):
         return super().find_class(module, name)
 
 
-#: The version of the operator state this code writes and reads. Version 1 (0.1.0 on) is the
-#: bare value; a later version must wrap its state as ``{"v": n, "state": ...}``, so that this
-#: code refuses it by name instead of misreading it (``bounds.versions``).
-STATE_VERSION = 1
-
-
-def load_operator_state(blob: bytes, what: str) -> Any:
-    """The state of ``what`` (a key of ``time_interval_aggregate``, ``overlap_join`` or
-    ``interval_aggregate``) as :func:`load_values` reads it, unwrapped; a newer version's state
-    is refused."""
-    return unwrap_operator_state(load_values(blob, what), what)
-
-
-def wrap_operator_state(state: Any) -> dict[str, Any]:
-    """``state`` in the versioned envelope ``{"v": STATE_VERSION, "state": state}``, which
-    :func:`load_operator_state` reads (an operator whose bare state is itself a dict must
-    store it so, or a newer release could not tell its state from a newer envelope)."""
-    return {"v": STATE_VERSION, "state": state}
-
-
-def unwrap_operator_state(value: Any, what: str) -> Any:
-    """The state in ``value`` (a bare value, or the versioned envelope); refuses a newer
-    version's envelope by name."""
-    if isinstance(value, dict):
-        found = value.get("v")
-        if not isinstance(found, int) or found > STATE_VERSION:
-            raise newer_format(
-                f"the state of {what} in this query's checkpoint", found, STATE_VERSION,
-                CorruptLogError,
-            )  # fmt: skip
-        return value["state"]
-    return value
-
-
 def load_values(blob: bytes, what: str) -> Any:
     """Unpickle ``blob``, admitting plain values only (numbers, strings, tuples, lists, dicts
     and the value types of :data:`_STATE_GLOBALS`): the state of ``what``, read from Spark's
     state store as data, never as code."""
     return _StateUnpickler(io.BytesIO(blob), what).load()
+
+
+@dataclass(frozen=True)
+class StateFormat(Generic[S]):
+    """How one operator stores a key's state: ``what`` it is (named in errors: ``"an
+    overlap_join key"``), the format ``version`` written, ``write`` (the state as plain values)
+    and ``read``: for each version a release wrote, the state from its plain values."""
+
+    what: str
+    version: int
+    write: Callable[[S], Any]
+    read: Mapping[int, Callable[[Any], S]] = field(default_factory=dict)
+
+    def dumps(self, state: S) -> bytes:
+        """``state`` as the bytes kept in Spark's state store: the versioned envelope."""
+        envelope = {"v": self.version, "state": self.write(state)}
+        return pickle.dumps(envelope, protocol=pickle.HIGHEST_PROTOCOL)
+
+    def loads(self, blob: bytes) -> S:
+        """The state in ``blob``, of any version a reader is kept for (a bare value: 1)."""
+        version, plain = _unwrap(load_values(blob, self.what))
+        reader = self.read.get(version) if isinstance(version, int) else None
+        if reader is None:
+            raise _refused(self.what, version, self.version)
+        try:
+            return reader(plain)
+        except (TypeError, ValueError, KeyError, IndexError) as e:
+            raise CorruptLogError(
+                f"the state of {self.what} in this query's checkpoint is not what format "
+                f"version {version} holds ({type(e).__name__}: {e}): the checkpoint's state "
+                "store was altered; restore the checkpoint from a backup"
+            ) from e
+
+
+def _unwrap(value: Any) -> tuple[object, Any]:
+    """(version, plain state) of a stored value: the envelope, or a bare version 1."""
+    if isinstance(value, dict) and "v" in value:
+        return value["v"], value.get("state")
+    return 1, value
+
+
+def _refused(what: str, found: object, highest: int) -> CorruptLogError:
+    where = f"the state of {what} in this query's checkpoint"
+    if isinstance(found, int) and 0 < found <= highest:  # a gap: no release wrote it
+        return CorruptLogError(
+            f"{where} is in format version {found}, which no release of pyspark-rowtime wrote: "
+            "the checkpoint's state store was altered; restore the checkpoint from a backup"
+        )
+    return newer_format(where, found, highest, CorruptLogError)
+
+
+#: The highest version any operator writes (each operator's own is its StateFormat's).
+HIGHEST_VERSION = 1
+
+
+def load_operator_state(blob: bytes, what: str) -> Any:
+    """The plain state of ``what`` (a key of any of the operators), unwrapped from its
+    envelope; a version above :data:`HIGHEST_VERSION` is refused."""
+    version, plain = _unwrap(load_values(blob, what))
+    if not isinstance(version, int) or not 0 < version <= HIGHEST_VERSION:
+        raise _refused(what, version, HIGHEST_VERSION)
+    return plain
+
+
+@dataclass(frozen=True)
+class PanesState:
+    """The state of one key (format version 1, :data:`PANES_FORMAT`): its panes as stored,
+    ``(start_us, end_us, triggered, pending_ms, partials)`` each, in the order they opened."""
+
+    panes: tuple[tuple[int, int, bool, int | None, list[Any]], ...]
+
+    def by_start(self) -> dict[int, PaneState]:
+        """The panes as fresh :class:`PaneState` s by start (a step changes those, never this)."""
+        return {s: PaneState(e, t, p, list(v)) for s, e, t, p, v in self.panes}
+
+
+def _write_panes(state: PanesState) -> list[tuple[int, int, bool, int | None, list[Any]]]:
+    return list(state.panes)
+
+
+def _read_panes_v1(plain: Any) -> PanesState:
+    # 0.1.0 and 0.2.0 stored this list bare; since the skeleton it sits in the envelope.
+    if not isinstance(plain, list):
+        raise TypeError(f"a list of panes, not {type(plain).__name__}")
+    return PanesState(tuple(plain))
+
+
+#: How ``time_interval_aggregate`` stores a key.
+PANES_FORMAT = StateFormat("a time_interval_aggregate key", 1, _write_panes, {1: _read_panes_v1})
+
+
+def load_state(blob: bytes | None) -> dict[int, PaneState]:
+    """The panes of a key, by start (us), from the bytes kept in Spark's state store (any
+    version :data:`PANES_FORMAT` reads)."""
+    if blob is None:
+        return {}
+    return PANES_FORMAT.loads(blob).by_start()
 
 
 #: Columns of a partials frame (:func:`preaggregate`) besides the key columns.
@@ -407,6 +490,20 @@ def merge_step(
     blob: bytes | None,
     watermark_ms: int,
 ) -> StepResult:
+    """:func:`merge_panes` over the bytes kept in Spark's state store (None: nothing kept)."""
+    state = None if blob is None else PANES_FORMAT.loads(blob)
+    step = merge_panes(spec, aggs, partials, state, watermark_ms)
+    kept = None if step.state is None else PANES_FORMAT.dumps(step.state)
+    return StepResult(step.panes, step.discarded, kept, step.timeout_ms)
+
+
+def merge_panes(
+    spec: TimeIntervalSpec,
+    aggs: list[AggPlan],
+    partials: Iterable[pd.DataFrame],
+    state: PanesState | None,
+    watermark_ms: int,
+) -> PanesStep:
     """One key, one micro-batch: take the key's new partials (frames of :func:`preaggregate`,
     in arrival order), emit what the watermark (``W``, ms) triggers, and say what to keep and
     when to wake up.
@@ -415,7 +512,7 @@ def merge_step(
     taken in: a row for a pane whose end ``W`` already reached waits for the next update of
     the watermark, as IBM's late tuples do.
     """
-    panes = load_state(blob)
+    panes = {} if state is None else state.by_start()
     w_us = watermark_ms * 1000
     emitted: list[tuple[int, int, list[Any]]] = []
 
@@ -456,14 +553,12 @@ def merge_step(
     # Closing: after any last trigger, a pane whose end + discardAge the watermark passed goes.
     for start in [s for s, p in panes.items() if w_us > p.end_us + spec.discard_age_us]:
         del panes[start]
-    return StepResult(emitted, discarded, _save(panes), _next_timeout(spec, panes, watermark_ms))
-
-
-def _save(panes: dict[int, PaneState]) -> bytes | None:
-    if not panes:
-        return None
-    plain = [(s, p.end_us, p.triggered, p.pending_ms, p.partials) for s, p in panes.items()]
-    return pickle.dumps(plain, protocol=pickle.HIGHEST_PROTOCOL)
+    kept = None
+    if panes:
+        kept = PanesState(
+            tuple((s, p.end_us, p.triggered, p.pending_ms, p.partials) for s, p in panes.items())
+        )
+    return PanesStep(emitted, discarded, kept, _next_timeout(spec, panes, watermark_ms))
 
 
 def _next_timeout(spec: TimeIntervalSpec, panes: dict[int, PaneState], w_ms: int) -> int | None:

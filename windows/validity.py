@@ -46,7 +46,6 @@ rows below its clock).
 
 from __future__ import annotations
 
-import pickle
 import re
 from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass
@@ -60,15 +59,24 @@ from ..bounds.intervals import INFINITY_US, range_reduce, stretches
 from ..watermark import watermark_rowtime
 from .aggregate import agg_calls, agg_columns, present_flag
 from .define import WindowDef, assign_ends, window_of
-from .step import load_values, unwrap_operator_state, wrap_operator_state
+from .stateful import KeyLogic, KeyStep, StatefulPlan, never_late, run_on_state_store
+from .step import StateFormat
 
 if TYPE_CHECKING:
     from pyspark.sql import Column, DataFrame
 
-__all__ = ["IntervalAgg", "IntervalStep", "interval_aggregate", "interval_step", "parse_aggs"]
+__all__ = [
+    "INTERVAL_FORMAT",
+    "IntervalAgg",
+    "IntervalConfig",
+    "IntervalLogic",
+    "IntervalState",
+    "IntervalStep",
+    "interval_aggregate",
+    "interval_step",
+    "parse_aggs",
+]
 
-_WATERMARK_KEY = "spark.watermarkDelayMs"
-_NEVER_LATE = 2**63 - 1
 #: Spark's watermark (ms) once every input reached the end of stream.
 _END_MS = INFINITY_US // 1000 - 1
 _KINDS = {"count": "count", "sum": "sum", "avg": "avg", "mean": "avg", "min": "min", "max": "max"}
@@ -244,26 +252,45 @@ def interval_step(
     return IntervalStep(starts, ends, values, rows, reached, max(watermark_ms, due), discarded)
 
 
-def _save(rows: pd.DataFrame, from_us: int | None) -> bytes:
-    # Plain lists, not pandas or numpy objects: read back admitting value types only. In the
-    # versioned envelope of the other operators' state (bounds.versions): the bare state is a
-    # dict, which a reader could not tell from an envelope of a newer version.
-    plain = {"from": from_us, "columns": {c: rows[c].tolist() for c in rows.columns}}
-    return pickle.dumps(wrap_operator_state(plain), protocol=pickle.HIGHEST_PROTOCOL)
+@dataclass(frozen=True)
+class IntervalState:
+    """The state of one key (format version 1, :data:`INTERVAL_FORMAT`): the rows kept (the
+    step's columns) and the change point the emitted stretches reached (``from``)."""
+
+    rows: pd.DataFrame
+    from_us: int | None
 
 
-def _load(blob: bytes) -> tuple[pd.DataFrame, int | None]:
-    what = "an interval_aggregate key"
-    plain = load_values(blob, what)
-    # The first interval_aggregate stored the bare dict (no "v"): read as it is.
-    if not (isinstance(plain, dict) and "v" not in plain and "columns" in plain):
-        plain = unwrap_operator_state(plain, what)
+def _write_interval(state: IntervalState) -> dict[str, Any]:
+    # Plain lists, not pandas or numpy objects: read back admitting value types only. A dict,
+    # so always in the envelope: bare, a reader could not tell it from a newer envelope.
+    rows = state.rows
+    return {"from": state.from_us, "columns": {c: rows[c].tolist() for c in rows.columns}}
+
+
+def _read_interval_v1(plain: dict[str, Any]) -> IntervalState:
+    # In the envelope, or bare: the first interval_aggregate stored the dict without "v".
     rows = pd.DataFrame(plain["columns"])
     for c in ("__t", "__e"):
         rows[c] = rows[c].astype(np.int64)
     if "__open" in rows.columns:  # a window's rows (rows_window, while_window)
         rows["__open"] = rows["__open"].astype(bool)
-    return rows, plain["from"]
+    return IntervalState(rows, plain["from"])
+
+
+#: How ``interval_aggregate`` stores a key (:class:`.step.StateFormat`).
+INTERVAL_FORMAT = StateFormat(
+    "an interval_aggregate key", 1, _write_interval, {1: _read_interval_v1}
+)
+
+
+def _save(rows: pd.DataFrame, from_us: int | None) -> bytes:
+    return INTERVAL_FORMAT.dumps(IntervalState(rows, from_us))
+
+
+def _load(blob: bytes) -> tuple[pd.DataFrame, int | None]:
+    state = INTERVAL_FORMAT.loads(blob)
+    return state.rows, state.from_us
 
 
 def _column_aggs(
@@ -291,6 +318,92 @@ def _column_aggs(
             value = call.args[0]
         out.append((call.name, call.kind, value, call.text))
     return out
+
+
+@dataclass(frozen=True)
+class IntervalConfig:
+    """``interval_aggregate``'s checked parameters: the aggregates over the step's input
+    columns, the window whose ends the step sets (None: the rows come with their ends), the
+    key columns, the columns the step takes, and the aggregates whose values are timestamps
+    (as microseconds in the step)."""
+
+    aggs: tuple[IntervalAgg, ...]
+    window: WindowDef | None
+    keys: tuple[str, ...]
+    step_columns: tuple[str, ...]
+    stamps: frozenset[str]
+
+
+class IntervalLogic(KeyLogic[IntervalState]):
+    """One key's stretches: :func:`interval_step` over its kept and new rows, then the
+    stretches it emits as rows, and one more row carrying the metrics (``__kept`` not null)."""
+
+    format = INTERVAL_FORMAT
+
+    def __init__(self, config: IntervalConfig) -> None:
+        self.config = config
+        self._aggs = list(config.aggs)
+        self._columns = list(config.step_columns)
+
+    def step(
+        self,
+        key: tuple,
+        frames: Iterator[pd.DataFrame],
+        state: IntervalState | None,
+        watermark_ms: int,
+    ) -> KeyStep[IntervalState]:
+        c = self.config
+        old, from_us = (None, None) if state is None else (state.rows, state.from_us)
+        parts = [f[self._columns] for f in frames if len(f)]
+        new = None
+        if parts:
+            new = pd.concat(parts, ignore_index=True) if len(parts) > 1 else parts[0]
+        if new is not None and c.window is not None:
+            new = new.assign(__open=pd.Series([None] * len(new), dtype="object"))
+        result = interval_step(self._aggs, old, from_us, new, watermark_ms, window=c.window)
+        kept = None if result.rows is None else IntervalState(result.rows, result.from_us)
+        out_frames = []
+        n = len(result.starts)
+        keys_out = dict(zip(c.keys, key, strict=True))
+        if n:
+            out: dict[str, Any] = {name: [value] * n for name, value in keys_out.items()}
+            for p, (values, ok) in zip(self._aggs, result.values, strict=True):
+                if p.name in c.stamps:
+                    stamps = pd.Series(values.astype(np.int64), dtype="Int64")
+                    stamps[~ok] = pd.NA
+                    out[p.name] = pd.to_datetime(stamps, unit="us", utc=True, cache=False)
+                elif p.kind == "sum" and p.integral:
+                    column = pd.array(values, dtype="Int64")
+                    column[~ok] = pd.NA
+                    out[p.name] = column
+                elif values.dtype.kind == "f":
+                    out[p.name] = np.where(ok, values, np.nan)  # NaN goes to Spark as null
+                elif values.dtype.kind == "O":
+                    objects = values.copy()
+                    objects[~ok] = None
+                    out[p.name] = objects
+                else:
+                    out[p.name] = values
+            # Through a nullable Int64 Series: a plain int64 array goes through nanoseconds,
+            # which cannot hold infinity (Spark's largest timestamp, in year 9999).
+            for name, us_values in (("rowtime", result.starts), ("rowtime_end", result.ends)):
+                series = pd.Series(us_values, dtype="Int64")
+                out[name] = pd.to_datetime(series, unit="us", utc=True, cache=False)
+            out["__kept"] = pd.array([None] * n, dtype="Int64")
+            out["__discarded"] = pd.array([None] * n, dtype="Int64")
+            out_frames.append(pd.DataFrame(out))
+        # One more row carries the metrics (dropped after the observation).
+        metric: dict[str, Any] = {name: [value] for name, value in keys_out.items()}
+        for p in self._aggs:
+            metric[p.name] = [None]
+        metric["rowtime"] = pd.to_datetime(
+            pd.array([None], dtype="Int64"), unit="us", utc=True, cache=False
+        )
+        metric["rowtime_end"] = metric["rowtime"]
+        metric["__kept"] = [0 if result.rows is None else len(result.rows)]
+        metric["__discarded"] = [result.discarded]
+        out_frames.append(pd.DataFrame(metric))
+        return KeyStep(out_frames, kept, result.timeout_ms)
 
 
 def interval_aggregate(
@@ -344,9 +457,7 @@ def interval_aggregate(
     from pyspark.sql import Column as SparkColumn
     from pyspark.sql import DataFrame as SparkDataFrame
     from pyspark.sql import functions as F
-    from pyspark.sql.streaming.state import GroupStateTimeout
     from pyspark.sql.types import (
-        BinaryType,
         BooleanType,
         ByteType,
         DoubleType,
@@ -470,9 +581,7 @@ def interval_aggregate(
             if window
             else []
         ),
-        # Spark wants a watermarked input column for an event-time timeout, and drops rows
-        # whose marked column is at or below the watermark: this one never is.
-        F.lit(_NEVER_LATE).cast("long").alias("__never_late", metadata={_WATERMARK_KEY: 1}),
+        never_late(),  # every row reaches the step, which decides what is late
     )
     key_fields = [df.schema[k] for k in keys] or [StructField("__key", IntegerType(), False)]
     out_schema = StructType(
@@ -485,7 +594,6 @@ def interval_aggregate(
             StructField("__discarded", LongType()),
         ]
     )
-    state_schema = StructType([StructField("rows", BinaryType())])
     step_cols = [
         "__t",
         "__e",
@@ -500,78 +608,25 @@ def interval_aggregate(
         and isinstance(empty.select(arg.alias("x")).schema["x"].dataType, TimestampType)
     }
 
-    def step(key: tuple, frames: Iterator[pd.DataFrame], state: Any) -> Iterator[pd.DataFrame]:
-        old, from_us = _load(state.get[0]) if state.exists else (None, None)
-        parts = [f[step_cols] for f in frames if len(f)]
-        new = None
-        if parts:
-            new = pd.concat(parts, ignore_index=True) if len(parts) > 1 else parts[0]
-        if new is not None and window is not None:
-            new = new.assign(__open=pd.Series([None] * len(new), dtype="object"))
-        result = interval_step(
-            plans, old, from_us, new, state.getCurrentWatermarkMs(), window=window
-        )
-        if result.rows is None:
-            if state.exists:
-                state.remove()
-        else:
-            state.update((_save(result.rows, result.from_us),))
-            assert result.timeout_ms is not None
-            state.setTimeoutTimestamp(result.timeout_ms)
-        n = len(result.starts)
-        keys_out = {f.name: value for f, value in zip(key_fields, key, strict=True)}
-        if n:
-            out: dict[str, Any] = {name: [value] * n for name, value in keys_out.items()}
-            for p, (values, ok) in zip(plans, result.values, strict=True):
-                if p.name in stamp:
-                    stamps = pd.Series(values.astype(np.int64), dtype="Int64")
-                    stamps[~ok] = pd.NA
-                    out[p.name] = pd.to_datetime(stamps, unit="us", utc=True, cache=False)
-                elif p.kind == "sum" and p.integral:
-                    column = pd.array(values, dtype="Int64")
-                    column[~ok] = pd.NA
-                    out[p.name] = column
-                elif values.dtype.kind == "f":
-                    out[p.name] = np.where(ok, values, np.nan)  # NaN goes to Spark as null
-                elif values.dtype.kind == "O":
-                    objects = values.copy()
-                    objects[~ok] = None
-                    out[p.name] = objects
-                else:
-                    out[p.name] = values
-            # Through a nullable Int64 Series: a plain int64 array goes through nanoseconds,
-            # which cannot hold infinity (Spark's largest timestamp, in year 9999).
-            for name, us_values in (("rowtime", result.starts), ("rowtime_end", result.ends)):
-                series = pd.Series(us_values, dtype="Int64")
-                out[name] = pd.to_datetime(series, unit="us", utc=True, cache=False)
-            out["__kept"] = pd.array([None] * n, dtype="Int64")
-            out["__discarded"] = pd.array([None] * n, dtype="Int64")
-            yield pd.DataFrame(out)
-        # One more row carries the metrics (dropped after the observation).
-        metric: dict[str, Any] = {name: [value] for name, value in keys_out.items()}
-        for p in plans:
-            metric[p.name] = [None]
-        metric["rowtime"] = pd.to_datetime(
-            pd.array([None], dtype="Int64"), unit="us", utc=True, cache=False
-        )
-        metric["rowtime_end"] = metric["rowtime"]
-        metric["__kept"] = [0 if result.rows is None else len(result.rows)]
-        metric["__discarded"] = [result.discarded]
-        yield pd.DataFrame(metric)
-
-    stateful = rows.groupBy(*group_cols).applyInPandasWithState(
-        step,
-        outputStructType=out_schema,
-        stateStructType=state_schema,
-        outputMode="append",
-        timeoutConf=GroupStateTimeout.EventTimeTimeout,
+    config = IntervalConfig(
+        tuple(plans),
+        window,
+        tuple(f.name for f in key_fields),
+        tuple(step_cols),
+        frozenset(stamp),
     )
-    observed = stateful.observe(
-        metric_name,
-        F.coalesce(F.max("__kept"), F.lit(0)).alias("max_rows_per_key"),
-        F.count("rowtime").alias("stretches"),
-        F.coalesce(F.sum("__discarded"), F.lit(0)).alias("discarded_rows"),
+    plan = StatefulPlan(
+        group_by=group_cols,
+        output=out_schema,
+        state_field="rows",
+        metric_name=metric_name,
+        metrics=[
+            F.coalesce(F.max("__kept"), F.lit(0)).alias("max_rows_per_key"),
+            F.count("rowtime").alias("stretches"),
+            F.coalesce(F.sum("__discarded"), F.lit(0)).alias("discarded_rows"),
+        ],
+        results=F.col("__kept").isNull(),
     )
-    return observed.where(F.col("__kept").isNull()).select(
+    return run_on_state_store(rows, IntervalLogic(config), plan).select(
         *keys, *[p.name for p in plans], "rowtime", "rowtime_end"
     )
