@@ -7,7 +7,9 @@ How it is built, and why:
   on with exactly the state (and the output) of an uninterrupted run, on any state store
   provider (``transformWithStateInPandas`` would need RocksDB and protobuf; the event-time
   timeout of one timer per key is all the trigger rules need). The rules themselves are the
-  pure core's (:mod:`.step`, using :func:`bounds.panes.assign_panes_array`).
+  pure core's (:mod:`.step`, using :func:`bounds.panes.assign_panes_array`): a
+  :class:`PanesConfig`, its :class:`PanesLogic` and the versioned :class:`.step.PanesState`,
+  run by the operators' shared piece (:func:`.stateful.run_on_state_store`).
 * **Late rows reach the step.** Spark drops rows at or below the watermark before a stateful
   operator whose input carries the watermarked column. The step needs those rows (a late row
   re-triggers its pane until ``end + discardAge``), so the rowtime goes in as microseconds

@@ -12,7 +12,9 @@ How it is built, and why:
   (:func:`pyspark_rowtime.with_watermark`), the two are tagged and unioned, grouped by the join
   keys and handed to ``applyInPandasWithState``: each key keeps the intervals of both sides in
   Spark's state store, so a restart from the checkpoint goes on with exactly the state and the
-  output of an uninterrupted run. Each side's payload travels as one struct column, which
+  output of an uninterrupted run (a :class:`JoinConfig`, its :class:`JoinLogic` and the
+  versioned :class:`JoinState`, run by the operators' shared piece,
+  :func:`.stateful.run_on_state_store`). Each side's payload travels as one struct column, which
   reaches pandas as exact Python values (a wide union with nulls would turn long columns into
   floats).
 * **State bounded by both clocks.** Spark's watermark over the union is the minimum of the two

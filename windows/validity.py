@@ -26,7 +26,9 @@ How it is built, and why:
 * **Spark's own stateful operator.** Rows of a key live in Spark's state store through
   ``applyInPandasWithState`` with an event-time timeout (the next stretch end), as
   ``overlap_join`` and ``time_interval_aggregate`` do, so a restart from the checkpoint goes on
-  with exactly the state and the output of an uninterrupted run; no Py4J (Spark Connect).
+  with exactly the state and the output of an uninterrupted run; no Py4J (Spark Connect). An
+  :class:`IntervalConfig`, its :class:`IntervalLogic` and the versioned :class:`IntervalState`,
+  run by the operators' shared piece (:func:`.stateful.run_on_state_store`).
 * **Aggregates** are named SQL-like strings, ``{"total": "sum(v)"}``: ``count(*)``,
   ``count(x)``, ``sum(x)``, ``avg(x)`` (or ``mean``), ``min(x)``, ``max(x)``, where ``x`` is any
   Spark SQL expression over the columns. Spark computes ``x`` and whether it is null before the
