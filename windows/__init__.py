@@ -5,6 +5,9 @@
 * :mod:`.validity` -- ``interval_aggregate``, the Odysseus aggregate over validity intervals;
 * :mod:`.join` -- ``overlap_join``, the Odysseus join of two streams of validity intervals;
 * :mod:`.define` -- windows as validity, grouped (element based and predicate based).
+* :mod:`.stateful` -- the skeleton the three stateful operators share: each is a config, a logic
+  with a pure step and a versioned state (:class:`.step.StateFormat`), run on Spark's state
+  store by the one shared piece, ``run_on_state_store``.
 
 Layered like ``datasource`` and ``sink``: it uses ``bounds`` (the pure core), ``with_watermark``'s
 plan reading and pyspark, never the reader, the sink or the log.
