@@ -1,7 +1,7 @@
 """The Examples sections of the public names of ``pyspark_rowtime``, as doctests.
 
 Shared by tests/test_api_examples.py (the examples that need no Spark) and
-integration/test_api_examples.py (those that use a ``spark`` session, given to them). Each
+integration/test_api_examples_spark.py (those that use a ``spark`` session, given to them). Each
 docstring's examples run in a namespace of their own, as a reader would paste them; output is
 compared with ``...`` for what varies (a temporary path, an error's text).
 """

@@ -1,7 +1,7 @@
 """Every public name of ``pyspark_rowtime`` has an Examples section, and its examples run.
 
 The examples are what the API reference shows (docs/reference.md). Those that need no Spark
-run here; those with a ``spark`` session run in integration/test_api_examples.py. Temporary
+run here; those with a ``spark`` session run in integration/test_api_examples_spark.py. Temporary
 folders the examples make (``tempfile.mkdtemp()``) land in the test's own.
 """
 
