@@ -1,21 +1,21 @@
 """The pure temporal core: time, bounds, ordering policies, alignment, panes and intervals.
 
 Never imports pyspark or the log (``tests/test_plan.py`` proves it), so it can be used and
-tested anywhere. It also holds the one exception hierarchy (:mod:`.errors`) and the redaction
-every error applies to its message (:mod:`.redaction`), so that no layer above can raise a
+tested anywhere. It also holds the one exception hierarchy (``errors``) and the redaction
+every error applies to its message (``redaction``), so that no layer above can raise a
 secret. Rowtimes are ``int`` microseconds since the Unix epoch, UTC; intervals are
 half-open ``[start, end)``.
 
-* time: :mod:`.units` (the units, once), :mod:`.time` (event times into microseconds, one value
-  or an Arrow column), :mod:`.patterns` (the string forms), :mod:`.zones` (naive wall-clock
-  times), :mod:`.durations` (durations of options), :mod:`.arrays` (Arrow and numpy without
+* time: ``units`` (the units, once), ``time`` (event times into microseconds, one value
+  or an Arrow column), ``patterns`` (the string forms), ``zones`` (naive wall-clock
+  times), ``durations`` (durations of options), ``arrays`` (Arrow and numpy without
   pyarrow's pandas path);
-* :mod:`.bounds` -- rowtime bounds and the end of stream; :mod:`.policies` -- ``reject``,
-  ``drop`` and ``adjust`` per partition; :mod:`.plan` -- a step over a whole stream, alignment
+* ``bounds`` -- rowtime bounds and the end of stream; ``policies`` -- ``reject``,
+  ``drop`` and ``adjust`` per partition; ``plan`` -- a step over a whole stream, alignment
   across partitions;
-* :mod:`.panes` -- IBM Streams ``timeInterval`` panes; :mod:`.intervals` -- Odysseus validity
+* ``panes`` -- IBM Streams ``timeInterval`` panes; ``intervals`` -- Odysseus validity
   intervals;
-* :mod:`.versions` -- the stored formats across releases.
+* ``versions`` -- the stored formats across releases.
 """
 
 from .bounds import END_OF_STREAM_US, MIN_ROWTIME_US, merge_clock, normalize_bound

@@ -7,8 +7,8 @@ every Python worker begins fresh, so the reader would pay that import again in t
 planning step of every query, however small (the planning's share of a drain is on
 docs/benchmarks.md, "The reader"). These functions read the Arrow buffers directly: a view
 for fixed-width values, one vectorised unpack for booleans. Arrays with nulls keep pyarrow's
-own conversion (and its meaning of a null). And :func:`each_on_threads`, the driver's array
-work spread over threads, with :func:`take_rows`, the gather of a large table a column a
+own conversion (and its meaning of a null). And ``each_on_threads``, the driver's array
+work spread over threads, with ``take_rows``, the gather of a large table a column a
 thread.
 """
 
@@ -138,13 +138,13 @@ def each_on_threads(
         return list(pool.map(work, items))
 
 
-#: A table of at least this many rows is gathered a column a thread (:func:`take_rows`).
+#: A table of at least this many rows is gathered a column a thread (``take_rows``).
 PARALLEL_TAKE_ROWS = 1 << 20
 
 
 def take_rows(table: pa.Table, indices: pa.Array) -> pa.Table:
-    """``table.take(indices)``; a large table (:data:`PARALLEL_TAKE_ROWS`) has its columns
-    gathered on threads (:func:`each_on_threads`). Arrow's ``Table.take`` gathers one column
+    """``table.take(indices)``; a large table (``PARALLEL_TAKE_ROWS``) has its columns
+    gathered on threads (``each_on_threads``). Arrow's ``Table.take`` gathers one column
     after the other on the calling thread: the sink's commit merges a micro-batch's staged
     runs this way on the driver, alone, while the executors wait for it (docs/benchmarks.md,
     "The sink")."""

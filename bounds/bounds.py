@@ -4,7 +4,7 @@ A bound ``t`` (microseconds since the epoch) on a partition promises that every 
 that partition has ``rowtime_us >= t``. SQLstream's strict form (``rowtime > t``) is normalised to
 the non-strict ``t + 1`` so the rest of the project handles a single form. A data row with
 rowtime ``t`` implies the bound ``t``; bounds never move backwards; end of stream is the bound
-:data:`END_OF_STREAM_US`, Spark's largest timestamp.
+``END_OF_STREAM_US``, Spark's largest timestamp.
 """
 
 from __future__ import annotations

@@ -1,8 +1,8 @@
-"""One exception hierarchy for the whole project, rooted in :class:`RowtimeError`.
+"""One exception hierarchy for the whole project, rooted in ``RowtimeError``.
 
 Each leaf also derives from the builtin it resembles, so callers may catch either
 (``except ValueError`` keeps working). Messages name what was wrong, the value, and what to do.
-Every message is redacted when the error is made (:func:`.redaction.redact`): an error built
+Every message is redacted when the error is made (``redaction.redact``): an error built
 from a location with a password, or from a library's text that echoes one, never holds it.
 
 Every error a user can meet is exported from ``pyspark_rowtime`` under a name ending in

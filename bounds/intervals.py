@@ -6,7 +6,7 @@ set it (time based: start plus size; element based: the start of the N-th later 
 same partition). Two rows may be combined (join, aggregate) only if their intervals overlap,
 and the result is valid in the intersection.
 
-Infinity is :data:`INFINITY_US`, which is Spark's largest timestamp (:data:`END_OF_STREAM_US`)
+Infinity is ``INFINITY_US``, which is Spark's largest timestamp (``END_OF_STREAM_US``)
 so that it can be stored in a TimestampType column as it is. A consequence: an interval must
 start below it, and "valid forever" means valid up to, not including, the end of stream.
 """
@@ -149,7 +149,7 @@ def combine_all(intervals: Iterable[ValidityInterval]) -> ValidityInterval | Non
 def time_window_end(start_us: int, size_us: int) -> int:
     """The end a time window of ``size_us`` gives a row starting at ``start_us``.
 
-    ``start_us + size_us``, capped at :data:`INFINITY_US`: the row is valid in
+    ``start_us + size_us``, capped at ``INFINITY_US``: the row is valid in
     ``[start_us, start_us + size_us)``.
 
     Raises:
@@ -168,7 +168,7 @@ def element_window_ends(starts_us: npt.ArrayLike, n: int) -> Int64Array:
     """The ends an element window of ``n`` rows gives one partition's rows, in order.
 
     Row ``i`` stays valid until the row ``n`` places later starts: ``end[i] = starts[i + n]``,
-    or :data:`INFINITY_US` while that row has not arrived (the last ``n`` rows). With ``n = 1``
+    or ``INFINITY_US`` while that row has not arrived (the last ``n`` rows). With ``n = 1``
     each row is valid until the next one. Rows with equal starts can give ``end == start``: a
     row superseded at the instant it became valid, whose (empty) interval overlaps nothing.
 
@@ -211,7 +211,7 @@ def intersection_arrays(
     b_start_us: npt.ArrayLike,
     b_end_us: npt.ArrayLike,
 ) -> tuple[Int64Array, Int64Array, npt.NDArray[np.bool_]]:
-    """Element-wise :func:`intersection` of pairs of half-open intervals.
+    """Element-wise ``intersection`` of pairs of half-open intervals.
 
     Returns ``(start_us, end_us, overlap)``: ``start = max(starts)``, ``end = min(ends)``, and
     ``overlap`` is ``start < end``; where it is False there is no result (the start and end
@@ -331,7 +331,7 @@ def sliding_window_ends(starts_us: npt.ArrayLike, size_us: int, slide_us: int = 
     the start of the slide step it falls in, so the window's content changes only at the
     steps' starts as rows leave (rows still enter as they come). A slide of 1 us is the plain
     time window (``start + size``); a slide equal to the size gives tumbling windows (each row
-    valid until the end of its window). Capped at :data:`INFINITY_US`.
+    valid until the end of its window). Capped at ``INFINITY_US``.
 
     Raises:
         OptionError: a size or slide that is not a positive int, or a slide above the size

@@ -8,7 +8,7 @@ with 0 at the Unix epoch. A row belongs to every pane whose interval contains it
 (a gap, when ``creationPeriod > intervalDuration``), one (tumbling, the default) or several
 (sliding, ``creationPeriod < intervalDuration``).
 
-:func:`assign_panes` is the pure assignment; :class:`TimeIntervalWindow` keeps panes and applies
+``assign_panes`` is the pure assignment; ``TimeIntervalWindow`` keeps panes and applies
 IBM's default trigger policy as the watermark, passed in by the caller, advances. Nothing here
 reads a wall clock.
 """
@@ -210,7 +210,7 @@ def assign_panes(rowtime_us: int, spec: TimeIntervalSpec) -> list[tuple[int, int
 def assign_panes_array(
     rowtimes_us: npt.ArrayLike, spec: TimeIntervalSpec
 ) -> tuple[npt.NDArray[np.int64], npt.NDArray[np.int64], npt.NDArray[np.int64]]:
-    """Vectorised :func:`assign_panes`: ``(row_index, start_us, end_us)``, one entry per pair.
+    """Vectorised ``assign_panes``: ``(row_index, start_us, end_us)``, one entry per pair.
 
     Pairs come in row order, and within a row in ascending start, exactly as
     ``[(i, *p) for i, t in enumerate(rowtimes_us) for p in assign_panes(t, spec)]``.
@@ -311,7 +311,7 @@ class TimeIntervalWindow:
           pane and the watermark, never dropped silently. A row in several panes is counted
           once per closed pane, and rows that fall in no pane at all are recorded as well.
 
-    The watermark never moves back: a lower one raises :class:`BoundError`.
+    The watermark never moves back: a lower one raises ``BoundError``.
 
     Examples:
         >>> import pyspark_rowtime as rt
@@ -413,6 +413,6 @@ class TimeIntervalWindow:
         return results
 
     def insert_many(self, rows: Iterable[tuple[int, Any]]) -> None:
-        """:meth:`insert` for each ``(rowtime_us, value)`` pair, in order."""
+        """``insert`` for each ``(rowtime_us, value)`` pair, in order."""
         for rowtime_us, value in rows:
             self.insert(rowtime_us, value)

@@ -2,7 +2,7 @@ r"""String forms of event times: one regex per form, for one value and for a who
 
 Each form (ISO-8601, SDP's ``yyyy/MM/dd HH:mm:ss:fffffffff``, or a Spark/Java datetime pattern
 given as ``fmt``) is one regex with named groups (``year``, ``month``, ``frac``, ``offsign``, ...),
-run by Python's :mod:`re` for one value and by Arrow's RE2 (``pyarrow.compute.extract_regex``) for
+run by Python's ``re`` for one value and by Arrow's RE2 (``pyarrow.compute.extract_regex``) for
 a column. Both engines accept the subset used here: ``[0-9]`` rather than ``\d`` (Python's ``\d``
 matches every Unicode digit), named groups, ``(?i:...)``.
 """

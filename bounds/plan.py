@@ -4,7 +4,7 @@ A stream's clock is the minimum of its partitions' clocks (SPEC 5). A released r
 only once its rowtime is at or below the stream clock, so a partition that runs ahead waits for
 the others and a max-based watermark downstream (Spark's) never passes a row still to come.
 
-Everything a step decides lives in a :class:`StreamPosition`, a JSON dict of primitives that a
+Everything a step decides lives in a ``StreamPosition``, a JSON dict of primitives that a
 Spark offset carries. Replaying the same step from the same position over the same records gives
 the same rows and the same bound (SPEC 7).
 """
@@ -41,7 +41,7 @@ class StreamPosition:
 
     @classmethod
     def from_dict(cls, d: dict[str, Any]) -> StreamPosition:
-        """A position as :meth:`to_dict` wrote it; :class:`OffsetError` for anything else."""
+        """A position as ``to_dict`` wrote it; ``OffsetError`` for anything else."""
         version = d.get("v") if isinstance(d, dict) else None
         if isinstance(version, int) and version > FORMAT_VERSION:
             raise newer_format("this query's checkpoint: its offset", version, FORMAT_VERSION,
@@ -138,7 +138,7 @@ def choose_ends(prev: StreamPosition, available: Sequence[int], max_rows: int | 
 
 #: Last arrival of a partition that can never be idle (no record and no creation time known).
 NEVER_IDLE = np.iinfo(np.int64).max // 4
-#: Distinct arrival times :func:`idle_step` looks at together (memory: partitions x this).
+#: Distinct arrival times ``idle_step`` looks at together (memory: partitions x this).
 _IDLE_CHUNK = 1 << 15
 
 
@@ -155,7 +155,7 @@ def clocks_at(
 ) -> np.ndarray:
     """The partition clock after each group of the records ``[state.next, ...)`` (groups
     start at ``starts``; ``t``: raw rowtimes or bounds), from the state at ``state.next``:
-    what :func:`scan_partition` says after the group's last record, without judging rows and
+    what ``scan_partition`` says after the group's last record, without judging rows and
     without an array as long as the records beyond one masked copy when bounds are among
     them."""
     t = np.asarray(t, dtype=np.int64)
@@ -187,7 +187,7 @@ def clocks_at(
 
 @dataclass
 class IdleStep:
-    """What idleness decided over a step (:func:`idle_step`).
+    """What idleness decided over a step (``idle_step``).
 
     ``clock_us``: the stream clock after the step. Per partition, over its new records:
     ``late`` marks the data rows below the stream clock as of their arrival, ``late_clock``

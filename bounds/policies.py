@@ -4,7 +4,7 @@ The rules are SPEC section 6. This module implements them *vectorised* and *resu
 
 * The input is a partition's records in offset order, as two numpy arrays: ``t`` (int64
   microseconds: a data row's rowtime, or a bound record's bound) and ``is_bound``.
-* A partition's state at a position is a handful of integers (:class:`PartitionState`),
+* A partition's state at a position is a handful of integers (``PartitionState``),
   JSON-able, so that a Spark offset can carry it. It never holds the held rows themselves; it
   points back to the first record that is still *alive* (held, or released but not yet emitted),
   and the caller supplies the records from there on again.
@@ -269,8 +269,8 @@ def _release_line(policy: Policy, ref: int) -> int:
 class PartitionScan:
     """The records ``[state.scan, end)`` of one partition, with their running state.
 
-    Built by :func:`scan_partition`; :meth:`clock_us` is the clock at ``end``. Call
-    :func:`classify` once the stream clock is known.
+    Built by ``scan_partition``; ``clock_us`` is the clock at ``end``. Call
+    ``classify`` once the stream clock is known.
     """
 
     policy: Policy
@@ -324,7 +324,7 @@ def scan_partition(
 
     ``t`` holds each record's rowtime (data rows, before truncation) or bound (bound records).
     The records before ``prev.next`` are the ones already seen; they are replayed, not
-    re-judged. Under ``reject`` a new row below the clock raises :class:`LateRowError` naming
+    re-judged. Under ``reject`` a new row below the clock raises ``LateRowError`` naming
     ``where``, the offset, the rowtime and the clock.
     """
     t = np.asarray(t, dtype=np.int64)
@@ -434,7 +434,7 @@ def classify(
 
     ``idle_late`` (readers with ``idle.timeout``; a mask over the scan's window, read for the
     records from ``prev.next`` on) marks rows below the stream clock as of their arrival
-    (:func:`pyspark_rowtime.bounds.plan.idle_step`), ``idle_clock`` that clock for each: they
+    (``pyspark_rowtime.bounds.plan.idle_step``), ``idle_clock`` that clock for each: they
     are discarded with reason ``idle`` unless the policy discards them first. With idleness
     the stream clock may pass the rows a partition holds while it is silent, so a kept row
     strictly below the stream clock is released too: it goes out in the step whose clock
@@ -531,7 +531,7 @@ def classify(
 
 @dataclass
 class Released:
-    """Rows a :class:`PolicyRun` step released, in order; and rows it discarded."""
+    """Rows a ``PolicyRun`` step released, in order; and rows it discarded."""
 
     offsets: np.ndarray
     rowtime_us: np.ndarray
@@ -546,7 +546,7 @@ class PolicyRun:
     """A policy running over one partition, fed chunk by chunk, resumable from a snapshot.
 
     ``PolicyRun(policy)`` starts at offset 0; ``PolicyRun(policy, snapshot)`` resumes: its first
-    :meth:`push` must then start at ``snapshot["scan"]`` (:attr:`needs_from`), i.e. include the
+    ``push`` must then start at ``snapshot["scan"]`` (``needs_from``), i.e. include the
     records the snapshot points back to. The run keeps the alive part of the window between
     pushes, so later pushes pass only new records.
     """
@@ -563,7 +563,7 @@ class PolicyRun:
 
     @property
     def needs_from(self) -> int:
-        """The offset the next :meth:`push` must start at."""
+        """The offset the next ``push`` must start at."""
         return self.state.next if self._have_window else self.state.scan
 
     @property

@@ -1,31 +1,31 @@
-"""Secrets kept out of every text the project prints: one function, :func:`redact`.
+"""Secrets kept out of every text the project prints: one function, ``redact``.
 
-Every error of the project is redacted when it is made (:class:`.errors.RowtimeError`), and so
+Every error of the project is redacted when it is made (``errors.RowtimeError``), and so
 are the labels of its metrics, ``rowtime describe``, the connectors' lines and the
 ``pyspark_rowtime`` logger's records: a message built from a location, or from a library's
 error text that echoes one, cannot carry a secret out, whoever formatted it.
 
-What :func:`redact` replaces by ``***``:
+What ``redact`` replaces by ``***``:
 
 1. the password of a URL, ``scheme://user:PASSWORD@host/...``: everything from the ``:`` after
    the user to the last ``@`` before the host, so a password written unencoded may hold
    ``/ @ : ? # %``, spaces and any other character and is still hidden whole (the text ends
    the search at the next URL that follows a space or a quote);
 2. the value of a query parameter or ``key=value`` pair whose key names a secret
-   (:func:`names_a_secret`: ``sig``, ``X-Amz-Signature``, ``X-Amz-Security-Token``,
+   (``names_a_secret``: ``sig``, ``X-Amz-Signature``, ``X-Amz-Security-Token``,
    ``AccountKey``, ``SharedAccessSignature``, ``token``, ``password``, ...; in a query
    ``key`` too), up to the next ``& ; #``, space or ``"`` (a ``'`` may be part of a query);
-3. every secret the process was handed (:func:`remember_secret`: a Redis password parsed from
+3. every secret the process was handed (``remember_secret``: a Redis password parsed from
    a location or read from its ``password_env``) and the value of every environment variable
    whose name names a secret (``AWS_SECRET_ACCESS_KEY``, ``AZURE_STORAGE_SAS_TOKEN``, ...), as
    written and in their percent-encoded and escaped forms, wherever they appear: a library's
    message that quotes a piece of a URL without its ``scheme://`` is caught here.
 
-A secret shorter than :data:`MIN_REMEMBERED` characters is hidden by the first two rules only
+A secret shorter than ``MIN_REMEMBERED`` characters is hidden by the first two rules only
 (masking every ``abc`` of a text would hide more than it protects).
 
-:func:`split_userinfo` is the one reading of where a location's credentials end; the
-location parsers use it, so they and :func:`redact` agree on what the password is.
+``split_userinfo`` is the one reading of where a location's credentials end; the
+location parsers use it, so they and ``redact`` agree on what the password is.
 """
 
 from __future__ import annotations
@@ -202,7 +202,7 @@ _ENV_FORMS: dict[str, tuple[str, ...]] = {}
 
 
 def remember_secret(value: str | None) -> None:
-    """Mask ``value`` (and its encoded forms) in every text :func:`redact` sees from now on
+    """Mask ``value`` (and its encoded forms) in every text ``redact`` sees from now on
     in this process. Parsers call it with the passwords they find, before anything can fail."""
     global _ALL_FORMS
     if not value or len(value) < MIN_REMEMBERED:
@@ -271,7 +271,7 @@ def _masked_forms() -> tuple[str, ...]:
 
 def holds_secret(text: str) -> bool:
     """Whether ``text`` holds a URL password or a ``key=value`` whose key names a secret
-    (rules 1 and 2 of :func:`redact`; not what the process remembers)."""
+    (rules 1 and 2 of ``redact``; not what the process remembers)."""
     hidden = _hide_url_passwords(text) if "://" in text else text
     return hidden != text or ("=" in text and _PAIR.sub(_hide_pair, text) != text)
 

@@ -9,12 +9,12 @@ both ends included.
 Finer input (nanoseconds, up to 9 fractional digits) is truncated toward the past, never rounded,
 also before 1970: ``-1 ns`` is ``-1 us`` and ``1969-12-31T23:59:59.9999999Z`` is ``-1 us``.
 
-How values are read is one :class:`TimeFormat`: the ``unit`` of epochs, the zone ``tz`` of naive
-wall-clock times (rules in :mod:`.zones`) and an optional pattern ``fmt`` for strings (forms in
-:mod:`.patterns`), validated once when it is built. :meth:`TimeFormat.read` reads one value;
-:meth:`TimeFormat.read_array` reads a whole Arrow column with the same rules, vectorised; the two
-agree value for value. :func:`to_rowtime_us` and :func:`rowtime_array_us` do the same for a
-format given as keywords. Durations for options live in :mod:`.durations`.
+How values are read is one ``TimeFormat``: the ``unit`` of epochs, the zone ``tz`` of naive
+wall-clock times (rules in ``zones``) and an optional pattern ``fmt`` for strings (forms in
+``patterns``), validated once when it is built. ``TimeFormat.read`` reads one value;
+``TimeFormat.read_array`` reads a whole Arrow column with the same rules, vectorised; the two
+agree value for value. ``to_rowtime_us`` and ``rowtime_array_us`` do the same for a
+format given as keywords. Durations for options live in ``durations``.
 """
 
 from __future__ import annotations
@@ -139,7 +139,7 @@ class TimeFormat:
         )
 
     def read(self, value: object) -> int:
-        """One event time as microseconds since the epoch (UTC): see :func:`to_rowtime_us`.
+        """One event time as microseconds since the epoch (UTC): see ``to_rowtime_us``.
 
         Raises:
             InvalidRowtimeError: the value cannot be read or is out of range; the message shows
@@ -148,7 +148,7 @@ class TimeFormat:
         return _value_to_us(value, self)
 
     def read_array(self, values: pa.Array | pa.ChunkedArray, *, what: str = "column") -> Int64Array:
-        """A whole Arrow column as int64 microseconds: see :func:`rowtime_array_us`.
+        """A whole Arrow column as int64 microseconds: see ``rowtime_array_us``.
 
         Raises:
             InvalidRowtimeError: a null, an unreadable or out-of-range value; the message names
@@ -368,7 +368,7 @@ def from_rowtime_us(rowtime_us: int) -> _dt.datetime:
     return _EPOCH + _dt.timedelta(microseconds=rowtime_us)
 
 
-#: How :func:`format_rowtime` writes :data:`END_OF_STREAM_US`; the CLI reads the same word back.
+#: How ``format_rowtime`` writes ``END_OF_STREAM_US``; the CLI reads the same word back.
 END_OF_STREAM_TEXT = "end-of-stream"
 
 
@@ -376,7 +376,7 @@ def format_rowtime(rowtime_us: int | None) -> str:
     """A rowtime for people, logs and JSON files: ISO-8601 UTC with ``Z``, exact to the
     microsecond (the fraction is written when it is not zero).
 
-    ``END_OF_STREAM_US`` (and above) is :data:`END_OF_STREAM_TEXT`, ``None`` (no clock yet) is
+    ``END_OF_STREAM_US`` (and above) is ``END_OF_STREAM_TEXT``, ``None`` (no clock yet) is
     ``"none"``, and an int below Spark's range (a corrupt file being reported) is
     ``"<n> us"``: formatting never raises, so an error message is never lost to its formatter.
     """
@@ -414,7 +414,7 @@ def rowtime_array_us(
 ) -> Int64Array:
     """Read a whole Arrow column of event times as an int64 numpy array of microseconds.
 
-    The same rules as :func:`to_rowtime_us`, vectorised: timestamps of any unit (floored to
+    The same rules as ``to_rowtime_us``, vectorised: timestamps of any unit (floored to
     microseconds; naive ones read in ``tz``, zoned ones exact), ``date32``/``date64`` (midnight in
     ``tz``), integers (epoch in ``unit``), floats, and strings (ISO-8601 and SDP, or ``fmt``), read
     with Arrow's own ISO parser or RE2 regexes, so no Python loop runs per value.

@@ -8,7 +8,7 @@ entry (``format``), and the state of ``time_interval_aggregate``, ``overlap_join
 ...}`` wraps the others: ``interval_aggregate``, whose state is a dict, always, reading its
 first, bare dict as well).
 A release reads every version an earlier release of the same major version wrote; a version
-above what it reads is refused by :func:`newer_format`'s error, which names the version found,
+above what it reads is refused by ``newer_format``'s error, which names the version found,
 the highest this code reads and the installed pyspark-rowtime, so that whoever sees it knows
 that the fix is an upgrade, not a repair. Nothing is changed when a format is refused.
 """

@@ -1,6 +1,6 @@
 """Time zones: reading naive wall-clock times as UTC microseconds.
 
-A zone ``tz`` is an IANA name such as ``"Europe/Berlin"`` (via :mod:`zoneinfo`), ``"UTC"``, or a
+A zone ``tz`` is an IANA name such as ``"Europe/Berlin"`` (via ``zoneinfo``), ``"UTC"``, or a
 fixed offset such as ``"+05:30"``. In a zone with daylight saving time a wall time that occurs
 twice takes the earlier instant, and one that does not exist (skipped by a spring-forward) is read
 with the offset in force before the change, so it lands that many hours later (Python's
@@ -71,7 +71,7 @@ def wall_to_utc_scalar(wall_us: int, tz: str) -> int:
 
 
 def wall_to_utc_array(wall_us: Int64Array, tz: str) -> Int64Array:
-    """Vectorised :func:`wall_to_utc_scalar`, with exactly the same (``fold=0``) semantics.
+    """Vectorised ``wall_to_utc_scalar``, with exactly the same (``fold=0``) semantics.
 
     The offset is looked up once per distinct wall-clock hour present, with zoneinfo itself, so
     the result cannot drift from the scalar path (Arrow's own time zone code stops applying

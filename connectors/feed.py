@@ -4,7 +4,7 @@ holding buffer of strategy ``lateness`` and the rejects file.
 Exactly once across a kill at any point. A connector's position in its source (file and byte,
 generated row, Redis entry ID) must move exactly when what was read up to it is committed: the
 rows written to the stream, the rows still held (strategy ``lateness``), the rows rejected. The
-rows go into the stream by one atomic append (one :meth:`Writer.flush`); the rest of the state
+rows go into the stream by one atomic append (one ``Writer.flush``); the rest of the state
 goes into ``progress.json`` (temporary file, fsync, rename). The two cannot be one write, so each
 append is preceded by an *intent* in the progress file: the old state, the new one, and the
 partition's end offset before and after the append (``before``, ``after``; the connector holds the
@@ -62,7 +62,7 @@ _HELD = re.compile(r"held-(\d+)\.arrow\Z")
 _STATE = ("position", "held", "rejects", "seen")
 #: The rowtime column of a held-rows snapshot (beside the payload columns).
 _HELD_RT = "__rowtime_us"
-#: The writer never flushes on its own: every append goes through :meth:`Feed.commit`.
+#: The writer never flushes on its own: every append goes through ``Feed.commit``.
 _NEVER = 1 << 62
 
 
@@ -323,7 +323,7 @@ class Feed:
     def insert(self, row: dict[str, Any], rowtime_us: int | None, where: str = "") -> bool:
         """Take a row read from ``where`` (``rowtime_us`` None: the arrival time). Under strategy
         ``lateness`` it is held until the bound passes it; a row below the partition clock is
-        late (kept, see :meth:`reject`). Raises (ValueError, TypeError, RowtimeError) for a row
+        late (kept, see ``reject``). Raises (ValueError, TypeError, RowtimeError) for a row
         that does not fit the stream's schema; False if the row did not go to the stream."""
         now = wall_us()
         clock = self.writer.clock_us

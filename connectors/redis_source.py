@@ -14,14 +14,14 @@ into any rowtime stream (an embedded log or a redis:// stream).
     state = "state/orders-redis"                         # required when stream is redis://
 
 An entry is read exactly as a Redis stream registered with
-:func:`pyspark_rowtime.streams.redis.register_external` reads it (the same conversion: each
+``pyspark_rowtime.streams.redis.register_external`` reads it (the same conversion: each
 column from its field's text, ``rowtime_field`` in the stream's ``rowtime_unit``/``rowtime_format``/
 ``rowtime_timezone``, else the entry ID's time): the connector only moves those rows into
 another stream, with bounds. An entry holding just the field ``rowtime_bound`` is a bound from
 the source (strategy ``source``). An entry that is not a row of the stream is bad input: counted
 as discarded and kept in the connector's ``rejected.jsonl``, naming the key and the entry ID.
 
-Position: the ID of the last entry read, committed with the rows it brought (see :mod:`.feed`),
+Position: the ID of the last entry read, committed with the rows it brought (see ``feed``),
 so a restart after a kill reads on from the entry after it, without loss or duplicates. Only
 reads (``XRANGE``) reach the source server: the connector's user needs no write right there.
 The source key must not be trimmed (``XTRIM``, ``MAXLEN``) below entries not yet read.

@@ -1,5 +1,5 @@
 """The directory and generator connectors: each turns its source into rows and bounds on a
-:class:`.feed.Feed`, one batch per :meth:`step`, and names its position in the source."""
+``feed.Feed``, one batch per ``step``, and names its position in the source."""
 
 from __future__ import annotations
 
@@ -41,7 +41,7 @@ class DirectorySource:
     order, then moved to ``path/_done/``. Names starting with ``.`` or ``_`` are skipped
     (write files elsewhere or under such a name, then rename them in). CSV: a header line,
     one record per line (no line breaks inside quoted cells). Lines are read as strictly as
-    ``rowtime insert`` reads them (:mod:`..streams.text_lines`: UTF-8, no NUL, quotes closed,
+    ``rowtime insert`` reads them (``streams.text_lines``: UTF-8, no NUL, quotes closed,
     one cell per header column, no repeated JSON key, a bounded depth). A line that is not a
     row of the stream stops the connector naming file and line (``on_error = "fail"``, the
     default) or is kept in the connector's ``rejected.jsonl`` and counted (``on_error =

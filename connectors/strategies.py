@@ -22,7 +22,7 @@ late (discarded by the connector under ``order=reject``, by the reader's policy 
     otherwise written to the stream, where the reader's policy treats it (``drop`` puts it in
     the reader's quarantine, ``output=discarded``; ``adjust`` moves it up). Held rows survive a
     SIGKILL (they are kept in the connector's state folder, committed with its position: see
-    :mod:`.feed`) and are written on SIGTERM. Needs explicit rowtimes (a directory connector's
+    ``feed``) and are written on SIGTERM. Needs explicit rowtimes (a directory connector's
     ``rowtime_field``). Right while no row arrives more than ``lateness`` behind the newest row
     seen; wrong for a source whose disorder exceeds it (those rows become late), and it never
     moves on a quiet source (the newest rows stay held: combine it with ``heartbeat``). Rows are
@@ -94,7 +94,7 @@ class BoundStrategy:
     def bound_us(self, wall_us: int, started_wall_us: int) -> tuple[int | None, bool]:
         """The bound to write now (None: none), and whether it is a heartbeat's (a bound only
         the heartbeat gives, which the caller writes at most once per ``interval``: see
-        :meth:`wrote_heartbeat`). The caller writes it if it moves the clock."""
+        ``wrote_heartbeat``). The caller writes it if it moves the clock."""
         found: list[int] = []
         if "source" in self.kinds and self.source_bound_us is not None:
             found.append(self.source_bound_us)

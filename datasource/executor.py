@@ -1,8 +1,8 @@
-"""The reader's executor side: one :class:`~.tasks.ReadTask` as Arrow record batches.
+"""The reader's executor side: one ``ReadTask`` as Arrow record batches.
 
 An executor reads only the records of its task, sorts them by rowtime when they are out of
 order, and emits them; with no runs from the driver it replays the policy from the task's
-start state instead (:func:`read_task`). Both give the same rows.
+start state instead (``read_task``). Both give the same rows.
 """
 
 from __future__ import annotations
@@ -133,12 +133,12 @@ def _ramp(starts: np.ndarray, ends: np.ndarray) -> np.ndarray:
 def _ordered_batches(
     read: Callable[[int, int], pa.Table], runs: EmitRuns, payload: list[str], schema: pa.Schema
 ) -> Iterator[pa.RecordBatch]:
-    """:func:`_runs_batches` when the driver found the rows in rowtime order as they stand
+    """``_runs_batches`` when the driver found the rows in rowtime order as they stand
     (``runs.ordered``) and their rowtime is the stored one (no ``adjust.unit`` to truncate to,
     no ``rowtime.column`` to convert): offset order is then the emission order, so the rows go
     out as slices of what ``read(lo, hi)`` gives, with the stored rowtimes as their column, and
     no pass over their times. The same rows, in the same order, as restoring the order (a
-    property test holds the two together); read :data:`RUN_CHUNK_RECORDS` at a time."""
+    property test holds the two together); read ``RUN_CHUNK_RECORDS`` at a time."""
     size = 0
     for starts, ends in _run_chunks(runs, RUN_CHUNK_RECORDS):
         lo, hi = int(starts[0]), int(ends[-1])
@@ -167,7 +167,7 @@ def _runs_batches(
 ) -> Iterator[pa.RecordBatch]:
     """The rows at ``runs`` in emission order: by (truncated) rowtime, ties by offset.
 
-    The runs are read :data:`SORT_CHUNK_RECORDS` rows at a time, or as many as are held when
+    The runs are read ``SORT_CHUNK_RECORDS`` rows at a time, or as many as are held when
     more (so that a piece's work stays in proportion to the rows it reads), so a task's memory
     follows that and the rows ``adjust`` reorders, not the length of the step. Why a chunk's
     rows can go out before the next chunk is read: every row emitted at a later offset is at or

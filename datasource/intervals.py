@@ -1,10 +1,10 @@
 """Validity intervals in the reader: the ``rowtime_end`` column (SPEC 10, seed 001).
 
 Odysseus gives every row a validity ``[rowtime, rowtime_end)``; window operators set the end.
-The reader sets it with one of two options (:mod:`.options`):
+The reader sets it with one of two options (``options``):
 
 * ``interval.duration`` (time based): ``rowtime_end = rowtime + duration``, capped at the end of
-  stream (:data:`~pyspark_rowtime.bounds.intervals.INFINITY_US`). Computed per emitted row.
+  stream (``INFINITY_US``). Computed per emitted row.
   With ``interval.slide`` the window moves in steps (Odysseus' advance, its
   ``calcSlidingDeltaWindowEnd``): ``rowtime_end = floor(rowtime / slide) * slide + duration``.
 * ``interval.count = N`` (element based): ``rowtime_end`` is the rowtime of the N-th later row of
@@ -16,7 +16,7 @@ The reader sets it with one of two options (:mod:`.options`):
 are accepted with ``interval.count``: under them a partition's kept rows come out in offset
 order, so "the N-th later row" is the N-th later kept record, final as soon as it is written.
 The driver hides from the planner every record of a partition from its first row whose N-th
-successor is not yet written (:func:`hold_from`): those rows, the later rows and the bound
+successor is not yet written (``hold_from``): those rows, the later rows and the bound
 records after them are planned as if not yet written, so the partition clock (and with it the
 stream clock) stays at or below the held row, and no row of any partition and no bound record
 overtakes it. Only the **end of stream** settles a row without successor (its ``rowtime_end``
@@ -25,7 +25,7 @@ bound cannot settle it: it says the next row comes at or after the bound, not wh
 partition whose writer goes quiet holds the stream clock at its last N rows until more rows, or
 ``end_stream()``, arrive.
 
-Executors read ahead (:class:`Successors`): the emitted rows of a task are the first kept rows
+Executors read ahead (``Successors``): the emitted rows of a task are the first kept rows
 from the start state's first alive record, in order, and their successors are the kept records
 after them in the log. The log is immutable and the driver planned only rows whose successors
 were written, so a replay from the same offsets gives the same ``rowtime_end`` (SPEC 7).
@@ -77,7 +77,7 @@ def kept_rows(
 ) -> tuple[np.ndarray, int | None]:
     """The kept data rows among records under ``reject``/``drop``, and where the stream ends.
 
-    ``t``/``is_bound`` as :func:`~.reader.record_times` gives them; ``clock_us`` is the
+    ``t``/``is_bound`` as ``record_times`` gives them; ``clock_us`` is the
     partition clock just before the first record. Under both policies the partition clock is
     the running maximum of every rowtime and bound seen, and a row below it is discarded
     (``reject`` fails the query when it reaches such a row; looking ahead, it is skipped like a
@@ -181,7 +181,7 @@ class Successors:
 def read_task_with_intervals(
     cfg: ReaderConfig, task: ReadTask, schema: pa.Schema
 ) -> Iterator[pa.RecordBatch]:
-    """:func:`~.reader.read_task` with the ``rowtime_end`` column ``schema`` has (bound
+    """``read_task`` with the ``rowtime_end`` column ``schema`` has (bound
     records: null)."""
     base = without_rowtime_end(schema)
     at = schema.get_field_index(ROWTIME_END)

@@ -1,7 +1,7 @@
-"""The reader's options, parsed once into a frozen, validated :class:`ReaderConfig`.
+"""The reader's options, parsed once into a frozen, validated ``ReaderConfig``.
 
 Spark hands a data source its options as strings in a case-insensitive map. Every option this
-reader knows is listed in :data:`READER_OPTIONS` with what it accepts; anything else is an error
+reader knows is listed in ``READER_OPTIONS`` with what it accepts; anything else is an error
 that names the option, so a typo never silently falls back to a default. Where an option is not
 given, the stream's own defaults (set by ops at ``create_stream``) apply, then the built-ins.
 """
@@ -140,7 +140,7 @@ class ReaderConfig:
     #: interval.duration: each row's ``rowtime_end`` is its rowtime plus this (microseconds).
     interval_duration_us: int | None = None
     #: interval.count: each row's ``rowtime_end`` is the rowtime of the N-th later row of its
-    #: partition (see :mod:`.intervals`).
+    #: partition (see ``intervals``).
     interval_count: int | None = None
     #: failOnDataLoss: a checkpoint before the first kept record fails the query (True) or
     #: skips to it (False), counting the skipped records.
@@ -185,7 +185,7 @@ def refuse_batch_only_options(cfg: ReaderConfig, until: str) -> None:
 def parse_reader_options(
     options: Mapping[str, Any], stream_defaults: Mapping[str, Any] | None = None
 ) -> ReaderConfig:
-    """Turn Spark's string options (plus the stream's defaults) into a :class:`ReaderConfig`."""
+    """Turn Spark's string options (plus the stream's defaults) into a ``ReaderConfig``."""
     given = OPTIONS.lower(options)
     if "path" not in given or not given["path"].strip():
         raise OptionError(

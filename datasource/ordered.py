@@ -1,9 +1,9 @@
 """The driver's fast paths, for the common steps: records in rowtime order (what a step
-decides from a check of the order and a few binary searches: :func:`sorted_step` over an array,
-:func:`ordered_step` over times where the log holds them) and, under ``adjust``, rows late only
-within the range (:func:`late_scan`, :func:`late_decide`: a few passes a block at a time); and a
-partition's clock at the end of a step from its maxima (:func:`clock_at_end`). The general path
-is :func:`~.tasks.classify_pieces`; property tests hold them together
+decides from a check of the order and a few binary searches: ``sorted_step`` over an array,
+``ordered_step`` over times where the log holds them) and, under ``adjust``, rows late only
+within the range (``late_scan``, ``late_decide``: a few passes a block at a time); and a
+partition's clock at the end of a step from its maxima (``clock_at_end``). The general path
+is ``classify_pieces``; property tests hold them together
 (``tests/test_reader_sorted_step.py``, ``tests/test_reader_ordered_plan.py``).
 """
 
@@ -28,10 +28,10 @@ def clock_at_end(
     policy: Policy, prev: PartitionState, t: np.ndarray, is_bound: np.ndarray
 ) -> int | None:
     """The partition clock after the records ``[prev.scan, prev.scan + len(t))`` (``t`` and
-    ``is_bound`` start at ``prev.scan``): what a :func:`scan_partition` of the new records would
+    ``is_bound`` start at ``prev.scan``): what a ``scan_partition`` of the new records would
     say at its end, from two maxima instead of a scan. The reference time and the writer bound
     are running maxima and truncation is monotone, so the last ones are the maxima. A late row
-    under ``reject`` is not looked for here (:func:`classify_pieces` raises for it)."""
+    under ``reject`` is not looked for here (``classify_pieces`` raises for it)."""
     i = prev.next - prev.scan
     tn, bn = t[i:], is_bound[i:]
     ref = NO_TIME if prev.ref_us is None else prev.ref_us
@@ -54,7 +54,7 @@ def clock_at_end(
 def ordered_clock_at_end(
     policy: Policy, prev: PartitionState, t: OrderedTimes, bounds_at: np.ndarray
 ) -> int | None:
-    """:func:`clock_at_end` over times known to ascend (``bounds_at``: the positions of the
+    """``clock_at_end`` over times known to ascend (``bounds_at``: the positions of the
     bound records among them): the last data record and the last bound record from
     ``prev.next`` on hold the maxima."""
     i = prev.next - prev.scan
@@ -77,7 +77,7 @@ def ordered_clock_at_end(
     return _opt(max(line, bound))
 
 
-#: Most bound records :func:`_max_between` skips one slice at a time.
+#: Most bound records ``_max_between`` skips one slice at a time.
 _FEW_BOUNDS = 256
 
 
@@ -100,7 +100,7 @@ def _max_between(t: np.ndarray, skip: np.ndarray) -> int:
 
 
 def merge_clocks(clocks: Sequence[int | None], before: int | None) -> int | None:
-    """The stream clock from partition clocks, as :func:`stream_clock` says it from scans."""
+    """The stream clock from partition clocks, as ``stream_clock`` says it from scans."""
     clock = merge_clock(clocks)
     if clock is None:
         return before
@@ -109,7 +109,7 @@ def merge_clocks(clocks: Sequence[int | None], before: int | None) -> int | None
     return clock
 
 
-#: Records :func:`_ascending` compares at a time.
+#: Records ``_ascending`` compares at a time.
 _ORDER_BLOCK = 1 << 16
 
 
@@ -126,7 +126,7 @@ def _ascending(t: np.ndarray) -> bool:
 
 class RangeTimes:
     """The ascending times of ``n`` records of which only the first and the last are known
-    (a table's version, from its files' statistics: :meth:`.table_log.TableLog.ordered_times`);
+    (a table's version, from its files' statistics: ``table_log.TableLog.ordered_times``);
     the others are read (``load``) only when a binary search or a position lands between them.
     Planning an in-order step needs a few positions and searches, which mostly fall at the
     edges of the pieces: the driver then reads no record's time."""
@@ -164,15 +164,15 @@ class RangeTimes:
         return int(np.searchsorted(self.values(), value, side=side))
 
 
-#: A piece of :class:`OrderedTimes`: the times as read, or their range alone.
+#: A piece of ``OrderedTimes``: the times as read, or their range alone.
 TimesPiece = np.ndarray | RangeTimes
 
 
 class OrderedTimes:
     """Record times known to ascend, held as the pieces they were read in (views of the log's
-    buffers where the log lies in memory maps, no copy; or :class:`RangeTimes`, the first and
-    last time alone): what :func:`ordered_step` reads of a step, by position (:meth:`at`) and
-    by binary search (:meth:`searchsorted`), without joining the pieces into one array."""
+    buffers where the log lies in memory maps, no copy; or ``RangeTimes``, the first and
+    last time alone): what ``ordered_step`` reads of a step, by position (``at``) and
+    by binary search (``searchsorted``), without joining the pieces into one array."""
 
     def __init__(self, pieces: Sequence[TimesPiece]) -> None:
         self.pieces = [p for p in pieces if len(p)]
@@ -205,7 +205,7 @@ def _last(piece: TimesPiece) -> int:
 
 
 def as_arrays(pieces: Sequence[TimesPiece]) -> list[np.ndarray]:
-    """The times of ``pieces`` as arrays (a :class:`RangeTimes` read), for the passes that
+    """The times of ``pieces`` as arrays (a ``RangeTimes`` read), for the passes that
     look at every time."""
     return [p.values() if isinstance(p, RangeTimes) else p for p in pieces]
 
@@ -218,7 +218,7 @@ def sorted_step(
     clock_before_us: int | None,
     clock_after_us: int | None,
 ) -> tuple[PartitionState, EmitRuns] | None:
-    """What :func:`classify_pieces` decides for one partition's step, for the driver, when the
+    """What ``classify_pieces`` decides for one partition's step, for the driver, when the
     records ``[prev.scan, prev.scan + len(t))`` are in rowtime order; None otherwise (or when
     the general path must speak: rows beyond ``adjust.maxHeld``, many bound records).
 
@@ -227,7 +227,7 @@ def sorted_step(
     clock before it, once the first is); a row is released up to a position found by binary
     search (all of them, for ``reject`` and ``drop``); it is emitted up to the stream clock,
     again a prefix. So one ordered-ness pass and a few binary searches replace the dozen
-    passes of :func:`scan_partition` and :func:`classify` over the step (what that saves is on
+    passes of ``scan_partition`` and ``classify`` over the step (what that saves is on
     the benchmarks page, docs/benchmarks.md).
     The result (state and emitted runs) is the same as the general path's; a property test
     holds the two together (``tests/test_reader_sorted_step.py``).
@@ -254,7 +254,7 @@ def ordered_step(
     clock_before_us: int | None,
     clock_after_us: int | None,
 ) -> tuple[PartitionState, EmitRuns] | None:
-    """:func:`sorted_step` once the times ``t`` of records ``[prev.scan, prev.scan + len(t))``
+    """``sorted_step`` once the times ``t`` of records ``[prev.scan, prev.scan + len(t))``
     are known to ascend (already truncated to ``adjust.unit``), with the positions of their
     bound records ``bounds_at`` (ascending, relative to ``prev.scan``). It reads the times only
     by position and binary search, so ``t`` may lie where it was read."""
@@ -283,7 +283,7 @@ def ordered_step(
         return ref, bound
 
     def released_to(ref: int, bound: int) -> int:
-        """Rows before this position are released (:func:`policies._released` as a prefix)."""
+        """Rows before this position are released (``policies._released`` as a prefix)."""
         if not policy.holds:
             return n
         line = ref - policy.range_us if ref != NO_TIME else NO_TIME
@@ -337,7 +337,7 @@ def ordered_step(
 
 # -- rows out of order, none discarded (adjust) ---------------------------------------------
 
-#: Records :func:`late_scan` and :func:`late_decide` take at a time: their arrays stay in the
+#: Records ``late_scan`` and ``late_decide`` take at a time: their arrays stay in the
 #: processor's caches and the allocator reuses their memory.
 _LATE_BLOCK = 1 << 17
 
@@ -373,7 +373,7 @@ def _blocks(
 
 @dataclass(frozen=True)
 class LateScan:
-    """What :func:`late_scan` found over a partition's step: the reference time and the writer
+    """What ``late_scan`` found over a partition's step: the reference time and the writer
     bound after it (``ref_us``, ``bound_us``) and just before ``prev.next`` (``ref_prev_us``,
     ``bound_prev_us``), and the partition clock after it (for the stream clock)."""
 
@@ -387,12 +387,12 @@ class LateScan:
 def late_scan(
     policy: Policy, prev: PartitionState, pieces: Sequence[np.ndarray], bounds_at: np.ndarray
 ) -> LateScan | None:
-    """The first pass of :func:`late_decide`: the running reference time and writer bound over
+    """The first pass of ``late_decide``: the running reference time and writer bound over
     the records ``[prev.scan, ...)`` whose times are ``pieces`` (bound records at
     ``bounds_at``), and whether a row is below the partition clock before it; None if one is
     (it would be discarded: the general path decides then), or when ``prev`` does not fit.
 
-    As :func:`~pyspark_rowtime.bounds.policies.scan_partition` decides, without its arrays as
+    As ``scan_partition`` decides, without its arrays as
     long as the step: the reference time is the running maximum of the rows' (truncated)
     rowtimes from ``prev.scan_ref_us`` on, the writer bound that of the bound records' from
     ``prev.scan_bound_us`` on, and the clock before a row ``max(reference before it - range,
@@ -437,12 +437,12 @@ def late_decide(
     clock_before_us: int | None,
     clock_after_us: int | None,
 ) -> tuple[PartitionState, EmitRuns | None] | None:
-    """What :func:`~.tasks.classify_pieces` decides for one partition's step under ``adjust``
-    when no row of it is discarded (:func:`late_scan` said so), the rows in any order: a block
+    """What ``classify_pieces`` decides for one partition's step under ``adjust``
+    when no row of it is discarded (``late_scan`` said so), the rows in any order: a block
     at a time over the times where the log holds them, where the general path holds a window
     of the step and makes a dozen passes over it. None when more rows are held than
     ``adjust.maxHeld`` (the general path raises). The runs are None when they are too many to
-    ship (:data:`~.tasks.MAX_EMIT_RUNS`), as the general path says.
+    ship (``MAX_EMIT_RUNS``), as the general path says.
 
     A row is released below ``reference time - range`` or at the writer bound (both after the
     step), and emitted once released and at or below the stream clock after the step; rows

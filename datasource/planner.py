@@ -1,9 +1,9 @@
 """The reader's driver side: from a start offset and the log to an end offset and tasks.
 
 ``latestOffset`` reads only the rowtime columns of new records, runs each partition's policy
-and the alignment across partitions (:mod:`pyspark_rowtime.bounds.plan`) and writes everything
-it decided into the end offset (:class:`Planner`); ``partitions()`` turns a step into
-:class:`~.tasks.ReadTask` s (:func:`partition_tasks`, :func:`batch_tasks` for a batch read).
+and the alignment across partitions (``pyspark_rowtime.bounds.plan``) and writes everything
+it decided into the end offset (``Planner``); ``partitions()`` turns a step into
+``ReadTask`` s (``partition_tasks``, ``batch_tasks`` for a batch read).
 """
 
 from __future__ import annotations
@@ -190,10 +190,10 @@ class Planner:
     ) -> StreamPosition | None:
         """The next position, or None when there is nothing new to read. ``whole``: a batch
         read, which takes every record written now (with idle.timeout it waits for the newest
-        to settle rather than leave them to a next step; see :meth:`settled`).
+        to settle rather than leave them to a next step; see ``settled``).
 
-        The same position as :func:`pyspark_rowtime.bounds.plan.step` over the whole step, but
-        computed piece by piece (:func:`classify_pieces`)."""
+        The same position as ``pyspark_rowtime.bounds.plan.step`` over the whole step, but
+        computed piece by piece (``classify_pieces``)."""
         if self.cfg.idle_timeout_us is not None:
             return self._plan_idle(pos, available, max_rows, whole)
         ends = choose_ends(pos, available, max_rows)
@@ -241,7 +241,7 @@ class Planner:
     def _planned(
         self, pos: StreamPosition, new: StreamPosition, runs: list[EmitRuns | None]
     ) -> StreamPosition:
-        """Keep the step ``pos`` -> ``new`` and its runs (:meth:`runs_for`), and only the times
+        """Keep the step ``pos`` -> ``new`` and its runs (``runs_for``), and only the times
         of the records still alive in the window cache."""
         self._last = (pos.to_dict(), new.to_dict(), runs)
         for p, state in enumerate(new.partitions):
@@ -251,13 +251,13 @@ class Planner:
         return new
 
     def _plan_ordered(self, pos: StreamPosition, ends: Sequence[int]) -> StreamPosition | None:
-        """:meth:`plan` from the step's times where the log holds them (:meth:`_step_times`),
+        """``plan`` from the step's times where the log holds them (``_step_times``),
         never joined into one array, when each partition's records ascend (and no
-        ``adjust.unit`` truncates them: :func:`ordered_step`), or, under ``adjust``, when no
-        row is discarded (:func:`late_scan`, :func:`late_decide`); None otherwise, or when
+        ``adjust.unit`` truncates them: ``ordered_step``), or, under ``adjust``, when no
+        row is discarded (``late_scan``, ``late_decide``); None otherwise, or when
         these leave the decision to the general path.
 
-        Why: in-order data is the common case, and there :func:`ordered_step` needs only a
+        Why: in-order data is the common case, and there ``ordered_step`` needs only a
         check of the order and a few binary searches; late rows within ``adjust.range`` are
         the next, and there a few passes a block at a time decide what the general path's
         dozen over the whole step decide. Joining every record's time into one array first
@@ -324,14 +324,14 @@ class Planner:
         """The times of records ``[start, end)`` of ``partition`` as the log holds them (one
         array a record batch, no copy where the log is memory-mapped), the positions of the
         bound records among them, and whether the times ascend; None when bound records are
-        many (:data:`_FEW_BOUNDS`). The general path takes what was read (:meth:`_read`). A
-        record's time is the stored one (:func:`stored_times`), as :func:`record_times` says
+        many (``_FEW_BOUNDS``). The general path takes what was read (``_read``). A
+        record's time is the stored one (``stored_times``), as ``record_times`` says
         without ``rowtime.column``.
 
         A log that knows its records' times ascend without reading them (a table's versions,
         from their files' statistics: ``ordered_times``) gives them as
-        :class:`~.ordered.RangeTimes`, read only where :func:`ordered_step` looks inside; not
-        with ``adjust.unit``, whose path (:func:`late_scan`) reads every time."""
+        ``RangeTimes``, read only where ``ordered_step`` looks inside; not
+        with ``adjust.unit``, whose path (``late_scan``) reads every time."""
         if end <= start:  # nothing alive, nothing new: nothing to read
             return [], np.empty(0, dtype=np.int64), True
         ordered_times = getattr(self.stream, "ordered_times", None)
@@ -365,7 +365,7 @@ class Planner:
     def plan_joined(
         self, pos: StreamPosition, available: Sequence[int], max_rows: int, most: int
     ) -> StreamPosition | None:
-        """:meth:`plan` with at most ``max_rows`` new records, continued a further ``max_rows``
+        """``plan`` with at most ``max_rows`` new records, continued a further ``max_rows``
         at a time up to ``most`` new records in all: one step over a backlog, planned a cap at
         a time.
 
@@ -376,7 +376,7 @@ class Planner:
         micro-batches). And two steps planned one after the other emit what one step over both
         emits: whether a row is discarded follows from running maxima, a released row stays
         released, and the rows of both are emitted up to the second's clock. So the steps are
-        joined into one: the same end and the same rows as :meth:`plan` from ``pos`` to that
+        joined into one: the same end and the same rows as ``plan`` from ``pos`` to that
         end in one piece (a property test holds the two together), with the memory of one
         cap. ``idle.timeout`` and ``interval.count`` plan across steps and are not joined; a
         step whose runs are too many to ship ends the joining, before it, as does an error
@@ -470,7 +470,7 @@ class Planner:
 
     def idle_decisions(self, pos: StreamPosition, ends: Sequence[int]) -> IdleStep:
         """What idleness decides over the step from ``pos`` to ``ends``: the stream clock after
-        it and each partition's late rows (:func:`~pyspark_rowtime.bounds.plan.idle_step`)."""
+        it and each partition's late rows (``idle_step``)."""
         timeout = self.cfg.idle_timeout_us
         assert timeout is not None
         states = [self._with_last(p, st) for p, st in enumerate(pos.partitions)]
@@ -627,7 +627,7 @@ class Planner:
         self, pos: StreamPosition, ends: list[int], available: Sequence[int]
     ) -> list[int]:
         """``ends`` cut before each partition's rows still waiting for their N-th successor
-        (option interval.count; :func:`.intervals.hold_from`)."""
+        (option interval.count; ``intervals.hold_from``)."""
         n = int(self.cfg.interval_count or 0)
         out = []
         for p, (st, end) in enumerate(zip(pos.partitions, ends, strict=True)):
@@ -650,8 +650,8 @@ PARALLEL_PLAN_RECORDS = 1 << 20
 def _each_partition(
     decide: Callable[[Any, str], _T], parts: Sequence[Any], wheres: Sequence[str], records: int
 ) -> list[_T]:
-    """``decide`` for each partition, in order. A large step (:data:`PARALLEL_PLAN_RECORDS`)
-    runs them on threads (:func:`each_on_threads`): the policies' passes are numpy's, and
+    """``decide`` for each partition, in order. A large step (``PARALLEL_PLAN_RECORDS``)
+    runs them on threads (``each_on_threads``): the policies' passes are numpy's, and
     while the driver plans a backlog the executors wait for it (what the threads save is on
     docs/benchmarks.md). The first partition's error, in order, is the one
     raised, as one after the other."""
@@ -664,7 +664,7 @@ def _joined(first: EmitRuns | None, then: EmitRuns | None) -> EmitRuns | None:
     """The runs of two consecutive steps as one step's: the offsets of both (a row is emitted
     once, so the runs are disjoint; rows held in the first may go out in the second, before
     its other runs), as ascending runs, those that touch made one again. None when either is
-    None or together they are more than a task carries (:data:`~.tasks.MAX_EMIT_RUNS`)."""
+    None or together they are more than a task carries (``MAX_EMIT_RUNS``)."""
     if first is None or then is None:
         return None
     starts = np.concatenate([first.starts, then.starts])
@@ -705,7 +705,6 @@ def batch_tasks(cfg: ReaderConfig, planner: Planner | None = None) -> list[ReadT
     """The tasks of a batch read (``spark.read``): the history as one step, every partition
     from its first kept record (the state retention stored there), to the stream clock
     (``endingOffsets=clock``) or to what is written (``latest``)."""
-
     planner = planner or Planner(cfg)
     if cfg.ending == "latest" and cfg.idle_timeout_us is None:
         available = planner.available()
@@ -732,11 +731,10 @@ def whole_step(
 ]:
     """The history as one step, as a batch read (or ``rowtime metrics``) plans it: the
     planner that planned it, the ends listed, the step's start (every partition at its first
-    kept record) and end, and its rows late after idleness (:meth:`Planner.late_for`). A
+    kept record) and end, and its rows late after idleness (``Planner.late_for``). A
     writer's trim that removes records while this plans from them makes it plan again from the
     new first kept records (the executors may still meet a later trim: that read fails naming
     it, to be run again)."""
-
     planner = planner or Planner(cfg)
     for attempt in range(_TRIM_RETRIES):
         try:
@@ -777,9 +775,9 @@ def partition_tasks(
 ) -> list[ReadTask]:
     """One task per stream partition; the first also carries the step's bound record.
 
-    ``runs``: what :meth:`Planner.runs_for` kept for this step (each task then reads only its
+    ``runs``: what ``Planner.runs_for`` kept for this step (each task then reads only its
     partition's runs); None makes every task replay the policy. ``late``: what
-    :meth:`Planner.late_for` says for this step (idle.timeout)."""
+    ``Planner.late_for`` says for this step (idle.timeout)."""
     s = StreamPosition.from_dict(start)
     e = StreamPosition.from_dict(end)
     bound = bound_to_emit(s.clock_us, e.clock_us)
@@ -809,7 +807,7 @@ def written_tasks(
     from its start (``starts[p]``: its first kept record; offset 0 without) to ``ends[p]`` under
     its policy as if an end of stream followed, with no alignment between partitions and no
     bound record. ``late`` (idle.timeout): the rows late after idleness over the whole log
-    (:meth:`Planner.late_for`), discarded as the streaming query discards them."""
+    (``Planner.late_for``), discarded as the streaming query discards them."""
     return [
         ReadTask(
             partition=p,

@@ -2,9 +2,9 @@
 
 The driver plans time; executors move bytes (DESIGN). ``latestOffset`` reads only the rowtime
 columns of new records, runs each partition's policy and the alignment across partitions
-(:mod:`pyspark_rowtime.bounds.plan`) and writes everything it decided into the end offset: per
+(``pyspark_rowtime.bounds.plan``) and writes everything it decided into the end offset: per
 partition the policy state, and the stream clock. It also keeps, for the step it just planned,
-which offsets each partition emits, as a few runs of consecutive offsets (:class:`EmitRuns`);
+which offsets each partition emits, as a few runs of consecutive offsets (``EmitRuns``);
 ``partitions()`` hands them to the tasks, so an executor only reads those records, sorts them by
 rowtime when they are out of order, and emits them as Arrow record batches, without running
 the policy again. When the driver has no runs for a step (it restarted, or the emitted offsets
@@ -12,10 +12,10 @@ break into too many runs), the executor replays the policy from the start offset
 instead. Both give the same rows: the same offsets always give the same rows and the same
 bound record.
 
-The reader is three modules: the driver's planner (:mod:`.planner`), the task types and the
-step both sides share (:mod:`.tasks`) and the executor (:mod:`.executor`). This module is the
+The reader is three modules: the driver's planner (``planner``), the task types and the
+step both sides share (``tasks``) and the executor (``executor``). This module is the
 import path they had when they were one (0.1.0, 0.2.0): every public name stays importable
-from here, and the pickled classes (:class:`ReadTask`, :class:`EmitRuns`) are found by it.
+from here, and the pickled classes (``ReadTask``, ``EmitRuns``) are found by it.
 """
 
 from __future__ import annotations

@@ -1,16 +1,16 @@
 """The reader over a trimmed stream (SPEC 12: retention, ``failOnDataLoss``).
 
 A fresh query, a batch read and the quarantine start each partition at its first kept record,
-from the state the trim stored there (:meth:`~..streams.retention.TrimState.policy_state`): the
+from the state the trim stored there (``policy_state``): the
 reference time and bound every removed record left. Since no removed row was still held there
 under the stream's policy, what they return for kept records is what an untrimmed log returns.
 
 A query whose offset still needs records that were removed (its first alive record, ``scan``,
-lies before the first kept offset) fails with :class:`~..streams.retention.DataLossError`
+lies before the first kept offset) fails with ``DataLossError``
 naming stream, partition, its offset and the first kept one; with ``failOnDataLoss=false``
 (Spark's Kafka source option) it skips to the first kept record and counts the records skipped,
 ``first kept - scan`` per partition: a warning in the driver's log, and ``skipped`` in the
-source's progress (:func:`skipped_progress`).
+source's progress (``skipped_progress``).
 """
 
 from __future__ import annotations
@@ -46,7 +46,7 @@ def skip_removed(
 ) -> tuple[StreamPosition, dict[int, tuple[int, int]]]:
     """``pos`` with each partition that needs removed records moved to its first kept record;
     and, per such partition, (the offset it needed, the first kept offset). Raises
-    :class:`DataLossError` instead when ``cfg`` fails on data loss (the default)."""
+    ``DataLossError`` instead when ``cfg`` fails on data loss (the default)."""
     states = list(pos.partitions)
     moved: dict[int, tuple[int, int]] = {}
     for p, st in enumerate(pos.partitions):
@@ -108,7 +108,7 @@ def skipped_progress(skipped: dict[int, int]) -> dict[str, Any]:
 def replay_position(
     d: dict[str, Any], stream: StreamStorage, cfg: ReaderConfig
 ) -> tuple[dict[str, Any], dict[int, tuple[int, int]]]:
-    """An offset dict moved past removed records like :func:`skip_removed` (for the start and
+    """An offset dict moved past removed records like ``skip_removed`` (for the start and
     end of a step Spark replays after a restart), and what moved; the stream id it carries is
     kept."""
     pos = StreamPosition.from_dict(d)

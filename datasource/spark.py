@@ -54,7 +54,7 @@ def _read(cfg: ReaderConfig, task: ReadTask, schema: pa.Schema) -> Iterator[pa.R
 
 
 class RowtimePartition(InputPartition):
-    """One stream partition's share of a step (its value is a :class:`ReadTask`)."""
+    """One stream partition's share of a step (its value is a ``ReadTask``)."""
 
     def __init__(self, task: ReadTask) -> None:
         super().__init__(task)
@@ -156,7 +156,7 @@ class RowtimeReaderSource(DataSource):
         return cfg, chosen_columns(arrow, payload, schema)
 
     def _table(self, schema: StructType | None = None) -> tuple[Any, pa.Schema] | None:
-        """A table read (option ``table``: :mod:`.table_source`) and its output schema (the
+        """A table read (option ``table``: ``table_source``) and its output schema (the
         columns ``schema`` keeps), or None for a stream."""
         if not is_table_read(self.options):
             return None
@@ -193,17 +193,17 @@ class RowtimeReaderSource(DataSource):
 
 #: Most new records the driver plans at once when the query sets no ``maxRowsPerBatch``: a
 #: larger backlog (a query started late, ``availableNow`` over a day of data) is planned in
-#: several steps (and read in micro-batches of :data:`MICRO_BATCH_RECORDS`). Planning a step
+#: several steps (and read in micro-batches of ``MICRO_BATCH_RECORDS``). Planning a step
 #: holds about 18 bytes a record on the driver (rowtimes, bound flags, which records are
 #: emitted) and a task up to about 32 bytes a record of its partition when it restores rowtime
 #: order, so without a cap both would grow with the backlog; with it they follow the cap and the
 #: rows ``adjust`` holds (``./dev bench scaling --memory``). On Spark 4.1 no cap applies (see
-#: :meth:`RowtimeStreamReader.latestOffset`).
+#: ``RowtimeStreamReader.latestOffset``).
 STEP_RECORDS = 1 << 24
 
 #: Most new records one micro-batch admits when the query sets no ``maxRowsPerBatch``: four
-#: steps of :data:`STEP_RECORDS`, planned one after the other and joined
-#: (:meth:`.planner.Planner.plan_joined`), so the driver's memory follows the step while a
+#: steps of ``STEP_RECORDS``, planned one after the other and joined
+#: (``planner.Planner.plan_joined``), so the driver's memory follows the step while a
 #: further micro-batch, which would cost Spark's cycle and nothing else, is spared. Not more,
 #: so that a micro-batch still ends within seconds and the query's progress (and the clock of
 #: a sink after it) moves during a long backlog.
@@ -212,12 +212,12 @@ MICRO_BATCH_RECORDS = 1 << 26
 
 class RowtimeStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
     """Micro-batches in rowtime order, each with at most one bound record (SPEC 7), and at
-    most ``maxRowsPerBatch`` (else :attr:`micro_batch_records`, planned :attr:`step_records`
+    most ``maxRowsPerBatch`` (else ``micro_batch_records``, planned ``step_records``
     at a time) new records."""
 
-    #: The cap on new records planned at once without ``maxRowsPerBatch`` (:data:`STEP_RECORDS`).
+    #: The cap on new records planned at once without ``maxRowsPerBatch`` (``STEP_RECORDS``).
     step_records: int = STEP_RECORDS
-    #: The cap on new records per micro-batch without it (:data:`MICRO_BATCH_RECORDS`).
+    #: The cap on new records per micro-batch without it (``MICRO_BATCH_RECORDS``).
     micro_batch_records: int = MICRO_BATCH_RECORDS
 
     def __init__(self, cfg: ReaderConfig, arrow_schema: pa.Schema) -> None:
@@ -286,9 +286,9 @@ class RowtimeStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         """The end of the next micro-batch from ``start``.
 
         Spark 4.2 and later pass ``start`` and ``limit`` (admission control): a micro-batch
-        takes at most ``maxRowsPerBatch``, else :attr:`micro_batch_records` new records,
-        planned :attr:`step_records` at a time, and under ``availableNow`` Spark keeps
-        asking until :meth:`prepareForTriggerAvailableNow`'s target is reached. Spark 4.1
+        takes at most ``maxRowsPerBatch``, else ``micro_batch_records`` new records,
+        planned ``step_records`` at a time, and under ``availableNow`` Spark keeps
+        asking until ``prepareForTriggerAvailableNow``'s target is reached. Spark 4.1
         passes neither (pyspark decides by the number of parameters; these have defaults, so
         4.2 still sees two) and, under ``availableNow``, takes the first answer as the
         query's final target, without telling the source its trigger. So on 4.1 the
@@ -338,9 +338,9 @@ class RowtimeStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
 
     def _plan_again(self, start: dict, end: dict) -> list[EmitRuns | None] | None:
         """The runs of a step this planner did not plan (the query restarted between planning
-        the micro-batch and running it), planned again :attr:`step_records` at a time: without
+        the micro-batch and running it), planned again ``step_records`` at a time: without
         runs each task replays its partition's step whole, and a micro-batch is up to
-        :attr:`micro_batch_records`, more than a task should hold at once. The same step, so
+        ``micro_batch_records``, more than a task should hold at once. The same step, so
         the same end (else, which cannot be, None: the tasks' replay is right, only larger);
         None with ``idle.timeout`` and ``interval.count``, which are planned as they are."""
         if self.cfg.idle_timeout_us is not None or self.cfg.interval_count is not None:

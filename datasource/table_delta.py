@@ -1,5 +1,5 @@
 """A Delta table's versions, read one commit file at a time, as the records of a
-:class:`~.table_log.TableLog`.
+``TableLog``.
 
 The driver reads ``_delta_log/<20-digit version>.json`` (one JSON action a line), each version
 once, from the anchor of the query's offset on: never the whole history, never a snapshot of
@@ -237,7 +237,7 @@ class DeltaVersions:
     def read(self, at: Anchor) -> Version | None:
         """Version ``at.version`` as records from ``at`` on; None when the table has no such
         version yet. A version that the log's clean-up removed (older than the newest
-        checkpoint, its commit file gone) is a :class:`DataLossError`."""
+        checkpoint, its commit file gone) is a ``DataLossError``."""
         text = self._text(f"{at.version:020d}.json")
         if text is None:
             last = self._last_checkpoint()

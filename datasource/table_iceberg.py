@@ -1,7 +1,7 @@
-"""An Iceberg table's snapshots as the versions of a :class:`~.table_log.TableLog`.
+"""An Iceberg table's snapshots as the versions of a ``TableLog``.
 
 ``iceberg://CATALOG/NAMESPACE.TABLE``, the catalog resolved as the sink resolves it
-(:func:`~..streams.tables.iceberg_catalog`: pyiceberg's own configuration, options
+(``iceberg_catalog``: pyiceberg's own configuration, options
 ``iceberg.<property>`` on top). A version is a snapshot of the table's main branch, numbered by
 its sequence number (a number per commit that only grows; the numbers of one branch may skip
 those of another, which is why a version is found as the first snapshot from a number on).

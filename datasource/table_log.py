@@ -1,8 +1,8 @@
 """A table's history as a log of one partition: what the reader's planner and executors read.
 
-:class:`TableLog` serves the part of :class:`~..streams.storage.StreamStorage` the reader uses
-(``meta``, ``end_offset``, ``tail``, ``read``) over a list of :class:`Version` s, the versions
-of the table from an :class:`Anchor` on that hold records:
+``TableLog`` serves the part of ``StreamStorage`` the reader uses
+(``meta``, ``end_offset``, ``tail``, ``read``) over a list of ``Version`` s, the versions
+of the table from an ``Anchor`` on that hold records:
 
 * the version's rows: every row of the data files its commit added, in rowtime order (a stable
   sort: ties keep the order of the commit's files, then of the rows in each file), offsets
@@ -15,11 +15,11 @@ before's). The rows of a version are sorted because a commit's files come from m
 its rows in no order a reader can rely on; a version is the unit a table is committed in, as a
 run is a stream's, so nothing later can come between two of its rows. Sorting costs the
 version's rowtimes (8 bytes a row, plus the permutation) on the driver, and on an executor the
-version's rows: a task reads whole versions (:meth:`TableLog.read` keeps the last one read, so
+version's rows: a task reads whole versions (``TableLog.read`` keeps the last one read, so
 the reader's chunked reads of one version read its files once).
 
 The driver plans versions in rowtime order from their files' Parquet footers
-(:meth:`TableLog.ordered_times`: a version's first and last time are its files' extremes),
+(``TableLog.ordered_times``: a version's first and last time are its files' extremes),
 and reads their rowtimes only where those do not say.
 
 The same offsets always give the same records: a version's records follow from its commit
@@ -71,7 +71,7 @@ class Anchor:
     """Where the records of ``version`` begin: its first record's offset (``base``), and what
     the versions before it leave (the table's clock, the last commit time), from which the
     records of ``version`` and every later version follow. JSON-able: each Spark offset of a
-    table carries the anchor of its first alive record (:meth:`TableLog.anchor_at`)."""
+    table carries the anchor of its first alive record (``TableLog.anchor_at``)."""
 
     version: int
     base: int = 0
@@ -185,15 +185,15 @@ class TableFiles(Protocol):
 
     # A format's files may also have ``footer(file) -> pq.FileMetaData``, the Parquet footer
     # of ``file`` read alone (its row groups' statistics), from which the driver plans without
-    # reading the time column (:meth:`TableLog.ordered_times`); without it, it reads the column.
+    # reading the time column (``TableLog.ordered_times``); without it, it reads the column.
 
 
 class TableLog:
     """The records of a table's versions from ``versions[0]`` on (or from ``frontier`` when
     there are none): one partition, offsets ``[first, end)``.
 
-    On the driver the list grows at the end as the table gets versions (:meth:`extend`) and is
-    cut at the front as the query moves on (:meth:`forget_before`); an executor's is the
+    On the driver the list grows at the end as the table gets versions (``extend``) and is
+    cut at the front as the query moves on (``forget_before``); an executor's is the
     versions its task reads, shipped with the task."""
 
     def __init__(
@@ -218,7 +218,7 @@ class TableLog:
         )
         self._cached: tuple[Anchor, tuple[str, ...], pa.Table] | None = None
         #: version -> the first and last time of its rows in rowtime order, from the footers
-        #: of its files (None: not known from them); the driver's, for :meth:`ordered_times`
+        #: of its files (None: not known from them); the driver's, for ``ordered_times``
         self._ranges: dict[Version, tuple[int, int] | None] = {}
 
     # -- the index ----------------------------------------------------------------------------
@@ -313,7 +313,7 @@ class TableLog:
 
     def start_offset(self, partition: int) -> int:
         """0: offsets count from the anchor the query started at; a version the query needs
-        that the table no longer has fails as the format says (:mod:`.table_delta`)."""
+        that the table no longer has fails as the format says (``table_delta``)."""
         self._check(partition)
         return 0
 
@@ -331,7 +331,7 @@ class TableLog:
         self, partition: int, start: int, end: int, columns: Sequence[str] | None = None
     ) -> pa.Table:
         """Records ``[start, end)`` (see the module docstring), ``columns`` of
-        :attr:`file_schema` (None: all)."""
+        ``file_schema`` (None: all)."""
         self._check(partition)
         names = pick_columns(self.file_schema, columns, self.where)
         if not start <= end or start < self.first or end > self.end:
@@ -353,13 +353,13 @@ class TableLog:
         self, partition: int, start: int, end: int
     ) -> tuple[list[np.ndarray | RangeTimes], np.ndarray, bool] | None:
         """What the planner reads of records ``[start, end)`` when they ascend
-        (:meth:`~.planner.Planner._step_times`), known without reading a time where the data
+        (``_step_times``), known without reading a time where the data
         files' statistics say it: the pieces (a whole version's rows as a
-        :class:`~.ordered.RangeTimes`, its first and last time from the footers of its files,
+        ``RangeTimes``, its first and last time from the footers of its files,
         the others read only if the planner looks between them; a part of a version, and a
         bound record, as read), the positions of the bound records, True. None when the
         statistics do not say the records ascend (or are not there, or cannot be trusted:
-        :func:`_file_range`): the planner then reads the times.
+        ``_file_range``): the planner then reads the times.
 
         Why: reading the time column of every file to plan a micro-batch took the driver as
         long as a quarter of the executor's whole read of the same files (docs/benchmarks.md),

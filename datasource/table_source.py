@@ -1,11 +1,11 @@
 """Delta Lake tables read as rowtime streams: ``spark.readStream.format("rowtime")
 .option("table", "delta").load(PATH)``, and ``spark.read`` of the same; this module without
-Spark (options, offsets, micro-batches, tasks), :mod:`.table_spark` the thin Spark face.
+Spark (options, offsets, micro-batches, tasks), ``table_spark`` the thin Spark face.
 
 The reader's whole machinery (the policies, the quarantine, the caps, the offsets Spark keeps)
-works on partitions of records in offset order (:class:`~.planner.Planner`,
-:func:`~.executor.read_task`). A table's history is made into exactly that, a log of one
-partition (:class:`~.table_log.TableLog`), and the machinery runs on it unchanged:
+works on partitions of records in offset order (``Planner``,
+``read_task``). A table's history is made into exactly that, a log of one
+partition (``TableLog``), and the machinery runs on it unchanged:
 
 * each **version** (a commit of the table's log) becomes a run of records: the rows its commit
   added, in rowtime order (stable: ties in the order of the commit's files and of the rows in
@@ -14,7 +14,7 @@ partition (:class:`~.table_log.TableLog`), and the machinery runs on it unchange
   move the clock (a compaction, whose files have ``dataChange=false``, a property change) is
   no record, and a log checkpoint is no commit at all;
 * a record's **offset** counts the records before it in that log; what the offsets mean is
-  kept in every Spark offset as ``table``, the :class:`~.table_log.Anchor` of the first record
+  kept in every Spark offset as ``table``, the ``Anchor`` of the first record
   still alive (its version, that version's first offset, the clock and commit time before it),
   so that the driver reads the table's log onwards from there, never its whole history, and a
   replay from a checkpoint maps the same offsets to the same versions and rows; ``stream`` is
@@ -25,17 +25,17 @@ partition (:class:`~.table_log.TableLog`), and the machinery runs on it unchange
   clock-only version counts as one file); ``maxRowsPerBatch`` then cuts inside a version as it
   cuts a stream;
 * an **error** that names a record's offset also names its version
-  (:meth:`~.table_log.TableLog.where_is`);
+  (``where_is``);
 * a table **without a clock** gets bounds from ``bounds.lateness`` (after each version, the
-  highest rowtime so far less the lateness: :meth:`TableSource._timed`, the highest rowtime
+  highest rowtime so far less the lateness: ``TableSource._timed``, the highest rowtime
   carried in the anchor) and ``idle.timeout`` (an idle bound record, a version of no commit,
   at the highest rowtime once the table was quiet that long in commit time:
-  :meth:`TableSource._idle`); both follow from the versions alone, so replays agree;
+  ``TableSource._idle``); both follow from the versions alone, so replays agree;
 * a version's **data files that are gone** (a VACUUM) follow ``failOnDataLoss``
-  (:meth:`TableSource._kept`), as versions that the log's clean-up removed do.
+  (``TableSource._kept``), as versions that the log's clean-up removed do.
 
-:class:`TableSource` is what the Spark face calls, one method per Spark call; the tests drive
-it directly. :mod:`.table_delta` reads the versions from ``_delta_log/<version>.json``.
+``TableSource`` is what the Spark face calls, one method per Spark call; the tests drive
+it directly. ``table_delta`` reads the versions from ``_delta_log/<version>.json``.
 """
 
 from __future__ import annotations
@@ -205,8 +205,8 @@ def is_table_read(options: Mapping[str, Any]) -> bool:
 
 
 def parse_table_options(options: Mapping[str, Any]) -> TableRead:
-    """A table read's options (the reader's, and :data:`TABLE_OPTIONS`) as a
-    :class:`TableRead`, the table's schema read once."""
+    """A table read's options (the reader's, and ``TABLE_OPTIONS``) as a
+    ``TableRead``, the table's schema read once."""
     given = {str(k).lower(): v for k, v in options.items()}
     for key, why in _NOT_FOR_TABLES.items():
         if key in given:
@@ -255,7 +255,7 @@ def parse_table_options(options: Mapping[str, Any]) -> TableRead:
         schema, version, table_id = iceberg_schema(location, dict(overrides))
     where = f"{'Delta' if kind == 'delta' else 'Iceberg'} table {location}"
     columns = _columns(user, schema, where)
-    # idle.timeout is decided here, over the versions' commit times (:meth:`TableSource._idle`):
+    # idle.timeout is decided here, over the versions' commit times (``TableSource._idle``):
     # the planner's, across partitions, has no other partition to compare with
     cfg = dataclasses.replace(
         user, rowtime_column=None, time_format=TimeFormat(), idle_timeout_us=None

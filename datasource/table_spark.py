@@ -1,5 +1,5 @@
 """The Spark face of a table read (``option("table", "delta")``): thin classes over
-:class:`~.table_source.TableSource`, which does the work. Only picklable configuration lives on
+``TableSource``, which does the work. Only picklable configuration lives on
 them; the table's log is read inside the methods that need it."""
 
 from __future__ import annotations
@@ -32,7 +32,7 @@ MICRO_BATCH_RECORDS = 1 << 26
 
 
 class TablePartition(InputPartition):
-    """One task of a table read (its value is a :class:`~.table_source.TableTask`)."""
+    """One task of a table read (its value is a ``TableTask``)."""
 
     def __init__(self, task: TableTask) -> None:
         super().__init__(task)
@@ -47,7 +47,7 @@ def table_stream_reader(read: TableRead, schema: pa.Schema) -> TableStreamReader
 
 class TableStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
     """Micro-batches of a table's versions in rowtime order, each with at most one bound
-    record; as :class:`~.spark.RowtimeStreamReader`, over the table's log."""
+    record; as ``RowtimeStreamReader``, over the table's log."""
 
     step_records: int = STEP_RECORDS
     micro_batch_records: int = MICRO_BATCH_RECORDS
@@ -81,7 +81,7 @@ class TableStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
     def latestOffset(
         self, start: dict[str, Any] | None = None, limit: ReadLimit | None = None
     ) -> dict[str, Any]:
-        """As :meth:`~.spark.RowtimeStreamReader.latestOffset`: Spark 4.1 passes no start and
+        """As ``latestOffset``: Spark 4.1 passes no start and
         takes the whole backlog in one micro-batch, 4.2 on caps it."""
         most: int | None = None
         if start is None:  # Spark 4.1
@@ -117,7 +117,7 @@ class TableStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
 
 class TableBatchReader(DataSourceReader):
     """``spark.read`` of a table: its history as one step, under the same rules (see
-    :class:`~.spark.RowtimeBatchReader` for ``endingOffsets`` and ``output``)."""
+    ``RowtimeBatchReader`` for ``endingOffsets`` and ``output``)."""
 
     def __init__(self, read: TableRead, schema: pa.Schema) -> None:
         self.table = read

@@ -1,10 +1,10 @@
 """The reader's task types and the step the driver and the executors share.
 
-A step of ``format("rowtime")`` is planned on the driver (:mod:`.planner`) and read on the
-executors (:mod:`.executor`); what crosses from one to the other is here: the
-:class:`ReadTask` of each partition (pickled into Spark's plan), the runs of offsets it emits
-(:class:`EmitRuns`), the output schema, and the pure functions both sides run over the same
-records to decide the same rows (:func:`record_times`, :func:`classify_pieces`, the late
+A step of ``format("rowtime")`` is planned on the driver (``planner``) and read on the
+executors (``executor``); what crosses from one to the other is here: the
+``ReadTask`` of each partition (pickled into Spark's plan), the runs of offsets it emits
+(``EmitRuns``), the output schema, and the pure functions both sides run over the same
+records to decide the same rows (``record_times``, ``classify_pieces``, the late
 masks).
 """
 
@@ -40,7 +40,7 @@ from ..streams.columns import (
 from .options import ReaderConfig
 
 TS_TYPE = pa.timestamp("us", tz="UTC")
-#: Most rows per Arrow record batch handed to Spark, and (:data:`BATCH_BYTES`) most bytes: the
+#: Most rows per Arrow record batch handed to Spark, and (``BATCH_BYTES``) most bytes: the
 #: smaller of the two. Spark takes large batches as fast as small ones while the reader pays a
 #: little per batch, so batches are large (``./dev bench suite`` compares sizes; the figures
 #: are on docs/benchmarks.md, "The reader"). The byte cap keeps wide rows from making batches
@@ -60,16 +60,16 @@ def batch_rows(payload: pa.Table) -> int:
     return int(min(BATCH_ROWS, max(MIN_BATCH_ROWS, BATCH_BYTES // width)))
 
 
-#: New records per piece when the policies run over a step (see :func:`classify_pieces`).
+#: New records per piece when the policies run over a step (see ``classify_pieces``).
 PIECE_RECORDS = 1 << 18
 #: Most runs of consecutive emitted offsets a task carries (16 bytes each). A step whose
 #: emitted offsets break into more (many discarded rows, many bounds) is replayed by the
 #: executor instead: beyond this, shipping the runs would cost more than rebuilding them.
 MAX_EMIT_RUNS = 1 << 16
 #: Emitted rows a task reads at once when they go out as they lie (see
-#: :func:`~.executor._ordered_batches`).
+#: ``_ordered_batches``).
 RUN_CHUNK_RECORDS = 1 << 20
-#: Emitted rows a task reads and orders at once (see :func:`~.executor._runs_batches`), more
+#: Emitted rows a task reads and orders at once (see ``_runs_batches``), more
 #: while more rows are held. Small enough that the arrays of the ordering stay in the
 #: processor's caches and the allocator reuses their memory, which larger pieces would take
 #: fresh from the system each time (what each size costs is on docs/benchmarks.md).
@@ -185,7 +185,7 @@ def late_mask(
     st: PartitionState, n: int, late: np.ndarray, clock: np.ndarray
 ) -> tuple[np.ndarray, np.ndarray]:
     """``late``/``clock`` (over the records from ``st.next``) as arrays over a window of ``n``
-    records from ``st.scan``, as :func:`classify` takes them."""
+    records from ``st.scan``, as ``classify`` takes them."""
     i = st.next - st.scan
     mask = np.zeros(n, dtype=bool)
     clocks = np.zeros(n, dtype=np.int64)
@@ -198,7 +198,7 @@ def late_mask(
 def mask_of_offsets(
     st: PartitionState, n: int, offsets: np.ndarray, clocks: np.ndarray
 ) -> tuple[np.ndarray, np.ndarray]:
-    """:func:`late_mask` from offsets and clocks (as :func:`late_offsets` gives them)."""
+    """``late_mask`` from offsets and clocks (as ``late_offsets`` gives them)."""
     mask = np.zeros(n, dtype=bool)
     out = np.zeros(n, dtype=np.int64)
     i = np.asarray(offsets, dtype=np.int64) - st.scan
@@ -232,10 +232,10 @@ def classify_pieces(
     still alive), and later pieces take the stream clock after the step as the clock before,
     since the earlier pieces already emitted every released row up to it. Rows come out in the
     same order: a row released in a later piece is above every row released earlier (the
-    ordering argument in :mod:`pyspark_rowtime.bounds.policies`). ``adjust.maxHeld`` is checked
+    ordering argument in ``pyspark_rowtime.bounds.policies``). ``adjust.maxHeld`` is checked
     at the end of the step only, as one pass does. When more rows stay alive than a piece
     (a partition far ahead of the others), the rest is done in one pass, so the work never
-    grows beyond one pass's. ``idle_late``/``idle_clock`` (idle.timeout): as :func:`classify`
+    grows beyond one pass's. ``idle_late``/``idle_clock`` (idle.timeout): as ``classify``
     takes them, over the whole window ``t``.
     """
     end = prev.scan + len(t)
@@ -272,21 +272,21 @@ def classify_pieces(
 class EmitRuns:
     """The offsets one partition emits in a step, as runs ``[starts[i], ends[i])`` of
     consecutive offsets, ascending and disjoint (the emission order is by rowtime, which the
-    executor restores with a stable sort: ties stay in offset order, as :func:`classify` has
+    executor restores with a stable sort: ties stay in offset order, as ``classify`` has
     them). Picklable; 16 bytes a run."""
 
     starts: np.ndarray  # int64
     ends: np.ndarray  # int64
     #: The rows at these runs are in rowtime order as they stand, in offset order (the driver
-    #: found the step's records in order: :func:`~.planner.sorted_step`), so a task that needs
-    #: no other time than the stored one emits them as slices (:mod:`.executor`). False says
+    #: found the step's records in order: ``sorted_step``), so a task that needs
+    #: no other time than the stored one emits them as slices (``executor``). False says
     #: nothing: the task restores the order.
     ordered: bool = False
 
     @classmethod
     def of_mask(cls, emitted: np.ndarray, first: int) -> EmitRuns | None:
         """Runs of the True entries of ``emitted`` (entry ``i`` is offset ``first + i``); None
-        when there are more than :data:`MAX_EMIT_RUNS`."""
+        when there are more than ``MAX_EMIT_RUNS``."""
         if not len(emitted):
             return cls(np.empty(0, dtype=np.int64), np.empty(0, dtype=np.int64))
         edges = np.flatnonzero(emitted[1:] != emitted[:-1]) + 1  # where a run starts or ends

@@ -8,10 +8,10 @@ would hold a second copy of it. So, once rows come out of order, each batch's va
 copied into columns that hold the whole run, and the batch is let go: the run is one chunk,
 held once. The columns are allocated at the run's largest size and filled as rows come (the
 system gives memory a page at a time as it is written, not at the allocation), and kept for the
-process's next run (:func:`_empty`).
+process's next run (``_empty``).
 
 Fixed-width columns (integers, floats, times) and strings and binaries are copied; a run with
-another type (booleans, decimals, nested) keeps its batches as they are (:meth:`Contiguous.of`
+another type (booleans, decimals, nested) keeps its batches as they are (``Contiguous.of``
 says None) and is gathered from them.
 """
 

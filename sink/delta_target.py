@@ -84,7 +84,7 @@ def _ms_floor(us: int) -> str:
 
 
 class DeltaFormat:
-    """The Delta side of :class:`~.table_target.TableTarget`."""
+    """The Delta side of ``TableTarget``."""
 
     name = "delta"
 

@@ -77,7 +77,7 @@ def _same_type(a: Any, b: Any) -> bool:
 
 
 class IcebergFormat:
-    """The Iceberg side of :class:`~.table_target.TableTarget`."""
+    """The Iceberg side of ``TableTarget``."""
 
     name = "iceberg"
 

@@ -16,12 +16,12 @@ fsync'd: a reader sees the old file or the new one, never half of one, and after
 (SIGKILL or power loss) what was acknowledged is still there.
 
 A backend that keeps streams away from this machine keeps a stream target's state itself
-(:func:`open_sink_state` asks :func:`streams.sink_state.backend_sink_state`; Redis keeps it
+(``open_sink_state`` asks ``streams.sink_state.backend_sink_state``; Redis keeps it
 in keys of the stream's namespace), with the same operations
-(:class:`streams.sink_state.SinkState`).
+(``streams.sink_state.SinkState``).
 
 Only the latest batches can be replayed by Spark (a restart re-runs the last batch whose commit
-Spark had not logged), so the manifest keeps the last :data:`MANIFEST_KEEP` entries.
+Spark had not logged), so the manifest keeps the last ``MANIFEST_KEEP`` entries.
 """
 
 from __future__ import annotations
@@ -192,7 +192,7 @@ class FolderSinkState:
 
     def claim(self, query_id: str | None) -> None:
         """Make sure this target belongs to the Spark query ``query_id``
-        (:func:`~..streams.storage.claim_target`)."""
+        (``claim_target``)."""
         path = os.path.join(self.root, OWNER_FILE)
 
         def claim(doc: dict[str, Any]) -> Any:

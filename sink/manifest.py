@@ -1,8 +1,8 @@
 """The manifest entries of both targets, as typed, frozen records.
 
 An entry is written once per batch as JSON under ``<target>/_rowtime_sink/manifest/``
-(:class:`sink.layout.FolderSinkState`); :meth:`to_dict` gives exactly the JSON earlier versions
-wrote (staged files as short lists), and :meth:`from_dict` reads it back, so checkpoints and
+(``sink.layout.FolderSinkState``); ``to_dict`` gives exactly the JSON earlier versions
+wrote (staged files as short lists), and ``from_dict`` reads it back, so checkpoints and
 targets written before these classes existed replay unchanged. Times are microseconds since the
 epoch; ``clock`` is the same clock for people (ISO-8601 UTC).
 """
@@ -119,7 +119,7 @@ class StreamEntry:
     @classmethod
     def from_dict(cls, doc: Mapping[str, Any]) -> StreamEntry:
         """An entry as stored; entries of another ``format`` are read as far as they go (the
-        caller checks :attr:`format` before it replays one)."""
+        caller checks ``format`` before it replays one)."""
         try:
             return cls(
                 batch=int(doc["batch"]),

@@ -1,7 +1,7 @@
-"""The sink's options, parsed once into a frozen, validated :class:`SinkConfig`.
+"""The sink's options, parsed once into a frozen, validated ``SinkConfig``.
 
 Spark hands ``writeStream.format("rowtime")`` its options as strings with lower-case names.
-Every option the sink knows is in :data:`SINK_OPTIONS` with what it accepts; anything else is an
+Every option the sink knows is in ``SINK_OPTIONS`` with what it accepts; anything else is an
 error that names it. The query's columns are checked here too: a ``rowtime`` TIMESTAMP column is
 required, ``is_bound`` (BOOLEAN) is optional, everything else is payload.
 
@@ -117,7 +117,7 @@ class SinkConfig:
 
 
 def check_columns(schema: pa.Schema) -> tuple[tuple[str, ...], bool]:
-    """The payload columns and whether ``is_bound`` is present; :class:`SchemaError` when the
+    """The payload columns and whether ``is_bound`` is present; ``SchemaError`` when the
     query has no usable ``rowtime`` column or a bad ``is_bound``."""
     names = schema.names
     if SPARK_ROWTIME not in names:
@@ -178,7 +178,7 @@ def _checkpoint(checkpoint: str) -> str:
 def parse_sink_options(
     options: Mapping[str, Any], schema: pa.Schema, overwrite: bool = False
 ) -> SinkConfig:
-    """Turn Spark's string options and the query's Arrow schema into a :class:`SinkConfig`."""
+    """Turn Spark's string options and the query's Arrow schema into a ``SinkConfig``."""
     prefix = "iceberg."
     table_options = {
         str(k)[len(prefix) :]: str(v)

@@ -18,7 +18,7 @@ a driver is killed its commit runner may live on for a moment; the replay waits 
 
 1. finish the latest manifest entry if a crash interrupted it (roll forward);
 2. if the batch already has an entry, stop: a replayed batch is a no-op;
-3. compute the new clock ``T(b)`` (:mod:`sink.clock`) and the partitions it completes;
+3. compute the new clock ``T(b)`` (``sink.clock``) and the partitions it completes;
 4. write the manifest entry ``<batch>.json`` (files, clock, completed partitions): **the commit
    point**, atomic and write-once;
 5. apply it: rename the staged files to their final names, write the ``_COMPLETE`` markers,
@@ -29,9 +29,9 @@ more. Partitions holding data get a ``_COMPLETE`` marker; for empty ones (no fol
 says the same. ``get_rowtime_bound(path)`` reads ``clock.json``, which is written only after
 everything it covers is in place.
 
-**Where the files are.** A local folder (:class:`LocalFiles`: rename, hard links, ``flock``,
+**Where the files are.** A local folder (``LocalFiles``: rename, hard links, ``flock``,
 ``fsync``), or a location of a backend that keeps files itself, object storage
-(:func:`streams.sink_state.target_files`): there a staged file is a multipart upload, visible only
+(``streams.sink_state.target_files``): there a staged file is a multipart upload, visible only
 once complete; publishing is a server-side copy; ``_COMPLETE`` is created with
 ``If-None-Match: *``; ``clock.json`` moves by compare-and-swap; and the commit lock is a lease
 (``_rowtime_sink/commit.lease``). The steps and their order are the same.
@@ -117,7 +117,7 @@ CLOCK_NAME = f"{SINK_DIR}/{CLOCK_FILE}"
 
 
 class LocalFiles:
-    """A Parquet target's files in a local folder (:class:`streams.sink_state.TargetFiles`):
+    """A Parquet target's files in a local folder (``streams.sink_state.TargetFiles``):
     written, ``fsync``'d, renamed and linked into place, so that a crash or power loss keeps
     what a commit acknowledged."""
 
@@ -231,7 +231,7 @@ def parquet_clock_us(path: str) -> int | None:
 
 @dataclasses.dataclass(frozen=True)
 class WrittenFile:
-    """A Parquet file :class:`PartitionFiles` wrote and closed: durable, with the footer its
+    """A Parquet file ``PartitionFiles`` wrote and closed: durable, with the footer its
     writer wrote (the statistics a table's commit records come from here, not from reading the
     file back)."""
 
@@ -244,14 +244,14 @@ class WrittenFile:
 
 class PartitionFiles:
     """One task's open Parquet files, one per time partition it has rows for, written as the
-    rows arrive: each partition gathers rows until a row group is full (:data:`ROW_GROUP_ROWS`)
+    rows arrive: each partition gathers rows until a row group is full (``ROW_GROUP_ROWS``)
     and writes it to its open ``pq.ParquetWriter``, so a task holds at most one row group per
     partition in memory, and encoding overlaps with Spark handing over the next rows.
 
-    Each target says where a partition's file goes (:meth:`path`, asked when the partition's
-    first row group is written; :meth:`file_name` names it) and what it does with the closed
+    Each target says where a partition's file goes (``path``, asked when the partition's
+    first row group is written; ``file_name`` names it) and what it does with the closed
     files; a table target may also give the rows another schema before they are written
-    (:meth:`conform`)."""
+    (``conform``)."""
 
     def __init__(self, cfg: SinkConfig, files: TargetFiles, info: TaskInfo) -> None:
         self.cfg = cfg
@@ -265,7 +265,7 @@ class PartitionFiles:
         self.rows: dict[int, int] = {}
 
     def path(self, key: int) -> str:
-        """Where time partition ``key``'s file goes, relative to :attr:`files`."""
+        """Where time partition ``key``'s file goes, relative to ``files``."""
         raise NotImplementedError
 
     def file_name(self, key: int) -> str:
@@ -337,7 +337,7 @@ class PartitionFiles:
     def abandon(self) -> None:
         """Close every file without finishing it (the task failed): on object storage an
         unfinished upload never becomes an object; local files stay for the caller to
-        remove (:attr:`paths`)."""
+        remove (``paths``)."""
         for writer in self.writers.values():
             try:
                 writer.close()
@@ -606,7 +606,7 @@ def describe_parquet_target(path: str) -> dict[str, Any]:
 
 
 def describe_text(info: dict[str, Any]) -> str:
-    """:func:`describe_parquet_target` as the lines ``rowtime describe`` prints."""
+    """``describe_parquet_target`` as the lines ``rowtime describe`` prints."""
     lines = [
         f"parquet target  {info['location']}",
         f"schema          {info['schema']}",

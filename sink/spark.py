@@ -1,11 +1,11 @@
 """The Spark face of the sink: ``writeStream.format("rowtime")``, kept thin.
 
-Spark calls :func:`make_stream_writer` (through ``RowtimeDataSource.streamWriter``) in short-lived
+Spark calls ``make_stream_writer`` (through ``RowtimeDataSource.streamWriter``) in short-lived
 Python processes on the driver: when it plans each batch, and again for each commit. The writer
 it returns is pickled to the executors, whose ``write()`` gets the batch's rows as Arrow record
 batches; ``commit(messages, batchId)`` then runs on the driver in yet another process. So the
-writer holds only the parsed, picklable :class:`SinkConfig`; all state lives in the target's
-folder (:mod:`sink.layout`). The batch id reaches ``write()`` as the local property Spark sets
+writer holds only the parsed, picklable ``SinkConfig``; all state lives in the target's
+folder (``sink.layout``). The batch id reaches ``write()`` as the local property Spark sets
 for every task of a micro-batch (``streaming.sql.batchId``).
 """
 
@@ -59,7 +59,7 @@ def make_target(cfg: SinkConfig) -> Target:
 
 
 class RowtimeCommitMessage(WriterCommitMessage):
-    """What a write task sends to the driver: its :class:`TaskReport` (picklable)."""
+    """What a write task sends to the driver: its ``TaskReport`` (picklable)."""
 
     def __init__(self, report: TaskReport) -> None:
         self.report = report
@@ -88,8 +88,8 @@ def task_info() -> TaskInfo:
 
 
 class RowtimeStreamWriter(DataSourceStreamArrowWriter):
-    """Stages on executors, publishes on the driver; see :mod:`sink.stream_target` and
-    :mod:`sink.parquet_target` for each target's two-phase commit."""
+    """Stages on executors, publishes on the driver; see ``sink.stream_target`` and
+    ``sink.parquet_target`` for each target's two-phase commit."""
 
     def __init__(self, cfg: SinkConfig) -> None:
         self.cfg = cfg

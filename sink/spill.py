@@ -37,7 +37,7 @@ def local_dir() -> str | None:
 
 
 class Spill:
-    """Sorted runs of one task in local files, merged by :meth:`merged`; :meth:`close` removes
+    """Sorted runs of one task in local files, merged by ``merged``; ``close`` removes
     them (also after an error)."""
 
     def __init__(self) -> None:

@@ -2,17 +2,17 @@
 
 The target is a stream (a folder of the embedded log, or another backend's location, whose
 backend may keep the sink's state with the stream:
-:func:`streams.sink_state.backend_sink_state`) with the query's payload columns (its columns
+``streams.sink_state.backend_sink_state``) with the query's payload columns (its columns
 minus ``rowtime`` and ``is_bound``). Data rows are appended with their ``rowtime`` as explicit
 rowtime, each partition in rowtime order; the batch's clock (bound records or watermark,
-:mod:`sink.clock`) becomes a bound record after them in every partition it moves, so a query
+``sink.clock``) becomes a bound record after them in every partition it moves, so a query
 reading the target sees the same progress (SQLstream pumps pass bounds on the same way).
 
 **Partitions.** A new target gets option ``partitions``, or by default one partition per write
 task of its first batch (a pass-through query keeps its source's partitioning: task ``i``
 writes partition ``i``), except with ``clock=watermark`` for a query that keeps state
 (windows, deduplication, joins: its checkpoint has Spark's ``state`` folder,
-:func:`sink.clock.checkpoint_keeps_state`), whose results come from Spark's shuffle tasks and
+``sink.clock.checkpoint_keeps_state``), whose results come from Spark's shuffle tasks and
 get one partition: one ordered stream of windows. So the driver merges rows only where one
 ordered stream is asked for; a pass-through query's rows go from the executors to the target
 by a link, whatever its clock (a merged partition funnels every row of every batch through the
@@ -20,8 +20,8 @@ driver). It is created when the query starts if option ``partitions`` is given, 
 by the first commit. Task ``i`` writes partition ``i mod partitions``.
 
 **The data moves once, on the executors.** ``write()`` sorts the task's rows by rowtime (a
-pass-through query's rows already are; :data:`SORT_BYTES` at a time, beyond which sorted runs
-are merged at the end, :mod:`.spill`) and stages them, in runs of up to :data:`RUN_BYTES`,
+pass-through query's rows already are; ``SORT_BYTES`` at a time, beyond which sorted runs
+are merged at the end, ``spill``) and stages them, in runs of up to ``RUN_BYTES``,
 as files already in the log's segment format: system columns, payload, and footer statistics
 that continue the partition the task writes for (first offset, clock, arrival), each file
 fsync'd. When that partition has not moved meanwhile, which is the normal case since the query
@@ -98,15 +98,15 @@ RUN_BYTES = 128 << 20
 #: ... and this many rows.
 RUN_ROWS = 1 << 23
 #: Rows that come out of rowtime order are sorted in memory up to this many bytes (copied as
-#: they arrive into one chunk per column, :mod:`.contiguous`; the sorted rows are gathered and
-#: written a piece of :data:`GATHER_ROWS` at a time): a write task of 5 M rows of four columns
-#: sorts once. Beyond it, sorted runs are kept aside and merged at the end (:mod:`.spill`).
+#: they arrive into one chunk per column, ``contiguous``; the sorted rows are gathered and
+#: written a piece of ``GATHER_ROWS`` at a time): a write task of 5 M rows of four columns
+#: sorts once. Beyond it, sorted runs are kept aside and merged at the end (``spill``).
 SORT_BYTES = 256 << 20
 #: The rows gathered into rowtime order at a time, on their way to a file: one record batch of
 #: the file, whose memory the next one reuses (larger pieces would take fresh pages from the
 #: system each time).
 GATHER_ROWS = WRITE_ROWS
-#: Room beyond :data:`RUN_ROWS` in a run's columns (:mod:`.contiguous`): a run is cut before
+#: Room beyond ``RUN_ROWS`` in a run's columns (``contiguous``): a run is cut before
 #: the batch that passes its size, so it may hold that batch too.
 _SLACK_ROWS = 1 << 20
 _SLACK_BYTES = 64 << 20
@@ -137,12 +137,12 @@ class _Runs:
     """One task's data rows, staged as sorted runs in the target's segment format.
 
     The footer of each run continues partition ``partition`` from offset ``first`` and clock
-    ``base_clock_us`` as if the runs before it had been appended; :attr:`ordered` says whether
+    ``base_clock_us`` as if the runs before it had been appended; ``ordered`` says whether
     they really do continue one another (each run starts at or after the last rowtime of the
     one before). Rows that come out of order are sorted a run at a time and merged at the end
-    (:mod:`.spill`), so their runs continue one another too. Memory: one run at a time
-    (:data:`RUN_BYTES` of rows in order, :data:`SORT_BYTES` out of order) and a piece of
-    :data:`GATHER_ROWS` rows gathered into order.
+    (``spill``), so their runs continue one another too. Memory: one run at a time
+    (``RUN_BYTES`` of rows in order, ``SORT_BYTES`` out of order) and a piece of
+    ``GATHER_ROWS`` rows gathered into order.
     """
 
     def __init__(
@@ -258,13 +258,13 @@ class _Runs:
         self.files = []
 
     def _piece_rows(self) -> int:
-        """Rows of a staged run (:data:`RUN_BYTES`, at the bytes a row the task has seen)."""
+        """Rows of a staged run (``RUN_BYTES``, at the bytes a row the task has seen)."""
         per_row = max(1, self._seen_bytes // max(1, self._seen_rows))
         return max(1, min(RUN_ROWS, RUN_BYTES // per_row))
 
     def _write_run(self, more: bool) -> None:
         """Stage the pending rows as sorted runs; or, when rows came out of order and ``more``
-        follow, keep them aside for the merge at the end (:mod:`.spill`), so that the task's
+        follow, keep them aside for the merge at the end (``spill``), so that the task's
         runs continue one another and the commit links them."""
         ordered, rt = self._sorted, self._held_times()
         table = None if ordered else self._run_table()
@@ -639,9 +639,9 @@ def _dense_times(dense: Contiguous) -> np.ndarray:
 
 
 def _gathered(table: pa.Table, order: np.ndarray) -> Iterator[pa.RecordBatch]:
-    """``table``'s rows in the order ``order`` gives, a record batch of :data:`GATHER_ROWS`
+    """``table``'s rows in the order ``order`` gives, a record batch of ``GATHER_ROWS``
     at a time: the sorted copy never exists whole. Rows out of order come as one chunk per
-    column (:mod:`.contiguous`), which Arrow gathers from faster than from many."""
+    column (``contiguous``), which Arrow gathers from faster than from many."""
     for s in range(0, len(order), GATHER_ROWS):
         yield from table.take(to_arrow(order[s : s + GATHER_ROWS])).to_batches()
 

@@ -1,7 +1,7 @@
 """What ``rowtime describe`` says about a Delta or Iceberg target, read through each table's own
 library (delta-rs, pyiceberg) as any reader of the table would read it.
 
-Both answers have the keys of :func:`sink.parquet_target.describe_parquet_target` (location,
+Both answers have the keys of ``sink.parquet_target.describe_parquet_target`` (location,
 kind, schema, granularity, query id, last batch, clock, partitions), so a tool reads any target
 the same way. A time partition is complete once its end is at or below the clock: no row can
 come for it any more (the Parquet target's ``_COMPLETE`` marker says the same in a file).
@@ -308,7 +308,7 @@ def describe_iceberg_target(location: str) -> dict[str, Any]:
 
 
 def describe_table_text(info: dict[str, Any]) -> str:
-    """:func:`describe_delta_target` or :func:`describe_iceberg_target` as the lines ``rowtime
+    """``describe_delta_target`` or ``describe_iceberg_target`` as the lines ``rowtime
     describe`` prints."""
     kind = info["kind"]
     if info.get("created") is False or (kind == "delta target" and info.get("version") is None):

@@ -8,7 +8,7 @@ folder and no manifest of its own, as Delta's and Iceberg's own streaming writer
 1. **executors** (``write()``): each task writes one Parquet file per time partition it has
    rows for, straight into the table's data folder, under a name no other task or attempt uses
    (batch, task, attempt, a random part), a row group at a time as its rows arrive (as the
-   Parquet target does: :class:`~.parquet_target.PartitionFiles`), and reports each file with
+   Parquet target does: ``PartitionFiles``), and reports each file with
    what the table's commit records of it (size, row count, statistics from the footer its
    writer wrote);
 2. **driver** (``commit()``): load the table as of now; if the table already records this
@@ -17,7 +17,7 @@ folder and no manifest of its own, as Delta's and Iceberg's own streaming writer
    ``rowtime.batch``, set in the same metadata commit, as Flink's committer keys on
    ``flink.max-committed-checkpoint-id``), stop: a replayed batch is a no-op. Otherwise commit
    all files of the batch in **one** table transaction that also records the batch and moves
-   the clock (:data:`streams.tables.CLOCK_KEY`). A commit that loses a race with another
+   the clock (``streams.tables.CLOCK_KEY``). A commit that loses a race with another
    writer (another application, a compaction, the same batch committed by a dying driver's
    commit runner) is not retried by the table library, which would rebase it without this
    check: the sink reloads the table and starts again at the check;
@@ -29,7 +29,7 @@ commit: invisible to every reader of the table, and removed by ``abort()`` when 
 or by the table's own clean-up of unreferenced files (Delta's ``VACUUM``, Iceberg's
 ``remove_orphan_files``), as with the formats' own Spark writers.
 
-The clock's rules are the sink's (:mod:`sink.clock`): a batch's clock is ``advance(previous,
+The clock's rules are the sink's (``sink.clock``): a batch's clock is ``advance(previous,
 candidate)``, never back, and never ahead of a row still to come.
 
 This module imports no pyspark; the table libraries only where a target of theirs is used.
@@ -76,7 +76,7 @@ class TableCommit:
 
 
 class TableFormat(Protocol):
-    """One table format, as :class:`TableTarget` drives it."""
+    """One table format, as ``TableTarget`` drives it."""
 
     name: str
 
@@ -116,7 +116,7 @@ class TableFormat(Protocol):
 
 class _TableStager(PartitionFiles):
     """One task's data files, one per time partition it has rows for, written where they stay
-    as the rows arrive (:class:`~.parquet_target.PartitionFiles`)."""
+    as the rows arrive (``PartitionFiles``)."""
 
     def __init__(self, target: TableTarget, info: TaskInfo, table: Any) -> None:
         files, self.folder = target.format.data_files(table)
@@ -175,7 +175,6 @@ class TableTarget:
     def write(self, info: TaskInfo, batches: Iterable[pa.RecordBatch]) -> TaskReport:
         """Write this task's rows as data files of the table, one per time partition; nothing
         for a batch the table already records (a replay)."""
-
         table = self.format.load()
         query_id = info.query_id or ANONYMOUS_QUERY
 

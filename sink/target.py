@@ -1,11 +1,11 @@
 """What every target of the sink is, and the part of a write task they all share.
 
-:class:`Target` is the protocol ``sink.spark`` drives (``prepare`` when the query starts,
+``Target`` is the protocol ``sink.spark`` drives (``prepare`` when the query starts,
 ``write`` on the executors, ``commit``/``abort`` on the driver, ``clock_us`` for readers);
-:class:`~.stream_target.StreamTarget` and :class:`~.parquet_target.ParquetTarget` implement
-it. :func:`stage_task` is the skeleton of ``write()`` both use: skip a batch that is already
+``StreamTarget`` and ``ParquetTarget`` implement
+it. ``stage_task`` is the skeleton of ``write()`` both use: skip a batch that is already
 committed (a replay), split the rows from the bound records and check them
-(:class:`~.task.RowSplitter`), hand the rows to the target's own :class:`Stager`, and discard
+(``RowSplitter``), hand the rows to the target's own ``Stager``, and discard
 whatever it staged if anything fails, so a failed task leaves no file behind.
 """
 
@@ -57,7 +57,7 @@ class Target(Protocol):
         ...
 
     def write(self, info: TaskInfo, batches: Iterable[pa.RecordBatch]) -> TaskReport:
-        """Executor: stage one task's rows; the report travels to :meth:`commit`."""
+        """Executor: stage one task's rows; the report travels to ``commit``."""
         ...
 
     def commit(self, reports: Sequence[TaskReport], batch_id: int, candidate_us: int | None) -> Any:
@@ -87,7 +87,7 @@ def stage_task(
     A batch that already has a manifest entry is a replay: its rows are drained (Spark expects
     the iterator consumed) and a ``skipped`` report is returned, with no stager. Otherwise
     ``begin()`` gives the target's clock before this batch (rows below it fail the task) and a
-    fresh :class:`Stager`; the rows go to it and, on any error, it is discarded before the
+    fresh ``Stager``; the rows go to it and, on any error, it is discarded before the
     error propagates. The report carries the staged files; the target adds its own fields.
     ``committed`` tells a replay where the target's state is not a manifest (table targets:
     the table's own log).

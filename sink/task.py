@@ -1,9 +1,9 @@
 """What one write task does before a target stages anything, and what it reports.
 
 A Spark write task (``write()``, on an executor) gets the batch's rows as Arrow record batches.
-:class:`RowSplitter` separates data rows from bound records, checks every data row against the
+``RowSplitter`` separates data rows from bound records, checks every data row against the
 clock the target had promised before the batch (the promise is that no later row is below it),
-and hands on the data rows as payload plus ``rowtime``. The task's :class:`TaskReport` travels
+and hands on the data rows as payload plus ``rowtime``. The task's ``TaskReport`` travels
 to the driver in Spark's commit message: nothing is kept in memory between ``write()`` and
 ``commit()``, which run in different processes.
 """

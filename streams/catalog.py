@@ -26,28 +26,28 @@ Rules this module enforces (the connectors' own keys are checked by ``connectors
 
 * a secret is never inline: a location with a password (``redis://u:pw@...``,
   ``s3://key:secret@...``) or a signature (``?sig=...``), or a key that names a secret
-  (:func:`..bounds.redaction.names_a_secret`: ``password``, ``token``,
+  (``bounds.redaction.names_a_secret``: ``password``, ``token``,
   ``aws_secret_access_key``, ``aws_session_token``, ``account_key``, ``sas_token``,
   ``connection_string``, ``client_secret``, ...), is an error that says where the secret goes
   instead (Redis: ``password_env`` naming an environment variable; object storage: the cloud's
   own variables or credential files) and never shows its value;
-* a stream's or a connector's name is a plain name (:data:`NAME_RE`): letters, digits and
+* a stream's or a connector's name is a plain name (``NAME_RE``): letters, digits and
   ``_ . -``, not starting with ``.``; a connector's progress folder is named after it, so a
   name cannot reach outside its folder (``..``, ``/``, an absolute path);
 * a URL location is checked by its backend when the catalog is read (no I/O): a malformed one
   is an error at its line, not at first use;
-* every error is a :class:`CatalogError` naming the file, the line and the key
+* every error is a ``CatalogError`` naming the file, the line and the key
   (``/etc/rowtime.toml:7: streams.orders.partitions = 0: ...``); a TOML syntax error keeps
   tomllib's line and column;
 * an unknown stream name is an error listing the known ones.
 
-Where the catalog is: :func:`find_catalog` (an explicit path, then the Spark conf
+Where the catalog is: ``find_catalog`` (an explicit path, then the Spark conf
 ``spark.rowtime.catalog`` where the caller can see it, then ``ROWTIME_CATALOG``). A Python data
 source cannot read Spark confs (it runs in Spark's Python workers and sees only its options):
 ``pyspark_rowtime.use_catalog(spark)`` reads the conf on the driver and hands it to
 ``format("rowtime")``; ``ROWTIME_CATALOG`` reaches the workers when set before the session
 starts (integration/test_catalog_spark.py tests all three).
-A stream is created from its entry on first use (:func:`ensure_stream`); an existing stream whose
+A stream is created from its entry on first use (``ensure_stream``); an existing stream whose
 schema or partitions differ from its entry is an error that shows both.
 """
 
@@ -184,7 +184,7 @@ def _line_of(text: str, path: tuple[str, ...]) -> int | None:
 class StreamEntry:
     """One ``[streams.NAME]`` table, checked. ``location`` is absolute (or a URL, secret-free
     but for the environment variable it names); ``reader`` holds canonical stream defaults
-    (:data:`..meta.KNOWN_DEFAULTS`); ``sink`` the sink options it sets."""
+    (``meta.KNOWN_DEFAULTS``); ``sink`` the sink options it sets."""
 
     name: str
     location: str
@@ -288,7 +288,7 @@ _MISSING = object()
 
 
 def load_catalog(path: str | os.PathLike[str]) -> Catalog:
-    """Read and check the catalog at ``path``. Raises :class:`CatalogError` (file, line, key)."""
+    """Read and check the catalog at ``path``. Raises ``CatalogError`` (file, line, key)."""
     path = os.path.abspath(os.fspath(path))
     try:
         with open(path, "rb") as f:
@@ -592,7 +592,7 @@ def find_catalog(
 ) -> str:
     """The catalog's path: ``option`` (``option("catalog", ...)``), else ``conf`` (the Spark
     conf ``spark.rowtime.catalog``, where the caller can read it), else the environment
-    variable ``ROWTIME_CATALOG``. :class:`CatalogError` says how to give one when none is."""
+    variable ``ROWTIME_CATALOG``. ``CatalogError`` says how to give one when none is."""
     env = os.environ if env is None else env
     for value in (option, conf, env.get(CATALOG_ENV)):
         if value is not None and str(value).strip():
@@ -612,10 +612,9 @@ def ensure_stream(entry: StreamEntry) -> StreamStorage:
     """The entry's stream, created from the entry if it does not exist yet.
 
     An existing stream whose schema or partition count differ from the entry is a
-    :class:`CatalogError` that shows both (the stream's reader defaults are the ones it was
+    ``CatalogError`` that shows both (the stream's reader defaults are the ones it was
     created with; the catalog's ``reader`` table still applies to readers by name).
     """
-
     try:
         storage = open_stream(entry.location)
     except StreamNotFoundError:
@@ -638,7 +637,7 @@ def ensure_stream(entry: StreamEntry) -> StreamStorage:
 
 
 def check_matches(entry: StreamEntry, schema: pa.Schema, partitions: int) -> None:
-    """:class:`CatalogError` showing both when the stream differs from its entry."""
+    """``CatalogError`` showing both when the stream differs from its entry."""
     diffs = []
     if not schema.equals(entry.schema):
         diffs.append(f"schema: the stream has ({to_ddl(schema)}), the catalog says ({entry.ddl})")
@@ -663,10 +662,10 @@ def resolve_stream_option(
     """Spark's options with ``stream``/``catalog`` replaced by the entry's ``path``.
 
     Without option ``stream`` the options come back unchanged (``catalog`` alone is refused:
-    it would be silently ignored). With it, the catalog is found by :func:`find_catalog`
+    it would be silently ignored). With it, the catalog is found by ``find_catalog``
     (``option("catalog")``, then ``conf_catalog``, then ``ROWTIME_CATALOG``), the entry looked
     up (an unknown name lists the known ones) and its stream created on first use
-    (:func:`ensure_stream`). Giving ``path`` too is an error: one location, not two.
+    (``ensure_stream``). Giving ``path`` too is an error: one location, not two.
     """
     lowered = {str(k).lower(): (k, v) for k, v in options.items()}
     if "stream" not in lowered:

@@ -1,11 +1,11 @@
 """Checksums of record batches, and checking them as reads return records.
 
 Arrow IPC carries no checksum of its own, so every record batch the project stores (a segment
-file's, an object's, a Redis entry's) carries one in its custom metadata (:data:`CHECKSUM_KEY`),
-:func:`batch_checksum` of its IPC message. :class:`SegmentChecks` checks a segment's batches as
-reads first touch them, once per process for a file that stays mapped (:func:`file_identity`);
-:func:`check_batch` names the damaged batch and its records. What the format is and who checks
-what: :mod:`.segments`.
+file's, an object's, a Redis entry's) carries one in its custom metadata (``CHECKSUM_KEY``),
+``batch_checksum`` of its IPC message. ``SegmentChecks`` checks a segment's batches as
+reads first touch them, once per process for a file that stays mapped (``file_identity``);
+``check_batch`` names the damaged batch and its records. What the format is and who checks
+what: ``segments``.
 """
 
 from __future__ import annotations
@@ -35,7 +35,7 @@ __all__ = [
     "reads_payload",
 ]
 
-#: The key of a record batch's custom metadata that holds its checksum (:func:`batch_checksum`).
+#: The key of a record batch's custom metadata that holds its checksum (``batch_checksum``).
 CHECKSUM_KEY = b"rowtime.checksum"
 #: The checksum's algorithm, the prefix of its value (another prefix: a newer format).
 CHECKSUM_ALGORITHM = b"blocksum64:"
@@ -57,7 +57,7 @@ def batch_checksum(batch: pa.RecordBatch) -> bytes:
 
     The message is summed as Arrow's IPC writer hands it out, its buffers where they are (a
     memory map, say), not copied into one (``batch.serialize()``, the same bytes:
-    :func:`_message_pieces`); a batch with dictionaries is serialized, as its stream would
+    ``_message_pieces``); a batch with dictionaries is serialized, as its stream would
     carry them too.
     """
     pieces = _message_pieces(batch)
@@ -71,8 +71,8 @@ def batch_checksum(batch: pa.RecordBatch) -> bytes:
 
 
 class _PieceSink:
-    """A file-like sink for :func:`pa.PythonFile` that keeps what it is given: Arrow passes the
-    body's buffers as :class:`pa.Buffer` views (no copy), the rest as small ``bytes``."""
+    """A file-like sink for ``pa.PythonFile`` that keeps what it is given: Arrow passes the
+    body's buffers as ``pa.Buffer`` views (no copy), the rest as small ``bytes``."""
 
     def __init__(self) -> None:
         self.pieces: list[Any] = []
@@ -179,7 +179,7 @@ class _BlockSums:
 
 
 def _serialized_checksum(batch: pa.RecordBatch) -> bytes:
-    """:func:`batch_checksum` over ``batch.serialize()``, as the first version computed it
+    """``batch_checksum`` over ``batch.serialize()``, as the first version computed it
     (kept for tests that prove the two agree)."""
     message = batch.serialize()
     n = message.size // 8
@@ -213,7 +213,7 @@ def check_batch(
     first record is at partition offset ``first``, against its checksum ``want``; False when it
     has none (written before checksums), True when it matches.
 
-    Raises :class:`CorruptLogError` naming ``where``, the batch and its records when it does not
+    Raises ``CorruptLogError`` naming ``where``, the batch and its records when it does not
     match, or when its checksum is of a kind this version does not know.
     """
     if want is None:
@@ -235,7 +235,7 @@ def check_batch(
 
 
 #: How many record batches of segment files this process remembers as verified
-#: (:class:`SegmentChecks`): each is checked once per process, not once per read.
+#: (``SegmentChecks``): each is checked once per process, not once per read.
 VERIFIED_BATCHES = 1 << 16
 _verified: OrderedDict[tuple[Any, ...], None] = OrderedDict()
 _verified_mutex = threading.Lock()
@@ -252,8 +252,8 @@ class SegmentChecks:
     """The checksums of one segment's record batches, checked as reads first touch them.
 
     ``where`` names the segment in errors, ``first`` is its first offset; ``identity``
-    (:func:`file_identity`, for a file that stays mapped) makes a batch checked once per process
-    (:data:`VERIFIED_BATCHES`), whichever stream object reads it; without one (bytes fetched
+    (``file_identity``, for a file that stays mapped) makes a batch checked once per process
+    (``VERIFIED_BATCHES``), whichever stream object reads it; without one (bytes fetched
     from a store) a batch is checked once per object. A check sums every byte of the batch, so a
     read pays it once for the batches it returns and never for the others.
     """

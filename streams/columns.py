@@ -4,9 +4,9 @@ Two vocabularies, kept apart on purpose:
 
 * the log's **system columns**, stored in every segment before the payload (the ``__`` prefix
   keeps them clear of payload names, which may not start with ``__``):
-  :data:`LOG_ARRIVAL_US`, :data:`LOG_ROWTIME_US`, :data:`LOG_IS_BOUND`;
+  ``LOG_ARRIVAL_US``, ``LOG_ROWTIME_US``, ``LOG_IS_BOUND``;
 * the **Spark-facing columns** the reader adds to every row and the sink reads from a query:
-  :data:`SPARK_ROWTIME` (TIMESTAMP) and :data:`SPARK_IS_BOUND` (BOOLEAN).
+  ``SPARK_ROWTIME`` (TIMESTAMP) and ``SPARK_IS_BOUND`` (BOOLEAN).
 
 Both ``datasource/`` and ``sink/`` import them from here (neither imports the other).
 """

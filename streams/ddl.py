@@ -17,9 +17,9 @@ The mapping is Spark's: ``TIMESTAMP`` is ``timestamp('us', tz='UTC')``, ``TIMEST
 named ``element``, maps a non-null ``key`` and a nullable ``value``. A ``COMMENT`` goes into the
 field metadata the way Spark puts it there.
 
-:func:`to_ddl` renders a schema back (the readable form kept in a stream's metadata) and is
+``to_ddl`` renders a schema back (the readable form kept in a stream's metadata) and is
 also the check that a pyarrow schema holds only types Spark can represent;
-:func:`normalize_schema` maps a user's pyarrow schema onto Spark's Arrow form.
+``normalize_schema`` maps a user's pyarrow schema onto Spark's Arrow form.
 """
 
 from __future__ import annotations
@@ -292,7 +292,7 @@ def _unquote(text: str) -> str:
 def parse_ddl(ddl: str) -> pa.Schema:
     """The pyarrow schema Spark would give ``to_arrow_schema(DDL, timezone="UTC")``.
 
-    Raises :class:`SchemaError` naming the position of the first problem.
+    Raises ``SchemaError`` naming the position of the first problem.
     """
     if not isinstance(ddl, str):
         raise SchemaError(f"a schema DDL must be a string, got {type(ddl).__name__}; {_EXAMPLE}")
@@ -350,7 +350,7 @@ def _comment(field: pa.Field) -> str | None:
 
 
 def type_to_ddl(dtype: pa.DataType, where: str = "column") -> str:
-    """The Spark DDL of a pyarrow type; :class:`SchemaError` if Spark has no such type."""
+    """The Spark DDL of a pyarrow type; ``SchemaError`` if Spark has no such type."""
     t = pa.types
     simple = {
         pa.bool_(): "BOOLEAN",
@@ -395,7 +395,7 @@ def type_to_ddl(dtype: pa.DataType, where: str = "column") -> str:
 
 
 def to_ddl(schema: pa.Schema) -> str:
-    """The schema as Spark DDL (``"a INT, b STRING NOT NULL"``); inverse of :func:`parse_ddl`."""
+    """The schema as Spark DDL (``"a INT, b STRING NOT NULL"``); inverse of ``parse_ddl``."""
     return ", ".join(_field_ddl(f, " ", "") for f in schema)
 
 
@@ -404,7 +404,7 @@ def normalize_schema(schema: pa.Schema) -> pa.Schema:
 
     Lossless choices only: ``large_string`` becomes ``string``, any timestamp becomes
     microseconds (in UTC when it had a time zone: the same instants), list and map fields get
-    Spark's field names. Types Spark lacks (unsigned integers, ...) raise :class:`SchemaError`
+    Spark's field names. Types Spark lacks (unsigned integers, ...) raise ``SchemaError``
     naming the column. Other field metadata is dropped.
     """
     if not isinstance(schema, pa.Schema):

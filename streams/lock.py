@@ -25,7 +25,7 @@ LOCK_FILE = "_writer.lock"
 
 
 class PartitionLock:
-    """An exclusive, non-blocking lock on a partition; freed by :meth:`release` or on exit."""
+    """An exclusive, non-blocking lock on a partition; freed by ``release`` or on exit."""
 
     __slots__ = ("_fd", "path")
 
@@ -34,7 +34,7 @@ class PartitionLock:
         self._fd: int | None = None
 
     def acquire(self, what: str) -> None:
-        """Take the lock or raise :class:`WriterLockedError` naming ``what`` and the holder."""
+        """Take the lock or raise ``WriterLockedError`` naming ``what`` and the holder."""
         try:
             # O_NOFOLLOW: a link planted in the folder must not make us truncate its target.
             flags = os.O_RDWR | os.O_CREAT | os.O_CLOEXEC | os.O_NOFOLLOW
@@ -100,8 +100,8 @@ T = TypeVar("T")
 
 
 def wait_for_lock(acquire: Callable[[], T], timeout_s: float = COMMIT_WAIT_S) -> T:
-    """Call ``acquire`` until it stops raising :class:`WriterLockedError`; when ``timeout_s``
-    runs out first, raise :class:`SinkBusyError` (another commit still holds the target)."""
+    """Call ``acquire`` until it stops raising ``WriterLockedError``; when ``timeout_s``
+    runs out first, raise ``SinkBusyError`` (another commit still holds the target)."""
     deadline = time.monotonic() + timeout_s
     delay = 0.01
     while True:

@@ -147,7 +147,7 @@ def _as_int(name: str, value: Any) -> int:
     raise _bad(name, value)
 
 
-#: How a :class:`TimeFormat` built from the defaults names them in errors.
+#: How a ``TimeFormat`` built from the defaults names them in errors.
 _TIME_DEFAULT_NAMES = (
     "stream default rowtime_unit",
     "stream default rowtime_timezone",
@@ -164,7 +164,7 @@ def _check_with_time(name: str, value: Any, **kwargs: Any) -> str:
 
 
 def validate_defaults(defaults: Mapping[str, Any], schema: pa.Schema) -> dict[str, Any]:
-    """The defaults with canonical names and typed values; :class:`OptionError` on the first
+    """The defaults with canonical names and typed values; ``OptionError`` on the first
     unknown name or bad value (naming it and what it accepts)."""
     out: dict[str, Any] = {}
     for raw_name, value in defaults.items():
@@ -332,7 +332,7 @@ def narrow_mode(path: str, folder: str) -> None:
 
 def make_dirs(path: str) -> None:
     """``os.makedirs(path, exist_ok=True)``, each folder it creates no wider than the one that
-    holds it (:func:`narrow_mode`), so a tree made under a private folder stays private."""
+    holds it (``narrow_mode``), so a tree made under a private folder stays private."""
     missing = []
     here = os.path.abspath(path)
     while not os.path.isdir(here):
@@ -375,7 +375,7 @@ _NO_HARD_LINKS = {errno.EPERM, errno.ENOTSUP, errno.EOPNOTSUPP, errno.EMLINK, er
 def publish(tmp: str, final: str) -> None:
     """Give the complete file ``tmp`` the name ``final``, atomically, never replacing one.
 
-    ``link`` fails if ``final`` exists (:class:`FileExistsError`); the caller removes ``tmp``.
+    ``link`` fails if ``final`` exists (``FileExistsError``); the caller removes ``tmp``.
     On filesystems without hard links, a check and a ``rename`` do (the callers hold a lock or
     compare contents afterwards, so the gap between the two does no harm).
     """

@@ -1,8 +1,8 @@
 """Option tables: how the reader and the sink read Spark's string options, in one place.
 
 Spark hands a data source (and a sink) its options as strings in a case-insensitive map. Each
-side lists every option it accepts in an :class:`OptionTable` (lower-case name -> what it
-accepts, in words); :meth:`OptionTable.lower` turns Spark's map into lower-case names and
+side lists every option it accepts in an ``OptionTable`` (lower-case name -> what it
+accepts, in words); ``OptionTable.lower`` turns Spark's map into lower-case names and
 refuses any unknown one, naming it and listing the known ones, so that a typo never silently
 falls back to a default. Errors spell option names as users write them (``maxRowsPerBatch``).
 

@@ -1,5 +1,5 @@
 """Kept for users of 0.1.0, whose README named ``streams.redis_log.register_external``: the
-Redis backend is now the package :mod:`.redis`, which this module only re-exports from."""
+Redis backend is now the package ``redis``, which this module only re-exports from."""
 
 from __future__ import annotations
 

@@ -1,7 +1,7 @@
 """Retention: which records of a stream may be removed, and the state readers start from then.
 
 SPEC 12 is the rule; this module decides it for every backend, and the backends
-(the packages :mod:`.local`, :mod:`.redis`) only list their stored units and commit a trim.
+(the packages ``local``, ``redis``) only list their stored units and commit a trim.
 
 **What retention is.** A stream may carry a *retention*: a duration of rowtime (and optionally
 a size in bytes per partition, embedded log only). Retention removes whole stored *units* (a
@@ -12,7 +12,7 @@ the clock is beyond it (after the end of stream, or heartbeats ahead of the data
 stream keeps its last ``retention`` of rowtime. ``rowtime trim PATH --before TIME`` removes what
 lies wholly before ``TIME`` under the same rules, with or without a retention.
 
-**What is never removed** (:func:`choose_trim`):
+**What is never removed** (``choose_trim``):
 
 * the last unit of a partition (its footer is the partition's end and clock);
 * a unit holding a data row the stream's own policy (its defaults at ``create_stream``) still
@@ -28,15 +28,15 @@ lies wholly before ``TIME`` under the same rules, with or without a retention.
   ``failOnDataLoss=false``) like any other.
 
 **Offsets never change**: a trim removes a prefix, and the first kept offset
-(:attr:`TrimState.start`, ``start_offset(partition)`` of every backend) grows.
+(``TrimState.start``, ``start_offset(partition)`` of every backend) grows.
 
-**The state at the first kept record** (:class:`TrimState`) is stored with the trim: the largest
+**The state at the first kept record** (``TrimState``) is stored with the trim: the largest
 data rowtime and the largest bound before it (raw, before any policy's truncation: truncation
 is monotone, so every policy's reference time and bound there are these truncated), the
 partition clock there, and the same largest rowtime over the stream's default
 ``rowtime_column`` when it has one. A reader that starts at the first kept record from that
 state decides for every kept record what it would have decided reading from offset 0: the
-policies need nothing else (:mod:`pyspark_rowtime.bounds.policies`: "a state at the first alive
+policies need nothing else (``pyspark_rowtime.bounds.policies``: "a state at the first alive
 record is enough"), and no removed row was still alive there.
 """
 
@@ -83,7 +83,7 @@ __all__ = [
 #: The embedded log's file (at the stream's root) holding a retention ops changed after
 #: ``create_stream``; it wins over the stream's defaults. Redis keeps it in ``{...}:retention``.
 RETENTION_FILE = "_retention.json"
-#: The embedded log's file (in each partition folder) holding that partition's :class:`TrimState`.
+#: The embedded log's file (in each partition folder) holding that partition's ``TrimState``.
 TRIM_FILE = "_trim.json"
 TRIM_FORMAT_VERSION = 1
 
@@ -131,7 +131,7 @@ _SIZE = re.compile(r"\s*([0-9]+(?:\.[0-9]*)?)\s*([A-Za-z]*)\s*")
 def parse_retention(value: Any, *, what: str = "retention") -> int | None:
     """A retention as whole microseconds of rowtime, or None for ``None``/``"off"``.
 
-    Accepts what durations accept elsewhere (:func:`parse_duration_us`): ``"7 days"``,
+    Accepts what durations accept elsewhere (``parse_duration_us``): ``"7 days"``,
     ``"12h"``, a number of seconds, a ``timedelta``."""
     if value is None or (isinstance(value, str) and value.strip().lower() in _OFF):
         return None
@@ -175,7 +175,7 @@ def format_size(n: int) -> str:
 
 def format_duration(us: int) -> str:
     """A duration for people, in the largest unit that divides it: ``7 days``, ``90 s``;
-    :func:`parse_retention` reads it back to the same value."""
+    ``parse_retention`` reads it back to the same value."""
     for unit, size in (("days", 86_400_000_000), ("h", 3_600_000_000), ("min", 60_000_000)):
         if us % size == 0:
             return f"{us // size} {unit}"
@@ -214,7 +214,7 @@ class Retention:
     @classmethod
     def of_defaults(cls, defaults: Mapping[str, Any]) -> Retention:
         """The retention the stream was created with (its defaults ``retention`` and
-        ``retention_size``, as :func:`.meta.validate_defaults` stores them)."""
+        ``retention_size``, as ``meta.validate_defaults`` stores them)."""
         duration = defaults.get("retention")
         return cls(
             None if duration is None else parse_retention(duration),
@@ -254,7 +254,7 @@ class TrimState:
     removed_units: int = 0
     removed_bytes: int = 0
     #: the arrival of the last removed record (idle.timeout's last arrival of a reader that
-    #: starts at :attr:`start`); None: trimmed before it was kept (0.2.0 development) or unknown
+    #: starts at ``start``); None: trimmed before it was kept (0.2.0 development) or unknown
     last_arrival_us: int | None = None
 
     def to_doc(self) -> dict[str, Any]:
@@ -285,7 +285,7 @@ class TrimState:
 
     def policy_state(self, policy: Policy, rowtime_column: str | None) -> PartitionState:
         """Where a reader under ``policy`` (promoting ``rowtime_column``, or None) starts: at
-        :attr:`start`, with the reference time and the bound every record before it left.
+        ``start``, with the reference time and the bound every record before it left.
 
         A reader promoting another column than the one the trim measured starts with no
         reference time (as ``startingOffsets=latest`` does): the removed rows' values in its
@@ -315,7 +315,7 @@ class Unit:
     """One stored unit at a partition's head: records ``[first, first + count)``, ``bytes``
     stored, the largest data rowtime (None without rows), the largest bound (None without
     bounds) and the partition clock after it; ``column_max_us``: the largest value of the
-    stream's default ``rowtime_column`` (filled by :func:`apply_retention` when it has one)."""
+    stream's default ``rowtime_column`` (filled by ``apply_retention`` when it has one)."""
 
     first: int
     count: int
@@ -469,7 +469,7 @@ def unit_times(
 def _with_column_max(
     storage: StreamStorage, partition: int, units: list[Unit], column: str, upto: int
 ) -> list[Unit]:
-    """``units`` with :attr:`Unit.column_max_us` read for the first ``upto`` of them."""
+    """``units`` with ``Unit.column_max_us`` read for the first ``upto`` of them."""
     out = []
     for i, u in enumerate(units):
         if i < upto:
@@ -545,7 +545,7 @@ def live_partitions(storage: StreamStorage) -> list[int]:
 
 
 def live_clock(storage: StreamStorage) -> int | None:
-    """The stream clock over :func:`live_partitions` (SPEC 5's minimum, without the idle)."""
+    """The stream clock over ``live_partitions`` (SPEC 5's minimum, without the idle)."""
     clocks = [storage.clock_us(p) for p in live_partitions(storage)]
     if not clocks or any(c is None for c in clocks):
         return None
@@ -694,12 +694,12 @@ _LAST_CHECK_LOCK = threading.Lock()
 
 
 class RetentionCheck:
-    """A writer's retention, applied after appends at most every :data:`CHECK_EVERY_S`
+    """A writer's retention, applied after appends at most every ``CHECK_EVERY_S``
     seconds per partition and process (the first append of a process checks at once).
     Housekeeping: a failure is logged, never raised into the append that committed."""
 
     def __init__(self, storage: StreamStorage, partition: int) -> None:
-        #: None for a stream that keeps no retention (not a :class:`SupportsTrim`)
+        #: None for a stream that keeps no retention (not a ``SupportsTrim``)
         self.storage = storage if isinstance(storage, SupportsTrim) else None
         self.partition = partition
         self._key = (storage.location, partition)

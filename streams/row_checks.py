@@ -1,6 +1,6 @@
 """What the writer checks of a row before it buffers it, besides its columns' names: which
-Python values pass without asking pyarrow (:func:`fast_types`, :data:`INT_RANGES`), and the
-size limit of one record, :data:`MAX_RECORD_BYTES` of string and binary values.
+Python values pass without asking pyarrow (``fast_types``, ``INT_RANGES``), and the
+size limit of one record, ``MAX_RECORD_BYTES`` of string and binary values.
 
 A record's top-level ``STRING`` and ``BINARY`` columns (UTF-8 bytes for strings) hold at most
 64 MiB together; the writer refuses a larger row at insert, naming it, and buffers nothing of
@@ -43,7 +43,7 @@ INT_RANGES = {
 def fast_types(dtype: pa.DataType) -> frozenset[type]:
     """Python types that need no further check for a column of ``dtype`` (besides int range).
 
-    Anything else goes through :meth:`.writer.Writer._check_row`, which asks pyarrow.
+    Anything else goes through ``writer.Writer._check_row``, which asks pyarrow.
     """
     t = pa.types
     if t.is_integer(dtype):
@@ -81,7 +81,7 @@ _COUNTED = (
 
 
 def counted_columns(schema: pa.Schema) -> tuple[int, ...]:
-    """The indexes of the columns whose values count toward :data:`MAX_RECORD_BYTES`."""
+    """The indexes of the columns whose values count toward ``MAX_RECORD_BYTES``."""
     return tuple(i for i, f in enumerate(schema) if any(is_(f.type) for is_ in _COUNTED))
 
 
@@ -98,8 +98,8 @@ def too_large(size: int, names: Sequence[str], where: str, index: int | None) ->
 def check_row(
     values: Sequence[Any], counted: Sequence[int], names: Sequence[str], where: str
 ) -> None:
-    """Raise :class:`SchemaError` when the row ``values`` holds more than the limit (the
-    writer calls it only for rows of more than :data:`ROW_ROOM_CHARS` characters)."""
+    """Raise ``SchemaError`` when the row ``values`` holds more than the limit (the
+    writer calls it only for rows of more than ``ROW_ROOM_CHARS`` characters)."""
     size = 0
     for i in counted:
         v = values[i]
@@ -112,7 +112,7 @@ def check_row(
 def check_table(
     columns: Sequence[pa.ChunkedArray], counted: Sequence[int], names: Sequence[str], where: str
 ) -> None:
-    """Raise :class:`SchemaError` naming the first row of ``columns`` over the limit."""
+    """Raise ``SchemaError`` naming the first row of ``columns`` over the limit."""
     if not counted or not len(columns[0]):
         return
     sizes = np.zeros(len(columns[0]), dtype=np.int64)

@@ -1,33 +1,33 @@
 """The log's file format: segment files, their footers, and the checks a partition applies.
 
 A segment is an Arrow IPC *file* (random access, memory-mappable): the system columns of
-:mod:`.columns`, then the payload columns (all nullable in the file: a bound record's payload is
-null). Its schema metadata (``rowtime.*`` keys) is its footer, a :class:`SegmentStats`: first
+``columns``, then the payload columns (all nullable in the file: a bound record's payload is
+null). Its schema metadata (``rowtime.*`` keys) is its footer, a ``SegmentStats``: first
 offset, record count, the partition clock after it, min/max data rowtime, last bound, last
 arrival, skew. ``rowtime.format_version`` says which version of this format wrote the file; a
-reader refuses a newer one (:data:`FORMAT_VERSION`) with :class:`CorruptLogError` naming the
+reader refuses a newer one (``FORMAT_VERSION``) with ``CorruptLogError`` naming the
 file, instead of misreading it.
 
 Arrow IPC files carry no checksum: a byte flipped on disk inside a value buffer reads as another
 value. So each record batch carries, in its own custom metadata, a checksum of its IPC message
-(:mod:`.checksums`), and every read that returns records checks the batches it returns them
-from before any of it is used (:func:`open_checked_segment`, :func:`read_ipc_checked`): a batch
-that does not match fails the read with :class:`CorruptLogError` naming the file (object,
+(``checksums``), and every read that returns records checks the batches it returns them
+from before any of it is used (``open_checked_segment``, ``read_ipc_checked``): a batch
+that does not match fails the read with ``CorruptLogError`` naming the file (object,
 entry) and its records, as Kafka's consumers check CRCs and PostgreSQL its page checksums. On
 the embedded log a batch is checked once per process, when a read first touches it (cached by
 file identity), so the cost is one pass over the bytes a process reads, not one per read; stores
 that fetch whole objects or values check each fetch. A read of the system columns alone (the
 reader's planner, on the driver) checks nothing, since a checksum covers the whole batch: the
 tasks that read the same records check them before a row reaches the query.
-:func:`verify_segment_file` (``rowtime describe --verify``) checks every batch of a file.
+``verify_segment_file`` (``rowtime describe --verify``) checks every batch of a file.
 Batches written before checksums (segments of early versions, Redis entries of 0.1.0 and 0.2.0)
 have none and read as before. What the checks cost is on docs/benchmarks.md ("Reads that
 verify").
 
 Everything that writes or checks segment files lives here: the writer's flushes
-(:func:`write_segment_file`), the sink's staged runs (:func:`segment_record_batches`), and the
+(``write_segment_file``), the sink's staged runs (``segment_record_batches``), and the
 checks that decide whether files written elsewhere continue a partition
-(:func:`check_segment_files`). Times are ``int`` microseconds since the epoch, UTC.
+(``check_segment_files``). Times are ``int`` microseconds since the epoch, UTC.
 """
 
 from __future__ import annotations
@@ -96,7 +96,7 @@ SYSTEM_FIELDS = (
 
 SEGMENT_RE = re.compile(r"(\d{20})-(\d{10})\.arrow\Z")
 
-#: Rows per record batch of a staged run (:func:`segment_record_batches`).
+#: Rows per record batch of a staged run (``segment_record_batches``).
 WRITE_ROWS = 1 << 16
 
 
@@ -115,7 +115,7 @@ def segment_schema(payload: pa.Schema) -> pa.Schema:
 _TEXT_FIELDS = frozenset({"producers"})
 
 
-#: The footer fields without a default in :class:`SegmentStats`.
+#: The footer fields without a default in ``SegmentStats``.
 _REQUIRED_FOOTER = ("first", "count", "rows", "bounds", "clock_us", "last_arrival_us")
 
 
@@ -131,7 +131,7 @@ class SegmentStats:
     the last sequence number committed by each writer of ``rowtime serve`` on this partition,
     as of this segment: stored with the records it covers, in the same atomic commit, so that a
     message resent after a lost acknowledgement (or a server restart) is known as a duplicate
-    (:mod:`pyspark_rowtime.serve`). A merge keeps the last one; every backend stores the footer
+    (``pyspark_rowtime.serve``). A merge keeps the last one; every backend stores the footer
     whole, so every backend keeps it.
     """
 
@@ -280,7 +280,7 @@ def data_run_stats(
     clock_before_us: int,
 ) -> SegmentStats:
     """The footer of ``count`` data rows (no bound) that all arrived at ``arrival_us``, from
-    offset ``first``, on a partition whose clock was ``clock_before_us`` (:data:`NO_TIME` when
+    offset ``first``, on a partition whose clock was ``clock_before_us`` (``NO_TIME`` when
     it had none). ``last_rowtime_us`` is the rowtime of the last row."""
     return SegmentStats(
         first=first,
@@ -298,7 +298,7 @@ def data_run_stats(
 
 
 def clock_before(times: np.ndarray, clock_us: int) -> np.ndarray:
-    """The partition clock just before each record: ``clock_us`` (:data:`NO_TIME` for none)
+    """The partition clock just before each record: ``clock_us`` (``NO_TIME`` for none)
     before the first, then the running maximum of ``clock_us`` and the records' effective
     rowtimes ``times`` (int64 microseconds)."""
     before = np.empty_like(times)
@@ -326,7 +326,7 @@ def write_segment_file(
     sync: bool = True,
 ) -> None:
     """Write records in the segment format (``schema``, ``stats`` in the footer) to ``path``
-    and fsync it (unless ``sync=False``: then the caller calls :func:`fsync_file` before the
+    and fsync it (unless ``sync=False``: then the caller calls ``fsync_file`` before the
     file is linked). The file is not part of any partition until the log links it."""
     with pa.OSFile(path, "wb") as sink:
         write_segment_to(sink, stats, schema, chunks, written=_writeback(sink.fileno()))
@@ -355,7 +355,7 @@ def _sync_file_range() -> Any:
 
 def _writeback(fd: int) -> Callable[[int], None] | None:
     """A function to call with the bytes of file ``fd`` written so far: every
-    :data:`WRITEBACK_BYTES` it asks the disk to start writing them back, without waiting
+    ``WRITEBACK_BYTES`` it asks the disk to start writing them back, without waiting
     (a hint: the fsync is what makes the file durable)."""
     call = _sync_file_range()
     if call is None:
@@ -379,7 +379,7 @@ def write_segment_to(
     written: Callable[[int], None] | None = None,
 ) -> None:
     """Write records in the segment format to an open ``sink`` (a file, or a buffer that a
-    backend uploads: :mod:`.objstore`); ``written`` is called with the bytes written so far
+    backend uploads: ``objstore``); ``written`` is called with the bytes written so far
     after each record batch."""
     file_schema = schema.with_metadata(stats.to_metadata())
     with pa.ipc.new_file(sink, file_schema) as writer:
@@ -395,7 +395,7 @@ def write_segment_to(
 
 def open_checked_segment(path: str) -> tuple[pa.Table, SegmentChecks]:
     """A segment file as a table whose buffers point into a read-only memory map (no copy), and
-    its batches' checksums to check as its records are read (:class:`SegmentChecks`; the first
+    its batches' checksums to check as its records are read (``SegmentChecks``; the first
     offset, from the footer, is read by the caller: 0 until it sets ``first``)."""
     identity = file_identity(path)
     with pa.memory_map(path, "r") as source:
@@ -406,7 +406,7 @@ def open_checked_segment(path: str) -> tuple[pa.Table, SegmentChecks]:
 def open_verified_segment(path: str) -> pa.Table:
     """A segment file as a memory-mapped table, every record batch checked against its
     checksum first (for files read whole to be written again: a sink's staged runs; a damaged
-    one must not get a fresh checksum). Raises :class:`CorruptLogError` naming the file and the
+    one must not get a fresh checksum). Raises ``CorruptLogError`` naming the file and the
     records of a damaged batch."""
     try:
         table, checks = open_checked_segment(path)
@@ -423,7 +423,7 @@ def read_ipc_checked(
     data: Any, where: str, first: int | None = None, *, stream: bool = False
 ) -> pa.Table:
     """Arrow IPC bytes (a file, or with ``stream`` an IPC stream) as a table, every record
-    batch checked against its checksum first (:func:`check_batch`; ``where`` names them in
+    batch checked against its checksum first (``check_batch``; ``where`` names them in
     errors, ``first`` is the partition offset of their first record, by default the footer's):
     what a backend that fetches whole objects or values returns. Schema metadata is kept."""
     buffer = pa.py_buffer(data)
@@ -450,7 +450,7 @@ def verify_segment_file(path: str) -> tuple[int, int]:
     """Check each record batch of the segment file ``path`` against its checksum; returns how
     many batches were checked and how many had no checksum (written before checksums).
 
-    Raises :class:`CorruptLogError` naming the file, the batch and the records it holds
+    Raises ``CorruptLogError`` naming the file, the batch and the records it holds
     (partition offsets, from the footer's first offset) when a batch does not match or cannot
     be read. Reads every byte of the file.
     """
@@ -489,7 +489,7 @@ def segment_record_batches(
     rowtime_column: str,
 ) -> Iterator[pa.RecordBatch]:
     """Data rows (payload columns and ``rowtime_column``, a timestamp) as record batches of the
-    segment format, every row arriving at ``arrival_us``, of about :data:`WRITE_ROWS` rows:
+    segment format, every row arriving at ``arrival_us``, of about ``WRITE_ROWS`` rows:
     each gathered from a few small batches into memory the next one reuses, so a run is
     written without a copy of it."""
     payload = list(file_schema)[len(LOG_SYSTEM_COLUMNS) :]
@@ -650,7 +650,7 @@ def _verify_records(
 def check_appended_files(
     appender: Any, paths: Sequence[str], *, reject: bool, verify: bool = True
 ) -> list[tuple[str, SegmentStats]]:
-    """:func:`check_segment_files` for a partition's appender: its stream's record schema, the
+    """``check_segment_files`` for a partition's appender: its stream's record schema, the
     end it holds (``tail()``), and its name in errors (``where``)."""
     return check_segment_files(
         paths,
@@ -680,8 +680,8 @@ def check_segment_files(
     arrival at or after the partition's last; no bound goes below the clock, nothing follows
     the end of stream. ``verify=True`` also reads the records and checks that the footer
     describes them and that arrivals never go back; ``verify=False`` trusts the footers (for
-    files built from records the caller checked). Raises :class:`CorruptLogError`,
-    :class:`BoundError` or :class:`LateRowError`, naming the file and the record.
+    files built from records the caller checked). Raises ``CorruptLogError``,
+    ``BoundError`` or ``LateRowError``, naming the file and the record.
     """
     checked: list[tuple[str, SegmentStats]] = []
     for path in paths:
@@ -713,7 +713,7 @@ def append_segment_blobs(appender: Any, blobs: Iterable[bytes], prefix: str) -> 
 
 
 class StagedBlobs:
-    """:meth:`~.sink_state.SinkState.open_staged` and :meth:`~.sink_state.SinkState.append_staged`
+    """``open_staged`` and ``append_staged``
     of a sink store that keeps each staged run as one blob in the segment format (object
     storage, Redis): the store fetches a blob (``_blob``); appending writes the blobs to
     temporary files (named from ``_blob_prefix``) and appends them as segment files, which the

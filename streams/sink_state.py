@@ -2,22 +2,22 @@
 backend keeps it.
 
 The sink (``sink/``) writes a target exactly once through two seams of its own, beside the
-stream contract of :mod:`.storage`:
+stream contract of ``storage``:
 
-* :class:`SinkState`: what a target is, who owns it, one manifest entry per batch, and the runs
+* ``SinkState``: what a target is, who owns it, one manifest entry per batch, and the runs
   write tasks staged for a batch. The embedded log keeps it in a folder beside the target
   (``sink.layout.FolderSinkState``); a backend whose locations are on other machines keeps it
   itself, with the stream (Redis) or below the target (object storage): such a backend is a
-  :class:`SupportsSinkState`, and :func:`backend_sink_state` asks it;
-* :class:`TargetFiles`: the files below a location, for the sink's Parquet and Delta targets
-  where the backend keeps files itself (object storage: a :class:`SupportsTargetFiles`,
-  asked by :func:`target_files`); elsewhere the sink keeps a local folder.
+  ``SupportsSinkState``, and ``backend_sink_state`` asks it;
+* ``TargetFiles``: the files below a location, for the sink's Parquet and Delta targets
+  where the backend keeps files itself (object storage: a ``SupportsTargetFiles``,
+  asked by ``target_files``); elsewhere the sink keeps a local folder.
 
-Both are capabilities of a :class:`~.storage.Backend`, declared by the methods the two
+Both are capabilities of a ``Backend``, declared by the methods the two
 protocols name and checked with ``isinstance``; ``tests/test_storage_contract.py`` runs both
 over every backend. Where the stores take the same step, one function here takes it for all:
-the target's description (:func:`define_target_once`, :func:`check_sink_version`), its owner
-(:func:`claim_target`, :func:`owner_conflict`) and the latest entry (:func:`latest_entry`).
+the target's description (``define_target_once``, ``check_sink_version``), its owner
+(``claim_target``, ``owner_conflict``) and the latest entry (``latest_entry``).
 """
 
 from __future__ import annotations
@@ -61,7 +61,7 @@ __all__ = [
 #: The folder the sink keeps beside a target (``sink.layout`` describes what is in it), and
 #: the file in it that says what the target is. Defined here, below both the sink that writes
 #: them and the backends that look for them (``Backend.kind_at``, which
-#: :func:`.storage.what_is_at` asks).
+#: ``storage.what_is_at`` asks).
 SINK_DIR = "_rowtime_sink"
 SINK_TARGET_FILE = "target.json"
 #: ``kind`` in the sink's target file.
@@ -72,7 +72,7 @@ SINK_KIND_DELTA = "delta"
 
 #: A run's records as the appenders and sink states take them: Arrow tables or batches, in order.
 RunChunks = Iterable[pa.Table | pa.RecordBatch]
-#: What :meth:`SinkState.stage_segment` returns: the run's handle, and a function that returns
+#: What ``SinkState.stage_segment`` returns: the run's handle, and a function that returns
 #: once the run is durable.
 Staged = tuple[str, Callable[[], None]]
 
@@ -86,7 +86,7 @@ class SinkState(Protocol):
     backend serving locations on other machines (Redis) keeps it with the stream, so that the
     executors, which stage, and the driver, which commits, need no shared filesystem. Every
     write is atomic (a reader sees the old value or the new one) and durable as far as the
-    backend's appends are; :meth:`put_entry_once` and :meth:`define_target` are won by exactly
+    backend's appends are; ``put_entry_once`` and ``define_target`` are won by exactly
     one of two concurrent callers. Staged runs are named by *handles* (strings) that the task
     reports carry to the driver.
     """
@@ -95,7 +95,7 @@ class SinkState(Protocol):
     target: str
 
     def read_target(self) -> dict[str, Any] | None:
-        """What the target is (its ``kind``), or None before :meth:`define_target`."""
+        """What the target is (its ``kind``), or None before ``define_target``."""
         ...
 
     def define_target(self, doc: dict[str, Any]) -> dict[str, Any]:
@@ -105,7 +105,7 @@ class SinkState(Protocol):
 
     def claim(self, query_id: str | None) -> None:
         """Make the target belong to the Spark query ``query_id`` (the first to claim it);
-        another query is refused with :func:`owner_conflict`."""
+        another query is refused with ``owner_conflict``."""
         ...
 
     def batches(self) -> list[int]:
@@ -136,7 +136,7 @@ class SinkState(Protocol):
         self, batch_id: int, name: str, stats: SegmentStats, schema: pa.Schema, chunks: RunChunks
     ) -> Staged:
         """Stage one run of batch ``batch_id`` in the segment format (``stats`` in its footer,
-        as :func:`.segments.write_segment_file`); returns its handle and a function that
+        as ``segments.write_segment_file``); returns its handle and a function that
         returns once the run is durable (it may be called from another thread)."""
         ...
 
@@ -150,7 +150,7 @@ class SinkState(Protocol):
 
     def append_staged(self, appender: Any, handles: Sequence[str]) -> None:
         """Commit staged runs as the next records of the partition that ``appender`` (a
-        :class:`.writer.Writer` holding its lock) writes, in order, trusting their footers
+        ``writer.Writer`` holding its lock) writes, in order, trusting their footers
         (``Writer.append_segment_files(verify=False)``): atomic per call as the backend's
         appends are."""
         ...
@@ -195,7 +195,7 @@ def define_target_once(
     create: Callable[[dict[str, Any]], bool],
     read: Callable[[], dict[str, Any] | None],
 ) -> dict[str, Any]:
-    """:meth:`SinkState.define_target` for every store: ``doc`` with the format's name and
+    """``SinkState.define_target`` for every store: ``doc`` with the format's name and
     version, written by ``create`` (True when this call wrote it, False when one was there),
     else the one ``read`` finds (the caller compares)."""
     full = {"format": SINK_FORMAT, "format_version": SINK_FORMAT_VERSION, **doc}
@@ -207,7 +207,7 @@ def define_target_once(
 
 
 def claim_target(target: str, query_id: str | None, claim: Callable[[dict[str, Any]], Any]) -> None:
-    """:meth:`SinkState.claim` for every store: ``claim(doc)`` records ``doc`` as the owner
+    """``SinkState.claim`` for every store: ``claim(doc)`` records ``doc`` as the owner
     unless one is recorded, and returns the recorded owner (None if none could be read).
 
     The first query to commit to a target becomes its owner. Another query (a new checkpoint)
@@ -223,7 +223,7 @@ def claim_target(target: str, query_id: str | None, claim: Callable[[dict[str, A
 
 def latest_entry(store: SinkState, before: int | None = None) -> dict[str, Any] | None:
     """The manifest entry of ``store``'s highest batch id (below ``before`` if given), or None:
-    :meth:`SinkState.latest` for every backend."""
+    ``SinkState.latest`` for every backend."""
     ids = store.batches()
     if before is not None:
         ids = [b for b in ids if b < before]
@@ -252,20 +252,20 @@ class TargetFiles(Protocol):
     keeps a local folder otherwise). Names are relative to the location, ``/``-separated.
 
     Every operation is safe without a lock server: an output appears whole when closed or not
-    at all (a killed writer leaves nothing under its name), :meth:`create_json` is won by
-    exactly one of two callers, :meth:`advance_json` is a compare-and-swap, and
-    :meth:`publish` may be repeated (a commit replayed after a crash)."""
+    at all (a killed writer leaves nothing under its name), ``create_json`` is won by
+    exactly one of two callers, ``advance_json`` is a compare-and-swap, and
+    ``publish`` may be repeated (a commit replayed after a crash)."""
 
     #: The location as shown in messages (no secret).
     location: str
 
     def open_output(self, name: str) -> Any:
         """A writable binary file for ``name`` (pyarrow writes Parquet into it); the object
-        exists, durable and whole, once :meth:`close_output` returns."""
+        exists, durable and whole, once ``close_output`` returns."""
         ...
 
     def close_output(self, out: Any, name: str) -> None:
-        """Finish ``out`` (from :meth:`open_output`); durable when this returns."""
+        """Finish ``out`` (from ``open_output``); durable when this returns."""
         ...
 
     def publish(self, src: str, dst: str) -> bool:
@@ -322,7 +322,7 @@ class SupportsSinkState(Backend, Protocol):
 @runtime_checkable
 class SupportsTargetFiles(Backend, Protocol):
     """A backend that keeps files itself (object storage): the sink's Parquet and Delta
-    targets write below its locations through :class:`TargetFiles`."""
+    targets write below its locations through ``TargetFiles``."""
 
     def target_files(self, resolved: str) -> TargetFiles:
         """The files below the resolved location."""
@@ -331,7 +331,7 @@ class SupportsTargetFiles(Backend, Protocol):
 
 def backend_sink_state(location: str | os.PathLike[str]) -> SinkState | None:
     """The sink's state of a stream target at ``location`` when its backend keeps one itself
-    (:class:`SupportsSinkState`), or None: the sink then keeps a folder beside the target
+    (``SupportsSinkState``), or None: the sink then keeps a folder beside the target
     (``sink.layout.open_sink_state`` decides)."""
     backend = backend_for(location)
     if not isinstance(backend, SupportsSinkState):
@@ -341,9 +341,9 @@ def backend_sink_state(location: str | os.PathLike[str]) -> SinkState | None:
 
 def target_files(location: str | os.PathLike[str]) -> TargetFiles | None:
     """The files below ``location`` when its backend keeps files itself
-    (:class:`SupportsTargetFiles`), or None: a local folder (the embedded log's backend), or
+    (``SupportsTargetFiles``), or None: a local folder (the embedded log's backend), or
     a backend that keeps no files (Redis), which the caller tells apart with
-    :func:`backend_sink_state`."""
+    ``backend_sink_state``."""
     backend = backend_for(location)
     if not isinstance(backend, SupportsTargetFiles):
         return None

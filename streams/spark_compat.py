@@ -11,18 +11,18 @@ on each older minor). What each minor has that the reader and sink use:
   without ``SupportsTriggerAvailableNow`` as ``Trigger.Once`` (one micro-batch, no no-data
   batch: what the last bound closes is withheld), unless
   ``spark.sql.streaming.triggerAvailableNowWrapper.enabled`` is on; ``with_watermark`` turns it
-  on (:func:`pyspark_rowtime.watermark.available_now_runs_no_data_batches`). Either way the
+  on (``pyspark_rowtime.watermark.available_now_runs_no_data_batches``). Either way the
   first ``latestOffset()`` is the run's final target (the wrapper asks for it before the
   checkpoint is read, so it is planned from the initial offset). A capped micro-batch would end
   the query there and leave the rest of the backlog unread, so on 4.1 the reader never caps a
   micro-batch (each one takes the whole backlog) and refuses ``maxRowsPerBatch`` by name
-  (:func:`refuse_before_admission_control`).
+  (``refuse_before_admission_control``).
   ``to_arrow_schema`` takes ``timestamp_utc=True`` where 4.2 takes ``timezone="UTC"``.
 * **4.0** and older: refused. The sink's base class ``DataSourceStreamArrowWriter`` is new in
   4.1. The modules Spark imports to find ``rowtime`` still import cleanly there (the names
   below fall back to stand-ins), and ``schema()``, ``reader()``, ``streamReader()`` and
-  ``streamWriter()`` raise :class:`SparkVersionError` naming both versions
-  (:func:`require_supported_spark`), so the user sees that error and not Spark's bare
+  ``streamWriter()`` raise ``SparkVersionError`` naming both versions
+  (``require_supported_spark``), so the user sees that error and not Spark's bare
   ``DATA_SOURCE_NOT_FOUND`` (which is what an import error during Spark's lookup becomes).
 
 This module imports pyspark; only the Spark faces (``datasource/spark.py``, ``sink/spark.py``,
@@ -85,7 +85,7 @@ class SparkVersionError(RowtimeError, RuntimeError):
 
 
 class SparkVersionOptionError(SparkVersionError, OptionError):
-    """An option whose meaning the running Spark cannot honour (also an :class:`OptionError`,
+    """An option whose meaning the running Spark cannot honour (also an ``OptionError``,
     so code that catches bad options catches it).
 
     Examples:
@@ -153,7 +153,7 @@ def arrow_schema_utc(schema: StructType) -> Any:
 
 
 def require_supported_spark(where: str) -> None:
-    """Raise :class:`SparkVersionError` when the running Spark is older than the oldest one
+    """Raise ``SparkVersionError`` when the running Spark is older than the oldest one
     supported. Called first thing where Spark calls the source (``schema()``, ``reader()``,
     ``streamReader()``, ``streamWriter()``), so the error reaches the user."""
     if SPARK_VERSION[:2] < OLDEST_SUPPORTED:

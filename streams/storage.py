@@ -3,23 +3,23 @@
 Everything above ``streams/`` (the reader's planner and executors in ``datasource/``, the sink
 in ``sink/``, the CLI and the adapter API in the face package) reaches records only through the
 two interfaces below, and never names a backend. A backend is a package (the embedded log
-:mod:`.local`, Redis :mod:`.redis`, object storage :mod:`.objstore`): it implements
-:class:`StreamStorage` and :class:`PartitionAppender`, wraps them in a :class:`Backend`, and
-names that object in an entry point of the group :data:`ENTRY_POINT_GROUP` for each URL scheme
-it serves (``file`` also serves plain paths). :func:`backend_for` loads a backend the first time
+``local``, Redis ``redis``, object storage ``objstore``): it implements
+``StreamStorage`` and ``PartitionAppender``, wraps them in a ``Backend``, and
+names that object in an entry point of the group ``ENTRY_POINT_GROUP`` for each URL scheme
+it serves (``file`` also serves plain paths). ``backend_for`` loads a backend the first time
 a location of its scheme is used, so a user of one backend never imports another's package or
-client library. This package's own backends are also named in :data:`PACKAGED`, which finds them
+client library. This package's own backends are also named in ``PACKAGED``, which finds them
 without reading any distribution's metadata (and where it is missing). What every backend must
-do is :class:`StreamStorage` and :class:`Backend`, called directly; what only some can do is a
+do is ``StreamStorage`` and ``Backend``, called directly; what only some can do is a
 *capability*, a protocol of its own checked with ``isinstance`` (never probed by name):
 
-* on a stream: :class:`SupportsTrim` (a retention, and trims of a partition's head: every
-  backend of this package), :class:`SupportsVerify` (every record batch against its checksum),
-  :class:`SupportsStoredBytes` (the bytes a partition takes), :class:`SupportsWriterOf` (who
+* on a stream: ``SupportsTrim`` (a retention, and trims of a partition's head: every
+  backend of this package), ``SupportsVerify`` (every record batch against its checksum),
+  ``SupportsStoredBytes`` (the bytes a partition takes), ``SupportsWriterOf`` (who
   holds a partition's lock, without taking it);
-* on a backend: :class:`SupportsEntrySource` (entries others append, for a connector), and the
-  sink's :class:`~.sink_state.SupportsSinkState` and :class:`~.sink_state.SupportsTargetFiles`
-  (:mod:`.sink_state`, the sink's own seams: its state and its target files).
+* on a backend: ``SupportsEntrySource`` (entries others append, for a connector), and the
+  sink's ``SupportsSinkState`` and ``SupportsTargetFiles``
+  (``sink_state``, the sink's own seams: its state and its target files).
 
 A backend declares a capability by having its methods; ``tests/test_layers.py`` fails on a
 ``getattr`` or ``hasattr`` naming a member of the contract. Nothing in ``datasource/``,
@@ -32,7 +32,7 @@ Units and ends, for every backend:
   it in its partition from 0; ranges of offsets are half-open ``[start, end)``; ``end_offset`` is
   the offset the next record gets (the number of committed records);
 * a *record* is a data row or a bound record; both take an offset;
-* records are read with the *system columns* of :mod:`.columns` first (``__arrival_us``,
+* records are read with the *system columns* of ``columns`` first (``__arrival_us``,
   ``__rowtime_us``, ``__is_bound``), then the payload columns (nullable; null on bound records).
 
 Guarantees every backend gives (the reader and the sink rely on them):
@@ -41,27 +41,27 @@ Guarantees every backend gives (the reader and the sink rely on them):
   twice gives the same table, and a reader may cache what it read;
 * **appends are atomic and durable**: an append (a run, or a list of segment files) is visible
   to readers wholly or not at all, and survives a crash once the call returns;
-* **one appender per partition**: :meth:`StreamStorage.lock_partition` refuses a second holder
-  with :class:`~pyspark_rowtime.bounds.errors.WriterLockedError`, and the lock dies with its
+* **one appender per partition**: ``StreamStorage.lock_partition`` refuses a second holder
+  with ``WriterLockedError``, and the lock dies with its
   holder's process (never a stale lock);
 * **the clock** of a partition is the highest bound or data rowtime (explicit, or arrival for
   implicit rows) of its committed records; the stream clock is the minimum over partitions
   (None while any is empty);
-* **retention removes a prefix, offsets stay** (SPEC 12, :mod:`.retention`): records may be
+* **retention removes a prefix, offsets stay** (SPEC 12, ``retention``): records may be
   removed only from the head of a partition, whole stored units at a time, and never the last
-  unit; :meth:`StreamStorage.start_offset` is the first kept offset (0 until a trim) and
-  :meth:`StreamStorage.trim_state` the policy state there, stored with the trim. A read that
-  starts below the first kept offset raises :class:`~.retention.DataLossError` naming stream,
+  unit; ``StreamStorage.start_offset`` is the first kept offset (0 until a trim) and
+  ``StreamStorage.trim_state`` the policy state there, stored with the trim. A read that
+  starts below the first kept offset raises ``DataLossError`` naming stream,
   partition and that offset (or, if the reader still holds the records, returns them as they
   were: committed records never change, they only go away). Committed records at or after the
   first kept offset are immutable as before.
 
 What sits at a location (a stream, a pending sink target, a Parquet target, nothing) is decided
-by :func:`what_is_at` alone: the reader, ``get_rowtime_bound`` and the CLI all ask it.
+by ``what_is_at`` alone: the reader, ``get_rowtime_bound`` and the CLI all ask it.
 
 Where the backends take the same step, one function here takes it for all: the message of a
-missing stream (:func:`stream_not_found`), the checks of a partition number, of a run's first
-offset (:func:`check_continues`: a run that does not start at the partition's end commits
+missing stream (``stream_not_found``), the checks of a partition number, of a run's first
+offset (``check_continues``: a run that does not start at the partition's end commits
 nothing) and of a read. ``tests/test_storage_contract.py`` runs one suite of these guarantees
 and every capability against every backend (each declares the capabilities it has, and the
 suite holds it to them).
@@ -127,8 +127,8 @@ class PartitionTail:
 
 @runtime_checkable
 class PartitionAppender(Protocol):
-    """Exclusive append access to one partition, from :meth:`StreamStorage.lock_partition`
-    until :meth:`release`. Not shared between threads without the caller's own lock."""
+    """Exclusive append access to one partition, from ``StreamStorage.lock_partition``
+    until ``release``. Not shared between threads without the caller's own lock."""
 
     partition: int
 
@@ -139,15 +139,15 @@ class PartitionAppender(Protocol):
 
     def append_run(self, stats: SegmentStats, chunks: Sequence[pa.Table | pa.RecordBatch]) -> None:
         """Commit records ``[stats.first, stats.end)``: ``chunks`` in the stream's record
-        schema (:attr:`StreamStorage.file_schema`), summarised by ``stats``
-        (:mod:`.segments`). ``stats.first`` is :meth:`tail`'s ``end``. Atomic and durable when
+        schema (``StreamStorage.file_schema``), summarised by ``stats``
+        (``segments``). ``stats.first`` is ``tail``'s ``end``. Atomic and durable when
         it returns; on error nothing is committed."""
         ...
 
     def append_segment_files(self, paths: Sequence[str], *, reject: bool, verify: bool) -> None:
-        """Commit files written in the segment format (:func:`.segments.write_segment_file`)
+        """Commit files written in the segment format (``segments.write_segment_file``)
         as the partition's next records, in order. Every file is checked to continue the
-        partition (:func:`.segments.check_segment_files`; ``reject``: the stream's order is
+        partition (``segments.check_segment_files``; ``reject``: the stream's order is
         ``reject``, so no data row may go below the clock; ``verify=False`` trusts the footers
         and reads no record) before any is committed; if a check fails nothing is."""
         ...
@@ -164,7 +164,7 @@ class StreamStorage(Protocol):
 
     #: Where the stream is: an absolute local path (embedded log) or the backend's URL.
     location: str
-    #: Payload schema, partition count and ops' defaults (:class:`.meta.StreamMeta`).
+    #: Payload schema, partition count and ops' defaults (``meta.StreamMeta``).
     meta: StreamMeta
 
     @property
@@ -191,19 +191,19 @@ class StreamStorage(Protocol):
     def partition_stats(self, partition: int) -> list[SegmentStats]:
         """Summaries of the committed records of ``partition`` in offset order, one per run
         as the backend keeps them (they tile ``[start_offset, end_offset)``; the first may
-        begin before :meth:`start_offset` where a merge raced with a trim)."""
+        begin before ``start_offset`` where a merge raced with a trim)."""
         ...
 
     def start_offset(self, partition: int) -> int:
         """The first kept offset of ``partition``: 0 until retention (or ``rowtime trim``)
         removed records before it. Offsets never change: the next record still gets
-        :meth:`end_offset`."""
+        ``end_offset``."""
         ...
 
     def trim_state(self, partition: int) -> TrimState:
-        """The partition's trim (:class:`~.retention.TrimState`): its first kept offset and the
+        """The partition's trim (``TrimState``): its first kept offset and the
         largest rowtime and bound before it, from which a reader's policy state there follows
-        (:meth:`~.retention.TrimState.policy_state`)."""
+        (``policy_state``)."""
         ...
 
     def read(
@@ -211,12 +211,12 @@ class StreamStorage(Protocol):
     ) -> pa.Table:
         """Records ``[start, end)`` of ``partition`` in offset order, as Arrow. ``columns``
         picks columns by name (system columns included), None means all. ``end`` may not
-        pass :meth:`end_offset` (an :class:`OptionError` says so)."""
+        pass ``end_offset`` (an ``OptionError`` says so)."""
         ...
 
     def lock_partition(self, partition: int, where: str) -> PartitionAppender:
         """The partition's one appender (``where`` names it in errors); raises
-        :class:`WriterLockedError` while another holder lives."""
+        ``WriterLockedError`` while another holder lives."""
         ...
 
 
@@ -226,7 +226,7 @@ class StreamStorage(Protocol):
 @runtime_checkable
 class SupportsTrim(StreamStorage, Protocol):
     """A stream that keeps a retention and removes a partition's head (SPEC 12,
-    :mod:`.retention`, which decides what may go: a backend only lists its stored units and
+    ``retention``, which decides what may go: a backend only lists its stored units and
     commits a trim). Every backend of this package is one; a read-only stream (a table read
     as a stream) is not."""
 
@@ -257,7 +257,7 @@ class SupportsVerify(StreamStorage, Protocol):
     def verify(self, partition: int) -> tuple[int, int]:
         """Check every record batch of ``partition`` against its checksum (reads every byte);
         returns how many batches were checked and how many had none (written before
-        checksums). Raises :class:`CorruptLogError` naming the unit and the records of the
+        checksums). Raises ``CorruptLogError`` naming the unit and the records of the
         first damaged batch."""
         ...
 
@@ -305,7 +305,7 @@ def check_partition(location: str, partitions: int, partition: Any) -> None:
 
 def check_continues(where: str, first: int, end: int) -> None:
     """What every appender checks before a run commits: it starts where the partition ends
-    (:meth:`PartitionAppender.append_run`), or nothing is written (a stale writer, a gap)."""
+    (``PartitionAppender.append_run``), or nothing is written (a stale writer, a gap)."""
     if first != end:
         raise CorruptLogError(
             f"{where}: a run from offset {first}, and the partition ends at {end}"
@@ -315,7 +315,7 @@ def check_continues(where: str, first: int, end: int) -> None:
 def check_read(
     schema: pa.Schema, columns: Sequence[str] | None, start: Any, end: Any, location: str
 ) -> list[str]:
-    """What every backend's :meth:`StreamStorage.read` checks first, with one message each: the
+    """What every backend's ``StreamStorage.read`` checks first, with one message each: the
     range ``[start, end)`` (ints, ``0 <= start <= end``) and the columns; returns the names the
     read returns (all of ``schema`` for None)."""
     if (
@@ -334,7 +334,6 @@ def check_read(
 def pick_columns(schema: pa.Schema, columns: Sequence[str] | None, location: str) -> list[str]:
     """The names a read of ``columns`` returns (all of ``schema`` for None), checked: unknown
     names are refused with one message, naming the stream."""
-
     names = schema.names
     if columns is None:
         return names
@@ -369,7 +368,7 @@ class LocationKind(enum.Enum):
 
 @dataclass(frozen=True)
 class Location:
-    """The answer of :func:`what_is_at`: the location as given, resolved, and its kind."""
+    """The answer of ``what_is_at``: the location as given, resolved, and its kind."""
 
     given: str
     resolved: str
@@ -382,7 +381,7 @@ class Backend(Protocol):
 
     def resolve(self, location: str) -> str:
         """The canonical form of ``location`` (an absolute path for local files). Raises
-        :class:`OptionError` naming the location when it is not one of this backend's."""
+        ``OptionError`` naming the location when it is not one of this backend's."""
         ...
 
     def kind_at(self, resolved: str) -> LocationKind:
@@ -390,7 +389,7 @@ class Backend(Protocol):
         ...
 
     def open(self, resolved: str, given: str) -> StreamStorage:
-        """The stream at the resolved location; :class:`StreamNotFoundError` naming ``given``
+        """The stream at the resolved location; ``StreamNotFoundError`` naming ``given``
         and how to create one when there is none."""
         ...
 
@@ -398,7 +397,7 @@ class Backend(Protocol):
         self, resolved: str, schema: str | pa.Schema, partitions: int, defaults: dict[str, Any]
     ) -> StreamStorage:
         """Create the stream (or open the identical one that exists), see
-        :func:`.local.log.create_stream` for the rules."""
+        ``local.log.create_stream`` for the rules."""
         ...
 
 
@@ -423,7 +422,7 @@ class SupportsEntrySource(Backend, Protocol):
 
 
 #: The entry-point group storage backends are found in. An entry point's name is a URL scheme
-#: (lower case; ``file`` also serves plain paths), its value the :class:`Backend` object, as in
+#: (lower case; ``file`` also serves plain paths), its value the ``Backend`` object, as in
 #: pyproject.toml::
 #:
 #:     [project.entry-points."pyspark_rowtime.backends"]
@@ -475,7 +474,7 @@ def _import_backend(scheme: str, load: Callable[[], Backend], where: str) -> Bac
 
 
 def _load(scheme: str) -> Backend | None:
-    """The backend of ``scheme``: registered, else this package's own (:data:`PACKAGED`, also
+    """The backend of ``scheme``: registered, else this package's own (``PACKAGED``, also
     where no metadata is installed: the package shipped to executors as a zip by
     ``--py-files``), else another distribution's entry point, each loaded now (only the one
     asked for: a location of one backend imports no other backend's package)."""
@@ -513,12 +512,12 @@ def _scheme(location: str | os.PathLike[str]) -> str:
 
 
 #: The most partitions a stream may be created with (the catalog, ``rowtime create``, the sink's
-#: ``partitions`` and :func:`create_stream` all hold to it): each partition is a writer, a lock,
+#: ``partitions`` and ``create_stream`` all hold to it): each partition is a writer, a lock,
 #: a clock and a folder or set of keys, and a planner reads every partition's tail each step.
 MAX_PARTITIONS = 10_000
 
 
-#: The project's one redaction (:mod:`..bounds.redaction`), under the name this module has
+#: The project's one redaction (``bounds.redaction``), under the name this module has
 #: always exported it by.
 redact_url = redact
 
@@ -558,7 +557,7 @@ def local_path(location: str | os.PathLike[str]) -> str:
 
 def backend_for(location: str | os.PathLike[str]) -> Backend:
     """The backend serving ``location``, by its URL scheme (a plain path: the ``file`` one),
-    found through :data:`ENTRY_POINT_GROUP` the first time a location of its scheme is used."""
+    found through ``ENTRY_POINT_GROUP`` the first time a location of its scheme is used."""
     scheme = _scheme(location)
     backend = _load(scheme)
     if backend is None:
@@ -598,7 +597,7 @@ def create_stream(
     **defaults: Any,
 ) -> StreamStorage:
     """Create the stream at ``location`` (or open the identical one) with its backend; at most
-    :data:`MAX_PARTITIONS` partitions."""
+    ``MAX_PARTITIONS`` partitions."""
     if (
         not isinstance(partitions, bool)
         and isinstance(partitions, int)

@@ -139,7 +139,7 @@ def is_iceberg_location(location: str | os.PathLike[str]) -> bool:
 
 
 def parse_iceberg_location(location: str) -> IcebergLocation:
-    """``location`` parsed; :class:`OptionError` showing the form when it is not one."""
+    """``location`` parsed; ``OptionError`` showing the form when it is not one."""
     shown = redact_url(location)
     try:
         url = urllib.parse.urlparse(location)
@@ -291,7 +291,7 @@ def iceberg_clock_us(location: str, overrides: Mapping[str, str] | None = None) 
 
 
 class _IcebergBackend:
-    """``iceberg://`` locations in :func:`streams.storage.what_is_at`: an Iceberg table is a
+    """``iceberg://`` locations in ``streams.storage.what_is_at``: an Iceberg table is a
     sink target, never a stream, so opening or creating a stream there is refused."""
 
     def resolve(self, location: str) -> str:

@@ -1,24 +1,24 @@
 r"""Rows from text, read strictly: JSON lines and CSV with a header, as ``rowtime insert`` and
 the directory connector read them (SPEC 9: bad input is refused, never half taken or guessed).
 
-A line is refused, as a :class:`BadLineError` naming its number (1-based; a CSV record that spans
+A line is refused, as a ``BadLineError`` naming its number (1-based; a CSV record that spans
 lines is named by the line it starts on), when it is
 
 * not UTF-8 (the byte and its place are named), or holds a NUL byte (text has none: a binary
   file, or a file in UTF-16);
 * JSON that does not parse, is not one object, repeats a key in an object (the second would
-  silently win), nests deeper than :data:`MAX_JSON_DEPTH` levels, or escapes half of a UTF-16
+  silently win), nests deeper than ``MAX_JSON_DEPTH`` levels, or escapes half of a UTF-16
   surrogate pair (``"\ud800"`` is no character: the store cannot hold it);
 * CSV whose quoted cell is never closed (without this check the rest of the input becomes
   that one cell), has text after a closing quote, or has fewer or more cells than the header;
 * a CSV header with an empty or a repeated column name.
 
 ``NaN`` and ``Infinity`` are read as the floats they name: a column of a floating type holds
-them and every other column refuses them, naming the line (:mod:`.text_values`, the writer).
+them and every other column refuses them, naming the line (``text_values``, the writer).
 A UTF-8 byte-order mark at the start of the input is dropped. Blank lines are skipped.
 
 What is not checked here is the row's fit to a stream's columns: that is
-:mod:`.text_values` (each value to its column type) and the writer (names, nulls, order).
+``text_values`` (each value to its column type) and the writer (names, nulls, order).
 """
 
 from __future__ import annotations
@@ -250,7 +250,7 @@ def _csv_error(e: csv.Error, start: int, at: int) -> BadLineError:
 def csv_records(
     lines: Iterable[tuple[int, str]], known: Collection[str] | None = None, what: str = ""
 ) -> Iterator[tuple[int, dict[str, str | None]]]:
-    """(line number, row) for each record after the header (checked by :func:`csv_header`
+    """(line number, row) for each record after the header (checked by ``csv_header``
     with ``known`` and ``what``); a quoted cell may hold line breaks (RFC 4180), and the
     record is named by the line it starts on."""
     at = [0]  # the last line the CSV reader took

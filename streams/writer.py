@@ -29,11 +29,11 @@ What is guaranteed:
 * A partition's clock is the highest bound or data rowtime (explicit, the time of insert for
   implicit rows, or the arrival of an implicit row written before 0.2.0). After
   ``end_stream()`` the clock is the end of stream and no row can follow.
-* One writer per partition: a second one gets :class:`WriterLockedError` while the first lives.
-* A record holds at most 64 MiB of string and binary values (:mod:`.row_checks`); a larger
+* One writer per partition: a second one gets ``WriterLockedError`` while the first lives.
+* A record holds at most 64 MiB of string and binary values (``row_checks``); a larger
   row is refused at insert, naming it, and nothing of the call is buffered.
 
-Rowtimes are read with one :class:`pyspark_rowtime.bounds.time.TimeFormat` built from the
+Rowtimes are read with one ``pyspark_rowtime.bounds.time.TimeFormat`` built from the
 stream's defaults ``rowtime_unit`` (else ``ms``), ``rowtime_timezone`` (else UTC) and
 ``rowtime_format`` when the writer opens. When the stream names a ``rowtime_column`` and a row
 comes without an explicit rowtime, that column's value is the row's explicit rowtime (what
@@ -91,13 +91,13 @@ def wall_clock_us() -> int:
     return time.time_ns() // 1000
 
 
-#: Rows per block of a column whose every value is the same (see :func:`constant_int64`).
+#: Rows per block of a column whose every value is the same (see ``constant_int64``).
 _CONSTANT_BLOCK = 1 << 20
 
 
 def constant_int64(n: int, value: int) -> pa.ChunkedArray:
     """``n`` copies of ``value`` as a chunked array whose chunks share one block of at most
-    :data:`_CONSTANT_BLOCK` values: the arrival column of a large insert costs no memory (and
+    ``_CONSTANT_BLOCK`` values: the arrival column of a large insert costs no memory (and
     no page faults) per row; the IPC writer writes the chunks one after another."""
     block = to_arrow(np.full(min(n, _CONSTANT_BLOCK), value, dtype=np.int64))
     full, rest = divmod(n, _CONSTANT_BLOCK)
@@ -113,7 +113,7 @@ def _with_arrival(chunk: pa.Table, stamp: int) -> pa.Table:
 
 
 class Writer:
-    """Appends rows and bounds to one partition. Use :func:`open_writer` to make one.
+    """Appends rows and bounds to one partition. Use ``open_writer`` to make one.
 
     Thread-safe (a heartbeat thread shares it). Not fork-safe: open writers in the process that
     uses them.
@@ -359,7 +359,7 @@ class Writer:
     def _check_row(
         self, row: Mapping[str, Any], values: tuple[Any, ...], types: tuple[type, ...]
     ) -> None:
-        """The slow path of :meth:`insert`: raise naming the first bad column, or return.
+        """The slow path of ``insert``: raise naming the first bad column, or return.
 
         A row whose value types all pass without asking pyarrow teaches the fast path."""
         unknown = [k for k in row if k not in self._name_set]
@@ -428,7 +428,7 @@ class Writer:
         Columns are matched by name (order does not matter; missing nullable columns are null)
         and cast to the stream's types when that loses nothing. ``rowtime_column`` names a
         column (payload or extra) whose values are the explicit rowtimes, read like
-        ``rowtime=`` in :meth:`insert`; without it the stream's ``rowtime_column`` default is
+        ``rowtime=`` in ``insert``; without it the stream's ``rowtime_column`` default is
         used if the table has that column, else every row gets the arrival time. Raises and
         buffers nothing if any row is bad.
         """
@@ -548,7 +548,7 @@ class Writer:
     def set_rowtime_bound(self, t: Any, strict: bool = False) -> None:
         """Buffer a bound: every later row of this partition has rowtime ``>= t`` (``> t`` if
         ``strict``). ``t`` is read like an explicit rowtime. A bound below the partition clock
-        raises :class:`BoundError` and buffers nothing; one equal to it is written."""
+        raises ``BoundError`` and buffers nothing; one equal to it is written."""
         with self._mutex:
             self._check_open()
             bound_us = normalize_bound(self._rowtime_us(t), strict)
@@ -576,7 +576,7 @@ class Writer:
 
     def end_stream(self) -> int:
         """Write the end-of-stream bound (it releases every held row) and flush; returns
-        :attr:`end_offset`. No row can follow."""
+        ``end_offset``. No row can follow."""
         with self._mutex:
             self._check_open()
             self._append_bound(END_OF_STREAM_US, self._clock_now())
@@ -586,7 +586,7 @@ class Writer:
 
     def flush(self, *, producers: str | None = None) -> int:
         """Commit the buffer as one segment (durable, visible to readers as a whole, with
-        ``producers`` in its footer) and return :attr:`end_offset`. A no-op with an empty buffer.
+        ``producers`` in its footer) and return ``end_offset``. A no-op with an empty buffer.
 
         When it returns, every record buffered before the call is committed, once. When it
         raises, the append may or may not have been committed (the store may have applied it
@@ -595,7 +595,7 @@ class Writer:
         that same append, or finds it already committed, never both, then commits whatever was
         inserted since. So an adapter retries ``flush()`` (with a backoff) until it returns, or
         gives up and, before writing the same rows elsewhere, opens a new writer to see what
-        was committed (:attr:`end_offset`). A :class:`WriterLockedError` (another writer
+        was committed (``end_offset``). A ``WriterLockedError`` (another writer
         took the partition over) is final for this writer. The records of a retried append
         keep the arrival time of its first attempt."""
         with self._mutex:
@@ -604,14 +604,14 @@ class Writer:
 
     def append_segment_files(self, paths: Sequence[str], *, verify: bool = True) -> int:
         """Commit segment files written elsewhere as this partition's next segments, in order,
-        without copying a record; returns :attr:`end_offset`.
+        without copying a record; returns ``end_offset``.
 
         Each file must be complete and fsync'd, on the stream's filesystem, in the segment
-        format of this stream (:func:`~streams.segments.write_segment_file`), and continue the
+        format of this stream (``write_segment_file``), and continue the
         partition exactly: its footer's first offset is the partition's end, its footer
         statistics are those of its records with the partition clock carried over them, its
         arrival times never go below the partition's last, and its records obey the rules
-        :meth:`insert_arrow` and :meth:`set_rowtime_bound` enforce (no bound below the clock;
+        ``insert_arrow`` and ``set_rowtime_bound`` enforce (no bound below the clock;
         under ``order=reject`` no row below it; nothing after the end of stream).
 
         ``verify=False`` checks the footers only (first offset, counts, clock, first arrival)
@@ -620,7 +620,7 @@ class Writer:
 
         A file gets a second name (a hard link) in the partition; the caller may remove its own
         name afterwards. Files are checked before any is committed: if a check fails nothing
-        is. Nothing may be buffered: :class:`UnflushedRecordsError` says to flush first.
+        is. Nothing may be buffered: ``UnflushedRecordsError`` says to flush first.
         """
         with self._mutex:
             self._check_open()
@@ -868,7 +868,7 @@ def open_writer(
     heartbeat: Any = None,
     **options: Any,
 ) -> Writer:
-    """A :class:`Writer` on ``partition`` of the stream at ``location`` (a context manager).
+    """A ``Writer`` on ``partition`` of the stream at ``location`` (a context manager).
 
     ``heartbeat`` (a duration: seconds, ``"500ms"``, a timedelta) makes a background thread
     write a bound at the arrival time whenever the writer has been idle that long.

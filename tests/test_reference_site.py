@@ -127,3 +127,25 @@ def test_the_reference_links_its_cross_references(page: Page, reference_html: st
     # A cross-reference renders as a link to the object's anchor on the page.
     assert 'href="#pyspark_rowtime.watermark.with_watermark"' in reference_html
     assert 'href="#pyspark_rowtime.api.get_rowtime_bound"' in reference_html
+
+
+def test_no_sphinx_role_in_the_package_source() -> None:
+    # mkdocstrings renders Markdown: a role shows literally wherever a docstring is rendered.
+    # Write [name][pyspark_rowtime.module.name] for a link, ``name`` for code.
+    dirs = [
+        "src/pyspark_rowtime",
+        "bounds",
+        "streams",
+        "datasource",
+        "sink",
+        "windows",
+        "connectors",
+    ]
+    found = [
+        f"{path.relative_to(ROOT)}:{text[: m.start()].count(chr(10)) + 1}"
+        for d in dirs
+        for path in sorted((ROOT / d).rglob("*.py"))
+        for text in [path.read_text()]
+        for m in ROLE.finditer(text)
+    ]
+    assert not found, f"Sphinx roles: {found[:20]}"

@@ -1,12 +1,12 @@
 """Windows on Spark driven by the rowtime bounds (SPEC section 10): ``time_interval_aggregate``.
 
-* :mod:`.aggregate` -- ``time_interval_aggregate``, IBM Streams ``timeInterval`` panes, with
-  :mod:`.step` (its per-key step: panes, trigger, re-trigger, ``discardAge``);
-* :mod:`.validity` -- ``interval_aggregate``, the Odysseus aggregate over validity intervals;
-* :mod:`.join` -- ``overlap_join``, the Odysseus join of two streams of validity intervals;
-* :mod:`.define` -- windows as validity, grouped (element based and predicate based).
-* :mod:`.stateful` -- the skeleton the three stateful operators share: each is a config, a logic
-  with a pure step and a versioned state (:class:`.step.StateFormat`), run on Spark's state
+* ``aggregate`` -- ``time_interval_aggregate``, IBM Streams ``timeInterval`` panes, with
+  ``step`` (its per-key step: panes, trigger, re-trigger, ``discardAge``);
+* ``validity`` -- ``interval_aggregate``, the Odysseus aggregate over validity intervals;
+* ``join`` -- ``overlap_join``, the Odysseus join of two streams of validity intervals;
+* ``define`` -- windows as validity, grouped (element based and predicate based).
+* ``stateful`` -- the skeleton the three stateful operators share: each is a config, a logic
+  with a pure step and a versioned state (``step.StateFormat``), run on Spark's state
   store by the one shared piece, ``run_on_state_store``.
 
 Layered like ``datasource`` and ``sink``: it uses ``bounds`` (the pure core), ``with_watermark``'s

@@ -7,9 +7,9 @@ How it is built, and why:
   on with exactly the state (and the output) of an uninterrupted run, on any state store
   provider (``transformWithStateInPandas`` would need RocksDB and protobuf; the event-time
   timeout of one timer per key is all the trigger rules need). The rules themselves are the
-  pure core's (:mod:`.step`, using :func:`bounds.panes.assign_panes_array`): a
-  :class:`PanesConfig`, its :class:`PanesLogic` and the versioned :class:`.step.PanesState`,
-  run by the operators' shared piece (:func:`.stateful.run_on_state_store`).
+  pure core's (``step``, using ``bounds.panes.assign_panes_array``): a
+  ``PanesConfig``, its ``PanesLogic`` and the versioned ``step.PanesState``,
+  run by the operators' shared piece (``stateful.run_on_state_store``).
 * **Late rows reach the step.** Spark drops rows at or below the watermark before a stateful
   operator whose input carries the watermarked column. The step needs those rows (a late row
   re-triggers its pane until ``end + discardAge``), so the rowtime goes in as microseconds
@@ -29,10 +29,10 @@ How it is built, and why:
   before its shuffle; a stateful Python operator alone would shuffle, sort and convert every
   row instead. So a stateless ``mapInPandas`` first
   reduces each partition's rows of a micro-batch to one partial per (key, pane)
-  (:func:`.step.preaggregate`: numpy pane assignment, one vectorised reduction per aggregate,
-  in numpy for numbers and pandas for other types, over chunks of up to :data:`_CHUNK_ROWS`
+  (``step.preaggregate``: numpy pane assignment, one vectorised reduction per aggregate,
+  in numpy for numbers and pandas for other types, over chunks of up to ``_CHUNK_ROWS``
   rows), and only those few rows are shuffled to the
-  stateful operator, which merges them (:func:`.step.merge_step`) by the same rules as rows:
+  stateful operator, which merges them (``step.merge_step``) by the same rules as rows:
   a partial holds its pane's row count, so discarded rows are still counted one by one. A
   native Spark aggregation cannot do the first part: in a streaming query it is itself
   stateful and, in append mode, emits only once the watermark passes. ``./dev bench windows``
@@ -96,7 +96,7 @@ _CHUNK_ROWS = 1 << 18
 
 
 def _seconds(name: str, value: object) -> object:
-    """Numbers pass on to :class:`TimeIntervalSpec` (which checks them); strings such as
+    """Numbers pass on to ``TimeIntervalSpec`` (which checks them); strings such as
     ``"25 seconds"`` become exact Decimal seconds."""
     if not isinstance(value, str):
         return value
@@ -112,7 +112,7 @@ def make_spec(
     discard_age: object = 0.0,
     interval_offset: object = 0.0,
 ) -> TimeIntervalSpec:
-    """The pane parameters as a :class:`TimeIntervalSpec`; an :class:`OptionError` names the
+    """The pane parameters as a ``TimeIntervalSpec``; an ``OptionError`` names the
     parameter (as this function and IBM spell it), the value and the rule."""
     values = {
         "interval_duration": interval_duration,
@@ -143,7 +143,7 @@ def _non_null_literal(expr: Any) -> bool:
 @dataclass(frozen=True)
 class AggCall:
     """One Spark aggregate column as Spark's analyzer sees it: its output ``name`` and
-    ``field``, its function ``kind`` (a :data:`MERGEABLE` value), its arguments as Spark columns
+    ``field``, its function ``kind`` (a ``MERGEABLE`` value), its arguments as Spark columns
     (computed before a step) and, for each, whether it is a non-null literal (``count(*)``,
     ``count(1)``: no input at all)."""
 
@@ -187,8 +187,8 @@ def agg_calls(
     reserved: Sequence[str],
 ) -> list[AggCall]:
     """Check each aggregate in Spark's analyzer (over an empty batch frame of ``df``'s schema)
-    and take it apart: one :class:`AggCall` each. An aggregate that is not one plain
-    :data:`MERGEABLE` function (DISTINCT, FILTER, anything around it) is refused, as is a
+    and take it apart: one ``AggCall`` each. An aggregate that is not one plain
+    ``MERGEABLE`` function (DISTINCT, FILTER, anything around it) is refused, as is a
     name among ``partition_by`` and ``reserved``.
 
     Classic Spark reads the analyzed aggregate expression through Py4J; a Spark Connect client
@@ -228,7 +228,7 @@ def _not_mergeable(who: str, i: int, agg: Column) -> OptionError:
 
 
 def _split_jvm(df: DataFrame, agg: Column, i: int, partition_by: list[str], who: str) -> AggCall:
-    """:func:`agg_calls` for one aggregate in classic Spark (Py4J)."""
+    """``agg_calls`` for one aggregate in classic Spark (Py4J)."""
     from pyspark.errors import AnalysisException
     from pyspark.sql import functions as F
 
@@ -260,7 +260,7 @@ def _split_jvm(df: DataFrame, agg: Column, i: int, partition_by: list[str], who:
     )
 
 
-#: Spark's names of the :data:`MERGEABLE` functions in plan text (``prettyName``).
+#: Spark's names of the ``MERGEABLE`` functions in plan text (``prettyName``).
 _PRETTY = {
     "count": "count",
     "sum": "sum",
@@ -304,7 +304,7 @@ def _one_call(expr: str) -> tuple[str, list[str]] | None:
 def _split_connect(
     df: DataFrame, agg: Column, i: int, partition_by: list[str], who: str
 ) -> AggCall:
-    """:func:`agg_calls` for one aggregate under Spark Connect (plan text, no JVM)."""
+    """``agg_calls`` for one aggregate under Spark Connect (plan text, no JVM)."""
     from pyspark.errors import AnalysisException
     from pyspark.sql import functions as F
     from pyspark.sql.connect.column import Column as ConnectColumn
@@ -376,7 +376,7 @@ def present_flag(call: AggCall) -> Column | None:
 def _plan_aggs(
     df: DataFrame, aggs: Sequence[Column], partition_by: list[str]
 ) -> tuple[list[AggPlan], list[Column], Any]:
-    """The aggregates (:func:`agg_calls`) as mergeable :class:`AggPlan` s over the argument
+    """The aggregates (``agg_calls``) as mergeable ``AggPlan`` s over the argument
     columns (computed by Spark before the step). Returns the plans, the argument columns and
     the output fields."""
     calls = agg_calls(df, aggs, partition_by, who="time_interval_aggregate", reserved=_RESERVED)
@@ -414,7 +414,7 @@ class PanesConfig:
 
 
 class PanesLogic(KeyLogic[PanesState]):
-    """One key's panes: :func:`.step.merge_panes` over the key's partials, then the panes it
+    """One key's panes: ``step.merge_panes`` over the key's partials, then the panes it
     emits as rows, and one more row (``__discarded`` > 0) carrying the rows discarded."""
 
     format = PANES_FORMAT

@@ -10,14 +10,14 @@ The time based window and the element window per partition are reader options
 reader emits it. Here are the two whose end depends on later rows of a *group*, which may come
 from any partition, much later:
 
-* :func:`rows_window` (element based, grouped): a row is valid until the ``n``-th later row of
+* ``rows_window`` (element based, grouped): a row is valid until the ``n``-th later row of
   its group starts, or until the end of stream; with ``slide`` (the seed's "movement", the
   element form of ``interval.slide``) the window moves ``slide`` rows at a time: the rows of
   a group go in blocks of ``slide`` (the group's 1st to ``slide``-th row, and so on), and every
   row of a block is valid until the row ``n`` rows after the block's first starts (row ``i``,
   counted from 0 in its group, ends at row ``floor(i / slide) * slide + n``, as the time
   window's ``floor(rowtime / slide) * slide + duration``); ``slide = n``: tumbling;
-* :func:`while_window` (predicate based, grouped): a row for which the condition holds is
+* ``while_window`` (predicate based, grouped): a row for which the condition holds is
   valid until the first later row of its group for which it does not (that row closes the
   window and is itself valid at no instant), or until the end of stream; rows for which it does
   not hold are valid at no instant.
@@ -27,8 +27,8 @@ hold every other group's rows and the stream clock). So these functions only *de
 window: they add ``rowtime_end`` (null: not known yet) and two columns the interval operator
 reads (``__win_g``, the group; ``__win_on``, the condition), with the window's definition in
 ``__win_on``'s metadata, which Spark keeps through projections and over Spark Connect.
-:func:`pyspark_rowtime.interval_aggregate` then sets the ends inside its own state
-(:func:`assign_ends`): a row whose end is not known yet is valid at least up to the stream clock
+``pyspark_rowtime.interval_aggregate`` then sets the ends inside its own state
+(``assign_ends``): a row whose end is not known yet is valid at least up to the stream clock
 (the row that will end it starts at or after the clock), so every stretch up to the watermark is
 final whatever the open rows' ends turn out to be, and only the open rows wait.
 
@@ -147,7 +147,7 @@ def assign_ends(window: WindowDef, frame: pd.DataFrame) -> pd.DataFrame:
 
 
 def window_of(df: DataFrame) -> WindowDef | None:
-    """The window :func:`rows_window` or :func:`while_window` put on ``df``, if any."""
+    """The window ``rows_window`` or ``while_window`` put on ``df``, if any."""
     if "__win_on" not in df.columns:
         return None
     meta = df.schema["__win_on"].metadata.get(META_KEY)

@@ -2,19 +2,19 @@
 
 Two rows join when their keys are equal and their validities overlap: ``[l.rowtime,
 l.rowtime_end)`` and ``[r.rowtime, r.rowtime_end)`` share an instant. The result is valid in
-the intersection ``[max(starts), min(ends))`` (:func:`pyspark_rowtime.bounds.intervals.combine`).
+the intersection ``[max(starts), min(ends))`` (``pyspark_rowtime.bounds.intervals.combine``).
 Both inputs come from the rowtime reader with option ``interval.duration`` or ``interval.count``
 (the ``rowtime_end`` column).
 
 How it is built, and why:
 
 * **Spark's own stateful operator.** Each side is watermarked on its own
-  (:func:`pyspark_rowtime.with_watermark`), the two are tagged and unioned, grouped by the join
+  (``pyspark_rowtime.with_watermark``), the two are tagged and unioned, grouped by the join
   keys and handed to ``applyInPandasWithState``: each key keeps the intervals of both sides in
   Spark's state store, so a restart from the checkpoint goes on with exactly the state and the
-  output of an uninterrupted run (a :class:`JoinConfig`, its :class:`JoinLogic` and the
-  versioned :class:`JoinState`, run by the operators' shared piece,
-  :func:`.stateful.run_on_state_store`). Each side's payload travels as one struct column, which
+  output of an uninterrupted run (a ``JoinConfig``, its ``JoinLogic`` and the
+  versioned ``JoinState``, run by the operators' shared piece,
+  ``stateful.run_on_state_store``). Each side's payload travels as one struct column, which
   reaches pandas as exact Python values (a wide union with nulls would turn long columns into
   floats).
 * **State bounded by both clocks.** Spark's watermark over the union is the minimum of the two
@@ -38,13 +38,13 @@ the first batch whose watermark reaches its end (both streams' clocks passed it,
 row to come starts after it, and half-open intervals that merely touch do not meet), never
 before. A left row that met at least one right row gives no null-padded row. Which left rows
 met a right row is kept beside the intervals (a fourth field of the left side in a left join's
-stored state, :class:`JoinState`; an inner join, and 0.1.0, store three). Such a row's
+stored state, ``JoinState``; an inner join, and 0.1.0, store three). Such a row's
 ``rowtime`` is below the clock of the batch that emits it: write a left join to a table or
 files, not to a rowtime sink.
 
-**Windows whose ends depend on later rows** (:func:`pyspark_rowtime.rows_window`,
-:func:`pyspark_rowtime.while_window`) on either side: their rows come with no end yet. A row
-waits in the key's state (:class:`Pending`) until its end is known (:func:`settle`: the row
+**Windows whose ends depend on later rows** (``pyspark_rowtime.rows_window``,
+``pyspark_rowtime.while_window``) on either side: their rows come with no end yet. A row
+waits in the key's state (``Pending``) until its end is known (``settle``: the row
 that ends it arrived, or the end of stream), and only then joins, as a new row of its side.
 Each window group must lie within one join key (the window's ``partition_by`` holds every
 join key), so the rows that end a row come to the same key. A waiting row starts below the
@@ -181,7 +181,7 @@ def join_step(
     interval is empty is valid at no instant and comes out in no form.
 
     ``holds`` (us): per side, the earliest start of its rows still waiting for their end
-    (:class:`Pending`; infinity: none). The other side keeps every interval that ends after it
+    (``Pending``; infinity: none). The other side keeps every interval that ends after it
     (such a row may still meet them), whatever the watermark."""
     left, right = old[0].plus(new[0]), old[1].plus(new[1])
     i, j = overlap_pairs(left.start, left.end, right.start, right.end)
@@ -227,7 +227,7 @@ def join_step(
 
 @dataclass
 class Pending:
-    """One side's rows of a window (:mod:`.define`) whose end is not known yet, in the order
+    """One side's rows of a window (``define``) whose end is not known yet, in the order
     the window takes them: starts (us), window groups, whether the condition held, rows."""
 
     start: list[int] = field(default_factory=list)
@@ -246,8 +246,7 @@ class Pending:
 def settle(window: WindowDef, old: Pending, new: Pending, ended: bool) -> tuple[Side, Pending]:
     """Set the ends of ``old``'s and ``new``'s rows that are now known (``ended``: the streams
     ended, every end is known, infinity for a row nothing ended): returns those rows as a
-    :class:`Side` of new intervals, and the rows still waiting."""
-
+    ``Side`` of new intervals, and the rows still waiting."""
     if not len(old) and not len(new):
         return Side(), Pending()
     rows = old.rows + new.rows
@@ -288,8 +287,8 @@ def window_join_step(
     windows: tuple[WindowDef | None, WindowDef | None] = (None, None),
     left_outer: bool = False,
 ) -> tuple[JoinStep, tuple[Pending, Pending]]:
-    """:func:`join_step` for sides that may be windows whose ends depend on later rows: such a
-    side's new rows come as :class:`Pending`; those whose end is now known join (see the
+    """``join_step`` for sides that may be windows whose ends depend on later rows: such a
+    side's new rows come as ``Pending``; those whose end is now known join (see the
     module). Returns the step and the rows still waiting (the step's state, when not None,
     is what to keep beside them; a step with rows waiting always has a timeout)."""
     ended = watermark_ms >= _END_MS
@@ -316,7 +315,7 @@ def window_join_step(
 
 @dataclass(frozen=True)
 class JoinState:
-    """The state of one key (format version 1, :func:`join_format`): each side's intervals
+    """The state of one key (format version 1, ``join_format``): each side's intervals
     and, for a window side, its rows still waiting for their end."""
 
     left: Side = field(default_factory=Side)
@@ -360,7 +359,7 @@ _FORMATS = {
 
 
 def join_format(left_outer: bool) -> StateFormat[JoinState]:
-    """How ``overlap_join`` stores a key (:class:`.step.StateFormat`): a left join keeps which
+    """How ``overlap_join`` stores a key (``step.StateFormat``): a left join keeps which
     left rows met a right row, an inner join has no need to."""
     return _FORMATS[bool(left_outer)]
 
@@ -396,7 +395,7 @@ class JoinConfig:
 
 
 class JoinLogic(KeyLogic[JoinState]):
-    """One key's join: :func:`window_join_step` over the key's kept and new rows of both sides,
+    """One key's join: ``window_join_step`` over the key's kept and new rows of both sides,
     then the results as rows, and one more row carrying the metric (``__kept`` not null)."""
 
     def __init__(self, config: JoinConfig) -> None:

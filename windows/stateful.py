@@ -5,17 +5,17 @@ Bytewax builds its windowing operators on one core:
 
 * **a config**: a frozen dataclass of the operator's checked parameters (``PanesConfig``,
   ``IntervalConfig``, ``JoinConfig``), built on the driver before the query starts;
-* **a logic** (:class:`KeyLogic`) made from it, whose :meth:`KeyLogic.step` is one key and one
+* **a logic** (``KeyLogic``) made from it, whose ``KeyLogic.step`` is one key and one
   micro-batch: its stored state, its new rows and Spark's watermark in, the rows to emit (the
   metric rows included), the state to keep and the next event-time timeout out. The rules are
-  the pure steps (:func:`.step.merge_panes`, :func:`.validity.interval_step`,
-  :func:`.join.window_join_step`): Python and numpy, tested without Spark;
-* **a versioned state**: a frozen state class and its :class:`.step.StateFormat` (the format
+  the pure steps (``step.merge_panes``, ``validity.interval_step``,
+  ``join.window_join_step``): Python and numpy, tested without Spark;
+* **a versioned state**: a frozen state class and its ``step.StateFormat`` (the format
   version written in what is stored, and a reader for every version a release wrote, so a
-  checkpoint of an older release goes on, SPEC 12): :data:`.step.PANES_FORMAT`,
-  :data:`.validity.INTERVAL_FORMAT`, :func:`.join.join_format`;
+  checkpoint of an older release goes on, SPEC 12): ``step.PANES_FORMAT``,
+  ``validity.INTERVAL_FORMAT``, ``join.join_format``;
 
-and **one shared piece**, :func:`run_on_state_store`, that runs a logic on Spark's state store:
+and **one shared piece**, ``run_on_state_store``, that runs a logic on Spark's state store:
 ``applyInPandasWithState`` grouped by the keys, the state kept as one binary column, the
 event-time timeout each step asks for, and the observed metrics, whose rows are then dropped.
 It is the one place that knows how Spark keeps the state: a faster way to run the steps goes
@@ -25,7 +25,7 @@ Why ``applyInPandasWithState`` (and not ``transformWithStateInPandas``): it runs
 store provider (the other needs RocksDB and protobuf), and one event-time timer per key is all
 the operators' rules need. Spark wants one watermarked input column before it allows an
 event-time timeout, and drops the rows whose marked column is at or below the watermark: each
-operator's input carries :func:`never_late`, which holds the mark and a value no watermark
+operator's input carries ``never_late``, which holds the mark and a value no watermark
 reaches, so every row reaches the step and the step decides what is late.
 """
 

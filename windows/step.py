@@ -1,16 +1,16 @@
 """The per-key step of ``time_interval_aggregate``: panes, trigger, re-trigger and discardAge.
 
 Pure Python (numpy and pandas, no Spark), so it is tested without Spark. It runs in two halves:
-:func:`preaggregate` turns raw rows (any keys, any pieces: Spark calls it per partition, before
-the shuffle) into one partial per (key, pane); :func:`merge_panes` is called once per key and
-micro-batch (the operator's logic on :func:`.stateful.run_on_state_store`) with the key's new
-partials, its state (:class:`PanesState`, stored by :data:`PANES_FORMAT`) and the batch's
+``preaggregate`` turns raw rows (any keys, any pieces: Spark calls it per partition, before
+the shuffle) into one partial per (key, pane); ``merge_panes`` is called once per key and
+micro-batch (the operator's logic on ``stateful.run_on_state_store``) with the key's new
+partials, its state (``PanesState``, stored by ``PANES_FORMAT``) and the batch's
 watermark, and answers with the panes to emit, the new state and the timer to set.
-:func:`merge_step` is the same over the stored bytes; :func:`run_step` is both halves over one
+``merge_step`` is the same over the stored bytes; ``run_step`` is both halves over one
 key's raw rows.
 
-Panes are assigned by :func:`bounds.panes.assign_panes_array`; the trigger rules are those of
-:class:`bounds.panes.TimeIntervalWindow` (SPEC section 10), restated for Spark's batches:
+Panes are assigned by ``bounds.panes.assign_panes_array``; the trigger rules are those of
+``bounds.panes.TimeIntervalWindow`` (SPEC section 10), restated for Spark's batches:
 
 * Spark's watermark ``W`` is whole milliseconds. A pane ``[start, end)`` (microseconds)
   triggers in the first batch whose ``W * 1000 >= end``.
@@ -20,7 +20,7 @@ Panes are assigned by :func:`bounds.panes.assign_panes_array`; the trigger rules
 * A pane is closed, and its state dropped, once ``W * 1000 > end + discardAge``; a row for a
   closed pane (and a row in no pane: a gap) is discarded and counted, once per closed pane.
 
-The state of a pane is a list of mergeable partial aggregates (:class:`AggPlan`), never its rows:
+The state of a pane is a list of mergeable partial aggregates (``AggPlan``), never its rows:
 a pane costs the same few values however many rows it holds.
 """
 
@@ -73,7 +73,7 @@ MERGEABLE = {
 
 @dataclass(frozen=True)
 class AggPlan:
-    """One aggregate: ``kind`` (a value of :data:`MERGEABLE`) over the input columns ``inputs``
+    """One aggregate: ``kind`` (a value of ``MERGEABLE``) over the input columns ``inputs``
     of the step's frame (for ``count``: one 0/1 column, 1 where Spark's ``count`` counts the
     row, or none for ``count(*)``; for ``max_by``/``min_by``: the value, then the ordering)."""
 
@@ -108,7 +108,7 @@ class StepResult:
 
 @dataclass(frozen=True)
 class PanesStep:
-    """:class:`StepResult` with the state as a :class:`PanesState` (None: nothing held)."""
+    """``StepResult`` with the state as a ``PanesState`` (None: nothing held)."""
 
     panes: list[tuple[int, int, list[Any]]]
     discarded: int
@@ -162,7 +162,7 @@ class _StateUnpickler(pickle.Unpickler):
 
 def load_values(blob: bytes, what: str) -> Any:
     """Unpickle ``blob``, admitting plain values only (numbers, strings, tuples, lists, dicts
-    and the value types of :data:`_STATE_GLOBALS`): the state of ``what``, read from Spark's
+    and the value types of ``_STATE_GLOBALS``): the state of ``what``, read from Spark's
     state store as data, never as code."""
     return _StateUnpickler(io.BytesIO(blob), what).load()
 
@@ -222,7 +222,7 @@ HIGHEST_VERSION = 1
 
 def load_operator_state(blob: bytes, what: str) -> Any:
     """The plain state of ``what`` (a key of any of the operators), unwrapped from its
-    envelope; a version above :data:`HIGHEST_VERSION` is refused."""
+    envelope; a version above ``HIGHEST_VERSION`` is refused."""
     version, plain = _unwrap(load_values(blob, what))
     if not isinstance(version, int) or not 0 < version <= HIGHEST_VERSION:
         raise _refused(what, version, HIGHEST_VERSION)
@@ -231,13 +231,13 @@ def load_operator_state(blob: bytes, what: str) -> Any:
 
 @dataclass(frozen=True)
 class PanesState:
-    """The state of one key (format version 1, :data:`PANES_FORMAT`): its panes as stored,
+    """The state of one key (format version 1, ``PANES_FORMAT``): its panes as stored,
     ``(start_us, end_us, triggered, pending_ms, partials)`` each, in the order they opened."""
 
     panes: tuple[tuple[int, int, bool, int | None, list[Any]], ...]
 
     def by_start(self) -> dict[int, PaneState]:
-        """The panes as fresh :class:`PaneState` s by start (a step changes those, never this)."""
+        """The panes as fresh ``PaneState`` s by start (a step changes those, never this)."""
         return {s: PaneState(e, t, p, list(v)) for s, e, t, p, v in self.panes}
 
 
@@ -258,13 +258,13 @@ PANES_FORMAT = StateFormat("a time_interval_aggregate key", 1, _write_panes, {1:
 
 def load_state(blob: bytes | None) -> dict[int, PaneState]:
     """The panes of a key, by start (us), from the bytes kept in Spark's state store (any
-    version :data:`PANES_FORMAT` reads)."""
+    version ``PANES_FORMAT`` reads)."""
     if blob is None:
         return {}
     return PANES_FORMAT.loads(blob).by_start()
 
 
-#: Columns of a partials frame (:func:`preaggregate`) besides the key columns.
+#: Columns of a partials frame (``preaggregate``) besides the key columns.
 PARTIAL_COLUMNS = ("__start", "__end", "__n", "__p")
 
 
@@ -381,10 +381,10 @@ def _partials(
 def preaggregate(
     spec: TimeIntervalSpec, aggs: list[AggPlan], df: pd.DataFrame, keys: list[str]
 ) -> pd.DataFrame:
-    """The partial aggregates of raw rows per key and pane, to be merged by :func:`merge_step`.
+    """The partial aggregates of raw rows per key and pane, to be merged by ``merge_step``.
 
     ``df`` has the ``keys`` columns, the rowtime in ``__t`` (microseconds) and the aggregates'
-    inputs. The result has the ``keys``, then :data:`PARTIAL_COLUMNS`: one row per (key, pane)
+    inputs. The result has the ``keys``, then ``PARTIAL_COLUMNS``: one row per (key, pane)
     with the pane's ``__start``/``__end`` (us), ``__n`` the rows it got and ``__p`` the pickled
     list of partials (one per aggregate), in ascending (key, start); and one row per key that
     had rows in no pane (a gap) with ``__n`` those rows and ``__p`` None. Any split of a key's
@@ -474,7 +474,7 @@ def run_step(
     watermark_ms: int,
 ) -> StepResult:
     """One key, one micro-batch, from raw rows (``frames``: the rowtime in column ``__t`` as
-    microseconds and the aggregates' inputs): :func:`preaggregate`, then :func:`merge_step`."""
+    microseconds and the aggregates' inputs): ``preaggregate``, then ``merge_step``."""
     parts = [f for f in frames if len(f)]
     partials = []
     if parts:
@@ -490,7 +490,7 @@ def merge_step(
     blob: bytes | None,
     watermark_ms: int,
 ) -> StepResult:
-    """:func:`merge_panes` over the bytes kept in Spark's state store (None: nothing kept)."""
+    """``merge_panes`` over the bytes kept in Spark's state store (None: nothing kept)."""
     state = None if blob is None else PANES_FORMAT.loads(blob)
     step = merge_panes(spec, aggs, partials, state, watermark_ms)
     kept = None if step.state is None else PANES_FORMAT.dumps(step.state)
@@ -504,7 +504,7 @@ def merge_panes(
     state: PanesState | None,
     watermark_ms: int,
 ) -> PanesStep:
-    """One key, one micro-batch: take the key's new partials (frames of :func:`preaggregate`,
+    """One key, one micro-batch: take the key's new partials (frames of ``preaggregate``,
     in arrival order), emit what the watermark (``W``, ms) triggers, and say what to keep and
     when to wake up.
 

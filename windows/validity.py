@@ -8,14 +8,14 @@ the set of valid rows does not change, nothing where no row is valid.
 
 How it is built, and why:
 
-* **The stretches are the pure core's** (:func:`pyspark_rowtime.bounds.intervals.stretches`):
+* **The stretches are the pure core's** (``pyspark_rowtime.bounds.intervals.stretches``):
   the change points are the starts and ends of the non-empty intervals; the set of valid rows
   changes at each of them, so consecutive points bound exactly the maximal stretches (two
   adjacent stretches never have the same set). Each aggregate is one
-  :func:`~pyspark_rowtime.bounds.intervals.range_reduce` over the rows' ranges of stretches:
+  ``range_reduce`` over the rows' ranges of stretches:
   ``O((rows + stretches) log stretches)`` per key and micro-batch, whatever the overlap.
 * **When a stretch is final.** Spark's watermark ``W`` (ms) is the stream clock minus 1 ms (at
-  least; :func:`pyspark_rowtime.with_watermark`), and every row still to come starts at or after
+  least; ``pyspark_rowtime.with_watermark``), and every row still to come starts at or after
   the clock, above ``W``. A stretch ``[a, b)`` with ``b <= W`` can no longer change: it is
   emitted in that batch, once. The last change point at or below ``W`` (``from``) is kept; rows
   that end at or before it have given all their stretches and leave the state, so the state of
@@ -27,8 +27,8 @@ How it is built, and why:
   ``applyInPandasWithState`` with an event-time timeout (the next stretch end), as
   ``overlap_join`` and ``time_interval_aggregate`` do, so a restart from the checkpoint goes on
   with exactly the state and the output of an uninterrupted run; no Py4J (Spark Connect). An
-  :class:`IntervalConfig`, its :class:`IntervalLogic` and the versioned :class:`IntervalState`,
-  run by the operators' shared piece (:func:`.stateful.run_on_state_store`).
+  ``IntervalConfig``, its ``IntervalLogic`` and the versioned ``IntervalState``,
+  run by the operators' shared piece (``stateful.run_on_state_store``).
 * **Aggregates** are named SQL-like strings, ``{"total": "sum(v)"}``: ``count(*)``,
   ``count(x)``, ``sum(x)``, ``avg(x)`` (or ``mean``), ``min(x)``, ``max(x)``, where ``x`` is any
   Spark SQL expression over the columns. Spark computes ``x`` and whether it is null before the
@@ -209,8 +209,8 @@ def interval_step(
     and the aggregates' inputs), emit the stretches that ended at or before the watermark and
     say what to keep (see the module).
 
-    With a ``window`` (:mod:`.define`), the rows also have ``__g``, ``__on`` and ``__open``
-    (new rows: None) and their ends are set here first (:func:`.define.assign_ends`); a row
+    With a ``window`` (``define``), the rows also have ``__g``, ``__on`` and ``__open``
+    (new rows: None) and their ends are set here first (``define.assign_ends``); a row
     whose end is not known yet counts as valid until infinity, which changes no stretch up to
     the watermark (the row that will end it starts above it)."""
     discarded = 0
@@ -256,7 +256,7 @@ def interval_step(
 
 @dataclass(frozen=True)
 class IntervalState:
-    """The state of one key (format version 1, :data:`INTERVAL_FORMAT`): the rows kept (the
+    """The state of one key (format version 1, ``INTERVAL_FORMAT``): the rows kept (the
     step's columns) and the change point the emitted stretches reached (``from``)."""
 
     rows: pd.DataFrame
@@ -280,7 +280,7 @@ def _read_interval_v1(plain: dict[str, Any]) -> IntervalState:
     return IntervalState(rows, plain["from"])
 
 
-#: How ``interval_aggregate`` stores a key (:class:`.step.StateFormat`).
+#: How ``interval_aggregate`` stores a key (``step.StateFormat``).
 INTERVAL_FORMAT = StateFormat(
     "an interval_aggregate key", 1, _write_interval, {1: _read_interval_v1}
 )
@@ -300,7 +300,7 @@ def _column_aggs(
 ) -> list[tuple[str, str, Column | None, str]]:
     """Spark aggregate columns as ``(name, kind, argument column, text)`` (the argument None
     for ``count(*)``): Spark's analyzer names and checks them, as for
-    ``time_interval_aggregate`` (:func:`..windows.aggregate.agg_calls`)."""
+    ``time_interval_aggregate`` (``windows.aggregate.agg_calls``)."""
     from pyspark.sql import functions as F
 
     who = "interval_aggregate"
@@ -337,7 +337,7 @@ class IntervalConfig:
 
 
 class IntervalLogic(KeyLogic[IntervalState]):
-    """One key's stretches: :func:`interval_step` over its kept and new rows, then the
+    """One key's stretches: ``interval_step`` over its kept and new rows, then the
     stretches it emits as rows, and one more row carrying the metrics (``__kept`` not null)."""
 
     format = INTERVAL_FORMAT

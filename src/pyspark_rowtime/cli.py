@@ -19,9 +19,9 @@
     rowtime demo [--rows N] [--partitions N] [--minutes M] [--tick S] [--out DIR]
 
 ``catalog``, ``streams``, ``connect`` and ``create --stream`` work from the catalog
-(:mod:`.streams.catalog`; ``$ROWTIME_CATALOG`` when no file is given); ``serve`` is
-:mod:`.serve_cli`, ``wait`` and the description of table targets :mod:`.cli_tables`, ``insert``
-:mod:`.cli_input`, ``demo`` :mod:`.demo`. docs/operators/cli.md has every command.
+(``streams.catalog``; ``$ROWTIME_CATALOG`` when no file is given); ``serve`` is
+``serve_cli``, ``wait`` and the description of table targets ``cli_tables``, ``insert``
+``cli_input``, ``demo`` ``demo``. docs/operators/cli.md has every command.
 
 PATH is a stream or a sink target (a Parquet folder, a Delta table, an Iceberg table named
 iceberg://CATALOG/NAMESPACE.TABLE) for clock, wait, describe and metrics.
@@ -294,7 +294,6 @@ def describe(
 
 def _idle_timeout_us(stream: StreamStorage, given: Any) -> int | None:
     """``--idle-timeout`` in microseconds, else the stream's default idle_timeout, else None."""
-
     if given is not None:
         return parse_duration_us(given, what="--idle-timeout")
     default = stream.meta.defaults.get("idle_timeout")
@@ -577,7 +576,6 @@ def cmd_streams(args: argparse.Namespace) -> int:
 
 def _connector_state(entry: Any, connector: Any) -> str:
     """running (it holds the partition's lock), stopped (it has progress), or never run."""
-
     try:
         folder = state_dir(entry, connector.name, connector.settings.get("state"))
     except RowtimeError:
@@ -616,12 +614,11 @@ def connect(
     metrics_host: str = "127.0.0.1",
     **run_options: Any,
 ) -> int:
-    """Run connector ``name`` (:func:`.connectors.run.run`, which takes ``run_options``);
+    """Run connector ``name`` (``connectors.run.run``, which takes ``run_options``);
     with ``metrics_port``, serve its stream's Prometheus metrics (``rowtime metrics``) at
     ``http://metrics_host:metrics_port/metrics`` while it runs. The server starts first (a
     missing library or a port in use is one clear error before anything is written); until
     the connector creates the stream, a scrape has no series for it."""
-
     if metrics_port is None:
         return run(catalog, name, **run_options)
 

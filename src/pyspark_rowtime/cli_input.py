@@ -1,6 +1,6 @@
 """``rowtime insert``: rows from JSON lines or CSV, the format from ``--format`` or the file's
-extension, read strictly (:mod:`pyspark_rowtime.streams.text_lines`), each row's values
-converted to the stream's columns, and stored with a true account (:func:`cmd_insert`): a file
+extension, read strictly (``pyspark_rowtime.streams.text_lines``), each row's values
+converted to the stream's columns, and stored with a true account (``cmd_insert``): a file
 whole or not at all; a pipe as it comes, up to its first bad line."""
 
 from __future__ import annotations
@@ -29,7 +29,7 @@ def records(
     f: Iterable[bytes | str], fmt: str, known: Collection[str] | None = None, what: str = ""
 ) -> Iterator[tuple[int, dict[str, Any]]]:
     """(line number, row) pairs from JSON lines or CSV with a header, read strictly
-    (:mod:`pyspark_rowtime.streams.text_lines`: a :class:`BadLineError` names the first line that
+    (``pyspark_rowtime.streams.text_lines``: a ``BadLineError`` names the first line that
     is not a row); blank lines skipped. ``f`` yields lines as bytes (decoded here as strict
     UTF-8, so a bad byte is named by its line) or as text. ``known``: the names a CSV header
     may hold (``what`` says them in the message)."""
@@ -112,7 +112,7 @@ def convert_row(
 
 # -- the command --------------------------------------------------------------------------------
 
-#: A file is one append however large (see :func:`cmd_insert`): the writer never flushes early.
+#: A file is one append however large (see ``cmd_insert``): the writer never flushes early.
 _ONE_APPEND = 1 << 62
 #: Standard input that streams is committed at least every this many rows, and whenever the
 #: pipe is quiet (the writer's own limit, taken by the command so that it knows each commit).
@@ -123,7 +123,7 @@ def cmd_insert(args: argparse.Namespace) -> int:
     """Insert JSON lines or CSV into one partition.
 
     A file (and standard input redirected from a file) is stored whole or not at all: every
-    line is read and checked (:mod:`pyspark_rowtime.streams.text_lines`, each value against its
+    line is read and checked (``pyspark_rowtime.streams.text_lines``, each value against its
     column, each row by the writer) before the one append that stores them all, so a bad line
     stores nothing and is named. The rows wait in memory until that append.
 
@@ -206,7 +206,7 @@ def _insert_whole(
     name: str,
     read_as: str,
 ) -> int:
-    """Every row of ``rows`` as one append, or none of them (see :func:`cmd_insert`)."""
+    """Every row of ``rows`` as one append, or none of them (see ``cmd_insert``)."""
     writer = open_writer(stream, partition, flush_records=_ONE_APPEND, flush_bytes=_ONE_APPEND)
     count = lineno = 0
     try:
@@ -259,7 +259,7 @@ def _insert_streamed(
     name: str,
     read_as: str,
 ) -> int:
-    """The rows of a pipe, committed as they come (see :func:`cmd_insert`); at a bad line the
+    """The rows of a pipe, committed as they come (see ``cmd_insert``); at a bad line the
     rows before it are committed and the error says so."""
     writer = open_writer(stream, partition, flush_records=_ONE_APPEND, flush_bytes=_ONE_APPEND)
     start = writer.end_offset  # the partition's one writer: only this command appends to it

@@ -1,6 +1,6 @@
 """The ``rowtime`` commands that look at what a sink wrote: ``wait`` (what a scheduler runs
 before an hourly job) and ``describe`` of a Delta or Iceberg target. Kept apart from
-:mod:`.cli` so that neither module grows past what one reader takes in."""
+``cli`` so that neither module grows past what one reader takes in."""
 
 from __future__ import annotations
 

@@ -2,7 +2,7 @@
 
 ``rowtime demo`` (or ``./dev demo``, which sets up the venv first):
 
-1. generates the freeway data set (:mod:`.demo_data`: districts skewed by minutes, readings out
+1. generates the freeway data set (``demo_data``: districts skewed by minutes, readings out
    of order by seconds, a few far too late, a quiet gap) and replays it step by step through the
    adapter API into the rowtime stream ``traffic`` (``order=adjust``, unit sec, range 5), and
    the same readings into Parquet files, one per step, as a plain Spark pipeline would land them;
@@ -233,7 +233,7 @@ def run(args: argparse.Namespace) -> int:
 
 @dataclass
 class Outcome:
-    """What :func:`run_queries` saw: the trace, counts, and the quarantine's rows."""
+    """What ``run_queries`` saw: the trace, counts, and the quarantine's rows."""
 
     trace: Trace
     counts: dict[str, int]

@@ -84,7 +84,7 @@ class DemoData:
     """Readings in arrival order per partition, and the replay schedule.
 
     Per partition ``p`` (arrays of equal length, in arrival order): ``rowtime[p]``,
-    ``arrival[p]`` (simulated, microseconds), ``freeway[p]`` (index into :data:`FREEWAYS`),
+    ``arrival[p]`` (simulated, microseconds), ``freeway[p]`` (index into ``FREEWAYS``),
     ``sensor[p]``, ``lane_flow[p]`` (vehicles per hour per lane), ``too_late[p]`` (generated far
     too late). ``ticks``: the arrival times ending each replay step (ascending);
     ``bounds[k][p]``: the bound partition ``p`` sends at the end of step ``k``, or -1 for none (its

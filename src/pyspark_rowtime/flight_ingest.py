@@ -1,13 +1,13 @@
 """The ingest behind ``rowtime serve``'s puts: a message's checks, its exactly-once commit on
 a partition, and the memory the server holds of the messages it read.
 
-:mod:`.flight_server` is the Flight service (listening, TLS, tokens, the calls); it reads each
+``flight_server`` is the Flight service (listening, TLS, tokens, the calls); it reads each
 message and hands it here. Nothing here listens or knows a call's transport beyond the Flight
 errors it answers with.
 
 **Exactly once**, as Kafka's idempotent producer: a writer numbers its messages per
 partition 0, 1, 2, ...; the partition's record of every writer's last committed ``seq``
-(:attr:`.streams.segments.SegmentStats.producers`) is stored *in the same commit as the
+(``streams.segments.SegmentStats.producers``) is stored *in the same commit as the
 message's records*, so it can never say "committed" for records that are not, nor miss
 records that are, after a crash or a restart too. A ``seq`` at or below the last is a
 duplicate and stores nothing; one past the next is refused naming the one expected. A
@@ -20,7 +20,7 @@ resend with the same ``seq`` is committed once or answered ``duplicate``.
 
 **Memory.** Python Flight handlers run under the GIL (apache/arrow 13745), so a handler only
 reads, checks and commits: one message is read, committed and let go before the next is read,
-and its answer is written after that (:class:`Memory` counts what is held: one message a put
+and its answer is written after that (``Memory`` counts what is held: one message a put
 at the most). What a client sends ahead, one that does not wait for its answers or never reads
 them, waits in gRPC's flow-control window and the sockets' buffers, which then hold the client
 back: that window is gRPC's, sized from the bandwidth and round trip gRPC measures (a few MB on
@@ -29,7 +29,7 @@ it (docs/adapters/any-language.md, Limits). A client that reads no answers
 also stops the server once the answers fill its own window (gRPC's ``Write`` waits for flow
 control): the server is held back, and holds one answer. What gRPC frees of the messages it
 received stays in the C allocator's arenas (glibc keeps freed memory for reuse, per thread);
-the server hands it back to the system every :data:`RELEASE_EVERY_BYTES` read and when a put
+the server hands it back to the system every ``RELEASE_EVERY_BYTES`` read and when a put
 ends (``malloc_trim``, and Arrow's pool's ``release_unused``), so that what it holds after a
 put does not depend on how much the put sent. A message is measured against
 ``max_message_bytes`` once it has arrived whole, when gRPC holds it (and Flight a copy of it):
@@ -76,7 +76,7 @@ __all__ = [
 #: stored twice).
 MAX_WRITERS_KEPT = 64
 #: How many bytes of messages the server reads between two hand-backs of the memory it freed
-#: to the system (:meth:`Memory.release`): one default-sized message; a hand-back walks the
+#: to the system (``Memory.release``): one default-sized message; a hand-back walks the
 #: allocator's arenas, milliseconds at the most.
 RELEASE_EVERY_BYTES = 64 << 20
 #: A writer's name: what a metric label and a message can show as it is.
@@ -223,9 +223,9 @@ class Put:
     """One put (a DoPut call) on one partition: takes the partition for its writer and
     commits its messages, each with the writer's new ``seq`` in the same commit.
 
-    ``part`` is the server's :class:`Partition` for ``stream``'s ``partition`` (one per
+    ``part`` is the server's ``Partition`` for ``stream``'s ``partition`` (one per
     partition, shared by every put on it); ``count(name, partition, writer)`` the server's
-    :class:`Counts` of that writer there."""
+    ``Counts`` of that writer there."""
 
     def __init__(
         self, part: Partition, count: Callable[[str, int, str], Counts], name: str,
@@ -385,7 +385,7 @@ class Memory:
     """What the server holds of the messages it read: ``held`` bytes now (read, not yet
     committed or refused), ``peak`` the most at any moment since the start. A put holds one
     message at a time, so ``peak`` is at most the largest message times the puts at once.
-    Every :data:`RELEASE_EVERY_BYTES` let go, and when a put ends, the memory freed is handed
+    Every ``RELEASE_EVERY_BYTES`` let go, and when a put ends, the memory freed is handed
     back to the system."""
 
     def __init__(self) -> None:

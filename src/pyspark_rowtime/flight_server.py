@@ -14,11 +14,11 @@ in) write to a stream over the network, as SQLstream's adapters did over JDBC wi
   nothing, one past the next is refused naming the one expected, and while a writer has a put
   open on a partition another writer is refused naming it. Why that holds across crashes and
   restarts (the writers' record is stored in the same commit as the records) is
-  :mod:`.flight_ingest`'s, where each message is checked and committed.
+  ``flight_ingest``'s, where each message is checked and committed.
 * **Acknowledgements**: an answer is sent only after the commit returned. A client that lost
   answers (a reset connection, a server killed) resends every message not acknowledged, with
   the same ``seq``: each is then committed once, or answered ``duplicate``.
-* **Flight SQL bulk ingest** (ADBC's driver, :mod:`.flight_sql`): ``adbc_ingest(STREAM,
+* **Flight SQL bulk ingest** (ADBC's driver, ``flight_sql``): ``adbc_ingest(STREAM,
   table)`` with call headers ``x-rowtime-writer``, ``x-rowtime-seq``, ``x-rowtime-partition``
   and ``x-rowtime-bound``, the whole ingest one message, answered by one
   ``DoPutUpdateResult`` after the commit; ``execute_update("SET ROWTIME BOUND 'T' FOR
@@ -30,9 +30,9 @@ in) write to a stream over the network, as SQLstream's adapters did over JDBC wi
 
 **Memory.** A handler reads one message, has it committed and lets it go before it reads the
 next, and writes its answer after that: a put holds one message at the most, counted by the
-server's :class:`.flight_ingest.Memory`, which also hands freed memory back to the system. What a
+server's ``flight_ingest.Memory``, which also hands freed memory back to the system. What a
 client sends ahead waits in gRPC's flow-control window, which pyarrow's server cannot cap
-(:mod:`.flight_ingest` says why, and what ``max_message_bytes`` can and cannot refuse).
+(``flight_ingest`` says why, and what ``max_message_bytes`` can and cannot refuse).
 """
 
 from __future__ import annotations
@@ -93,7 +93,7 @@ __all__ = [
 #: How long SIGTERM waits for the puts in flight before the process exits anyway: every
 #: commit is atomic, so a put cut then is stored wholly or not at all.
 STOP_DEADLINE_S = 8.0
-#: The defaults of ``rowtime serve`` (:mod:`.serve_cli` has the same, so that its parser needs
+#: The defaults of ``rowtime serve`` (``serve_cli`` has the same, so that its parser needs
 #: no Flight; tests/test_serve.py holds them equal).
 DEFAULT_PORT = 8815
 DEFAULT_MAX_MESSAGE_BYTES = 64 << 20
@@ -292,7 +292,7 @@ class RowtimeFlightServer(fl.FlightServerBase):
             return self._partitions.setdefault((location, partition), Partition())
 
     def _put(self, name: str, stream: StreamStorage, partition: int) -> Put:
-        """A put on ``stream``'s ``partition``: its :class:`.flight_ingest.Partition` is the
+        """A put on ``stream``'s ``partition``: its ``flight_ingest.Partition`` is the
         one every put there shares, its counters this server's."""
         return Put(
             self._partition(stream.location, partition), self._count, name, stream, partition

@@ -130,7 +130,7 @@ def _string(message: bytes, number: int, what: str) -> str | None:
 
 def parse_command(command: bytes) -> SqlCommand:
     """The Flight SQL command in a descriptor's ``cmd`` bytes (a ``google.protobuf.Any``:
-    field 1 the type URL, field 2 the message). Raises :class:`ProtobufError`."""
+    field 1 the type URL, field 2 the message). Raises ``ProtobufError``."""
     type_url, body = _any(command, "the command")
     if type_url is None:
         raise ProtobufError("the descriptor's command is not a Flight SQL command (no type URL)")

@@ -1,9 +1,9 @@
 """What operators look at: silent partitions and the Prometheus metrics of streams and targets.
 
-``rowtime metrics PATH...`` prints :func:`exposition`; ``rowtime connect --metrics-port N``
-serves the same at ``/metrics`` (:func:`serve`). Every series is named ``rowtime_*`` and
+``rowtime metrics PATH...`` prints ``exposition``; ``rowtime connect --metrics-port N``
+serves the same at ``/metrics`` (``serve``). Every series is named ``rowtime_*`` and
 labelled ``stream`` (the location as given, any password or token in it shown as ``***``:
-:func:`stream_label`) and, per partition, ``partition``:
+``stream_label``) and, per partition, ``partition``:
 
 =================================  ======================================================
 ``rowtime_partition_clock_seconds`` the partition clock under the stream's default policy
@@ -97,7 +97,6 @@ def idle_since(
 def _first_arrival_after(stream: StreamStorage, partition: int, t_us: int) -> int | None:
     """The arrival of the first record of ``partition`` that arrived after ``t_us``: one
     segment read, found by its footer's last arrival."""
-
     for seg in stream.partition_stats(partition):
         if seg.count and seg.last_arrival_us > t_us:
             table = stream.read(partition, seg.first, seg.end, columns=[LOG_ARRIVAL_US])
@@ -119,7 +118,7 @@ def _seconds(t_us: int | None) -> float | None:
 
 def _bytes(stream: StreamStorage, partition: int) -> int | None:
     """Bytes the partition takes where its backend says (the embedded log: its files), else
-    None (a capability of the stream: :class:`~.streams.storage.SupportsStoredBytes`)."""
+    None (a capability of the stream: ``SupportsStoredBytes``)."""
     return stream.stored_bytes(partition) if isinstance(stream, SupportsStoredBytes) else None
 
 
@@ -219,7 +218,6 @@ class RowtimeCollector:
 
 def stream_metrics(location: str, g: dict[str, Any], c: dict[str, Any]) -> None:
     """Add one stream's samples to the metric families ``g`` (gauges) and ``c`` (counters)."""
-
     stream = open_stream(location)
     meta = stream.meta
     cfg = parse_reader_options({"path": location}, meta.defaults)

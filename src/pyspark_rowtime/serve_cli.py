@@ -1,5 +1,5 @@
 """``rowtime serve``'s command: its arguments, its options (checked before anything listens),
-the catalog's ``[servers.NAME]``, signals. The server itself is :mod:`.flight_server`, imported
+the catalog's ``[servers.NAME]``, signals. The server itself is ``flight_server``, imported
 only when a server starts: Arrow Flight's library (gRPC) is loaded by no other command.
 """
 
@@ -31,7 +31,7 @@ __all__ = [
     "read_tokens",
 ]
 
-#: The same as :data:`.flight_server.DEFAULT_PORT` and ``DEFAULT_MAX_MESSAGE_BYTES`` (a test
+#: The same as ``flight_server.DEFAULT_PORT`` and ``DEFAULT_MAX_MESSAGE_BYTES`` (a test
 #: holds them equal), here so that the parser needs no Flight.
 DEFAULT_PORT = 8815
 DEFAULT_MAX_MESSAGE_BYTES = 64 << 20
@@ -42,7 +42,7 @@ DEFAULT_MAX_MESSAGE_BYTES = 64 << 20
 
 @dataclass(frozen=True)
 class ServeOptions:
-    """What ``rowtime serve`` was told (checked by :func:`check_options`)."""
+    """What ``rowtime serve`` was told (checked by ``check_options``)."""
 
     root: str | None = None
     catalog: str | None = None
@@ -111,7 +111,7 @@ def read_tokens(path: str) -> list[bytes]:
 
 
 def add_serve_parser(sub: Any) -> None:
-    """``rowtime serve``'s arguments (the server itself: :mod:`.flight_server`)."""
+    """``rowtime serve``'s arguments (the server itself: ``flight_server``)."""
     p = sub.add_parser(
         "serve",
         help="an Arrow Flight endpoint: adapters in any language write rows and bounds",
@@ -176,7 +176,7 @@ def options_from(args: argparse.Namespace) -> ServeOptions:
 
 
 def server_entry(catalog_path: str, name: str) -> dict[str, Any]:
-    """``[servers.NAME]`` of a catalog, as :class:`ServeOptions` fields (paths relative to the
+    """``[servers.NAME]`` of a catalog, as ``ServeOptions`` fields (paths relative to the
     catalog's folder)."""
     catalog = load_catalog(catalog_path)
     if name not in catalog.servers:
@@ -191,7 +191,7 @@ def server_entry(catalog_path: str, name: str) -> dict[str, Any]:
 def cmd_serve(args: argparse.Namespace, out: Any = None) -> int:
     """Run ``rowtime serve`` until SIGTERM or SIGINT: options checked first (nothing listens
     before they hold), then the server, its first line on ``out`` (stderr) saying where it
-    listens; on the signal, :meth:`.flight_server.RowtimeFlightServer.stop`."""
+    listens; on the signal, ``flight_server.RowtimeFlightServer.stop``."""
     out = out or sys.stderr
     o = options_from(args)
     check_options(o)
@@ -258,7 +258,7 @@ def cmd_serve(args: argparse.Namespace, out: Any = None) -> int:
 
 
 def metrics_registry(server: Any) -> Any:
-    """A Prometheus registry with the counters of a :class:`.flight_server.RowtimeFlightServer`
+    """A Prometheus registry with the counters of a ``flight_server.RowtimeFlightServer``
     per stream, partition and writer (a writer's name is what its client chose; no token or
     header value is a label), and the bytes of messages it holds now."""
     from prometheus_client.core import CollectorRegistry, CounterMetricFamily, GaugeMetricFamily

@@ -84,7 +84,6 @@ def use_catalog(spark: Any, path: str | None = None) -> str:
         >>> spark.readStream.format("rowtime").option("stream", "speeds").load().columns
         ['sensor', 'speed', 'rowtime', 'is_bound']
     """
-
     conf = spark.conf.get(CATALOG_CONF, None) if path is None else path
     resolved = find_catalog(None, conf, needed_for="use_catalog")
     source = type("RowtimeCatalogSource", (RowtimeDataSource,), {"conf_catalog": resolved})

@@ -1,11 +1,11 @@
 """Waiting for a clock: what a scheduler runs before a job that needs everything up to a time.
 
-:func:`wait_for_clock` polls a clock until it reaches a time, or a timeout passes. It reads no
+``wait_for_clock`` polls a clock until it reaches a time, or a timeout passes. It reads no
 wall clock of its own: the caller gives ``now`` (monotonic seconds) and ``sleep``, which the
-public :func:`pyspark_rowtime.api.wait_for_rowtime_bound` sets to :func:`time.monotonic` and
-:func:`time.sleep`, and tests drive by hand.
+public ``pyspark_rowtime.api.wait_for_rowtime_bound`` sets to ``time.monotonic`` and
+``time.sleep``, and tests drive by hand.
 
-Polls back off: the first pause is :data:`FIRST_PAUSE_S` (or ``poll`` when shorter), each next
+Polls back off: the first pause is ``FIRST_PAUSE_S`` (or ``poll`` when shorter), each next
 one twice the last, up to ``poll``; the last pause ends at the deadline, where the clock is read
 once more. A clock that is already there costs one read and no pause.
 """
@@ -50,7 +50,7 @@ class Waited:
 
 
 def parse_timeout_s(value: Any, *, what: str) -> float:
-    """A timeout in seconds, from what :func:`parse_duration_us` reads, and zero too (check
+    """A timeout in seconds, from what ``parse_duration_us`` reads, and zero too (check
     once, do not wait: a sensor's single poke)."""
     if isinstance(value, (int, float)) and not isinstance(value, bool) and value == 0:
         return 0.0

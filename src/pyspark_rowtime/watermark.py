@@ -33,14 +33,14 @@ watermark.
 be protected: a filter there removes bound records before the watermark node exists, and one
 watermark over the union of two rowtime streams follows the faster one (Spark's watermark is the
 maximum event time it saw) and drops the slower one's rows as late. ``with_watermark`` refuses
-both when it is called (:class:`QueryShapeError`, naming the operator and what to write
+both when it is called (``QueryShapeError``, naming the operator and what to write
 instead). A query that calls Spark's own ``withWatermark("rowtime", ...)`` without the helper
 lets bound records through as rows (counted, joined, deduplicated) and lets filters freeze its
-watermark; :func:`watch_queries` (installed by the first ``with_watermark`` call of a session)
-checks every query that session starts and logs a warning naming the fix. :func:`check_query`
+watermark; ``watch_queries`` (installed by the first ``with_watermark`` call of a session)
+checks every query that session starts and logs a warning naming the fix. ``check_query``
 runs the same check on demand (say, in a test of your own job).
 
-Every check reads Spark's *analyzed* plan as text (:func:`analyzed_plan_text`), the same way in
+Every check reads Spark's *analyzed* plan as text (``analyzed_plan_text``), the same way in
 classic Spark and under Spark Connect, whose client has no JVM: one reading, so the two modes
 cannot give different findings.
 """
@@ -67,7 +67,7 @@ log = logging.getLogger("pyspark_rowtime")
 #: The smallest delay Spark does not truncate to zero: it keeps watermarks in milliseconds.
 _MIN_DELAY_US = 1000
 
-#: How the barrier reads in Spark's plan text (lower case); :func:`check_plan` looks for it.
+#: How the barrier reads in Spark's plan text (lower case); ``check_plan`` looks for it.
 _BARRIER_SQL = "spark_partition_id() >= 0"
 
 #: Operators that may stand between the reader and its watermark: they do not remove rows
@@ -128,7 +128,7 @@ def with_watermark(df: DataFrame, delay: Any = None) -> DataFrame:
 def watermark_rowtime(
     df: DataFrame, delay: Any = None, *, late_rows_handled: bool = False
 ) -> DataFrame:
-    """:func:`with_watermark` for operators of this project that handle late rows themselves.
+    """``with_watermark`` for operators of this project that handle late rows themselves.
 
     ``late_rows_handled=True`` lets one watermark stand over a union of rowtime streams: an
     operator such as ``time_interval_aggregate`` never lets Spark drop a row as late (it
@@ -167,7 +167,7 @@ AVAILABLE_NOW_WRAPPER = "spark.sql.streaming.triggerAvailableNowWrapper.enabled"
 
 
 def available_now_runs_no_data_batches(spark: SparkSession) -> None:
-    """On Spark 4.1, turn on :data:`AVAILABLE_NOW_WRAPPER` in ``spark`` (unless set already).
+    """On Spark 4.1, turn on ``AVAILABLE_NOW_WRAPPER`` in ``spark`` (unless set already).
 
     Every Python stream source on 4.1 lacks ``SupportsTriggerAvailableNow`` (new in 4.2), and
     with the setting off (its default) Spark runs an ``availableNow`` query over one as
@@ -353,7 +353,7 @@ def _refuse_unprotectable(df: DataFrame, late_rows_handled: bool = False) -> Non
 
 
 def check_plan(plan: str | PlanNode | None) -> list[str]:
-    """The shapes in an analyzed logical plan (Spark's text, or :func:`parse_plan`'s tree) that
+    """The shapes in an analyzed logical plan (Spark's text, or ``parse_plan``'s tree) that
     break the rowtime promise, as messages (empty when none). Looks at every watermark on a
     column of a ``format("rowtime")`` source."""
     root = parse_plan(plan) if isinstance(plan, str) else plan

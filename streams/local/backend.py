@@ -1,4 +1,4 @@
-"""The embedded log as a :class:`~..storage.Backend`: plain paths and ``file://`` URLs."""
+"""The embedded log as a ``Backend``: plain paths and ``file://`` URLs."""
 
 from __future__ import annotations
 
@@ -43,7 +43,7 @@ def _sink_target_kind(path: str) -> str | None:
 
 
 class _EmbeddedLogBackend:
-    """The embedded log as a :class:`~.storage.Backend`: local paths and ``file://`` URLs."""
+    """The embedded log as a ``Backend``: local paths and ``file://`` URLs."""
 
     def resolve(self, location: str) -> str:
         return local_path(location)

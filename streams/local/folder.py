@@ -1,13 +1,13 @@
-"""A partition's folder in the embedded log (:mod:`.log`): its segment files, how they are
+"""A partition's folder in the embedded log (``log``): its segment files, how they are
 listed into the chain of records from the first kept offset, and how a segment is written and
 linked into it.
 
 A listing decides which files hold the partition's records; it never removes one. Where files'
 offsets overlap (a merged segment beside the parts it replaces, after a crash; equally a stray
 copy or a half-restored backup), the larger is taken into the chain only if it verifies
-(:func:`claim_problem`: its footer and record count are its name's, its checksums match);
+(``claim_problem``: its footer and record count are its name's, its checksums match);
 otherwise the chain goes on through the others, and only the writer's clean-up
-(:func:`.merge.clean_partition`) may remove a file, after checking it record by record.
+(``merge.clean_partition``) may remove a file, after checking it record by record.
 """
 
 from __future__ import annotations
@@ -68,9 +68,9 @@ class Listing:
     continuing the last. ``leftovers``: segment files whose offsets lie inside the chain's
     and that are not part of it (what an interrupted merge leaves). ``trimmed``: segment files
     wholly before ``start`` (what an interrupted trim leaves). ``rejected``: segment files that
-    claim offsets other files hold and failed verification (:func:`claim_problem`), each with
+    claim offsets other files hold and failed verification (``claim_problem``), each with
     the reason: a stray copy, a half-restored backup, a damaged merge. ``temps``: temporary
-    files. Of the files outside the chain, only :func:`.merge.clean_partition` removes any, and only
+    files. Of the files outside the chain, only ``merge.clean_partition`` removes any, and only
     what it has verified."""
 
     chain: list[Segment]
@@ -82,7 +82,7 @@ class Listing:
 
 
 def read_trim_state(part_dir: str) -> TrimState:
-    """The partition's trim (:mod:`.retention`), or the empty one (nothing removed)."""
+    """The partition's trim (``retention``), or the empty one (nothing removed)."""
     path = os.path.join(part_dir, TRIM_FILE)
     try:
         with open(path, encoding="utf-8") as f:
@@ -92,7 +92,7 @@ def read_trim_state(part_dir: str) -> TrimState:
     return TrimState.from_json(text, path)
 
 
-#: Verdicts of :func:`claim_problem` by file identity (path, inode, size, mtime): a committed
+#: Verdicts of ``claim_problem`` by file identity (path, inode, size, mtime): a committed
 #: segment never changes, so a listing that meets the same overlap again does not read the
 #: file again. Bounded; cleared when full.
 _VERDICTS: dict[tuple[str, int, int, int], str | None] = {}
@@ -101,7 +101,7 @@ _VERDICTS_MAX = 1024
 
 def _footer_problem(segment: Segment) -> tuple[pa.Table | None, str | None]:
     """The segment file's records, and why its footer or record count is not what its name
-    says (None when they are). Raises :class:`FileNotFoundError` if the file is gone."""
+    says (None when they are). Raises ``FileNotFoundError`` if the file is gone."""
     try:
         table = open_segment_file(segment.path)
         stats = SegmentStats.from_metadata(table.schema.metadata, segment.path)
@@ -125,10 +125,10 @@ def claim_problem(segment: Segment) -> str | None:
 
     Verified: its footer's first offset and record count equal its name's, it holds that many
     records (rows and bounds), and every record batch matches its checksum
-    (:func:`.segments.verify_segment_file`; a segment written before checksums has none to
+    (``segments.verify_segment_file``; a segment written before checksums has none to
     match). Reads every byte of the file, so it runs only where a decision rests on the file:
     a segment whose offsets other files also hold, before it enters a chain, and before the
-    files it would replace are removed. Raises :class:`FileNotFoundError` if the file is gone.
+    files it would replace are removed. Raises ``FileNotFoundError`` if the file is gone.
     """
     st = os.stat(segment.path)
     key = (segment.path, st.st_ino, st.st_size, st.st_mtime_ns)
@@ -149,8 +149,8 @@ def claim_problem(segment: Segment) -> str | None:
 def list_segments(part_dir: str) -> tuple[list[Segment], list[str], list[str]]:
     """The chain of segments from the partition's first kept offset in ``part_dir``, plus
     leftovers: ``(chain, others, temps)``, ``others`` the paths of every segment file outside
-    the chain (:class:`Listing`'s leftovers, trimmed and rejected files), ``temps`` the
-    temporary files. See :func:`list_partition`."""
+    the chain (``Listing``'s leftovers, trimmed and rejected files), ``temps`` the
+    temporary files. See ``list_partition``."""
     listing = list_partition(part_dir)
     others = [s.path for s in (*listing.leftovers, *listing.trimmed)]
     others += [s.path for s, _ in listing.rejected]
@@ -158,16 +158,16 @@ def list_segments(part_dir: str) -> tuple[list[Segment], list[str], list[str]]:
 
 
 def list_partition(part_dir: str) -> Listing:
-    """The partition folder ``part_dir`` as a :class:`Listing`.
+    """The partition folder ``part_dir`` as a ``Listing``.
 
-    The chain starts at the segment holding the first kept offset (:data:`.retention.TRIM_FILE`
+    The chain starts at the segment holding the first kept offset (``retention.TRIM_FILE``
     says which it is; 0 without one): the one starting there, or, where a merge raced with a
     trim, the merged segment that covers it. Where several files start at one offset, or a
     file's offsets overlap others' (an interrupted merge leaves the merged segment beside the
     ones it replaces; a stray copy or a half-restored backup leaves anything), the larger
-    segment is taken only if it verifies (:func:`claim_problem`); otherwise it is rejected and
+    segment is taken only if it verifies (``claim_problem``); otherwise it is rejected and
     the chain goes on through the others, so a file's name alone never hides records that
-    verify. Raises :class:`CorruptLogError` if the chain has a gap that a fresh listing does
+    verify. Raises ``CorruptLogError`` if the chain has a gap that a fresh listing does
     not close (a concurrent rename or trim can make one listing miss a file, so it is
     retried).
     """
@@ -239,7 +239,7 @@ class _Gap:
 def _walk(
     by_first: dict[int, list[Segment]], start: int, trimmed: list[Segment], temps: list[str]
 ) -> Listing | _Gap:
-    """One listing's chain from ``start`` (see :func:`list_partition`)."""
+    """One listing's chain from ``start`` (see ``list_partition``)."""
     total = sum(len(c) for c in by_first.values())
     if total == len(by_first) and start in by_first:
         # The usual folder: one file per first offset. If they make one chain, none overlaps.
@@ -358,7 +358,7 @@ def link_segment(part_dir: str, path: str, stats: SegmentStats) -> Segment:
     return Segment(stats.first, stats.count, final)
 
 
-#: The flock'd file that makes trims of one partition take turns (:meth:`Stream.trim_partition`).
+#: The flock'd file that makes trims of one partition take turns (``Stream.trim_partition``).
 TRIM_LOCK_FILE = "_trim.lock"
 
 

@@ -24,30 +24,30 @@ a committed segment survives a crash. Its columns are the system columns
 then the payload columns (all nullable in the file: a bound record's payload is null). A
 record's offset is the segment's first offset plus its index in the file.
 
-Each segment's schema metadata (``rowtime.*`` keys, see :class:`.segments.SegmentStats`, where
+Each segment's schema metadata (``rowtime.*`` keys, see ``segments.SegmentStats``, where
 the file format is defined and checked) summarises it:
 the partition clock after it, min/max data rowtime, last bound, last arrival, skew. The clock of
 a partition is read from its last segment's footer alone.
 
 Small segments (a writer that flushes every row, heartbeats) are merged by the writer, sixteen
-of a size class at a time (:func:`.merge.compact_tail`). The merged segment
+of a size class at a time (``merge.compact_tail``). The merged segment
 covers exactly the offsets of the ones it replaces and is committed, and read back, before they
 are removed, so at every moment the directory holds a complete chain from offset 0. A listing
 that races with a change may see a gap: it is retried.
 
-**No file goes on the strength of its name.** Where a listing (:mod:`.folder`) finds files
+**No file goes on the strength of its name.** Where a listing (``folder``) finds files
 whose offsets overlap (a merged segment beside its parts; equally a stray copy or a
 half-restored backup), the larger is taken into the chain only if it verifies
-(:func:`.folder.claim_problem`: its footer and record count are its name's, its checksums
+(``folder.claim_problem``: its footer and record count are its name's, its checksums
 match); otherwise the chain goes on through the others. The writer that opens a partition next
-(:func:`.merge.clean_partition`) removes a file outside the chain only after verifying that the
+(``merge.clean_partition``) removes a file outside the chain only after verifying that the
 chain holds its records, value for value, or (an interrupted trim's) that it lies before the
 first kept offset and is what its name says; anything else stays, every file with it, and the
-writer refuses with :class:`CorruptLogError` naming the files and what to do, as PostgreSQL
+writer refuses with ``CorruptLogError`` naming the files and what to do, as PostgreSQL
 refuses to start rather than delete. A writer killed at any step of a merge or a trim loses
 nothing (``tests/test_recovery.py``).
 
-Retention (:mod:`.retention`) removes whole segments from the head of a partition: the chain
+Retention (``retention``) removes whole segments from the head of a partition: the chain
 then starts at the first kept offset that ``_trim.json`` records, and offsets never change.
 """
 
@@ -136,9 +136,9 @@ resolve_location = local_path
 class Stream:
     """A stream opened for reading. Cheap to create; safe to use from several threads.
 
-    Listings are refreshed on every :meth:`end_offset`; segment files are memory-mapped once
+    Listings are refreshed on every ``end_offset``; segment files are memory-mapped once
     and cached (they never change), up to ``cache_segments`` of them. A read checks the record
-    batches it returns against their checksums (:class:`~.segments.SegmentChecks`).
+    batches it returns against their checksums (``SegmentChecks``).
     """
 
     def __init__(self, meta: StreamMeta, *, cache_segments: int = 256) -> None:
@@ -208,7 +208,7 @@ class Stream:
     def verify(self, partition: int) -> tuple[int, int]:
         """Check every record batch of a partition against its checksum (reads every byte of
         its segments); returns how many batches were checked and how many had none (segments
-        written before checksums). Raises :class:`CorruptLogError` naming the file and the
+        written before checksums). Raises ``CorruptLogError`` naming the file and the
         records of the first damaged batch."""
 
         def run(chain: list[Segment]) -> tuple[int, int]:
@@ -277,16 +277,16 @@ class Stream:
     def trim_partition(
         self, partition: int, decide: Callable[[list[Unit], TrimState], TrimState | None]
     ) -> TrimResult | None:
-        """Remove the head segments ``decide`` lets go (:func:`.retention.choose_trim`).
+        """Remove the head segments ``decide`` lets go (``retention.choose_trim``).
 
         Under the partition's trim lock (a flock on ``_trim.lock``: one trim at a time; the
-        writer's appends and merges go on). The new :class:`TrimState` is written (atomically,
+        writer's appends and merges go on). The new ``TrimState`` is written (atomically,
         fsync'd) before any segment is removed, so readers never see a gap: a listing starts at
         the first kept offset. A reader that holds a removed segment memory-mapped keeps its
         records (Linux frees the file when the last map goes); one that opens it after the
-        trim gets :class:`~.retention.DataLossError`. A trim killed between the two leaves
+        trim gets ``DataLossError``. A trim killed between the two leaves
         segments before the first kept offset, which the next writer removes once their
-        footers say they are what their names say (:func:`.merge.clean_partition`)."""
+        footers say they are what their names say (``merge.clean_partition``)."""
         part_dir = self.partition_dir(partition)
         with _flock(os.path.join(part_dir, TRIM_LOCK_FILE)):
             prev = read_trim_state(part_dir)
@@ -393,9 +393,9 @@ class Stream:
         ``columns`` selects columns by name (system columns included); None means all, system
         columns first. The table's buffers point into memory-mapped segment files: nothing is
         copied and unselected columns are never touched. ``end`` may not pass
-        :meth:`end_offset`. A read with any payload column checks each record batch it returns
-        from against its checksum first, once per process (:class:`~.segments.SegmentChecks`):
-        a damaged one raises :class:`CorruptLogError` naming the file and its records.
+        ``end_offset``. A read with any payload column checks each record batch it returns
+        from against its checksum first, once per process (``SegmentChecks``):
+        a damaged one raises ``CorruptLogError`` naming the file and its records.
         """
         names = check_read(self.file_schema, columns, start, end, self.location)
         verify = reads_payload(names)
@@ -451,7 +451,7 @@ def _damaged(segment: Segment, why: str) -> CorruptLogError:
 
 
 class _LogAppender:
-    """The embedded log's :class:`~.storage.PartitionAppender`: holds the partition's flock;
+    """The embedded log's ``PartitionAppender``: holds the partition's flock;
     appends segment files (write, fsync, link, fsync the folder) and merges small ones."""
 
     def __init__(self, stream: Stream, partition: int, where: str) -> None:
@@ -532,7 +532,7 @@ def _find(chain: list[Segment], offset: int) -> int:
 def open_stream(location: str | os.PathLike[str]) -> Stream:
     """The stream at ``location`` (a path or ``file://`` URL).
 
-    Raises :class:`StreamNotFoundError` (naming the location and how to create a stream) when
+    Raises ``StreamNotFoundError`` (naming the location and how to create a stream) when
     there is none.
     """
     return _open(resolve_location(location), str(location))
@@ -562,7 +562,7 @@ def create_stream(
     """Create a stream (or open the identical one that exists) and return it.
 
     ``schema`` is a Spark DDL string or a pyarrow schema; ``defaults`` are the ops' defaults for
-    readers (:data:`streams.meta.KNOWN_DEFAULTS`; Spark spellings such as ``adjust.unit`` work
+    readers (``streams.meta.KNOWN_DEFAULTS``; Spark spellings such as ``adjust.unit`` work
     too). A stream that exists with another schema or partition count, or other defaults when
     defaults are given, is an error; with the same ones this is a no-op.
     """

@@ -1,11 +1,11 @@
 """Merging a partition's small segments, and the clean-up of what a crash left: the two steps
-of the embedded log (:mod:`.log`) that remove segment files, both only for the partition's
+of the embedded log (``log``) that remove segment files, both only for the partition's
 writer (the lock holder).
 
 Neither removes a file on the strength of its name or length. A merge verifies its parts
 (checksums, footers recomputed from their records, columns against the stream's) before it
 writes the merged segment, and reads that back, comparing it with the records written, before
-the parts go. :func:`clean_partition` removes a file outside the chain only once the chain
+the parts go. ``clean_partition`` removes a file outside the chain only once the chain
 verifiably holds the same records, value for value (or, for what an interrupted trim left, once
 its footer matches its name and it lies before the first kept offset); anything else stays and
 the writer refuses to open, naming the files. So a writer killed at any step of either, or a
@@ -55,9 +55,9 @@ def _size_class(count: int) -> int:
 def _merge_start(chain: list[Segment]) -> int | None:
     """Where the tail to merge starts, or None if no merge is due.
 
-    Among the small segments at the tail (below :data:`COMPACT_BELOW_RECORDS` records), for the
+    Among the small segments at the tail (below ``COMPACT_BELOW_RECORDS`` records), for the
     smallest size class ``c`` for which the trailing run of segments of class ``<= c`` holds
-    :data:`COMPACT_FANIN` segments of class exactly ``c``, that run is merged. The result has
+    ``COMPACT_FANIN`` segments of class exactly ``c``, that run is merged. The result has
     at least ``COMPACT_FANIN`` times the records of a class-``c`` segment, so it lands in a
     higher class: a record is rewritten at most once per class (four times), however the flush
     sizes mix.
@@ -80,12 +80,12 @@ def _merge_start(chain: list[Segment]) -> int | None:
 def compact_tail(stream: Stream, partition: int) -> int:
     """Merge runs of small segments at the end of a partition; returns how many merges ran.
 
-    Only the partition's writer (the lock holder) may call this (see :func:`_merge_start` for
+    Only the partition's writer (the lock holder) may call this (see ``_merge_start`` for
     which segments). The parts are verified (checksums) before they are merged, and the merged
     segment is committed, then read back and compared with the records written before the
     parts are removed: a writer killed at any step leaves either the parts alone or the merged
     segment beside some of them, which a listing takes once it verifies and the next writer's
-    :func:`clean_partition` removes once their records equal its. Readers holding the old
+    ``clean_partition`` removes once their records equal its. Readers holding the old
     ones keep their memory maps.
     """
     part_dir = stream.partition_dir(partition)
@@ -136,7 +136,7 @@ def _merge_of(stream: Stream, chain: list[Segment], start: int) -> tuple[Segment
     """The footer and records of the merge of ``chain[start:]``, each part verified first:
     its checksums, its columns the stream's, and its footer what its records give (footers
     carry no checksum: a damaged one must not be carried into a merged segment that would
-    then verify). Raises :class:`CorruptLogError` when a part does not verify."""
+    then verify). Raises ``CorruptLogError`` when a part does not verify."""
     tail = chain[start:]
     for s in tail:
         verify_segment_file(s.path)
@@ -175,12 +175,12 @@ def clean_partition(stream: Stream, partition: int) -> list[str]:
     open). Returns the paths removed.
 
     Temporary files go. A segment file outside the chain goes only once verified to hold
-    nothing the chain lacks (:func:`_why_kept`): an interrupted merge's parts, whose records
+    nothing the chain lacks (``_why_kept``): an interrupted merge's parts, whose records
     the merged segment holds, checked record by record against it after both verify; an
     interrupted trim's segments, before the first kept offset, once their footer says they
     are what their name says. Anything else (a stray file, a rejected claimant, a part that
     differs from the merged segment) is left in place with every other file, and this raises
-    :class:`CorruptLogError` naming each file, why, and what to do: PostgreSQL refuses to
+    ``CorruptLogError`` naming each file, why, and what to do: PostgreSQL refuses to
     start rather than delete, and so does this writer.
     """
     part_dir = stream.partition_dir(partition)

@@ -1,13 +1,13 @@
 """Rowtime streams on object storage: ``s3://bucket/prefix`` and ``az://container/prefix``
 (also ``azure://`` and ``abfs[s]://container@account.dfs.core.windows.net/prefix``), on obstore
 (Rust's ``object_store``), with no lock server: conditional creates of numbered commit objects
-and a compare-and-swap lease (:mod:`.log`, :mod:`.lease`), the sink's state below the target
-(:mod:`.sink`) and the Parquet target's files (:mod:`.files`), locations and clients from the
-standard environment variables (:mod:`.location`), creating and opening streams and the backend
-(:mod:`.create`).
+and a compare-and-swap lease (``log``, ``lease``), the sink's state below the target
+(``sink``) and the Parquet target's files (``files``), locations and clients from the
+standard environment variables (``location``), creating and opening streams and the backend
+(``create``).
 
 Install with ``pip install 'pyspark-rowtime[cloud]'``. Served through the storage seam
-(:func:`..storage.register_backend`): the reader and the sink do not know it by name.
+(``storage.register_backend``): the reader and the sink do not know it by name.
 """
 
 from __future__ import annotations

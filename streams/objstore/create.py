@@ -1,5 +1,5 @@
 """Creating and opening streams on object storage, and the backend of ``s3://`` and ``az://``
-locations (:data:`OBJECT_STORE_BACKEND`). Of two creators, the first to create ``_stream.json``
+locations (``OBJECT_STORE_BACKEND``). Of two creators, the first to create ``_stream.json``
 (create-if-absent) wins; the other checks it asked for the same stream."""
 
 from __future__ import annotations
@@ -60,7 +60,7 @@ def create_object_stream(
     **defaults: Any,
 ) -> ObjectStream:
     """Create a stream on object storage (or open the identical one); the rules of
-    :func:`streams.log.create_stream`. Of two creators, the first to create ``_stream.json``
+    ``streams.log.create_stream``. Of two creators, the first to create ``_stream.json``
     (create-if-absent) wins; the other checks it asked for the same stream."""
     import obstore
     from obstore.exceptions import AlreadyExistsError, PreconditionError
@@ -113,7 +113,7 @@ def _strangers(loc: ObjectLocation) -> list[str]:
 
 
 class _ObjectStoreBackend:
-    """The :class:`~..storage.Backend` of ``s3://``, ``az://``, ``azure://`` and ``abfs[s]://``
+    """The ``Backend`` of ``s3://``, ``az://``, ``azure://`` and ``abfs[s]://``
     locations. The resolved form is the canonical URL (it never holds a secret)."""
 
     def resolve(self, location: str) -> str:
@@ -136,12 +136,10 @@ class _ObjectStoreBackend:
 
     def sink_state(self, resolved: str) -> Any:
         """The sink's state of a stream target here, kept below the location (.sink)."""
-
         return ObjectSinkState(resolved)
 
     def target_files(self, resolved: str) -> Any:
         """The objects below the location, for a Parquet target of the sink (.files)."""
-
         return ObjectTargetFiles(resolved)
 
     def open(self, resolved: str, given: str) -> ObjectStream:

@@ -1,5 +1,5 @@
 """Files below an object storage location, for the sink's Parquet target
-(:class:`..sink_state.TargetFiles`).
+(``sink_state.TargetFiles``).
 
 A Parquet target on object storage keeps the local layout (``rowtime_hour=.../part-*.parquet``,
 ``_COMPLETE`` markers, ``_rowtime_sink/``), with the object store's own operations where a
@@ -49,7 +49,7 @@ _CAS_ATTEMPTS = 16
 class _Output:
     """A write-only binary file over obstore's buffered writer, as pyarrow's ``PythonFile``
     wants it. ``flush`` does nothing: a part is uploaded when the buffer fills (an early flush
-    would upload a part below S3's minimum size); :meth:`finish` completes the upload."""
+    would upload a part below S3's minimum size); ``finish`` completes the upload."""
 
     def __init__(self, writer: Any) -> None:
         self._w = writer
@@ -78,7 +78,7 @@ class _Output:
 
     def close(self) -> None:
         """pyarrow closes the file it was given when its writer closes: that is no commit of
-        the object yet (:meth:`finish` is)."""
+        the object yet (``finish`` is)."""
 
     def finish(self) -> None:
         if not self.closed:
@@ -171,7 +171,6 @@ class ObjectTargetFiles:
 
     def _fetch(self, name: str) -> tuple[bytes, str | None] | None:
         """The bytes at ``name`` and their etag, or None."""
-
         try:
             raw, meta = call(
                 self.loc,

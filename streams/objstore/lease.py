@@ -7,7 +7,7 @@ conditional put: create-if-absent for the first writer ever, else compare-and-sw
 read (``If-Match``), so of two writers racing for a partition exactly one changes it.
 
 * A lease whose owner is set and whose expiry lies ahead is held: a second writer is refused
-  with :class:`WriterLockedError` naming the holder and when the lease ends.
+  with ``WriterLockedError`` naming the holder and when the lease ends.
 * The holder renews it every ``lease_s / 4`` (a daemon thread, compare-and-swap on its own
   etag). A holder whose renewal finds another owner knows it lost the partition.
 * A released lease keeps its epoch with no owner; an expired one is taken over by the next
@@ -41,7 +41,7 @@ _ATTEMPTS = 8
 
 
 def lease_seconds(given: float | None = None) -> float:
-    """The lease length: ``given``, else ``$ROWTIME_LEASE_S``, else :data:`DEFAULT_LEASE_S`."""
+    """The lease length: ``given``, else ``$ROWTIME_LEASE_S``, else ``DEFAULT_LEASE_S``."""
     if given is not None:
         return max(float(given), 0.2)
     raw = os.environ.get(LEASE_ENV)
@@ -60,7 +60,7 @@ def _now_us() -> int:
 
 
 class Lease:
-    """A partition's lease as one writer holds it (:meth:`acquire` first)."""
+    """A partition's lease as one writer holds it (``acquire`` first)."""
 
     def __init__(self, store: Any, loc: ObjectLocation, key: str, where: str, lease_s: float):
         self.store = store
@@ -110,7 +110,7 @@ class Lease:
         }
 
     def acquire(self) -> int:
-        """Take the lease (a new epoch) or raise :class:`WriterLockedError`; returns the
+        """Take the lease (a new epoch) or raise ``WriterLockedError``; returns the
         epoch. Starts the renewing thread."""
         from obstore.exceptions import AlreadyExistsError, PreconditionError
 
@@ -145,7 +145,7 @@ class Lease:
         )
 
     def renew(self) -> bool:
-        """Extend the lease; False (and :attr:`lost`) when another writer holds it now."""
+        """Extend the lease; False (and ``lost``) when another writer holds it now."""
         from obstore.exceptions import AlreadyExistsError, PreconditionError
 
         with self._mutex:

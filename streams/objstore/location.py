@@ -14,7 +14,7 @@ or the container's role; ``AZURE_STORAGE_ACCOUNT_NAME``, ``AZURE_STORAGE_ACCOUNT
 location never carries a secret (one with ``user:password@``, or with a query such as a SAS
 token's ``?sv=...&sig=...``, is refused without showing it), so a location can be shown in
 every error, plan and ``describe``. obstore's messages are cut to their first line and redacted
-(:func:`...bounds.redaction.redact`: a signature or a key from the environment is masked).
+(``bounds.redaction.redact``: a signature or a key from the environment is masked).
 """
 
 from __future__ import annotations
@@ -58,7 +58,7 @@ T = TypeVar("T")
 
 
 class ObjectStoreUnavailableError(RowtimeError, ConnectionError):
-    """The object store did not answer (after the backend's retries: :func:`call`).
+    """The object store did not answer (after the backend's retries: ``call``).
 
     Examples:
         Also a ``ConnectionError``, so a retry loop may catch either:
@@ -93,7 +93,7 @@ class ObjectLocation:
 
 
 def parse_location(location: str) -> ObjectLocation:
-    """``location`` parsed; :class:`OptionError` saying what is wrong and what a location
+    """``location`` parsed; ``OptionError`` saying what is wrong and what a location
     looks like when it is not one."""
     shown = redact(location)
     head, user, password, rest = split_userinfo(location)
@@ -152,12 +152,12 @@ def parse_location(location: str) -> ObjectLocation:
 
 _STORES: dict[tuple[str, str, str | None, _Attempt], Any] = {}
 _STORES_LOCK = threading.Lock()
-#: The attempt the request :func:`call` is making on this thread (None outside one).
+#: The attempt the request ``call`` is making on this thread (None outside one).
 _CURRENT = threading.local()
 
 
 def store_for(loc: ObjectLocation) -> Any:
-    """obstore's client for the location's bucket, configured for the request :func:`call`
+    """obstore's client for the location's bucket, configured for the request ``call``
     is making on this thread (its per-attempt timeouts suit the object: ``reads`` or
     ``writes``), else for a request on a small object. One client per bucket and kind of
     attempt in a process, configured from the environment when first made (the timeouts are
@@ -167,8 +167,8 @@ def store_for(loc: ObjectLocation) -> Any:
 
 
 def writer_store_for(loc: ObjectLocation) -> Any:
-    """The client for obstore's multipart writer (:func:`obstore.open_writer`): the writer
-    uploads parts of :data:`WRITER_PART_BYTES` inside its own calls, out of :func:`call`'s
+    """The client for obstore's multipart writer (``obstore.open_writer``): the writer
+    uploads parts of ``WRITER_PART_BYTES`` inside its own calls, out of ``call``'s
     reach, so that client keeps obstore's own retries (``ROWTIME_STORE_RETRIES`` within
     ``ROWTIME_STORE_RETRY_TIMEOUT_S``; a part upload is idempotent, its completion decided by
     obstore)."""
@@ -200,7 +200,7 @@ _CONDITIONAL_OK: set[tuple[str, str, str | None]] = set()
 
 def create_if_absent(loc: ObjectLocation, key: str, data: bytes, what: str) -> bool:
     """Create ``key`` holding ``data`` unless it exists (``If-None-Match: *``, on a store
-    checked by :func:`require_conditional_writes`); True if this call did. False may also be
+    checked by ``require_conditional_writes``); True if this call did. False may also be
     this call's own create reported as a conflict (S3's retried 409, or the retry of an
     attempt whose answer was lost finding that attempt's object): callers that must know read
     the object back, ``data`` carrying an id of theirs."""
@@ -291,8 +291,8 @@ def require_conditional_writes(loc: ObjectLocation) -> None:
 
 
 #: The client's timeouts and retries: (environment variable, default, what it is). A request
-#: is made of attempts, each bounded by a timeout that suits its object (:func:`_attempt_for`),
-#: and :func:`call` retries a failed attempt (backoff with jitter) while ``RETRIES`` allow and
+#: is made of attempts, each bounded by a timeout that suits its object (``_attempt_for``),
+#: and ``call`` retries a failed attempt (backoff with jitter) while ``RETRIES`` allow and
 #: ``RETRY_TIMEOUT`` has not passed since the first failure, as the AWS SDKs do: a lost reply
 #: then costs one attempt's timeout, never the query. ``TIMEOUT`` is short (5 s) because the
 #: objects the protocol waits on are small (commits, trims, leases, manifest entries, a page of
@@ -334,8 +334,8 @@ _SETTINGS: dict[str, float] | None = None
 
 
 def store_settings() -> dict[str, float]:
-    """The client settings of :data:`STORE_SETTINGS`, each from its environment variable when
-    set (a number >= 0; :class:`OptionError` otherwise), else its default."""
+    """The client settings of ``STORE_SETTINGS``, each from its environment variable when
+    set (a number >= 0; ``OptionError`` otherwise), else its default."""
     out: dict[str, float] = {}
     for name, (env, default, what) in STORE_SETTINGS.items():
         raw = os.environ.get(env)
@@ -354,7 +354,7 @@ def store_settings() -> dict[str, float]:
 
 
 def _settings() -> dict[str, float]:
-    """:func:`store_settings`, read once per process (until :func:`forget_stores`), as the
+    """``store_settings``, read once per process (until ``forget_stores``), as the
     clients made from them are."""
     global _SETTINGS
     got = _SETTINGS
@@ -368,7 +368,7 @@ class _Attempt:
     """How one attempt of a request is bounded: its whole time (``timeout_s``, connecting to
     the answer's last byte), the longest silence while it waits for or reads its answer
     (``read_idle_s``; None: only the whole time), and whether obstore retries inside it (only
-    the multipart writer's client: every other retry is :func:`call`'s)."""
+    the multipart writer's client: every other retry is ``call``'s)."""
 
     timeout_s: float
     read_idle_s: float | None
@@ -490,11 +490,11 @@ def call(
     errors other than the expected ones (not found, already exists, precondition failed: the
     caller handles those) turned into the project's.
 
-    ``fn`` gets its client from :func:`store_for` (inside ``fn``): the client's timeouts suit
+    ``fn`` gets its client from ``store_for`` (inside ``fn``): the client's timeouts suit
     the object, ``reads`` or ``writes`` bytes of it (None: a small object). An attempt that
     fails on the way (a timeout, a reset, a 5xx) is tried again after a backoff with jitter,
     while ``ROWTIME_STORE_RETRIES`` allow and ``ROWTIME_STORE_RETRY_TIMEOUT_S`` has not passed
-    since the first failure; then :class:`ObjectStoreUnavailableError`.
+    since the first failure; then ``ObjectStoreUnavailableError``.
 
     Repeating must be safe: every read is; a plain put or delete of a key only this writer
     writes ends as the first would; a conditional put carries an id of its caller's (a commit
@@ -568,7 +568,7 @@ def _attempt_once(loc: ObjectLocation, what: str, fn: Callable[[], T]) -> T:
 
 def get_whole(store: Any, key: str) -> tuple[bytes, dict[str, Any]]:
     """The object at ``key`` and its metadata (``e_tag``, ...), its body read to the end: for a
-    ``fn`` of :func:`call`, so that an answer cut in its body is a failed attempt, retried
+    ``fn`` of ``call``, so that an answer cut in its body is a failed attempt, retried
     like one cut before it (obstore's ``get`` returns when the headers have come)."""
     import obstore
 

@@ -13,7 +13,7 @@ Objects of the stream at ``s3://bucket/prefix`` (or ``az://container/prefix``)::
 The protocol is Delta Lake's: a change becomes visible by *creating* the next numbered commit
 object with a conditional put (``If-None-Match: *``); of two writers creating one number exactly
 one succeeds. Records are first uploaded as segment objects (the embedded log's segment format,
-:mod:`..segments`, under unique names no reader looks for), then named by a commit
+``segments``, under unique names no reader looks for), then named by a commit
 ``{"epoch", "owner", "id", "first", "segments": [{"key", "size", "stats"}]}``. The partition's
 committed records are those of the longest run of consecutive commits from the first one the
 trim keeps: an object store has no rename, no append and no lock, and this needs none.
@@ -23,7 +23,7 @@ trim keeps: an object store has no rename, no append and no lock, and this needs
   commit names: nothing a reader takes (the next writer of the partition removes them).
 * **Durable**: a commit is acknowledged once the store has it (S3 and Azure Blob are durable
   when a PUT returns).
-* **One writer per partition**: the lease (:mod:`.lease`) refuses a second live writer. After a
+* **One writer per partition**: the lease (``lease``) refuses a second live writer. After a
   holder's lease expires, a new writer takes over with the next epoch and *first commits its
   epoch* (a commit with no segment). The old writer's next commit needs the number it knows,
   now taken, and fails when it reads that commit back: the old writer is fenced, and nothing
@@ -43,7 +43,7 @@ trim keeps: an object store has no rename, no append and no lock, and this needs
 * **Recovery removes only what no commit can name**: a writer taking over removes segment
   objects of earlier epochs that no kept commit names, and first refuses (removing nothing)
   a partition whose commits the protocol cannot have left, a number missing before later
-  ones or a trim naming a commit that is gone (:meth:`ObjectAppender._refuse_damage`).
+  ones or a trim naming a commit that is gone (``ObjectAppender._refuse_damage``).
 * **Retention** removes whole segments from the head: ``_trim.json`` is replaced by
   compare-and-swap (one trim wins), then the segments before the first kept offset and the
   commits before the first one still needed are deleted. A failed swap is read back, as a
@@ -204,7 +204,7 @@ class _RangeFile(io.RawIOBase):
 
 
 class ObjectStream:
-    """A stream on object storage opened for reading (and, through :meth:`lock_partition`,
+    """A stream on object storage opened for reading (and, through ``lock_partition``,
     appending). Safe to share between threads; picklable (the client is made on first use)."""
 
     def __init__(self, loc: ObjectLocation, meta: StreamMeta, *, cache_segments: int = 64):
@@ -499,7 +499,7 @@ class ObjectStream:
         planner's, on the driver) fetches only their byte ranges of the object (the IPC
         file's footer says where they are), never the payload, and checks no checksum (it
         covers a whole batch); other reads fetch the whole object and check every record batch
-        against its checksum (:func:`~..segments.read_ipc_checked`), then keep it in a small
+        against its checksum (``read_ipc_checked``), then keep it in a small
         cache (committed segments never change)."""
         import obstore
 
@@ -563,7 +563,7 @@ class ObjectStream:
         self, partition: int, start: int, end: int, columns: Sequence[str] | None = None
     ) -> pa.Table:
         """Records ``[start, end)`` of ``partition`` in offset order (the embedded log's
-        rules: system columns first, ``end`` at most :meth:`end_offset`)."""
+        rules: system columns first, ``end`` at most ``end_offset``)."""
         self._check_partition(partition)
         names = check_read(self._file_schema, columns, start, end, self.location)
         if start == end:
@@ -606,14 +606,14 @@ class ObjectStream:
         self, partition: int, where: str, *, lease_s: float | None = None
     ) -> ObjectAppender:
         """The partition's one appender (its lease taken, its epoch committed); raises
-        :class:`WriterLockedError` while another writer's lease lives."""
+        ``WriterLockedError`` while another writer's lease lives."""
         self._check_partition(partition)
         return ObjectAppender(self, partition, where, lease_seconds(lease_s))
 
 
 class ObjectAppender:
     """The one appender of a partition: holds its lease and commits runs as numbered commit
-    objects. Use :meth:`ObjectStream.lock_partition`."""
+    objects. Use ``ObjectStream.lock_partition``."""
 
     def __init__(self, stream: ObjectStream, partition: int, where: str, lease_s: float):
         self.stream = stream
@@ -655,7 +655,7 @@ class ObjectAppender:
     def _refuse_damage(self, chain: _Chain) -> None:
         """Refuse to take over a partition whose commits the protocol cannot have left: this
         writer's epoch commit would go where one is missing, making what the later commits
-        name invisible for good, and :meth:`_remove_orphans` would then delete their
+        name invisible for good, and ``_remove_orphans`` would then delete their
         segments (recovery never deletes on the strength of a name or a number)."""
         stream = self.stream
         commits = stream._key(self.partition, COMMITS)
@@ -749,7 +749,7 @@ class ObjectAppender:
                 raise  # taking over: the constructor fails, the next writer looks again
             # Unknown outcome (the store did not answer, or its reply was lost): commit `seq`
             # may be ours. Nothing else may be committed before we know: the next append must
-            # be this one again, and :meth:`_finish_pending` finds out (the commit's id).
+            # be this one again, and ``_finish_pending`` finds out (the commit's id).
             self._pending = (seq, doc)
             raise
         self._next_seq = seq + 1
@@ -846,7 +846,7 @@ class ObjectAppender:
         """Upload the run as one segment object, then commit it (one conditional create).
 
         After an error the outcome may be unknown (the commit's reply lost): the same call
-        again completes that commit or finds it made, never both (:meth:`_finish_pending`).
+        again completes that commit or finds it made, never both (``_finish_pending``).
         """
         self._check()
         if self._retried(stats.first, stats):

@@ -13,7 +13,7 @@ shared filesystem)::
 
 Exclusivity comes from conditional creates, as the log's commits: the target's description, its
 owner and a batch's entry are created with ``If-None-Match: *``, so of two drivers committing
-one batch exactly one publishes its entry (:meth:`ObjectSinkState.put_entry_once`); a failed
+one batch exactly one publishes its entry (``ObjectSinkState.put_entry_once``); a failed
 create is read back before it is believed (S3's retryable 409 is reported as "already exists").
 The appends the entry leads to go through the partition writers (lease, fenced commits).
 """
@@ -85,7 +85,7 @@ def read_target(loc: ObjectLocation) -> dict[str, Any] | None:
 
 class ObjectSinkState(StagedBlobs):
     """The state of the stream target at an object storage location (module docstring);
-    implements :class:`..sink_state.SinkState`. Picklable: the client is made on first use."""
+    implements ``sink_state.SinkState``. Picklable: the client is made on first use."""
 
     def __init__(self, resolved: str) -> None:
         self.loc = parse_location(resolved)

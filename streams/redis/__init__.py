@@ -45,7 +45,7 @@ entries write and read far faster for a little more memory per row
 (``./dev bench log``; the figures are in docs/benchmarks.md, "Redis Streams"). Entries are not
 compressed.
 
-An external stream (:func:`.create.register_external`) is a Redis stream filled by any client with
+An external stream (``create.register_external``) is a Redis stream filled by any client with
 ``XADD key * field value ...``: one entry is one data row. Its records are numbered as entries
 are first indexed (by whoever asks for the partition's end: the reader's driver), in ID order;
 an entry's arrival time and implicit rowtime are its ID's time (the server's clock when it was
@@ -68,11 +68,11 @@ Guarantees, and where Redis differs from the embedded log:
 * implicit rowtimes of own streams are the writer's clock (as for the embedded log, in
   microseconds); entry IDs carry the server's time at commit, in milliseconds.
 
-Modules: :mod:`.location` (URLs, settings, redaction), :mod:`.connection` (one client per
-location and process), :mod:`.scripts` (the Lua scripts), :mod:`.records` (index members,
-summaries, Arrow blobs), :mod:`.stream` (reading), :mod:`.appender` (the lease and appends),
-:mod:`.external` (streams others write), :mod:`.trim` (retention), :mod:`.create` (creating
-and opening), :mod:`.sink` (the sink's state of a target here), :mod:`.backend` (``BACKEND``,
+Modules: ``location`` (URLs, settings, redaction), ``connection`` (one client per
+location and process), ``scripts`` (the Lua scripts), ``records`` (index members,
+summaries, Arrow blobs), ``stream`` (reading), ``appender`` (the lease and appends),
+``external`` (streams others write), ``trim`` (retention), ``create`` (creating
+and opening), ``sink`` (the sink's state of a target here), ``backend`` (``BACKEND``,
 found through the ``pyspark_rowtime.backends`` entry points ``redis`` and ``rediss``).
 Importing this package does not import the Redis client: that happens at the first connection.
 """

@@ -1,5 +1,5 @@
 """The one appender of a partition of a Redis stream: a lease-based lock (``SET NX PX``, renewed
-by a daemon thread) and atomic, idempotent appends of runs (:data:`.scripts.APPEND`)."""
+by a daemon thread) and atomic, idempotent appends of runs (``scripts.APPEND``)."""
 
 from __future__ import annotations
 
@@ -36,7 +36,7 @@ DEFAULT_LEASE_S = 10.0
 
 class RedisAppender:
     """The one appender of a partition: holds its lease-based lock (renewed by a daemon thread)
-    and appends runs atomically. Use :meth:`RedisStream.lock_partition`."""
+    and appends runs atomically. Use ``RedisStream.lock_partition``."""
 
     def __init__(self, stream: RedisStream, partition: int, where: str, lease_s: float) -> None:
         self.stream = stream
@@ -86,7 +86,7 @@ class RedisAppender:
 
     def append_run(self, stats: SegmentStats, chunks: Sequence[pa.Table | pa.RecordBatch]) -> None:
         """Commit records ``[stats.first, stats.end)`` as one atomic script (entries of at most
-        :data:`ENTRY_MAX_ROWS` rows). A retry of the same run after a lost reply is a no-op."""
+        ``ENTRY_MAX_ROWS`` rows). A retry of the same run after a lost reply is a no-op."""
         self._append([(stats, one_table(chunks))])
 
     @property
@@ -95,7 +95,7 @@ class RedisAppender:
         return self._where
 
     def append_segment_files(self, paths: Sequence[str], *, reject: bool, verify: bool) -> None:
-        """Check the files (:func:`.segments.check_segment_files`), then commit all their
+        """Check the files (``segments.check_segment_files``), then commit all their
         records as one atomic script: Redis holds the records, the files stay the caller's."""
         checked = check_appended_files(self, paths, reject=reject, verify=verify)
         if checked:

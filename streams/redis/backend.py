@@ -1,4 +1,4 @@
-"""The Redis backend as :mod:`..storage` sees it: ``redis://`` and ``rediss://`` locations."""
+"""The Redis backend as ``storage`` sees it: ``redis://`` and ``rediss://`` locations."""
 
 from __future__ import annotations
 
@@ -20,7 +20,7 @@ __all__ = ["BACKEND", "SCHEMES"]
 
 
 class _RedisBackend:
-    """The :class:`~.storage.Backend` of ``redis://`` and ``rediss://`` locations. The
+    """The ``Backend`` of ``redis://`` and ``rediss://`` locations. The
     resolved form is the location as given (it carries the credentials the executors need);
     everything this backend prints shows it redacted."""
 
@@ -47,7 +47,7 @@ class _RedisBackend:
         return LocationKind.NOTHING
 
     def sink_state(self, resolved: str) -> Any:
-        """The sink's state of a stream target here, kept with the stream (:mod:`.sink`)."""
+        """The sink's state of a stream target here, kept with the stream (``sink``)."""
         return RedisSinkState(resolved)
 
     def entry_source(

@@ -1,6 +1,6 @@
 """One Redis client per location and process, with the backend's scripts and redis-py's errors
 turned into this project's (the location in messages always redacted). The stream, its
-appender and the sink state all reach the server through :func:`connection`."""
+appender and the sink state all reach the server through ``connection``."""
 
 from __future__ import annotations
 

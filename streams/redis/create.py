@@ -1,6 +1,6 @@
 """Creating and opening Redis streams: the ``{rowtime:name}:meta`` hash (the stream's metadata,
 the same JSON document as the embedded log's ``_stream.json``; for an external stream, how
-others' keys map to it), written once (``HSETNX``), and :func:`register_external`."""
+others' keys map to it), written once (``HSETNX``), and ``register_external``."""
 
 from __future__ import annotations
 
@@ -46,7 +46,7 @@ def _as_location(location: str | RedisLocation) -> RedisLocation:
 
 
 def open_redis_stream(location: str | RedisLocation) -> RedisStream:
-    """The stream at ``location`` (``redis://...``); :class:`StreamNotFoundError` if none."""
+    """The stream at ``location`` (``redis://...``); ``StreamNotFoundError`` if none."""
     loc = _as_location(location)
     conn = connection(loc)
     raw = conn.call(f"opening {loc}", lambda: conn.client.hgetall(meta_key(loc)))
@@ -89,7 +89,7 @@ def create_redis_stream(
     **defaults: Any,
 ) -> RedisStream:
     """Create a stream on Redis (or open the identical one); the rules of
-    :func:`..local.log.create_stream`."""
+    ``local.log.create_stream``."""
     loc = _as_location(location)
     payload = payload_schema(schema)
     if isinstance(partitions, bool) or not isinstance(partitions, int) or partitions < 1:

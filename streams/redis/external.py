@@ -1,6 +1,6 @@
 """External streams: Redis streams that other clients fill (``XADD key * field value ...``),
-read as rowtime streams (:func:`.create.register_external`), and the conversion of their
-entries to records, which the Redis connector shares (:class:`EntrySource`).
+read as rowtime streams (``create.register_external``), and the conversion of their
+entries to records, which the Redis connector shares (``EntrySource``).
 
 Records are numbered as entries are first indexed (by whoever asks for the partition's end: the
 reader's driver), in ID order; an entry's arrival time and implicit rowtime are its ID's time,
@@ -177,7 +177,7 @@ def _index_args(
     stream: RedisStream, partition: int, tail: dict[bytes, bytes], entries: list[Any]
 ) -> list[Any]:
     """The index script's arguments for new ``entries`` after ``tail``: runs of at most
-    :data:`EXTERNAL_RUN` consecutive good entries, their statistics, and the bad ones."""
+    ``EXTERNAL_RUN`` consecutive good entries, their statistics, and the bad ones."""
     end = int(tail.get(b"end", 0))
     clock = int(tail[b"clock"]) if b"clock" in tail else None
     assert stream.external is not None
@@ -318,9 +318,9 @@ def _field_value(raw: bytes | None, f: pa.Field, fname: bytes) -> Any:
 class EntrySource:
     """The entries that other programs ``XADD`` to one key, read in ID order after a position
     and converted to records exactly as an external stream's are (the Redis connector's source,
-    through :meth:`.backend._RedisBackend.entry_source`). Only reads reach the server.
+    through ``backend._RedisBackend.entry_source``). Only reads reach the server.
 
-    ``unavailable`` says why the last :meth:`read` found nothing when the server did not answer
+    ``unavailable`` says why the last ``read`` found nothing when the server did not answer
     (after the location's retries), else None."""
 
     def __init__(
@@ -347,7 +347,7 @@ class EntrySource:
     def read(self, after: str, count: int) -> list[Any]:
         """Up to ``count`` entries after the entry ID ``after``, as ``(id, fields)`` pairs; for
         ``after == "new"``, one pair ``("new", the last entry's ID)`` (``"0-0"`` while empty).
-        A server that does not answer gives ``[]`` and sets :attr:`unavailable`."""
+        A server that does not answer gives ``[]`` and sets ``unavailable``."""
         import redis
 
         try:
@@ -371,5 +371,5 @@ class EntrySource:
     def convert(
         self, entries: Sequence[tuple[bytes, dict[bytes, bytes]]]
     ) -> tuple[pa.Table, list[BadEntry]]:
-        """Entries as records (:func:`convert`), and those that are not rows."""
+        """Entries as records (``convert``), and those that are not rows."""
         return convert(self.spec, self.meta, 0, entries)

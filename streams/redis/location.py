@@ -18,12 +18,12 @@ optional query settings::
 ``ssl_cert_reqs``         ``rediss://`` only: ``required`` (default), ``optional`` or ``none``
 ========================  =====================================================================
 
-The password never appears in what this module prints: :func:`redact` (the project's one
-redaction, :mod:`...bounds.redaction`) replaces it by ``***`` in any text holding a location,
-:class:`RedisLocation`'s ``str``/``repr`` leave it out, and the parser remembers it
-(:func:`remember_secret`) before anything can fail, so no error shows a piece of it either. A
+The password never appears in what this module prints: ``redact`` (the project's one
+redaction, ``bounds.redaction``) replaces it by ``***`` in any text holding a location,
+``RedisLocation``'s ``str``/``repr`` leave it out, and the parser remembers it
+(``remember_secret``) before anything can fail, so no error shows a piece of it either. A
 password may be percent-encoded (``%2F`` for ``/``) or written as it is: it runs from the
-``:`` after the user to the last ``@`` (:func:`split_userinfo`).
+``:`` after the user to the last ``@`` (``split_userinfo``).
 """
 
 from __future__ import annotations
@@ -160,7 +160,7 @@ class RedisLocation:
             connection's handshake with it again: a server that accepts connections and never
             answers cost ``(retries + 1) ** 2`` socket timeouts. Inside another retry loop of
             this thread, one attempt only: the outer loop retries, so it costs ``retries + 1``
-            (:data:`_NESTED`)."""
+            (``_NESTED``)."""
 
             def call_with_retry(  # type: ignore[override]
                 self, do: Any, fail: Any, is_retryable: Any = None, **kw: Any
@@ -231,7 +231,7 @@ def _seconds(value: str, what: str) -> float:
 def parse_location(location: str) -> RedisLocation:
     """Parse ``redis://[user:password@]host:port/db/name[?settings]``.
 
-    Raises :class:`OptionError` naming the (redacted) location and what is accepted.
+    Raises ``OptionError`` naming the (redacted) location and what is accepted.
     """
     head, user, secret, rest = split_userinfo(location)
     remember_secret(secret)

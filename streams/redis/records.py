@@ -1,4 +1,4 @@
-"""How the Redis backend keeps records: index members (:class:`Piece`), run summaries as JSON,
+"""How the Redis backend keeps records: index members (``Piece``), run summaries as JSON,
 Arrow IPC blobs, the partition's tail hash."""
 
 from __future__ import annotations
@@ -58,7 +58,7 @@ def stats_from_json(text: bytes | str) -> SegmentStats:
 
 def ipc_bytes(table: pa.Table) -> bytes:
     """A table as one Arrow IPC stream (uncompressed), each record batch with its checksum in
-    its custom metadata, as in a segment file (:func:`..checksums.batch_checksum`)."""
+    its custom metadata, as in a segment file (``checksums.batch_checksum``)."""
     sink = pa.BufferOutputStream()
     with pa.ipc.new_stream(sink, table.schema) as writer:
         for batch in table.to_batches():

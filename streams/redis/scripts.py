@@ -1,12 +1,12 @@
 """The Lua scripts of the Redis backend: every change to a stream's keys that must be atomic is
 one script (on Redis Cluster all of a stream's keys share one slot, so one script may touch
-them). :class:`.connection.RedisConnection` registers them per client."""
+them). ``connection.RedisConnection`` registers them per client."""
 
 from __future__ import annotations
 
 __all__ = ["APPEND", "CREATE", "INDEX", "RELEASE", "RENEW", "TRIM"]
 
-# An own stream's append (:mod:`.appender`): entries of a run, fenced by the lock token,
+# An own stream's append (``appender``): entries of a run, fenced by the lock token,
 # idempotent: a retry of the same run (its reply was lost) finds its id as the tail's last run
 # and changes nothing, even when the lease ran out meanwhile (the run was committed while the
 # lock was held). KEYS: p, i, s, t, lock, tm.
@@ -90,7 +90,7 @@ if redis.call('GET', KEYS[1]) == ARGV[1] then return redis.call('DEL', KEYS[1]) 
 return 0
 """
 
-# A stream's creation (:mod:`.create`): the whole meta hash at once, only if no one created it
+# A stream's creation (``create``): the whole meta hash at once, only if no one created it
 # first; a reader never sees the ``meta`` field without ``format``. KEYS: meta; ARGV: field,
 # value, field, value, ... with ``meta`` first. Returns 1 if this call created it.
 CREATE = """

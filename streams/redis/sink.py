@@ -15,10 +15,10 @@ stream's slot)::
 The two-phase commit of ``sink.stream_target`` is unchanged: executors stage each run with one
 ``HSET`` (and ``ZADD``) in a ``MULTI`` block; the driver writes the batch's intent with ``HSET``
 before it appends anything, and carries it out through the partition writers (lease locks,
-idempotent atomic appends, :mod:`.appender`); a replay after a driver restart or a task retry
+idempotent atomic appends, ``appender``); a replay after a driver restart or a task retry
 finds the intent and finishes it from the staged runs, which are deleted only once the batch is
 wholly applied. Every step is one atomic command or transaction, durable as far as the server's
-persistence is (``appendonly yes``, see :mod:`.appender`); Redis keeps the order of writes, so
+persistence is (``appendonly yes``, see ``appender``); Redis keeps the order of writes, so
 the server never has an intent without the staged runs it names.
 
 Where it differs from a folder: the driver's commit of a linked run reads the run back from
@@ -62,7 +62,7 @@ def _json(raw: bytes | None) -> Any | None:
 
 class RedisSinkState(StagedBlobs):
     """The state of the stream target at a ``redis://`` location (see the module docstring);
-    implements :class:`..sink_state.SinkState`. Picklable: it connects on first use."""
+    implements ``sink_state.SinkState``. Picklable: it connects on first use."""
 
     def __init__(self, resolved: str) -> None:
         self.loc = parse_location(resolved)

@@ -1,6 +1,6 @@
 """A rowtime stream on Redis, opened for reading: tails, clocks, the offset index and the
-records (see the package's docstring for the keys). Appending is :mod:`.appender`'s, external
-streams' indexing :mod:`.external`'s, trims :mod:`.trim`'s."""
+records (see the package's docstring for the keys). Appending is ``appender``'s, external
+streams' indexing ``external``'s, trims ``trim``'s."""
 
 from __future__ import annotations
 
@@ -31,7 +31,7 @@ __all__ = ["RedisStream"]
 
 
 class RedisStream:
-    """A stream on Redis opened for reading (and, through :meth:`lock_partition`, for
+    """A stream on Redis opened for reading (and, through ``lock_partition``, for
     appending). Safe to share between threads."""
 
     def __init__(
@@ -148,7 +148,7 @@ class RedisStream:
     def trim_partition(
         self, partition: int, decide: Callable[[list[Unit], TrimState], TrimState | None]
     ) -> TrimResult | None:
-        """Remove the head runs ``decide`` lets go (:func:`.trim.trim_partition`)."""
+        """Remove the head runs ``decide`` lets go (``trim.trim_partition``)."""
         return trim.trim_partition(self, partition, decide)
 
     def bad_entries(self, partition: int) -> list[BadEntry]:
@@ -198,7 +198,7 @@ class RedisStream:
         self, partition: int, start: int, end: int, columns: Sequence[str] | None = None
     ) -> pa.Table:
         """Records ``[start, end)`` of ``partition`` in offset order (see the embedded log's
-        :meth:`~..local.log.Stream.read`: same columns, same rules)."""
+        ``read``: same columns, same rules)."""
         self.check_partition(partition)
         names = check_read(self._file_schema, columns, start, end, self.location)
         if start == end:

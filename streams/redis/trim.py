@@ -1,6 +1,6 @@
-"""Retention on Redis streams (:mod:`..retention`): the stream's policy, kept in
+"""Retention on Redis streams (``retention``): the stream's policy, kept in
 ``{rowtime:name}:retention`` once ops change it, and trims of a partition's head runs, each one
-script (:data:`.scripts.TRIM`) that does nothing if another trim came first."""
+script (``scripts.TRIM``) that does nothing if another trim came first."""
 
 from __future__ import annotations
 
@@ -51,9 +51,9 @@ def trim_partition(
     partition: int,
     decide: Callable[[list[Unit], TrimState], TrimState | None],
 ) -> TrimResult | None:
-    """Remove the head runs ``decide`` lets go (:func:`.retention.choose_trim`): their
+    """Remove the head runs ``decide`` lets go (``retention.choose_trim``): their
     index, summaries, record times and entries (``XTRIM MINID``), and store the new
-    :class:`TrimState`, in one script that does nothing if another trim came first.
+    ``TrimState``, in one script that does nothing if another trim came first.
     A unit here is a run (what one append wrote: one or more entries)."""
     stream.check_partition(partition)
     if stream.external is not None:
