@@ -3,7 +3,9 @@
 Three maps tell a newcomer where things are, and each went stale once as modules moved:
 
 * docs/design/architecture.md, the folders and the modules in them;
-* each subpackage's ``__init__`` docstring, the modules of that package (``:mod:`.x```);
+* each subpackage's ``__init__`` docstring, the modules of that package (a code span each,
+  as the docstrings render in Markdown: ``` ``planner`` ```, at the head of a list item when it
+  says what the module is for);
 * the ``rowtime`` command's own text (src/pyspark_rowtime/cli.py's module docstring) and
   docs/operators/cli.md, its commands.
 
@@ -33,8 +35,11 @@ else:  # pragma: no cover - Python 3.10 installs tomli (pyproject.toml)
 ROOT = Path(__file__).resolve().parent.parent
 ARCHITECTURE = ROOT / "docs" / "design" / "architecture.md"
 CLI_PAGE = ROOT / "docs" / "operators" / "cli.md"
-#: ``:mod:`.x```, ``:mod:`..x.y```, ``:mod:`pyspark_rowtime.x```; ``~`` as Sphinx allows.
-MOD_ROLE = re.compile(r":mod:`~?([\w.]+)`")
+#: A code span of a dotted name: ``x`` (a module of the package whose docstring it is in, or
+#: any name) or ``pyspark_rowtime.x.y`` (absolute).
+NAME_SPAN = re.compile(r"``([\w.]+)``")
+#: A list item that opens with a name and a dash: the module it says what it is for.
+ITEM_HEAD = re.compile(r"^\s*[*-] ``([\w.]+)`` --", re.M)
 #: A test or benchmark file a map names as the proof of what it says.
 PROOF_FILE = re.compile(r"\b((?:tests|integration|bench)/[\w/]+\.py)\b")
 
@@ -58,10 +63,12 @@ def is_module(dotted: str) -> bool:
 
 
 def resolve(ref: str, package: str) -> str:
-    """``ref`` of a ``:mod:`` role in ``package``'s docstring as an absolute dotted name: a
-    leading dot is the package itself, each further dot one package up."""
-    if not ref.startswith("."):
+    """``ref`` in ``package``'s docstring as an absolute dotted name: a bare name is in the
+    package itself, a leading dot is the package too and each further dot one package up."""
+    if ref.startswith("pyspark_rowtime"):
         return ref
+    if not ref.startswith("."):
+        ref = "." + ref
     dots = len(ref) - len(ref.lstrip("."))
     base = package.split(".")
     base = base[: len(base) - (dots - 1)]
@@ -70,9 +77,16 @@ def resolve(ref: str, package: str) -> str:
 
 
 def named_module(ref: str, package: str) -> str | None:
-    """The module a ``:mod:`` role in ``package``'s docstring names, or None if there is none."""
+    """The module ``ref`` in ``package``'s docstring names, or None if there is none."""
     dotted = resolve(ref, package)
     return dotted if is_module(dotted) else None
+
+
+def absolute_not_there(ref: str) -> bool:
+    """Whether an absolute ``pyspark_rowtime.a.b`` or ``pyspark_rowtime.a.b.Name`` names no
+    module of the distribution (``Name`` may be a class or function of ``a.b``)."""
+    parts = ref.split(".")
+    return not (is_module(ref) or is_module(".".join(parts[:-1])))
 
 
 def docstring(package: str) -> str:
@@ -89,13 +103,23 @@ def test_the_module_check_knows_modules_packages_and_what_is_not_there() -> None
         resolve("..storage", "pyspark_rowtime.streams.local") == "pyspark_rowtime.streams.storage"
     )
     assert named_module(".planner", "pyspark_rowtime.datasource")
+    assert named_module("planner", "pyspark_rowtime.datasource")
     assert named_module(".nothing_here", "pyspark_rowtime.datasource") is None
+    assert absolute_not_there("pyspark_rowtime.streams.moved_away.Thing")
+    assert not absolute_not_there("pyspark_rowtime.source.RowtimeDataSource")
+    text = "* ``planner`` -- the driver, with ``ordered``;\n* ``gone`` -- moved.\n* ``path``: x\n"
+    assert ITEM_HEAD.findall(text) == ["planner", "gone"]
 
 
 @pytest.mark.parametrize("package", SUBPACKAGES)
 def test_a_package_docstring_names_only_modules_that_exist(package: str) -> None:
     text = docstring(package)
-    missing = [ref for ref in MOD_ROLE.findall(text) if named_module(ref, package) is None]
+    missing = [ref for ref in ITEM_HEAD.findall(text) if named_module(ref, package) is None]
+    missing += [
+        ref
+        for ref in NAME_SPAN.findall(text)
+        if ref.startswith("pyspark_rowtime.") and absolute_not_there(ref)
+    ]
     missing += [path for path in PROOF_FILE.findall(text) if not (ROOT / path).is_file()]
     assert not missing, f"{package}'s docstring names what is not there: {missing}"
 
@@ -103,7 +127,7 @@ def test_a_package_docstring_names_only_modules_that_exist(package: str) -> None
 @pytest.mark.parametrize("package", SUBPACKAGES)
 def test_a_package_docstring_names_every_module_of_its_package(package: str) -> None:
     text = docstring(package)
-    named = {named_module(ref, package) for ref in MOD_ROLE.findall(text)}
+    named = {named_module(ref, package) for ref in NAME_SPAN.findall(text)}
     folder = PACKAGES[package]
     modules = {f"{package}.{p.stem}" for p in folder.glob("*.py") if p.stem != "__init__"}
     modules |= {sub for sub in PACKAGES if sub.rpartition(".")[0] == package}
