@@ -32,6 +32,7 @@ the table's history.
 from __future__ import annotations
 
 import argparse
+import datetime
 import os
 import shutil
 import statistics
@@ -301,7 +302,8 @@ def main() -> None:
     ap.add_argument("--skip-plan", action="store_true", help="the reading part only")
     args = ap.parse_args()
     root = args.dir or tempfile.mkdtemp(prefix="rowtime-bench-tables-")
-    doc: dict[str, Any] = {"args": vars(args), "uptime_start": os.getloadavg()}
+    when = datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds")
+    doc: dict[str, Any] = {"when": when, "args": vars(args), "uptime_start": os.getloadavg()}
     try:
         if not args.skip_plan:
             ms = plan_bench(root, args.plan_versions)

@@ -266,3 +266,42 @@ def test_a_delta_table_on_object_storage_is_read_by_spark(spark, workdir, object
     # rows 2 and 1 are released by the bound after version 1 (30 - 5 minutes); 3 is held
     assert [r["id"] for r in run.rows] == [2, 1]
     assert run.bounds[-1] == T0_US + 25 * MINUTE_US
+
+
+@pytest.mark.classic_only("the store does not depend on the mode; classic runs it")
+def test_an_iceberg_table_on_object_storage_is_read_by_spark(spark, workdir, object_server):
+    # pyiceberg writes the table into a warehouse on moto's S3 or on Azurite (a SQLite
+    # catalog beside the test); the reader resolves the catalog from its iceberg.<property>
+    # options, as the sink does, and reads the data files through pyiceberg's file IO there
+    from pyiceberg.catalog import load_catalog
+    from table_helpers import iceberg_props
+
+    warehouse = object_server.url(f"iceberg-{workdir.name}").replace("az://", "abfs://", 1)
+    props = iceberg_props(f"sqlite:///{workdir}/catalog.db", warehouse)
+    catalog = load_catalog("store", **props)
+    catalog.create_namespace("ns")
+    schema = pa.schema([("id", pa.int64()), ("ts", UTC_US)])
+    table = catalog.create_table("ns.events", schema=schema)
+    for rows in ([(1, 20), (2, 10)], [(3, 30)]):
+        table.append(
+            pa.table(
+                {
+                    "id": pa.array([i for i, _ in rows], pa.int64()),
+                    "ts": pa.array([T0_US + m * MINUTE_US for _, m in rows], UTC_US),
+                },
+                schema=schema,
+            )
+        )
+    options = {f"iceberg.{k}": v for k, v in props.items()}
+    run = Run()
+    df = reader(
+        spark,
+        "iceberg://store/ns.events",
+        **options,
+        **{"rowtime.column": "ts", "bounds.lateness": "5 minutes"},
+    )
+    start(df, workdir / "ck", run, available_now=True).awaitTermination()
+    # as for Delta: rows 2 and 1 are released by the bound after the second snapshot (30 - 5
+    # minutes); 3 is held
+    assert [r["id"] for r in run.rows] == [2, 1]
+    assert run.bounds[-1] == T0_US + 25 * MINUTE_US
