@@ -179,3 +179,26 @@ def iceberg_commit(
     with table.transaction() as tx:
         tx.add_files(files, snapshot_properties=props)
         tx.set_properties(props)
+
+
+# -- windows counted by hand, and as a windowed query wrote them -------------------------------
+
+
+def tumbling_counts(times: list[int], width_us: int) -> list[tuple[int, int]]:
+    """Brute force: each row's tumbling window of ``width_us`` (by its end), and how many rows
+    fall in it, sorted by the end."""
+    counts: dict[int, int] = {}
+    for t in times:
+        end = t - t % width_us + width_us
+        counts[end] = counts.get(end, 0) + 1
+    return sorted(counts.items())
+
+
+def delta_counts(path: str) -> list[tuple[int, int]]:
+    """``(rowtime, n)`` of every row of the Delta table at ``path``, read with delta-rs, sorted:
+    what a windowed count wrote through the sink."""
+    from deltalake import DeltaTable
+
+    got = DeltaTable(path).to_pyarrow_table()
+    ends = got.column("rowtime").cast(pa.int64()).to_pylist()
+    return sorted(zip(ends, got.column("n").to_pylist(), strict=True))
