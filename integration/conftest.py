@@ -43,6 +43,12 @@ def pytest_configure(config: pytest.Config) -> None:
         "connect(reason): runs in the Spark Connect pass too, outside CONNECT_FILES (the "
         "reason says what differs under Connect)",
     )
+    config.addinivalue_line(
+        "markers",
+        "long_cases(*ids, why): the cases of a parametrized test whose id has one of ids as a "
+        "part (split at '-') run only in ./dev long (ROWTIME_LONG=1); why says what covers "
+        "them in CI",
+    )
     from xdist_plan import register_worker_times  # each xdist worker's minutes, at the end
 
     register_worker_times(config)
@@ -116,11 +122,32 @@ def remote_repeats(items: list[pytest.Item]) -> list[pytest.Item]:
     return repeats
 
 
+def long_only_cases(items: list[pytest.Item]) -> list[pytest.Item]:
+    """The cases a ``long_cases`` mark keeps for ``./dev long``: a case whose parameter id has
+    one of the mark's ids among its parts (``redis`` matches ``[redis]`` and ``[redis-sec-1]``,
+    ``delta-az`` matches ``[delta-az]``). A mark without ``why`` is refused: a case left out
+    of CI must say what proves its behaviour there."""
+    from xdist_plan import case_has_part
+
+    chosen = []
+    for item in items:
+        mark = item.get_closest_marker("long_cases")
+        spec = getattr(item, "callspec", None)
+        if mark is None or spec is None:
+            continue
+        if not mark.kwargs.get("why"):
+            raise pytest.UsageError(f"{item.nodeid}: long_cases needs why=")
+        if any(case_has_part(spec.id, wanted) for wanted in mark.args):
+            chosen.append(item)
+    return chosen
+
+
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
     from xdist_plan import plan
 
     plan(items)
-    repeats = [] if LONG else remote_repeats(items)
+    repeats = [] if LONG else remote_repeats(items) + long_only_cases(items)
+    repeats = list({id(item): item for item in repeats}.values())
     if repeats:
         config.hook.pytest_deselected(items=repeats)
         gone = {id(item) for item in repeats}

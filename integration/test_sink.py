@@ -177,6 +177,14 @@ def test_pass_through_clock_follows_the_source_bounds_without_waiting(
 # -- a windowed aggregation: the clock is the watermark each batch ran with ---------------------
 
 
+@pytest.mark.long_cases(
+    "redis",
+    "s3",
+    why=(
+        "the clock is the sink's over any stream target; on Redis and S3 in CI the pass-"
+        "through and chain tests write it"
+    ),
+)
 @pytest.mark.spark_subset
 @pytest.mark.parametrize("target", TARGETS)
 def test_windowed_aggregation_clock_covers_every_window_written_and_no_more(
@@ -284,6 +292,13 @@ def test_a_pass_through_with_the_watermark_clock_keeps_a_partition_per_task(spar
 # -- chains: A -> query -> B -> query -> C ------------------------------------------------------
 
 
+@pytest.mark.long_cases(
+    "s3",
+    why=(
+        "CI runs the chain on the folder and on Redis; S3's reads and commits under Spark"
+        " are test_objstore_spark.py's"
+    ),
+)
 def test_a_chain_of_streams_carries_rows_and_bounds_in_order(spark, workdir, stream_at):
     a, b, c = stream_at("a"), stream_at("b"), stream_at("c")
     create_stream(a, "id BIGINT, tag STRING", partitions=2)

@@ -234,6 +234,13 @@ def test_three_hops_through_delta_and_iceberg_close_their_last_windows(spark, wo
     assert max(expected) == T0_US + 3 * HOUR_US  # the hour [2 h, 3 h): closed by clocks alone
 
 
+@pytest.mark.long_cases(
+    "az",
+    why=(
+        "CI reads a Delta table on S3 and an Iceberg table on Azure Blob: each library "
+        "and each store once"
+    ),
+)
 @pytest.mark.classic_only("the store does not depend on the mode; classic runs it")
 def test_a_delta_table_on_object_storage_is_read_by_spark(spark, workdir, object_server):
     # moto's S3 and Azurite: delta-rs writes the table there; one query to quiescence reads
@@ -257,6 +264,13 @@ def test_a_delta_table_on_object_storage_is_read_by_spark(spark, workdir, object
     assert run.bounds[-1] == T0_US + 25 * MINUTE_US
 
 
+@pytest.mark.long_cases(
+    "s3",
+    why=(
+        "CI reads a Delta table on S3 and an Iceberg table on Azure Blob: each library "
+        "and each store once"
+    ),
+)
 @pytest.mark.classic_only("the store does not depend on the mode; classic runs it")
 def test_an_iceberg_table_on_object_storage_is_read_by_spark(spark, workdir, object_server):
     # pyiceberg writes the table into a warehouse on moto's S3 or on Azurite (a SQLite

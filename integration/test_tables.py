@@ -125,6 +125,14 @@ def rows_of(t: pa.Table) -> list[tuple]:
     )
 
 
+@pytest.mark.long_cases(
+    "delta-az",
+    "iceberg-s3",
+    why=(
+        "CI writes a Delta table on S3 and an Iceberg table on Azure Blob: each table "
+        "library and each store once"
+    ),
+)
 @pytest.mark.connect("one pass of each table target, started from the client")
 @pytest.mark.spark_subset
 @pytest.mark.parametrize("where", WHERE)

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from xdist_plan import OWN_PROCESSES, OWN_PROCESSES_UNIT, unit_of
+from xdist_plan import OWN_PROCESSES, OWN_PROCESSES_UNIT, case_has_part, unit_of
 
 ROOT = Path(__file__).resolve().parent.parent
 
@@ -22,3 +22,10 @@ def test_the_own_processes_files_are_one_unit_and_the_others_their_file() -> Non
     assert units == {OWN_PROCESSES_UNIT}
     assert unit_of("integration/test_sink.py::test_y[stream]") == "integration/test_sink.py"
     assert unit_of("tests/test_log.py::TestA::test_b") == "tests/test_log.py"
+
+
+def test_a_long_case_is_a_run_of_the_parts_of_the_case_id() -> None:
+    assert case_has_part("redis", "redis") and case_has_part("redis-sec-1", "redis")
+    assert case_has_part("delta-s3", "s3") and case_has_part("delta-az", "delta-az")
+    assert not case_has_part("s3x", "s3") and not case_has_part("iceberg-az", "delta-az")
+    assert not case_has_part("az", "delta-az") and not case_has_part("log-sec-1", "sec-0")

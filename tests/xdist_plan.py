@@ -54,6 +54,14 @@ def unit_of(nodeid: str) -> str:
 OWN_PROCESSES_FIRST = "integration/test_install.py"
 
 
+def case_has_part(case: str, wanted: str) -> bool:
+    """Whether a parametrized case's id (``redis-sec-1``) has ``wanted`` (``redis``, or
+    ``delta-az``) as a run of its ``-``-separated parts: ``s3`` is in ``s3-sec-1`` and
+    ``delta-s3``, not in ``s3x``; ``integration/conftest.py``'s ``long_cases`` mark uses it."""
+    parts, want = case.split("-"), wanted.split("-")
+    return any(parts[i : i + len(want)] == want for i in range(len(parts) - len(want) + 1))
+
+
 def _rank(item: pytest.Item) -> int:
     path = _file_of(item.nodeid)
     if path == OWN_PROCESSES_FIRST:
