@@ -4,7 +4,7 @@ Four writer processes killed at random, heartbeats, random bounds and 1% disorde
 ``adjust`` while a query reads and a sink writes; the script checks counts, clocks and memory
 (see its docstring) and prints its figures. ``./dev soak SECONDS`` runs it for longer. Its
 per-batch SPEC 7 check is shown to fail on broken micro-batches, in this session's Spark.
-The month mode (``soak.py month``) runs three simulated days in 60 s (four in two minutes under
+The month mode (``soak.py month``) runs three simulated days in 75 s (four in two minutes under
 ``./dev long``); its final accounting is shown to fail on each fault it looks for.
 """
 
@@ -140,11 +140,11 @@ def test_the_soak_fails_on_a_micro_batch_that_breaks_spec_7(spark, workdir):
 #: The month's wall seconds and simulated days: CI's short form, and ``./dev long``'s
 #: (``ROWTIME_LONG=1``). Three days are the fewest that judge the disk after the second
 #: (retention is one day) and see the silent writer come back (half way through).
-MONTH_SECONDS, MONTH_DAYS = (120, 4) if os.environ.get("ROWTIME_LONG") == "1" else (60, 3)
+MONTH_SECONDS, MONTH_DAYS = (120, 4) if os.environ.get("ROWTIME_LONG") == "1" else (75, 3)
 
 
 def test_a_short_month_keeps_every_row_and_flat_disk(tmp_path):
-    """``soak.py month 60 3``: three simulated days in 60 s (retention one day, a writer killed
+    """``soak.py month 75 3``: three simulated days in 75 s (retention one day, a writer killed
     for good, one restarted after a silence); the script's checks, and its figures."""
     from soak import missing_features
 
