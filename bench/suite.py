@@ -194,7 +194,7 @@ class TimedStreamReader(RowtimeStreamReader):
         with open(self.timings, "a") as f:
             f.write(json.dumps({"call": what, "s": seconds}) + "\n")
 
-    def latestOffset(self, start: dict, limit: Any) -> dict:
+    def latestOffset(self, start: dict | None = None, limit: Any = None) -> dict:
         t0 = time.perf_counter()
         out = super().latestOffset(start, limit)
         self._note("latestOffset", time.perf_counter() - t0)
