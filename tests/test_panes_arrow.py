@@ -54,7 +54,7 @@ words = st.one_of(st.none(), st.sampled_from(["ORCL", "IBM", "SAP", ""]))
 numbers = st.one_of(st.none(), st.floats(-1e6, 1e6, allow_nan=False), st.just(0.5))
 
 
-@settings(max_examples=60, deadline=None)
+@settings(max_examples=25, deadline=None)
 @given(
     spec=specs,
     rows=st.lists(
@@ -113,7 +113,7 @@ def test_without_keys_the_whole_stream_is_one_key_and_its_panes_step_alike():
     assert a.panes[0][2][:3] == [3, 3, 7.0]
 
 
-@settings(max_examples=60, deadline=None)
+@settings(max_examples=25, deadline=None)
 @given(
     pairs=st.lists(st.tuples(st.integers(0, 6), st.integers(0, 9)), max_size=80),
     spread=st.sampled_from([1, 10**6]),

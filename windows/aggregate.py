@@ -68,6 +68,7 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 import pandas as pd
+import pyarrow as pa
 
 from ..bounds.errors import OptionError
 from ..bounds.panes import TimeIntervalSpec
@@ -439,8 +440,6 @@ def _arrow_ready(schema: Any, keys: Sequence[str]) -> bool:
 
 def _chunks(batches: Iterator[Any]) -> Iterator[Any]:
     """The Arrow batches of a partition gathered into tables of about ``_CHUNK_ROWS`` rows."""
-    import pyarrow as pa
-
     held: list[Any] = []
     n = 0
     for batch in batches:
@@ -475,8 +474,6 @@ def _arrow_partials(
     Arrow batch: the inputs go to numpy as they are (a null number as NaN, which the
     reductions skip, as the pandas rows of ``preaggregate`` hold it), the keys are numbered
     by Arrow and taken from the table, so they keep their Arrow type."""
-    import pyarrow as pa
-
     t = np.asarray(table.column("__t").combine_chunks().to_numpy(zero_copy_only=False),
                    dtype=np.int64)  # fmt: skip
     columns = {
