@@ -12,15 +12,20 @@ them per ``s`` (count, sum, max, max_by) into the ``noop`` sink, drained with
 * ``sliding``: panes of 10 s every 2 s (each row in 5 panes); Spark: ``window("rowtime",
   "10 seconds", "2 seconds")``, ours: ``creation_period=2``.
 
-Each round runs every case, both queries in alternating order, after one warm-up round
+With ``--ship``, the tumbling case runs a third query, ``ship``: the same rows handed to a
+Python worker (``mapInArrow`` over the columns ours reads) and only counted there. It is the
+ceiling of any operator that runs in Python over every row, whatever it then does; its ratio
+to Spark is printed beside the others, with no target.
+
+Each round runs every case, its queries in alternating order, after one warm-up round
 (``benchutil.interleaved``); the figures are the median over rounds and the spread (min-max)
 of input rows/s. The ratio is rowtime / spark, per round, then its median; the target is
 ``TARGET`` for each case (issue 54). Both pay for the reader (a Python data source), so the
 ratio is the price of the window alone on top of what the query already pays.
 
 Run: ``./dev bench windows [--rows N] [--rounds R] [--batch ROWS] [--cases tumbling,sliding]
-[--json FILE]``; the JSON holds ``meta`` (``when``, ``load_min``, ``load_max``, ``cpus``...),
-each case's ratios and every run's seconds with the load beside it.
+[--ship] [--json FILE]``; the JSON holds ``meta`` (``when``, ``load_min``, ``load_max``,
+``cpus``...), each case's ratios and every run's seconds with the load beside it.
 """
 
 from __future__ import annotations
@@ -31,13 +36,14 @@ import shutil
 import statistics
 import tempfile
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from typing import Any
 
 from benchutil import PARTITIONS, drain, interleaved, spark_session, write_json, write_stream
 from pyspark.sql import functions as F
 
 import pyspark_rowtime as pr
+from pyspark_rowtime.watermark import watermark_rowtime
 
 TARGET = 0.8
 #: Each case: (Spark's window() arguments after the column, ours' pane parameters).
@@ -54,6 +60,13 @@ def aggs() -> list[Any]:
         F.max("v").alias("top"),
         F.max_by("id", "v").alias("top_id"),
     ]
+
+
+def count_rows(batches: Iterator[Any]) -> Iterator[Any]:
+    """The rows of a partition, counted (the ``ship`` query's Python side)."""
+    import pyarrow as pa
+
+    yield pa.RecordBatch.from_pydict({"n": [sum(b.num_rows for b in batches)]})
 
 
 def timed(runs: list[dict[str, Any]], case: str, name: str, query: Callable[[], Any]) -> Any:
@@ -81,9 +94,19 @@ def verdicts(runs: list[dict[str, Any]], rows: int) -> dict[str, dict[str, Any]]
         ok = median >= TARGET
         print(f"{case}: ratio {median:.2f} (rounds {', '.join(f'{x:.2f}' for x in ratios)}), "
               f"target >= {TARGET}: {'ok' if ok else 'MISS'}")  # fmt: skip
+        ship = [r["seconds"] for r in runs if r["case"] == case and r["query"] == "ship"]
+        if ship:
+            ceiling = [s / o for s, o in zip(seconds["spark"][1:], ship[1:], strict=True)]
+            rounds = ", ".join(f"{x:.2f}" for x in ceiling)
+            print(f"{case}: every row to a Python worker and counted (ship): ratio "
+                  f"{statistics.median(ceiling):.2f} (rounds {rounds}), the ceiling of an "
+                  "operator in Python over rows")  # fmt: skip
         rates = {q: statistics.median(rows / s for s in xs[1:]) for q, xs in seconds.items()}
         out[case] = {"ratio": median, "rounds": ratios, "target": TARGET, "ok": ok,
                      "rows_per_s": rates}  # fmt: skip
+        if ship:
+            out[case]["ship_ratio"] = statistics.median(ceiling)
+            out[case]["ship_rounds"] = ceiling
     return out
 
 
@@ -94,6 +117,7 @@ def main() -> None:
     ap.add_argument("--batch", type=int, default=1_000_000, help="maxRowsPerBatch")
     ap.add_argument("--cases", default=",".join(CASES), help=f"of: {', '.join(CASES)}")
     ap.add_argument("--dir", default=None)
+    ap.add_argument("--ship", action="store_true", help="add the ship query (see above)")
     ap.add_argument("--json", default=None, help="write the figures to this file")
     args = ap.parse_args()
     chosen = args.cases.split(",")
@@ -127,7 +151,13 @@ def main() -> None:
         def ours(panes: dict[str, object]) -> Any:
             return pr.time_interval_aggregate(source(), aggs(), partition_by="s", **panes)
 
-        cases = {
+        def ship() -> Any:
+            rows = watermark_rowtime(source(), late_rows_handled=True).select(
+                "s", F.unix_micros("rowtime").alias("__t"), "v", "id"
+            )
+            return rows.mapInArrow(count_rows, "n BIGINT")
+
+        cases: dict[str, dict[str, Any]] = {
             case: {
                 "spark": timed(runs, case, "spark", lambda w=window: drain(native(w), base)),
                 "rowtime": timed(runs, case, "rowtime", lambda p=panes: drain(ours(p), base)),
@@ -135,6 +165,8 @@ def main() -> None:
             for case, (window, panes) in CASES.items()
             if case in chosen
         }
+        if args.ship and "tumbling" in cases:
+            cases["tumbling"]["ship"] = timed(runs, "tumbling", "ship", lambda: drain(ship(), base))
         interleaved(cases, args.rounds, {case: args.rows for case in cases})
         summary = verdicts(runs, args.rows)
     finally:

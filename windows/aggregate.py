@@ -35,8 +35,15 @@ How it is built, and why:
   stateful operator, which merges them (``step.merge_step``) by the same rules as rows:
   a partial holds its pane's row count, so discarded rows are still counted one by one. A
   native Spark aggregation cannot do the first part: in a streaming query it is itself
-  stateful and, in append mode, emits only once the watermark passes. ``./dev bench windows``
-  compares it with Spark's own ``groupBy(window(...))`` (docs/benchmarks.md).
+  stateful and, in append mode, emits only once the watermark passes. When every input of
+  the aggregates is a plain number (and the keys are of a type Arrow numbers), the
+  partition's rows come as Arrow batches (``mapInArrow``) straight into numpy, the keys are
+  numbered by Arrow's hash tables and the (key, pane) segments are ordered by a radix sort:
+  no pandas frame and no Python object per row (``_arrow_partials``, the same partials as
+  ``step.preaggregate`` bit for bit); any other input (timestamps, decimals, strings...) takes
+  ``mapInPandas`` and Spark's own conversion of its values. What is left per row is Spark
+  handing it to the Python worker. ``./dev bench windows`` compares it with Spark's own
+  ``groupBy(window(...))`` (docs/benchmarks.md).
 * **Spark's ``window()`` is not used** to assign panes: it refuses gaps
   (``creationPeriod > intervalDuration``) and offsets of ``creationPeriod`` or more, which IBM
   allows; ``assign_panes_array`` covers every case exactly, in microseconds.
