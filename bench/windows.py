@@ -13,9 +13,10 @@ them per ``s`` (count, sum, max, max_by) into the ``noop`` sink, drained with
   "10 seconds", "2 seconds")``, ours: ``creation_period=2``.
 
 With ``--ship``, the tumbling case runs a third query, ``ship``: the same rows handed to a
-Python worker (``mapInArrow`` over the columns ours reads) and only counted there. It is the
-ceiling of any operator that runs in Python over every row, whatever it then does; its ratio
-to Spark is printed beside the others, with no target.
+Python worker (``mapInArrow`` over the columns ours reads) and only counted there, with no
+shuffle and no state: what handing every row to Python costs alone, which any operator that
+runs in Python over every row pays; its ratio to Spark is printed beside the others, with no
+target.
 
 Each round runs every case, its queries in alternating order, after one warm-up round
 (``benchutil.interleaved``); the figures are the median over rounds and the spread (min-max)
@@ -99,8 +100,8 @@ def verdicts(runs: list[dict[str, Any]], rows: int) -> dict[str, dict[str, Any]]
             ceiling = [s / o for s, o in zip(seconds["spark"][1:], ship[1:], strict=True)]
             rounds = ", ".join(f"{x:.2f}" for x in ceiling)
             print(f"{case}: every row to a Python worker and counted (ship): ratio "
-                  f"{statistics.median(ceiling):.2f} (rounds {rounds}), the ceiling of an "
-                  "operator in Python over rows")  # fmt: skip
+                  f"{statistics.median(ceiling):.2f} (rounds {rounds}), the transfer alone: no "
+                  "shuffle, no state")  # fmt: skip
         rates = {q: statistics.median(rows / s for s in xs[1:]) for q, xs in seconds.items()}
         out[case] = {"ratio": median, "rounds": ratios, "target": TARGET, "ok": ok,
                      "rows_per_s": rates}  # fmt: skip
