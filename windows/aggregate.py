@@ -35,8 +35,15 @@ How it is built, and why:
   stateful operator, which merges them (``step.merge_step``) by the same rules as rows:
   a partial holds its pane's row count, so discarded rows are still counted one by one. A
   native Spark aggregation cannot do the first part: in a streaming query it is itself
-  stateful and, in append mode, emits only once the watermark passes. ``./dev bench windows``
-  compares it with Spark's own ``groupBy(window(...))`` (docs/benchmarks.md).
+  stateful and, in append mode, emits only once the watermark passes. When every input of
+  the aggregates is a plain number (and the keys are of a type Arrow numbers), the
+  partition's rows come as Arrow batches (``mapInArrow``) straight into numpy, the keys are
+  numbered by Arrow's hash tables and the (key, pane) segments are ordered by a radix sort:
+  no pandas frame and no Python object per row (``_arrow_partials``, the same partials as
+  ``step.preaggregate`` bit for bit); any other input (timestamps, decimals, strings...) takes
+  ``mapInPandas`` and Spark's own conversion of its values. What is left per row is Spark
+  handing it to the Python worker. ``./dev bench windows`` compares it with Spark's own
+  ``groupBy(window(...))`` (docs/benchmarks.md).
 * **Spark's ``window()`` is not used** to assign panes: it refuses gaps
   (``creationPeriod > intervalDuration``) and offsets of ``creationPeriod`` or more, which IBM
   allows; ``assign_panes_array`` covers every case exactly, in microseconds.
@@ -66,14 +73,25 @@ from dataclasses import dataclass
 from decimal import Decimal
 from typing import TYPE_CHECKING, Any
 
+import numpy as np
 import pandas as pd
+import pyarrow as pa
 
 from ..bounds.errors import OptionError
 from ..bounds.panes import TimeIntervalSpec
 from ..bounds.time import parse_duration_us
 from ..watermark import analyzed_plan_text, parse_plan, watermark_rowtime
 from .stateful import KeyLogic, KeyStep, StatefulPlan, never_late, run_on_state_store
-from .step import MERGEABLE, PANES_FORMAT, AggPlan, PanesState, merge_panes, preaggregate
+from .step import (
+    MERGEABLE,
+    PANES_FORMAT,
+    PARTIAL_COLUMNS,
+    AggPlan,
+    PanesState,
+    merge_panes,
+    pane_partials,
+    preaggregate,
+)
 
 if TYPE_CHECKING:
     from pyspark.sql import Column, DataFrame
@@ -402,6 +420,81 @@ def _plan_aggs(
     return plans, inputs, [c.field for c in calls]
 
 
+#: Spark types of the inputs that ``_arrow_partials`` reads as plain numpy numbers.
+_ARROW_INPUTS = ("ByteType", "ShortType", "IntegerType", "LongType", "FloatType", "DoubleType")
+#: Spark types of the keys it numbers in Arrow (``dictionary_encode``) and passes on as they are.
+_ARROW_KEYS = (
+    *_ARROW_INPUTS,
+    "StringType",
+    "BinaryType",
+    "BooleanType",
+    "DateType",
+    "TimestampType",
+    "TimestampNTZType",
+    "DecimalType",
+)
+
+
+def _arrow_ready(schema: Any, keys: Sequence[str]) -> bool:
+    """Whether the rows of ``schema`` (the keys, ``__t`` and the aggregates' inputs) can be
+    pre-aggregated in Arrow: every input a plain number, every key of a type Arrow numbers."""
+    for f in schema.fields:
+        kinds = _ARROW_KEYS if f.name in keys else _ARROW_INPUTS
+        if type(f.dataType).__name__ not in kinds:
+            return False
+    return True
+
+
+def _chunks(batches: Iterator[Any]) -> Iterator[Any]:
+    """The Arrow batches of a partition gathered into tables of about ``_CHUNK_ROWS`` rows."""
+    held: list[Any] = []
+    n = 0
+    for batch in batches:
+        if not batch.num_rows:
+            continue
+        held.append(batch)
+        n += batch.num_rows
+        if n >= _CHUNK_ROWS:
+            yield pa.Table.from_batches(held).combine_chunks()
+            held, n = [], 0
+    if held:
+        yield pa.Table.from_batches(held).combine_chunks()
+
+
+def _key_codes(table: Any, keys: Sequence[str]) -> np.ndarray:
+    """Each row's key as a number (equal keys, equal numbers; null is a key of its own), in
+    Arrow's hash tables: no Python object per row."""
+    codes = np.zeros(table.num_rows, dtype=np.int64)
+    for k in keys:
+        column = table.column(k).combine_chunks().dictionary_encode(null_encoding="encode")
+        these = np.asarray(column.indices, dtype=np.int64)
+        codes = codes * len(column.dictionary) + these
+        if len(keys) > 1:  # keep the numbers dense, so that the product cannot overflow
+            codes = np.unique(codes, return_inverse=True)[1].astype(np.int64)
+    return codes
+
+
+def _arrow_partials(
+    spec: TimeIntervalSpec, plans: list[AggPlan], table: Any, keys: Sequence[str]
+) -> Any:
+    """``step.preaggregate`` over an Arrow table of plain numbers (``_arrow_ready``), as an
+    Arrow batch: the inputs go to numpy as they are (a null number as NaN, which the
+    reductions skip, as the pandas rows of ``preaggregate`` hold it), the keys are numbered
+    by Arrow and taken from the table, so they keep their Arrow type."""
+    t = np.asarray(table.column("__t").combine_chunks().to_numpy(zero_copy_only=False),
+                   dtype=np.int64)  # fmt: skip
+    columns = {
+        name: pd.Series(table.column(name).combine_chunks().to_numpy(zero_copy_only=False))
+        for name in {i for p in plans for i in p.inputs}
+    }
+    key_rows, out = pane_partials(spec, plans, columns, t, _key_codes(table, keys))
+    at = pa.array(key_rows, pa.int64())
+    arrays = [table.column(k).take(at).combine_chunks() for k in keys]
+    arrays += [pa.array(out[c], pa.int64()) for c in ("__start", "__end", "__n")]
+    arrays.append(pa.array(out["__p"], pa.binary()))
+    return pa.RecordBatch.from_arrays(arrays, names=[*keys, *PARTIAL_COLUMNS])
+
+
 @dataclass(frozen=True)
 class PanesConfig:
     """``time_interval_aggregate``'s checked parameters: the panes (``spec``), the mergeable
@@ -565,21 +658,34 @@ def time_interval_aggregate(
         ]
     )
 
-    def preaggregate_partition(frames: Iterator[pd.DataFrame]) -> Iterator[pd.DataFrame]:
-        held: list[pd.DataFrame] = []
-        n = 0
-        for frame in frames:
-            if not len(frame):
-                continue
-            held.append(frame)
-            n += len(frame)
-            if n >= _CHUNK_ROWS:
-                yield preaggregate(spec, plans, pd.concat(held, ignore_index=True), group_cols)
-                held, n = [], 0
-        if held:
-            yield preaggregate(spec, plans, pd.concat(held, ignore_index=True), group_cols)
+    arrow = _arrow_ready(rows.schema, group_cols)
+    if arrow:
+        # Plain numbers only (the common case): Arrow batches straight to numpy, no pandas
+        # rows (see _arrow_partials).
+        def preaggregate_batches(batches: Iterator[Any]) -> Iterator[Any]:
+            for table in _chunks(batches):
+                yield _arrow_partials(spec, plans, table, group_cols)
 
-    partials = rows.mapInPandas(preaggregate_partition, schema=partial_schema).select(
+        partials = rows.mapInArrow(preaggregate_batches, schema=partial_schema)
+    else:
+
+        def preaggregate_partition(frames: Iterator[pd.DataFrame]) -> Iterator[pd.DataFrame]:
+            held: list[pd.DataFrame] = []
+            n = 0
+            for frame in frames:
+                if not len(frame):
+                    continue
+                held.append(frame)
+                n += len(frame)
+                if n >= _CHUNK_ROWS:
+                    yield preaggregate(spec, plans, pd.concat(held, ignore_index=True),
+                                       group_cols)  # fmt: skip
+                    held, n = [], 0
+            if held:
+                yield preaggregate(spec, plans, pd.concat(held, ignore_index=True), group_cols)
+
+        partials = rows.mapInPandas(preaggregate_partition, schema=partial_schema)
+    partials = partials.select(
         "*",
         never_late(),  # every partial reaches the step, which decides what is late
     )

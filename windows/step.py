@@ -54,6 +54,7 @@ __all__ = [
     "load_values",
     "merge_panes",
     "merge_step",
+    "pane_partials",
     "preaggregate",
     "run_step",
 ]
@@ -338,7 +339,7 @@ def _best(
 
 def _partials(
     aggs: list[AggPlan],
-    df: pd.DataFrame,
+    df: Mapping[str, pd.Series],
     at: np.ndarray,
     seg: np.ndarray,
     firsts: np.ndarray,
@@ -399,18 +400,35 @@ def preaggregate(
         if keys
         else np.zeros(t.size, dtype=np.int64)
     )
+    key_rows, out = pane_partials(spec, aggs, df, t, codes)
+    for k in keys:  # as Series: the key keeps its dtype (timestamps, decimals...)
+        out[k] = df[k].take(key_rows).reset_index(drop=True)
+    return pd.DataFrame(out, columns=columns)
+
+
+def pane_partials(
+    spec: TimeIntervalSpec,
+    aggs: list[AggPlan],
+    columns: Mapping[str, pd.Series],
+    t: np.ndarray,
+    codes: np.ndarray,
+) -> tuple[list[int], dict[str, list[Any]]]:
+    """``preaggregate`` once the keys are numbered: ``t`` the rowtimes (us), ``codes`` each
+    row's key as ``0..k-1`` (any numbering that gives equal keys equal codes) and ``columns``
+    the aggregates' inputs by name. Returns, for each partial row, the row whose key it
+    carries, and the ``PARTIAL_COLUMNS`` as lists; the caller adds the key values (so a caller
+    holding Arrow columns takes them without pandas)."""
     rows, starts, ends = assign_panes_array(t, spec)
-    pair_codes = codes[rows]
-    # Segments: by key, then pane, then arrival (lexsort is stable; the last key sorts first).
-    order = np.lexsort((rows, starts, pair_codes))
-    rows, starts, ends, pair_codes = rows[order], starts[order], ends[order], pair_codes[order]
-    cut = np.flatnonzero((np.diff(pair_codes) != 0) | (np.diff(starts) != 0)) + 1
+    # Segments: by key, then pane, then arrival.
+    order, seg_of = _segment_order(codes[rows], starts, spec.creation_period_us)
+    rows, starts, ends, seg_of = rows[order], starts[order], ends[order], seg_of[order]
+    cut = np.flatnonzero(np.diff(seg_of) != 0) + 1
     firsts = np.concatenate(([0], cut)) if rows.size else cut
     sizes = np.diff(np.append(firsts, rows.size))
     seg = np.repeat(np.arange(sizes.size, dtype=np.int64), sizes)
-    parts = _partials(aggs, df, rows, seg, firsts, sizes) if rows.size else []
-    out: dict[str, list[Any]] = {c: [] for c in columns}
-    key_rows = [int(r) for r in rows[firsts]]
+    parts = _partials(aggs, columns, rows, seg, firsts, sizes) if rows.size else []
+    out: dict[str, list[Any]] = {}
+    key_rows = rows[firsts].tolist()
     out["__start"] = starts[firsts].tolist()
     out["__end"] = ends[firsts].tolist()
     out["__n"] = sizes.tolist()
@@ -418,16 +436,50 @@ def preaggregate(
     if spec.creation_period_us > spec.interval_duration_us:
         in_none = np.bincount(rows, minlength=t.size) == 0
         gap_keys, gap_counts = np.unique(codes[in_none], return_counts=True)
-        first_row = np.unique(codes, return_index=True)[1]  # codes are 0, 1, ... by ngroup
+        first_row = _first_rows(codes)
         for code, n in zip(gap_keys.tolist(), gap_counts.tolist(), strict=True):
             key_rows.append(int(first_row[code]))
             out["__start"].append(0)
             out["__end"].append(0)
             out["__n"].append(n)
             out["__p"].append(None)
-    for k in keys:  # as Series: the key keeps its dtype (timestamps, decimals...)
-        out[k] = df[k].take(key_rows).reset_index(drop=True)
-    return pd.DataFrame(out, columns=columns)
+    return key_rows, out
+
+
+def _segment_order(
+    pair_codes: np.ndarray, starts: np.ndarray, period_us: int
+) -> tuple[np.ndarray, np.ndarray]:
+    """The stable order of (key, pane) pairs given in arrival order, by key then pane start,
+    and each pair's segment: its (key, start) ranked from 0. The same order as
+    ``np.lexsort((rows, starts, pair_codes))``; with few keys and panes (every micro-batch a
+    key pane holds many rows) the ranks fit 16 bits and numpy sorts them by radix, in linear
+    time."""
+    if not starts.size:
+        return np.zeros(0, dtype=np.int64), np.zeros(0, dtype=np.int64)
+    # Pane starts are whole periods apart (plus the offset): number them from the first.
+    pane = (starts - starts.min()) // period_us
+    panes = int(pane.max()) + 1
+    cells = (int(pair_codes.max()) + 1) * panes
+    if cells > 4 * starts.size + (1 << 16):  # sparse: ranking by table would cost more
+        order = np.lexsort((np.arange(starts.size), starts, pair_codes))
+        ordered = np.empty(starts.size, dtype=np.int64)
+        sc, ss = pair_codes[order], starts[order]
+        new = np.concatenate(([True], (sc[1:] != sc[:-1]) | (ss[1:] != ss[:-1])))
+        ordered[order] = np.cumsum(new) - 1
+        return order, ordered
+    cell = pair_codes * panes + pane
+    rank = np.cumsum(np.bincount(cell, minlength=cells) > 0) - 1
+    seg_of = rank[cell]
+    narrow = seg_of.astype(np.uint16) if int(rank[-1]) < (1 << 16) else seg_of
+    return np.argsort(narrow, kind="stable"), seg_of
+
+
+def _first_rows(codes: np.ndarray) -> np.ndarray:
+    """For each code ``c`` in ``0..max``, the first row that has it (-1: none)."""
+    first = np.full(int(codes.max()) + 1 if codes.size else 0, -1, dtype=np.int64)
+    uniq, at = np.unique(codes, return_index=True)
+    first[uniq] = at
+    return first
 
 
 def _merge(kind: str, old: Any, new: Any) -> Any:
