@@ -44,7 +44,12 @@ from ..streams.lock import (  # wait_for_lock: used here, and by stream_target
     wait_for_lock,
 )
 from ..streams.meta import fsync_dir, fsync_file, make_dirs, narrow_mode
-from ..streams.segments import SegmentStats, open_verified_segment, write_segment_file
+from ..streams.segments import (
+    SegmentStats,
+    open_verified_segment,
+    write_segment_file,
+    write_segment_to,
+)
 from ..streams.sink_state import SINK_DIR as STORAGE_SINK_DIR
 from ..streams.sink_state import (
     SINK_FORMAT,
@@ -255,22 +260,45 @@ class FolderSinkState:
         return os.path.join(self.staging_dir, batch_name(batch_id))
 
     def stage_segment(
-        self, batch_id: int, name: str, stats: SegmentStats, schema: pa.Schema, chunks: RunChunks
+        self,
+        batch_id: int,
+        name: str,
+        stats: SegmentStats,
+        schema: pa.Schema,
+        chunks: RunChunks,
+        *,
+        lazy: bool = False,
     ) -> Staged:
         """Stage a run as a segment file (handle: its path relative to the target); the file
         is written unsynced and the returned function fsyncs it, so that the disk catches up
-        while the task goes on receiving rows."""
+        while the task goes on receiving rows.
+
+        ``lazy``: the run is for the commit's merge, which writes its rows again (a partition
+        that several tasks share, ``sink.merge``): it is written without asking the disk to
+        start writing it back, so that it need never reach the disk at all, and a commit that
+        links it instead makes it durable first (``sync_staged``)."""
         rel = os.path.join(SINK_DIR, STAGING_DIR, batch_name(batch_id), name)
         path = os.path.join(self.target, rel)
         make_dirs(os.path.dirname(path))
         try:
-            write_segment_file(path, stats, schema, chunks, sync=False)
+            if lazy:
+                with pa.OSFile(path, "wb") as sink:
+                    write_segment_to(sink, stats, schema, chunks)
+            else:
+                write_segment_file(path, stats, schema, chunks, sync=False)
             # Linked into the partition as it is (same inode): narrowed once, here.
             narrow_mode(path, os.path.dirname(path))
         except BaseException:
             self.discard_staged([rel])  # no half-written file is left behind
             raise
         return rel, partial(fsync_file, path)
+
+    def sync_staged(self, handles: Sequence[str]) -> None:
+        """Make staged runs that were staged ``lazy`` durable (their folders too)."""
+        for h in handles:
+            fsync_file(self._path(h))
+        for folder in sorted({os.path.dirname(self._path(h)) for h in handles}):
+            fsync_dir(folder)
 
     def _path(self, handle: str) -> str:
         return os.path.join(self.target, handle)

@@ -45,8 +45,13 @@ def _int_or_none(value: Any) -> int | None:
 class StreamPart:
     """What a batch appends to one partition of a stream target: ``rows`` data rows from
     offset ``start``, then a bound record at ``bound_us`` if not None. ``mode`` ``link``: the
-    staged ``files`` become segments as they are; ``merge``: their rows are merged and written
-    anew. ``files`` are ``(path relative to the target, rows)`` in order."""
+    staged ``files`` become segments as they are; ``merge``: their rows are merged into rowtime
+    order and staged anew as ``merged`` (``sink.merge``), which become segments as linked
+    files do (empty until the merge is durable: a replay merges again). ``files`` and
+    ``merged`` are ``(path relative to the target, rows)`` in order. An entry without
+    ``merged`` is one of an earlier version, which merges when it applies the entry; an
+    earlier version replays an entry that has it by merging ``files`` again while nothing of
+    the part is appended, and refuses it (another writer, it says) after."""
 
     partition: int
     start: int
@@ -54,6 +59,7 @@ class StreamPart:
     bound_us: int | None
     mode: str
     files: tuple[tuple[str, int], ...]
+    merged: tuple[tuple[str, int], ...] = ()
 
     @property
     def records(self) -> int:
@@ -61,7 +67,7 @@ class StreamPart:
         return self.rows + (self.bound_us is not None)
 
     def to_dict(self) -> dict[str, Any]:
-        return {
+        doc: dict[str, Any] = {
             "partition": self.partition,
             "start": self.start,
             "rows": self.rows,
@@ -69,6 +75,9 @@ class StreamPart:
             "mode": self.mode,
             "files": [[rel, rows] for rel, rows in self.files],
         }
+        if self.merged:  # absent otherwise: the JSON earlier versions wrote
+            doc["merged"] = [[rel, rows] for rel, rows in self.merged]
+        return doc
 
     @classmethod
     def from_dict(cls, doc: Mapping[str, Any]) -> StreamPart:
@@ -79,6 +88,7 @@ class StreamPart:
             bound_us=_int_or_none(doc["bound_us"]),
             mode=str(doc["mode"]),
             files=tuple((_inside(rel), int(rows)) for rel, rows in doc["files"]),
+            merged=tuple((_inside(rel), int(rows)) for rel, rows in doc.get("merged", [])),
         )
 
 

@@ -27,24 +27,31 @@ that continue the partition the task writes for (first offset, clock, arrival), 
 fsync'd. When that partition has not moved meanwhile, which is the normal case since the query
 alone writes the target, the driver's ``commit()`` publishes the files as the partition's next
 segments by a hard link: no record is copied or even read on the driver. Only when several
-tasks share a partition (more tasks than partitions) or a task's files do not continue it
-(its rows would go below the partition's clock) does the driver merge those tasks' rows and
-write them anew (``merge``).
+tasks share a partition (more tasks than partitions, the one ordered partition) or a task's
+files do not continue it (its rows would go below the partition's clock) does the driver merge
+those tasks' runs into rowtime order, staged as runs that continue the partition and linked in
+turn (``merge``, ``sink.merge``). Their rows are then written twice, so tasks writing for a
+target of one partition on a folder leave their runs unsynced (``_stage_lazily``): only the
+merged runs are made durable, and runs the commit links as they are are synced by it first.
 
 **Two-phase commit.** ``commit()`` (driver, another process) takes every partition's writer
 lock (a flock that dies with its process) and, for a batch it has not seen:
 
 1. plans the batch: which tasks go to which partition, ``link`` or ``merge``, and where each
    partition's part starts (``start``), how many data rows it appends and whether a bound
-   follows; that plan is the batch's manifest entry, its *intent*, written atomically and
-   fsync'd before anything is appended, naming the staged files it uses;
+   follows; a merged part's runs are merged and staged durably (``merged``); that plan is
+   the batch's manifest entry, its *intent*, written atomically and fsync'd before anything
+   is appended, naming the staged files it uses;
 2. carries the plan out, partition by partition.
 
 A replay (Spark restarts and re-runs the batch) finds the intent: its write tasks stage
 nothing, and its commit carries out what the intent left undone, from the files the intent
 names (they are removed only once the batch is wholly applied). How far a partition got is its
-end offset minus ``start``: links are made file by file in order and a merge appends rows and
-bound as one segment, so every crash point leaves a prefix of the plan. A partition that holds
+end offset minus ``start``: links are made file by file in order (a merged part's bound is
+the last record of its last run; a linked part's is a segment after its runs), so every crash
+point leaves a prefix of the plan. A crash before the intent leaves nothing to replay: Spark
+runs the batch's tasks again. (An intent of an earlier version names a merge without its
+runs: the replay merges then.) A partition that holds
 more than its part says, or stops inside a file, was written by someone else meanwhile: the
 target belongs to the query, so adapters should write elsewhere.
 
@@ -65,11 +72,11 @@ from typing import Any
 import numpy as np
 import pyarrow as pa
 
-from ..bounds.arrays import as_numpy, take_rows, to_arrow
+from ..bounds.arrays import to_arrow
 from ..bounds.bounds import NO_TIME, merge_clock
 from ..bounds.errors import CorruptLogError, LateRowError, OptionError, SchemaError
 from ..bounds.versions import newer_format
-from ..streams.columns import LOG_ROWTIME_US, LOG_SYSTEM_COLUMNS, SPARK_ROWTIME
+from ..streams.columns import SPARK_ROWTIME
 from ..streams.ddl import to_ddl
 from ..streams.meta import payload_schema
 from ..streams.segments import (
@@ -83,8 +90,9 @@ from ..streams.storage import LocationKind, StreamStorage, create_stream, open_s
 from ..streams.writer import Writer, wall_clock_us
 from .clock import checkpoint_keeps_state
 from .contiguous import Contiguous
-from .layout import open_sink_state, wait_for_lock
+from .layout import FolderSinkState, open_sink_state, wait_for_lock
 from .manifest import StreamEntry, StreamPart
+from .merge import merge_staged
 from .options import SinkConfig
 from .spill import Spill
 from .target import stage_task
@@ -110,7 +118,7 @@ GATHER_ROWS = WRITE_ROWS
 #: the batch that passes its size, so it may hold that batch too.
 _SLACK_ROWS = 1 << 20
 _SLACK_BYTES = 64 << 20
-#: The writer buffers a merged part and flushes it once: rows and bound are one segment.
+#: The writer appends only a part's bound record, at the flush that ends the part.
 _NO_AUTO_FLUSH = 1 << 62
 
 
@@ -153,8 +161,10 @@ class _Runs:
         first: int,
         base_clock_us: int | None,
         arrival_us: int,
+        lazy: FolderSinkState | None = None,
     ) -> None:
         self.target = target
+        self.lazy = lazy  # the folder to stage in for the commit's merge (unsynced), if any
         self.info = info
         self.file_schema = file_schema
         self.next_first = first
@@ -305,12 +315,17 @@ class _Runs:
         self.clock = stats.clock_us
         name = f"{self.info.task:05d}-{self.info.attempt}-{uuid.uuid4().hex[:12]}.arrow"
         chunks = segment_record_batches(batches, self.file_schema, self.arrival, SPARK_ROWTIME)
-        handle, durable = self.target.state.stage_segment(
-            self.info.batch_id, name, stats, self.file_schema, chunks
-        )
+        if self.lazy is not None:
+            handle, _ = self.lazy.stage_segment(
+                self.info.batch_id, name, stats, self.file_schema, chunks, lazy=True
+            )
+        else:
+            handle, durable = self.target.state.stage_segment(
+                self.info.batch_id, name, stats, self.file_schema, chunks
+            )
+            # The store catches up while the task goes on receiving rows; close() waits for it.
+            self._syncs.append(self._syncer.submit(durable))
         self.files.append(StagedFile(staged=handle, rows=n, first=self.next_first))
-        # The store catches up while the task goes on receiving rows; close() waits for it.
-        self._syncs.append(self._syncer.submit(durable))
         self.next_first += n
 
 
@@ -380,6 +395,24 @@ class StreamTarget:
 
     # -- executors ----------------------------------------------------------------------------
 
+    def _stage_lazily(self, stream: StreamStorage | None) -> FolderSinkState | None:
+        """The folder a task stages its runs in unsynced, or None to stage them durably.
+
+        A target of one partition (the one ordered partition: option ``partitions=1``, or a
+        stateful query's results) gets every task's rows, which the commit merges and writes
+        again, durably (``sink.merge``): the runs it merges need not reach the disk. On a
+        folder they are left to the page cache, and the commit makes them durable only if it
+        links them (one task with rows). Other stores make a run durable as they stage it."""
+        if not isinstance(self.state, FolderSinkState):
+            return None
+        if stream is not None:
+            one = stream.meta.partitions == 1
+        elif self.cfg.partitions is not None:
+            one = self.cfg.partitions == 1
+        else:
+            one = self.cfg.clock == "watermark" and checkpoint_keeps_state(self.cfg.checkpoint)
+        return self.state if one else None
+
     def write(self, info: TaskInfo, batches: Iterable[pa.RecordBatch]) -> TaskReport:
         """Stage this task's data rows as sorted runs in the segment format (see the module's
         docstring); nothing when the batch already has an intent (a replay)."""
@@ -401,8 +434,12 @@ class StreamTarget:
             arrival = wall_clock_us()
             if last_arrival is not None:
                 arrival = max(arrival, last_arrival)
-            assumed.update(partition=partition, base_clock_us=base_clock, arrival_us=arrival)
-            return floor, _Runs(self, info, file_schema, first, base_clock, arrival)
+            lazy = self._stage_lazily(stream)
+            assumed.update(
+                partition=partition, base_clock_us=base_clock, arrival_us=arrival,
+                synced=lazy is None,
+            )  # fmt: skip
+            return floor, _Runs(self, info, file_schema, first, base_clock, arrival, lazy)
 
         report, runs = stage_task(self, info, batches, begin)
         if runs is None:
@@ -445,9 +482,10 @@ class StreamTarget:
             if entry is None:
                 entry = self._plan(writers, reports, batch_id, candidate_us)
                 if entry is not None:
-                    # The intent, durable before anything.
+                    entry = self._stage_parts(writers, entry, reports, stream.file_schema)
+                    # The intent, durable before anything is appended.
                     state.replace_entry(batch_id, entry.to_dict())
-            done = entry is None or not self._apply(writers, entry)
+            done = entry is None or not self._apply(writers, entry, stream.file_schema)
         except BaseException:
             for w in writers:
                 w.abort()
@@ -558,10 +596,35 @@ class StreamTarget:
             parts=tuple(parts),
         )
 
-    def _apply(self, writers: Sequence[Writer], entry: StreamEntry) -> bool:
-        """Carry out what the intent ``entry`` has not done yet; True if anything was left."""
-        did = False
+    def _stage_parts(
+        self,
+        writers: Sequence[Writer],
+        entry: StreamEntry,
+        reports: Sequence[TaskReport],
+        file_schema: pa.Schema,
+    ) -> StreamEntry:
+        """Before the intent of a batch not seen before: merge every merged part's runs into
+        runs staged durably (``sink.merge``), and make the runs a link part takes durable if
+        their task left them unsynced, so that the intent names only durable runs. (A crash
+        before the intent leaves nothing to replay: Spark runs the batch's tasks again.)"""
+        unsynced = {f.staged for r in reports if not r.synced for f in r.files}
+        parts = []
         for part in entry.parts:
+            if part.mode == "merge" and part.files:
+                part = self._merge(writers[part.partition], entry, part, file_schema)
+            elif part.mode == "link":
+                lazy = [path for path, _ in part.files if path in unsynced]
+                if lazy:
+                    assert isinstance(self.state, FolderSinkState)  # where tasks stage lazily
+                    self.state.sync_staged(lazy)
+            parts.append(part)
+        return dataclasses.replace(entry, parts=tuple(parts))
+
+    def _apply(self, writers: Sequence[Writer], entry: StreamEntry, file_schema: pa.Schema) -> bool:
+        """Carry out what the intent ``entry`` has not done yet; True if anything was left.
+        ``file_schema``: the target's segment columns, for the runs a merge stages."""
+        did = False
+        for i, part in enumerate(entry.parts):
             p, start, records = part.partition, part.start, part.records
             if p >= len(writers):
                 raise CorruptLogError(
@@ -575,33 +638,67 @@ class StreamTarget:
             if done < 0:
                 raise self._foreign(entry, p, start, records, w.end_offset)
             did = True
-            files = list(part.files)
-            if part.mode == "link":
-                pos, todo = 0, []
-                for path, count in files:
-                    if pos + count <= done:
-                        pos += count
-                        continue
-                    if pos < done:  # the partition stops inside this file
-                        raise self._foreign(entry, p, start, records, w.end_offset)
-                    todo.append(path)
-                    pos += count
-                if todo:
-                    self._check_staged(entry, todo)
-                    # The executors built the runs from rows they checked: trust the
-                    # footers, so that the driver reads no record (on a folder).
-                    self.state.append_staged(w, todo)
-            else:
+            if part.mode == "merge" and part.files and not part.merged:
+                # An intent of an earlier version, which merged when it applied it.
                 if done != 0:
                     raise self._foreign(entry, p, start, records, w.end_offset)
-                if files:
-                    self._check_staged(entry, [path for path, _ in files])
-                    tables = [self.state.open_staged(h) for h, _ in files]
-                    w.insert_arrow(_merged(tables), rowtime_column=SPARK_ROWTIME)
-            if part.bound_us is not None:
+                part = self._merge(w, entry, part, file_schema)
+                entry = dataclasses.replace(
+                    entry, parts=(*entry.parts[:i], part, *entry.parts[i + 1 :])
+                )
+                # The merged runs, durable, named before any of them is linked.
+                self.state.replace_entry(entry.batch, entry.to_dict())
+            files = list(part.merged if part.mode == "merge" else part.files)
+            pos, todo = 0, []
+            for path, count in files:
+                if pos + count <= done:
+                    pos += count
+                    continue
+                if pos < done:  # the partition stops inside this file
+                    raise self._foreign(entry, p, start, records, w.end_offset)
+                todo.append(path)
+                pos += count
+            if todo:
+                self._check_staged(entry, todo)
+                # The executors (or the merge) built the runs from rows they checked: trust
+                # the footers, so that the driver reads no record (on a folder).
+                self.state.append_staged(w, todo)
+            if part.bound_us is not None and not part.merged:  # a merge's last run holds it
                 w.set_rowtime_bound(as_datetime(part.bound_us))
-            w.flush()  # a merged part's rows and bound: one segment, durable and visible whole
+                w.flush()  # the bound's segment, durable
         return did
+
+    def _merge(
+        self, w: Writer, entry: StreamEntry, part: StreamPart, file_schema: pa.Schema
+    ) -> StreamPart:
+        """Merge the staged runs of ``part`` (a merge) into rowtime order, staged as runs that
+        continue partition ``w`` (``sink.merge``); the part with them as its ``merged``."""
+        handles = [path for path, _ in part.files]
+        self._check_staged(entry, handles)
+        arrival = wall_clock_us()
+        if w.last_arrival_us is not None:
+            arrival = max(arrival, w.last_arrival_us)
+        runs = merge_staged(
+            self.state,
+            entry.batch,
+            handles,
+            file_schema,
+            first=w.end_offset,
+            clock_before_us=w.clock_us,
+            bound_us=part.bound_us,
+            arrival_us=arrival,
+            run_rows=RUN_ROWS,
+            run_bytes=RUN_BYTES,
+            where=self.where,
+        )
+        if sum(r.rows for r in runs) != part.records:
+            raise CorruptLogError(
+                f"{self.where}: batch {entry.batch}'s staged runs for partition "
+                f"{part.partition} hold {sum(r.rows for r in runs) - (part.bound_us is not None)} "
+                f"rows, and its intent says {part.rows}; was the sink's staging area changed "
+                "by hand?"
+            )
+        return dataclasses.replace(part, merged=tuple((r.staged, r.rows) for r in runs))
 
     def _check_staged(self, entry: StreamEntry, handles: Sequence[str]) -> None:
         missing = self.state.missing_staged(handles)
@@ -644,18 +741,3 @@ def _gathered(table: pa.Table, order: np.ndarray) -> Iterator[pa.RecordBatch]:
     column (``contiguous``), which Arrow gathers from faster than from many."""
     for s in range(0, len(order), GATHER_ROWS):
         yield from table.take(to_arrow(order[s : s + GATHER_ROWS])).to_batches()
-
-
-def _merged(runs: Iterable[pa.Table]) -> pa.Table:
-    """The data rows of staged runs, payload then ``rowtime``, in rowtime order (stable: the
-    runs' order breaks ties)."""
-    tables = []
-    for t in runs:
-        rowtime = t.column(LOG_ROWTIME_US).cast(pa.timestamp("us", tz="UTC"))
-        t = t.drop_columns(list(LOG_SYSTEM_COLUMNS))
-        tables.append(t.append_column(SPARK_ROWTIME, rowtime))
-    table = pa.concat_tables(tables) if len(tables) > 1 else tables[0]
-    rt = as_numpy(table.column(SPARK_ROWTIME).cast(pa.int64()))  # no pandas import (bounds/arrays)
-    if not _is_sorted(rt):
-        table = take_rows(table, to_arrow(np.argsort(rt, kind="stable")))
-    return table

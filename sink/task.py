@@ -108,7 +108,9 @@ class TaskReport:
     Stream targets also report what the task assumed of the target partition it wrote for
     (``partition``, its clock ``base_clock_us`` and the arrival time ``arrival_us`` it stamped)
     and whether its files are ``ordered``: each in rowtime order and each starting at or after
-    the previous one's last rowtime, so that in turn they continue the partition.
+    the previous one's last rowtime, so that in turn they continue the partition; ``synced``
+    says whether they are durable (a task staging for the commit's merge leaves them to the
+    page cache: ``sink.layout.FolderSinkState.stage_segment``, ``lazy``).
     """
 
     info: TaskInfo
@@ -122,6 +124,7 @@ class TaskReport:
     base_clock_us: int | None = None
     arrival_us: int | None = None
     ordered: bool = True
+    synced: bool = True
 
     def to_dict(self) -> dict[str, Any]:
         doc = dataclasses.asdict(self)
@@ -147,6 +150,7 @@ class TaskReport:
             base_clock_us=opt("base_clock_us"),
             arrival_us=opt("arrival_us"),
             ordered=bool(doc.get("ordered", True)),
+            synced=bool(doc.get("synced", True)),
         )
 
 
