@@ -129,53 +129,90 @@ def merge_staged(
     n = inputs.rows
     if n == 0:
         raise CorruptLogError(f"{where}: batch {batch_id}'s staged runs {handles} hold no rows")
-    rt = np.concatenate(inputs.times)
-    starts = np.cumsum([0] + [len(t) for t in inputs.times[:-1]])
-    # Timsort finds the sorted runs and merges them: linear in the rows for a few runs.
-    order = np.argsort(rt, kind="stable")
-    merged_rt = rt[order]
-    ids = np.repeat(np.arange(len(inputs.times), dtype=np.int32), [len(t) for t in inputs.times])
-    run_of = ids[order]  # the input each merged row comes from
     per_row = max(1, sum(t.nbytes for t in inputs.tables) // n)
     share = max(SPLIT_ROWS, -(-n // (os.cpu_count() or 1)))
     per_run = max(1, min(run_rows, run_bytes // per_row, share))
-    cuts = list(range(0, n, per_run))
-    # Where each merged run starts: how many rows of each input the runs before it took.
-    taken = np.zeros((len(cuts), len(inputs.times)), dtype=np.int64)
-    for j in range(1, len(cuts)):
-        counts = np.bincount(run_of[cuts[j - 1] : cuts[j]], minlength=len(inputs.times))
-        taken[j] = taken[j - 1] + counts
+    ranges = _ranges(inputs.times, -(-n // per_run))
     base_clock = NO_TIME if clock_before_us is None else clock_before_us
 
-    def stage(j: int) -> MergedRun:
-        lo = cuts[j]
-        hi = min(n, lo + per_run)
-        before = base_clock if j == 0 else max(base_clock, int(merged_rt[lo - 1]))
-        stats = data_run_stats(
-            first + lo,
-            hi - lo,
-            min_rowtime_us=int(merged_rt[lo]),
-            max_rowtime_us=int(merged_rt[hi - 1]),
-            last_rowtime_us=int(merged_rt[hi - 1]),
-            arrival_us=arrival_us,
-            clock_before_us=before,
+    def stage_range(j: int) -> list[MergedRun]:
+        """The merged rows of rowtime range ``j``, staged as runs of at most ``per_run``."""
+        lo_at, hi_at = ranges[j], ranges[j + 1]
+        part = _Inputs(
+            [
+                t.slice(int(a), int(b - a))
+                for t, a, b in zip(inputs.tables, lo_at, hi_at, strict=True)
+            ],
+            [t[a:b] for t, a, b in zip(inputs.times, lo_at, hi_at, strict=True)],
         )
-        bound = bound_us if hi == n else None
-        if bound is not None:
-            stats = dataclasses.replace(
-                stats, count=stats.count + 1, bounds=1, last_bound_us=bound,
-                clock_us=max(stats.clock_us, bound),
-            )  # fmt: skip
-        pieces = _pieces(inputs, order, run_of, starts, merged_rt, lo, hi, taken[j])
-        chunks = _segment_batches(pieces, file_schema, arrival_us, bound)
-        name = f"merged-{lo:012d}-{uuid.uuid4().hex[:12]}.arrow"
-        handle, durable = state.stage_segment(batch_id, name, stats, file_schema, chunks)
-        durable()
-        return MergedRun(handle, stats.count, first + lo)
+        m = part.rows
+        offset = int(sum(lo_at))  # merged rows before the range: those below its rowtimes
+        before = base_clock
+        for t, a in zip(inputs.times, lo_at, strict=True):
+            if a:
+                before = max(before, int(t[a - 1]))
+        rt = np.concatenate(part.times)
+        starts = np.cumsum([0] + [len(t) for t in part.times[:-1]])
+        # Timsort finds the sorted runs and merges them: linear in the rows for a few runs.
+        order = np.argsort(rt, kind="stable")
+        merged_rt = rt[order]
+        sizes = [len(t) for t in part.times]
+        run_of = np.repeat(np.arange(len(sizes), dtype=np.int32), sizes)[order]
+        taken = np.zeros(len(sizes), dtype=np.int64)
+        out = []
+        for lo in range(0, m, per_run):
+            hi = min(m, lo + per_run)
+            stats = data_run_stats(
+                first + offset + lo,
+                hi - lo,
+                min_rowtime_us=int(merged_rt[lo]),
+                max_rowtime_us=int(merged_rt[hi - 1]),
+                last_rowtime_us=int(merged_rt[hi - 1]),
+                arrival_us=arrival_us,
+                clock_before_us=before,
+            )
+            before = stats.clock_us
+            bound = bound_us if offset + hi == n else None
+            if bound is not None:
+                stats = dataclasses.replace(
+                    stats, count=stats.count + 1, bounds=1, last_bound_us=bound,
+                    clock_us=max(stats.clock_us, bound),
+                )  # fmt: skip
+            pieces = _pieces(part, order, run_of, starts, merged_rt, lo, hi, taken)
+            chunks = _segment_batches(pieces, file_schema, arrival_us, bound)
+            name = f"merged-{offset + lo:012d}-{uuid.uuid4().hex[:12]}.arrow"
+            handle, durable = state.stage_segment(batch_id, name, stats, file_schema, chunks)
+            durable()
+            out.append(MergedRun(handle, stats.count, first + offset + lo))
+            taken += np.bincount(run_of[lo:hi], minlength=len(sizes))
+        return out
 
-    # A run staged before an error is not named by the intent: nothing links it, and it goes
-    # with the batch's staging.
-    return _on_threads(stage, range(len(cuts)))
+    # Each range merged and written on a thread of its own. A run staged before an error is
+    # not named by the intent: nothing links it, and it goes with the batch's staging.
+    return [r for runs in _on_threads(stage_range, range(len(ranges) - 1)) for r in runs]
+
+
+def _ranges(times: Sequence[np.ndarray], count: int) -> list[np.ndarray]:
+    """Where ``count`` ranges of rowtime, of about as many rows each, start in each input
+    (sorted ``times``), and the inputs' ends: a list of ``count + 1`` or fewer arrays of one
+    index an input. A range takes every row of every input from its start to the next one's,
+    so that ranges merged apart, one after the other, are the whole merged in order: rows of
+    one rowtime are all in one range, ties in the inputs' order."""
+    ends = np.array([len(t) for t in times], dtype=np.int64)
+    n = int(ends.sum())
+    if count <= 1 or n == 0:
+        return [np.zeros(len(times), dtype=np.int64), ends]
+    stride = max(1, n // (64 * count))  # a sample of the rowtimes, sorted, gives the cuts
+    sample = np.sort(np.concatenate([t[::stride] for t in times]))
+    cuts = np.unique(sample[(np.arange(1, count) * len(sample)) // count])
+    at = [np.zeros(len(times), dtype=np.int64)]
+    for c in cuts:
+        here = np.array([np.searchsorted(t, c, side="left") for t in times], dtype=np.int64)
+        if int(here.sum()) > int(at[-1].sum()):
+            at.append(here)
+    if int(at[-1].sum()) < n:
+        at.append(ends)
+    return at
 
 
 def _pieces(
@@ -189,7 +226,8 @@ def _pieces(
     taken: np.ndarray,
 ) -> Iterator[tuple[pa.Table, np.ndarray]]:
     """The merged rows ``[lo, hi)`` as payload tables of up to ``GATHER_ROWS`` rows, with their
-    rowtimes; ``taken`` says how many rows of each input the merged rows before ``lo`` hold."""
+    rowtimes; ``taken`` says how many rows of each input the merged rows before ``lo`` hold
+    (left as it is)."""
     runs = len(inputs.tables)
     taken = taken.copy()
     for s in range(lo, hi, GATHER_ROWS):

@@ -43,6 +43,20 @@ def two_tasks(n: int, bound: int | None = None) -> list[list[pa.RecordBatch]]:
     return tasks
 
 
+def test_ties_across_the_rowtime_ranges_keep_the_order_of_the_tasks(tmp_path, small_runs):
+    """Rows of one rowtime fall in one range, whatever the cuts: a stable merge, task 0's
+    rows before task 1's."""
+    target = make(tmp_path, "stream", partitions="1")
+    times = [0, 1, 1, 1, 1, 1, 2, 3]
+    tasks = [[records([(k * 100 + i, T0 + t)]) for i, t in enumerate(times)] for k in range(2)]
+    run(target, 0, tasks)
+    got = [(r[1] - T0, r[0]) for r in rows_of(target)]
+    want = sorted(((t, k * 100 + i) for k in range(2) for i, t in enumerate(times)))
+    assert got == want  # by rowtime, then task, then the order in the task
+    stats = open_stream(target.cfg.location).partition_stats(0)
+    assert sum(s.rows for s in stats) == 16 and len(stats) > 1
+
+
 @pytest.fixture
 def small_runs():  # type: ignore[no-untyped-def]
     """Runs of at most 4 rows, and a merge split into runs from 1 row on."""
@@ -61,8 +75,9 @@ def test_a_merged_part_is_staged_as_runs_that_continue_the_partition_and_is_link
     run(target, 1, two_tasks(10, bound=T0 + 20))
     part = target.state.entry(1)["parts"][0]
     assert part["mode"] == "merge" and len(part["files"]) == 4  # two runs a task
-    # the merged runs: every row once, the bound the last record of the last
-    assert [rows for _, rows in part["merged"]] == [4, 4, 3]
+    # the merged runs, three rowtime ranges (each merged on a thread): every row once, the
+    # bound the last record of the last
+    assert [rows for _, rows in part["merged"]] == [3, 3, 5]
     assert rows_of(target) == [
         (None, T0, True),
         *((i, T0 + i, False) for i in range(10)),
@@ -71,11 +86,11 @@ def test_a_merged_part_is_staged_as_runs_that_continue_the_partition_and_is_link
     stats = open_stream(target.cfg.location).partition_stats(0)
     assert [(s.first, s.count, s.bounds) for s in stats] == [
         (0, 1, 1),
-        (1, 4, 0),
-        (5, 4, 0),
-        (9, 3, 1),
+        (1, 3, 0),
+        (4, 3, 0),
+        (7, 5, 1),
     ]
-    assert [s.clock_us for s in stats] == [T0, T0 + 3, T0 + 7, T0 + 20]
+    assert [s.clock_us for s in stats] == [T0, T0 + 2, T0 + 5, T0 + 20]
     folder = open_stream(target.cfg.location).partition_dir(0)
     segments = sorted(n for n in os.listdir(folder) if n.endswith(".arrow"))
     assert len(segments) == 4
@@ -96,8 +111,8 @@ def test_a_crash_between_the_merged_runs_leaves_a_prefix_and_the_replay_finishes
     # renames and links: 0 = the intent, 1 and 2 = the first two merged runs, 3 = the third
     with crash_at(3), pytest.raises(Crash):
         run(target, 1, batch)
-    assert [r[0] for r in rows_of(target)] == [None, *range(8)]
-    assert target.clock_us() == T0 + 7  # a prefix: its last row
+    assert [r[0] for r in rows_of(target)] == [None, *range(6)]
+    assert target.clock_us() == T0 + 5  # a prefix: its last row
     reports = run(target, 1, batch)
     assert all(r.skipped for r in reports)  # the intent's merged runs, not a new merge
     assert [r[0] for r in rows_of(target)] == [None, *range(10), None]
