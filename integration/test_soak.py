@@ -40,9 +40,9 @@ def test_a_short_soak_loses_nothing_and_stays_flat(tmp_path):
 
 
 def test_the_soak_judges_each_python_process_in_short_runs_and_the_sums_once_settled():
-    """A short run (30 s here) judges each Python process alone (the JVM's heap and Spark's Python workers
-    are still growing to their working size then, and their sum passed the margin from that
-    alone); a run of two minutes or more judges the sums, the JVM with them."""
+    """A short run (30 s here) judges each Python process alone (the JVM's heap and Spark's
+    Python workers are still growing to their working size then, and their sum passed the
+    margin from that alone); a run of two minutes or more judges the sums, the JVM with them."""
     from soak import PROCESS_MARGIN_MB, SETTLED_S, memory_failures
 
     working = {11: 59.0, 12: 47.0, 13: 46.0, 14: 30.0, 15: 26.0}  # 208 MB, as under load
