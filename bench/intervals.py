@@ -28,9 +28,16 @@ then its median.
     ``with_watermark`` of each, then the intersection as columns.
 
 Both sides of each comparison pay for the reader (a Python data source), so a ratio is the
-price of the operator on top of what the query already pays.
+price of the operator on top of what the query already pays. Each case's ratio is printed beside
+its target (issue 54: ``TARGETS``), at every size asked for: the cost per key and per call must
+not decide the ratio at small sizes.
 
-Run: ``./dev bench intervals [--rows N] [--rounds R] [--batch ROWS]``.
+Run: ``./dev bench intervals [--rows N[,N...]] [--rounds R] [--batch ROWS] [--cases
+aggregate,join] [--json FILE] [--jfr FILE] [--only CASE:QUERY]``. ``--rows 200000,1000000``
+measures each size in turn (new streams each); the JSON holds ``meta`` (``when``,
+``load_min``, ``load_max``, ``cpus``...), per size each case's ratios and every run's seconds
+with the load beside it. ``--only aggregate:rowtime`` runs that one query once per size and
+measures nothing (to profile it: py-spy on the workers, ``--jfr`` on the driver).
 """
 
 from __future__ import annotations
@@ -38,17 +45,23 @@ from __future__ import annotations
 import argparse
 import os
 import shutil
+import statistics
 import tempfile
 import time
+from collections.abc import Callable
 from typing import Any
 
-from benchutil import PARTITIONS, drain, interleaved, spark_session, write_stream
+from benchutil import PARTITIONS, drain, interleaved, spark_session, write_json, write_stream
 from pyspark.sql import Window
 from pyspark.sql import functions as F
 
 import pyspark_rowtime as pr
 
 KEYS = 5_000
+#: Each case's target, ours / Spark's (issue 54).
+TARGETS = {"aggregate": 0.8, "left join": 1.0}
+#: The names ``--cases`` and ``--only`` take.
+CASE_NAMES = {"aggregate": "aggregate", "join": "left join"}
 
 
 def run_batch(df: Any) -> tuple[float, int]:
@@ -58,126 +71,226 @@ def run_batch(df: Any) -> tuple[float, int]:
     return time.perf_counter() - t0, -1
 
 
-def main() -> None:
-    ap = argparse.ArgumentParser()
-    ap.add_argument("--rows", type=int, default=1_000_000, help="rows per stream")
-    ap.add_argument("--rounds", type=int, default=3)
-    ap.add_argument("--batch", type=int, default=1_000_000, help="maxRowsPerBatch")
-    ap.add_argument("--dir", default=None)
-    args = ap.parse_args()
-    base = args.dir or tempfile.mkdtemp(prefix="bench-intervals-")
-    spark = spark_session("bench-intervals")
-    try:
-        a, b = os.path.join(base, "a"), os.path.join(base, "b")
-        t0 = time.perf_counter()
-        write_stream(a, args.rows, seed=1, keys=KEYS)
-        write_stream(b, args.rows, seed=2, keys=KEYS)
-        print(
-            f"rows: {args.rows:,} per stream in {PARTITIONS} partitions, maxRowsPerBatch "
-            f"{args.batch:,}; Spark {spark.version}, local[2] (wrote in "
-            f"{time.perf_counter() - t0:.0f} s)"
+def timed(runs: list[dict[str, Any]], case: str, name: str, query: Callable[[], Any]) -> Any:
+    """``query``, each run's seconds, rows out and load kept in ``runs`` (for the JSON)."""
+
+    def run() -> tuple[float, int]:
+        before = os.getloadavg()[0]
+        seconds, out = query()
+        runs.append({"case": case, "query": name, "seconds": seconds, "rows_out": out,
+                     "load_before": before, "load_after": os.getloadavg()[0]})  # fmt: skip
+        return seconds, out
+
+    return run
+
+
+def verdicts(runs: list[dict[str, Any]], rows: int) -> dict[str, dict[str, Any]]:
+    """Per case, the ratio rowtime / spark of each measured round (round 0 warms up), their
+    median and whether it meets its target, printed as ``ratio 0.83 (rounds ...), target``."""
+    out = {}
+    for case in dict.fromkeys(r["case"] for r in runs):
+        seconds = {q: [r["seconds"] for r in runs if r["case"] == case and r["query"] == q]
+                   for q in ("spark", "rowtime")}  # fmt: skip
+        ratios = [s / o for s, o in zip(seconds["spark"][1:], seconds["rowtime"][1:], strict=True)]
+        median = statistics.median(ratios)
+        target = TARGETS[case]
+        ok = median >= target
+        print(f"{rows:,} rows, {case}: ratio {median:.2f} (rounds "
+              f"{', '.join(f'{x:.2f}' for x in ratios)}), target >= {target}: "
+              f"{'ok' if ok else 'MISS'}", flush=True)  # fmt: skip
+        rates = {q: statistics.median(rows / s for s in xs[1:]) for q, xs in seconds.items()}
+        out[case] = {"ratio": median, "rounds": ratios, "target": target, "ok": ok,
+                     "input_rows_per_s": rates}  # fmt: skip
+    return out
+
+
+def one_size(spark: Any, base: str, rows: int, args: Any) -> dict[str, Any]:
+    """Write the two streams of ``rows`` rows each under ``base`` and measure (or, with
+    ``--only``, run once) the cases asked for: the size's summary and runs, for the JSON."""
+    a, b = os.path.join(base, "a"), os.path.join(base, "b")
+    t0 = time.perf_counter()
+    write_stream(a, rows, seed=1, keys=KEYS)
+    write_stream(b, rows, seed=2, keys=KEYS)
+    print(
+        f"rows: {rows:,} per stream in {PARTITIONS} partitions, maxRowsPerBatch "
+        f"{args.batch:,}; Spark {spark.version}, local[2] (wrote in "
+        f"{time.perf_counter() - t0:.0f} s)",
+        flush=True,
+    )
+
+    def source(path: str, duration: str) -> Any:
+        return (
+            spark.readStream.format("rowtime")
+            .option("maxRowsPerBatch", str(args.batch))
+            .option("interval.duration", duration)
+            .load(path)
         )
 
-        def source(path: str, duration: str) -> Any:
-            return (
-                spark.readStream.format("rowtime")
-                .option("maxRowsPerBatch", str(args.batch))
-                .option("interval.duration", duration)
-                .load(path)
-            )
+    def agg_ours() -> tuple[float, int]:
+        df = pr.interval_aggregate(
+            source(a, "100 milliseconds"),
+            {"n": "count(*)", "total": "sum(v)", "mean": "avg(v)"},
+            partition_by="s",
+        )
+        return drain(df, base)
 
-        def agg_ours() -> tuple[float, int]:
-            df = pr.interval_aggregate(
-                source(a, "100 milliseconds"),
-                {"n": "count(*)", "total": "sum(v)", "mean": "avg(v)"},
-                partition_by="s",
-            )
-            return drain(df, base)
-
-        def agg_spark() -> tuple[float, int]:
-            rows = (
-                spark.read.format("rowtime")
-                .option("interval.duration", "100 milliseconds")
-                .load(a)
-                .where(~F.col("is_bound"))
-            )
-            events = rows.select(
-                "s", F.col("rowtime").alias("t"), F.lit(1).alias("dn"), F.col("v").alias("dv")
-            ).unionByName(
-                rows.select(
-                    "s",
-                    F.col("rowtime_end").alias("t"),
-                    F.lit(-1).alias("dn"),
-                    (-F.col("v")).alias("dv"),
-                )
-            )
-            points = events.groupBy("s", "t").agg(F.sum("dn").alias("dn"), F.sum("dv").alias("dv"))
-            w = Window.partitionBy("s").orderBy("t")
-            running = points.select(
+    def agg_spark() -> tuple[float, int]:
+        valid = (
+            spark.read.format("rowtime")
+            .option("interval.duration", "100 milliseconds")
+            .load(a)
+            .where(~F.col("is_bound"))
+        )
+        events = valid.select(
+            "s", F.col("rowtime").alias("t"), F.lit(1).alias("dn"), F.col("v").alias("dv")
+        ).unionByName(
+            valid.select(
                 "s",
-                F.col("t").alias("rowtime"),
-                F.lead("t").over(w).alias("rowtime_end"),
-                F.sum("dn").over(w).alias("n"),
-                F.sum("dv").over(w).alias("total"),
+                F.col("rowtime_end").alias("t"),
+                F.lit(-1).alias("dn"),
+                (-F.col("v")).alias("dv"),
             )
-            out = running.where(F.col("n") > 0).select(
-                "s",
-                "rowtime",
-                "rowtime_end",
-                "n",
-                "total",
-                (F.col("total") / F.col("n")).alias("mean"),
-            )
-            return run_batch(out)
+        )
+        points = events.groupBy("s", "t").agg(F.sum("dn").alias("dn"), F.sum("dv").alias("dv"))
+        w = Window.partitionBy("s").orderBy("t")
+        running = points.select(
+            "s",
+            F.col("t").alias("rowtime"),
+            F.lead("t").over(w).alias("rowtime_end"),
+            F.sum("dn").over(w).alias("n"),
+            F.sum("dv").over(w).alias("total"),
+        )
+        out = running.where(F.col("n") > 0).select(
+            "s",
+            "rowtime",
+            "rowtime_end",
+            "n",
+            "total",
+            (F.col("total") / F.col("n")).alias("mean"),
+        )
+        return run_batch(out)
 
-        def join_ours() -> tuple[float, int]:
-            left = source(a, "100 milliseconds").select(
-                "k", "id", "v", "rowtime", "rowtime_end", "is_bound"
-            )
-            right = source(b, "100 milliseconds").select(
-                "k", "id", "v", "rowtime", "rowtime_end", "is_bound"
-            )
-            return drain(pr.overlap_join(left, right, "k", how="left"), base)
+    def join_ours() -> tuple[float, int]:
+        left = source(a, "100 milliseconds").select(
+            "k", "id", "v", "rowtime", "rowtime_end", "is_bound"
+        )
+        right = source(b, "100 milliseconds").select(
+            "k", "id", "v", "rowtime", "rowtime_end", "is_bound"
+        )
+        return drain(pr.overlap_join(left, right, "k", how="left"), base)
 
-        def join_spark() -> tuple[float, int]:
-            left = pr.with_watermark(source(a, "100 milliseconds")).select(
-                F.col("k").alias("lk"),
-                F.col("id").alias("left_id"),
-                F.col("v").alias("left_v"),
-                F.col("rowtime").alias("lt"),
-                F.col("rowtime_end").alias("le"),
-            )
-            right = pr.with_watermark(source(b, "100 milliseconds")).select(
-                F.col("k").alias("rk"),
-                F.col("id").alias("right_id"),
-                F.col("v").alias("right_v"),
-                F.col("rowtime").alias("rt"),
-                F.col("rowtime_end").alias("re"),
-            )
-            cond = F.expr(
-                "lk = rk AND rt < lt + INTERVAL 100 MILLISECONDS"
-                " AND lt < rt + INTERVAL 100 MILLISECONDS"
-            )
-            joined = left.join(right, cond, "leftOuter").select(
-                F.col("lk").alias("k"),
-                "left_id",
-                "left_v",
-                "right_id",
-                "right_v",
-                F.greatest("lt", F.coalesce("rt", "lt")).alias("rowtime"),
-                F.least("le", F.coalesce("re", "le")).alias("rowtime_end"),
-            )
-            return drain(joined, base)
+    def join_spark() -> tuple[float, int]:
+        left = pr.with_watermark(source(a, "100 milliseconds")).select(
+            F.col("k").alias("lk"),
+            F.col("id").alias("left_id"),
+            F.col("v").alias("left_v"),
+            F.col("rowtime").alias("lt"),
+            F.col("rowtime_end").alias("le"),
+        )
+        right = pr.with_watermark(source(b, "100 milliseconds")).select(
+            F.col("k").alias("rk"),
+            F.col("id").alias("right_id"),
+            F.col("v").alias("right_v"),
+            F.col("rowtime").alias("rt"),
+            F.col("rowtime_end").alias("re"),
+        )
+        cond = F.expr(
+            "lk = rk AND rt < lt + INTERVAL 100 MILLISECONDS"
+            " AND lt < rt + INTERVAL 100 MILLISECONDS"
+        )
+        joined = left.join(right, cond, "leftOuter").select(
+            F.col("lk").alias("k"),
+            "left_id",
+            "left_v",
+            "right_id",
+            "right_v",
+            F.greatest("lt", F.coalesce("rt", "lt")).alias("rowtime"),
+            F.least("le", F.coalesce("re", "le")).alias("rowtime_end"),
+        )
+        return drain(joined, base)
 
-        cases = {
-            "aggregate": {"spark": agg_spark, "rowtime": agg_ours},
-            "left join": {"spark": join_spark, "rowtime": join_ours},
-        }
-        interleaved(cases, args.rounds, {"aggregate": args.rows, "left join": 2 * args.rows})
+    queries = {
+        "aggregate": {"spark": agg_spark, "rowtime": agg_ours},
+        "left join": {"spark": join_spark, "rowtime": join_ours},
+    }
+    if args.only:
+        case, name = args.only
+        seconds, out = queries[case][name]()
+        print(f"{case}, {name}: {seconds:.1f} s, {out:,} rows out (one run, not measured)")
+        return {"only": [case, name], "seconds": seconds, "rows_out": out}
+    runs: list[dict[str, Any]] = []
+    cases = {
+        case: {name: timed(runs, case, name, q) for name, q in queries[case].items()}
+        for case in args.cases
+    }
+    rows_in = {"aggregate": rows, "left join": 2 * rows}
+    interleaved(cases, args.rounds, {case: rows_in[case] for case in cases})
+    summary = verdicts(runs, rows)
+    loads = [x for r in runs for x in (r["load_before"], r["load_after"])]
+    return {"rows": rows, "load_min": min(loads), "load_max": max(loads), "summary": summary,
+            "runs": runs}  # fmt: skip
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--rows", default="1000000", help="rows per stream, N or N,N,...")
+    ap.add_argument("--rounds", type=int, default=3)
+    ap.add_argument("--batch", type=int, default=1_000_000, help="maxRowsPerBatch")
+    ap.add_argument("--cases", default=",".join(CASE_NAMES), help="aggregate,join")
+    ap.add_argument("--only", default=None, help="CASE:QUERY (rowtime or spark), run once")
+    ap.add_argument("--dir", default=None)
+    ap.add_argument("--json", default=None, help="write the figures to this file")
+    ap.add_argument("--jfr", default=None, help="record the JVM with JFR into this file")
+    args = ap.parse_args()
+    sizes = [int(x.replace("_", "")) for x in args.rows.split(",")]
+    names = args.cases.split(",")
+    unknown = [c for c in names if c not in CASE_NAMES]
+    if unknown:
+        ap.error(f"--cases: unknown {unknown}; known: {', '.join(CASE_NAMES)}")
+    args.cases = [CASE_NAMES[c] for c in names]
+    if args.only:
+        case, _, name = args.only.partition(":")
+        if case not in CASE_NAMES or name not in ("rowtime", "spark"):
+            ap.error(f"--only={args.only}: give CASE:QUERY, CASE of {list(CASE_NAMES)}, "
+                     "QUERY rowtime or spark")  # fmt: skip
+        args.only = (CASE_NAMES[case], name)
+    when = time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())
+    root = args.dir or tempfile.mkdtemp(prefix="bench-intervals-")
+    spark = spark_session("bench-intervals", jfr=args.jfr)
+    done = []
+    try:
+        for rows in sizes:
+            folder = os.path.join(root, str(rows))
+            done.append(one_size(spark, folder, rows, args))
+            shutil.rmtree(folder, ignore_errors=True)
     finally:
         spark.stop()
         if args.dir is None:
-            shutil.rmtree(base, ignore_errors=True)
+            shutil.rmtree(root, ignore_errors=True)
+    if args.only:
+        return
+    print("summary, ours / Spark's (median of the measured rounds):")
+    for size in done:
+        for case, v in size["summary"].items():
+            rounds = ", ".join(f"{x:.2f}" for x in v["rounds"])
+            print(f"  {size['rows']:>9,} rows, {case:<9}: ratio {v['ratio']:.2f} (rounds "
+                  f"{rounds}), target >= {v['target']}: {'ok' if v['ok'] else 'MISS'}; "
+                  f"load {size['load_min']:.1f}-{size['load_max']:.1f}")  # fmt: skip
+    meta = {
+        "rows": sizes,
+        "partitions": PARTITIONS,
+        "keys": KEYS,
+        "rounds": args.rounds,
+        "batch": args.batch,
+        "master": "local[2]",
+        "cpus": os.cpu_count(),
+        "load_min": min(s["load_min"] for s in done),
+        "load_max": max(s["load_max"] for s in done),
+        "when": when,
+    }
+    if args.json:
+        folder, name = os.path.split(os.path.abspath(args.json))
+        print("wrote", write_json(folder, name, {"meta": meta, "sizes": done}))
 
 
 if __name__ == "__main__":
