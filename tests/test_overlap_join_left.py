@@ -13,11 +13,20 @@ from __future__ import annotations
 from typing import Any
 
 import numpy as np
+import pandas as pd
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from pyspark_rowtime.bounds.intervals import INFINITY_US
-from pyspark_rowtime.windows.join import _END_MS, Side, _load, _save, join_step
+from pyspark_rowtime.windows.join import (
+    _END_MS,
+    JoinConfig,
+    JoinLogic,
+    Side,
+    _load,
+    _save,
+    join_step,
+)
 
 Rows = list[tuple[int, int, str]]
 
@@ -126,3 +135,59 @@ def test_an_inner_join_state_keeps_its_0_1_0_form() -> None:
     flags = join_step((Side(), Side()), old, 0, left_outer=True).state
     assert flags is not None
     assert _load(_save(flags, left_outer=True))[0].met().tolist() == [True]
+
+
+def spark_frame(lft: Rows, rgt: Rows) -> pd.DataFrame:
+    """A key's rows as Spark's worker hands them to the logic: both sides in one frame, each
+    side's payload a struct (a dict here) and the other side's null."""
+    rows = [(s, e, {"name": n}, None) for s, e, n in lft]
+    rows += [(s, e, None, {"name": n}) for s, e, n in rgt]
+    return pd.DataFrame(
+        {
+            "k": [7] * len(rows),
+            "__t": np.array([r[0] for r in rows], dtype=np.int64),
+            "__e": np.array([r[1] for r in rows], dtype=np.int64),
+            "__l": [r[2] for r in rows],
+            "__r": [r[3] for r in rows],
+            "__never_late": np.full(len(rows), 2**63 - 1, dtype=np.int64),
+        }
+    )
+
+
+@settings(max_examples=100, deadline=None)
+@given(two_streams())
+def test_the_logic_over_spark_shaped_frames_equals_the_brute_force_answer(
+    case: tuple[list[tuple[Rows, Rows]], list[tuple[int, int]]],
+) -> None:
+    """``JoinLogic.step`` as ``stateful.run_on_state_store`` calls it (a row's side told by
+    which struct it carries, the state through the left join's format) emits the brute-force
+    answer as plain columns (times in microseconds, ``__kept`` < 0 on a result row), and one
+    metric row per call with the intervals kept."""
+    batches, clocks = case
+    logic = JoinLogic(JoinConfig(("k",), True, (None, None)))
+    blob: bytes | None = None
+    timeout: int | None = None
+    watermark = -(2**62)
+    got: list[tuple[Any, ...]] = []
+    for (lft, rgt), (cl, cr) in zip(batches, clocks, strict=True):
+        if lft or rgt or (blob is not None and timeout is not None and watermark > timeout):
+            state = None if blob is None else logic.format.loads(blob)
+            frames = iter([spark_frame(lft, rgt)] if lft or rgt else [])
+            step = logic.step((7,), frames, state, watermark)
+            (out,) = step.frames
+            records = out.to_dict("records")
+            metric = records.pop()
+            kept = 0 if step.state is None else len(step.state.left) + len(step.state.right)
+            assert metric["__kept"] == kept
+            for r in records:
+                assert r["__kept"] < 0 and r["k"] == 7
+                right = None if r["__r"] is None else r["__r"]["name"]
+                got.append((r["__l"]["name"], right, int(r["__ts"]), int(r["__te"])))
+            blob = None if step.state is None else logic.format.dumps(step.state)
+            timeout = step.timeout_ms
+        low = min(cl, cr)
+        watermark = max(watermark, _END_MS if low >= INFINITY_US else low // 1000 - 1)
+    assert blob is None
+    lefts = [r for lft, _ in batches for r in lft]
+    rights = [r for _, rgt in batches for r in rgt]
+    assert sorted(got, key=repr) == sorted(brute_force(lefts, rights), key=repr)

@@ -145,18 +145,38 @@ class Side:
         )
 
     def keep(self, mask: np.ndarray) -> Side:
+        if mask.all():
+            return Side(self.start, self.end, self.rows, self.met())
         idx = np.flatnonzero(mask)
-        return Side(self.start[idx], self.end[idx], [self.rows[i] for i in idx], self.met()[idx])
+        rows = [self.rows[i] for i in idx.tolist()]
+        return Side(self.start[idx], self.end[idx], rows, self.met()[idx])
 
 
 @dataclass
 class JoinStep:
-    """What one call for one key decided: results ``(left row, right row, start, end)`` in
-    ascending start, the sides to keep (None: nothing) and the next event-time timeout (ms)."""
+    """What one call for one key decided: the results in ascending start, as columns (each
+    result's left row, right row (None: a left row alone), start and end in us), the sides to
+    keep (None: nothing) and the next event-time timeout (ms)."""
 
-    results: list[tuple[Any, Any, int, int]]
+    left_rows: list[Any]
+    right_rows: list[Any]
+    starts: np.ndarray
+    ends: np.ndarray
     state: tuple[Side, Side] | None
     timeout_ms: int | None
+
+    @property
+    def results(self) -> list[tuple[Any, Any, int, int]]:
+        """The results as ``(left row, right row, start_us, end_us)``."""
+        return list(
+            zip(
+                self.left_rows,
+                self.right_rows,
+                self.starts.tolist(),
+                self.ends.tolist(),
+                strict=True,
+            )
+        )
 
     @property
     def kept(self) -> int:
@@ -195,23 +215,24 @@ def join_step(
     w_us = watermark_ms * 1000
     if watermark_ms >= _END_MS:  # both streams ended: nothing is to come, not even forever
         w_us = INFINITY_US
-    rows_l = [left.rows[int(a)] for a in i]
-    rows_r: list[Any] = [right.rows[int(b)] for b in j]
+    rows_l = [left.rows[a] for a in i.tolist()]
+    rows_r: list[Any] = [right.rows[b] for b in j.tolist()]
     # What the other side's waiting rows may still meet stays, whatever the watermark.
     below_l, below_r = min(w_us, holds[1]), min(w_us, holds[0])
     if left_outer:
         alone = np.flatnonzero((left.end <= below_l) & (left.start < left.end) & ~met)
-        rows_l += [left.rows[int(a)] for a in alone]
+        rows_l += [left.rows[a] for a in alone.tolist()]
         rows_r += [None] * len(alone)
         start = np.concatenate([start, left.start[alone]])
         end = np.concatenate([end, left.end[alone]])
     order = np.argsort(start, kind="stable")
-    results = [(rows_l[int(k)], rows_r[int(k)], int(start[k]), int(end[k])) for k in order]
+    out_l, out_r = [rows_l[k] for k in order.tolist()], [rows_r[k] for k in order.tolist()]
+    done = partial(JoinStep, out_l, out_r, start[order], end[order])
     left = left.keep((left.end > below_l) & (left.start < left.end))
     right = right.keep((right.end > below_r) & (right.start < right.end))
     waiting = min(holds) < INFINITY_US
     if not len(left) and not len(right):
-        return JoinStep(results, None, max(watermark_ms, _END_MS - 1) if waiting else None)
+        return done(None, max(watermark_ms, _END_MS - 1) if waiting else None)
     # Spark fires an event-time timeout T once the watermark is above T; an interval may go
     # once W * 1000 >= end, i.e. W > ceil(end / 1000) - 1.
     # Intervals valid until the end of stream go once both streams end (W = _END_MS); so do
@@ -222,7 +243,7 @@ def join_step(
     if any(len(e) for e in ends):
         first_end = int(min(np.min(e) for e in ends if len(e)))
         due = min(-(-first_end // 1000) - 1, due)
-    return JoinStep(results, (left, right), max(watermark_ms, due))
+    return done((left, right), max(watermark_ms, due))
 
 
 @dataclass
@@ -405,17 +426,18 @@ class JoinLogic(KeyLogic[JoinState]):
     def _nothing(self, side: int) -> Side | Pending:
         return Side() if self.config.windows[side] is None else Pending()
 
-    def _side_of(self, frame: pd.DataFrame, side: int) -> Side | Pending:
-        part = frame[frame["__side"] == side]
+    def _side_of(self, frame: pd.DataFrame, payload: np.ndarray, side: int) -> Side | Pending:
+        # A row's side is which struct it carries: its own is never null, the other always.
+        mine = np.flatnonzero(pd.isna(payload) == (side == 1))
         column = "__l" if side == 0 else "__r"
+        values = frame[column].to_numpy(dtype=object)
+        rows = [values[i] for i in mine.tolist()] if len(mine) < len(values) else list(values)
+        starts = frame["__t"].to_numpy(dtype=np.int64)[mine]
         if self.config.windows[side] is not None:
-            starts, groups = part["__t"].tolist(), part["__g"].tolist()
-            return Pending(starts, groups, part["__on"].tolist(), list(part[column]))
-        return Side(
-            part["__t"].to_numpy(dtype=np.int64),
-            part["__e"].to_numpy(dtype=np.int64),
-            list(part[column]),
-        )
+            groups = frame["__g"].to_numpy()[mine].tolist()
+            on = frame["__on"].to_numpy()[mine].tolist()
+            return Pending(starts.tolist(), groups, on, rows)
+        return Side(starts, frame["__e"].to_numpy(dtype=np.int64)[mine], rows)
 
     def step(
         self, key: tuple, frames: Iterator[pd.DataFrame], state: JoinState | None, watermark_ms: int
@@ -427,11 +449,12 @@ class JoinLogic(KeyLogic[JoinState]):
         parts = [f for f in frames if len(f)]
         new = (self._nothing(0), self._nothing(1))
         if parts:
-            frame = pd.concat(parts, ignore_index=True)
+            frame = pd.concat(parts, ignore_index=True) if len(parts) > 1 else parts[0]
+            lefts = frame["__l"].to_numpy(dtype=object)
             if not any(v is None for v in key):
-                new = (self._side_of(frame, 0), self._side_of(frame, 1))
+                new = (self._side_of(frame, lefts, 0), self._side_of(frame, lefts, 1))
             elif c.left_outer:  # a null key joins nothing: its left rows come out alone
-                new = (self._side_of(frame, 0), self._nothing(1))
+                new = (self._side_of(frame, lefts, 0), self._nothing(1))
         result, waiting = window_join_step(
             old, new, watermark_ms, windows=c.windows, left_outer=c.left_outer
         )
@@ -440,19 +463,21 @@ class JoinLogic(KeyLogic[JoinState]):
             left, right = result.state or (Side(), Side())
             kept = JoinState(left, right, waiting)
             assert result.timeout_ms is not None
-        n = len(result.results)
-        out: dict[str, Any] = {}
-        for name, value in zip(c.keys, key, strict=True):
-            out[name] = [value] * (n + 1)
-        # One extra row carries the metric (dropped after the observation).
-        out["__l"] = [r[0] for r in result.results] + [None]
-        out["__r"] = [r[1] for r in result.results] + [None]
-        starts = pd.Series([r[2] for r in result.results] + [None], dtype="Int64")
-        ends = pd.Series([r[3] for r in result.results] + [None], dtype="Int64")
-        out["rowtime"] = pd.to_datetime(starts, unit="us", utc=True, cache=False)
-        out["rowtime_end"] = pd.to_datetime(ends, unit="us", utc=True, cache=False)
+        n = len(result.starts)
+        # Plain columns (the times as microseconds, which Spark turns into timestamps): what
+        # Spark's worker converts fastest, per key and per call. One extra row carries the
+        # metric (``__kept`` >= 0; a result row has -1) and is dropped after the observation.
         count = result.kept + len(waiting[0]) + len(waiting[1])
-        out["__kept"] = pd.Series([None] * n + [count], dtype="Int64")
+        kept_col = np.full(n + 1, -1, dtype=np.int64)
+        kept_col[n] = count
+        out: dict[str, Any] = {
+            name: [value] * (n + 1) for name, value in zip(c.keys, key, strict=True)
+        }
+        out["__l"] = [*result.left_rows, None]
+        out["__r"] = [*result.right_rows, None]
+        out["__ts"] = np.append(result.starts, 0)
+        out["__te"] = np.append(result.ends, 0)
+        out["__kept"] = kept_col
         return KeyStep([pd.DataFrame(out)], kept, result.timeout_ms)
 
 
@@ -533,7 +558,6 @@ def overlap_join(
         LongType,
         StructField,
         StructType,
-        TimestampType,
     )
 
     if not isinstance(how, str) or how.lower() not in _HOW:
@@ -603,18 +627,25 @@ def overlap_join(
         own = F.struct(*[F.col(c) for c in cols]) if cols else F.struct(F.lit(True).alias("__row"))
         other = F.lit(None).cast(rtype if side == 0 else ltype)
         windowed = windows[side] is not None
+        # Spark's worker converts each column of each key's rows on its own, so the step gets
+        # only what it reads: a row's side is which struct it carries (its own is never null),
+        # and a window's columns come only when a side is a window.
+        window_cols = []
+        if any(w is not None for w in windows):
+            window_cols = [
+                (F.col("__win_g") if windowed else F.lit(None).cast("string")).alias("__g"),
+                (F.col("__win_on") if windowed else F.lit(None).cast("boolean")).alias(
+                    "__on", metadata={}
+                ),
+            ]
         return watermark_rowtime(df).select(
             *[F.col(k) for k in keys],
-            F.lit(side).alias("__side"),
             F.unix_micros("rowtime").alias("__t"),
             # A window's row has no end yet (settle sets it): infinity until then.
             (F.lit(INFINITY_US) if windowed else F.unix_micros("rowtime_end")).alias("__e"),
             (own if side == 0 else other).alias("__l"),
             (other if side == 0 else own).alias("__r"),
-            (F.col("__win_g") if windowed else F.lit(None).cast("string")).alias("__g"),
-            (F.col("__win_on") if windowed else F.lit(None).cast("boolean")).alias(
-                "__on", metadata={}
-            ),
+            *window_cols,
             never_late(),  # every row reaches the step, which decides what is late
         )
 
@@ -624,8 +655,8 @@ def overlap_join(
             *[left.schema[k] for k in keys],
             StructField("__l", ltype),
             StructField("__r", rtype),
-            StructField("rowtime", TimestampType()),
-            StructField("rowtime_end", TimestampType()),
+            StructField("__ts", LongType()),
+            StructField("__te", LongType()),
             StructField("__kept", LongType()),
         ]
     )
@@ -636,15 +667,15 @@ def overlap_join(
         metric_name=metric_name,
         metrics=[
             F.coalesce(F.max("__kept"), F.lit(0)).alias("max_intervals_per_key"),
-            F.count("rowtime").alias("results"),
+            F.count(F.when(F.col("__kept") < 0, 1)).alias("results"),
         ],
-        results=F.col("__kept").isNull(),
+        results=F.col("__kept") < 0,
     )
     logic = JoinLogic(JoinConfig(tuple(keys), left_outer, windows))
     return run_on_state_store(rows, logic, plan).select(
         *[F.col(k) for k in keys],
         *[F.col("__l").getField(c).alias(o) for c, o in zip(lcols, out_l, strict=True)],
         *[F.col("__r").getField(c).alias(o) for c, o in zip(rcols, out_r, strict=True)],
-        "rowtime",
-        "rowtime_end",
+        F.timestamp_micros("__ts").alias("rowtime"),
+        F.timestamp_micros("__te").alias("rowtime_end"),
     )
