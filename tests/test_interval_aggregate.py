@@ -24,7 +24,10 @@ from pyspark_rowtime.bounds.errors import OptionError
 from pyspark_rowtime.bounds.intervals import INFINITY_US, range_reduce, stretches
 from pyspark_rowtime.windows.validity import (
     _END_MS,
+    INTERVAL_FORMAT,
     IntervalAgg,
+    IntervalConfig,
+    IntervalLogic,
     _load,
     _save,
     interval_step,
@@ -252,3 +255,46 @@ def test_parse_aggs() -> None:
     ]:
         with pytest.raises(OptionError, match=message.replace("(", r"\(")):
             parse_aggs(bad)  # type: ignore[arg-type]
+
+
+def run_logic(batches: list[list[Row]], clocks: list[int]) -> list[Any]:
+    """``run`` through the operator's logic, as ``stateful.run_on_state_store`` calls it: the
+    key's rows as the frames Spark hands over, the state through ``INTERVAL_FORMAT``, and the
+    rows it emits read back as Spark reads them (``__kept`` < 0: a result; the last row of a
+    call carries the metrics)."""
+    columns = ("__t", "__e", "__in0", "__nn0", "__in1", "__nn1", "__in2", "__nn2")
+    logic = IntervalLogic(IntervalConfig(tuple(AGGS), None, ("s",), columns, frozenset()))
+    blob: bytes | None = None
+    timeout: int | None = None
+    out: list[Any] = []
+    watermark = -(2**62)
+    for rows, clock in zip(batches, clocks, strict=True):
+        if rows or (blob is not None and timeout is not None and watermark > timeout):
+            state = None if blob is None else INTERVAL_FORMAT.loads(blob)
+            frames = iter([frame(rows).assign(s="x", __never_late=2**63 - 1)] if rows else [])
+            step = logic.step(("x",), frames, state, watermark)
+            emitted = [r for f in step.frames for r in f.to_dict("records")]
+            metric = emitted.pop()
+            assert metric["__kept"] == (0 if step.state is None else len(step.state.rows))
+            assert metric["__discarded"] == 0
+            for r in emitted:
+                assert r["__kept"] < 0 and r["s"] == "x"
+                values = [r[a.name] for a in AGGS]
+                values = [None if v is None or v is pd.NA or v != v else v for v in values]
+                out.append((int(r["__ts"]), int(r["__te"]), values))
+            blob = None if step.state is None else INTERVAL_FORMAT.dumps(step.state)
+            timeout = step.timeout_ms
+        watermark = max(watermark, _END_MS if clock >= INFINITY_US else clock // 1000 - 1)
+    assert blob is None
+    return out
+
+
+@settings(max_examples=100, deadline=None)
+@given(streams())
+def test_the_logic_emits_the_relational_answer_as_plain_columns(
+    case: tuple[list[list[Row]], list[int]],
+) -> None:
+    """The rows the logic hands Spark (times as microseconds, a metric row per call) hold the
+    relational answer, as the step's own output does."""
+    batches, clocks = case
+    same(run_logic(batches, clocks), relational([r for b in batches for r in b]))

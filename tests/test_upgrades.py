@@ -12,6 +12,8 @@ import re
 from collections.abc import Iterator
 from pathlib import Path
 
+import numpy as np
+import pandas as pd
 import pytest
 import tomllib
 from redis_server import RedisServer, redis_server
@@ -185,13 +187,35 @@ def test_interval_aggregate_state_gets_the_envelope_and_reads_the_bare_one() -> 
     rows, from_us = validity._load(pickle.dumps({"from": T0 - 5, "columns": columns}))
     assert rows["__t"].tolist() == [T0] and rows["__e"].tolist() == [T0 + 10] and from_us == T0 - 5
     blob = validity._save(rows, from_us)
-    assert pickle.loads(blob)["v"] == 1  # now in the envelope the other operators' loader reads
-    assert load_operator_state(blob, "x") == {"from": T0 - 5, "columns": columns}
+    # Now in the envelope the other operators' loader reads, in format version 2: numeric
+    # columns as (dtype, bytes).
+    assert pickle.loads(blob)["v"] == 2
+    stored = load_operator_state(blob, "x")
+    assert stored["from"] == T0 - 5 and set(stored["columns"]) == set(columns)
+    assert all(isinstance(v, tuple) for v in stored["columns"].values())
     again, again_from = validity._load(blob)
     assert again.equals(rows) and again_from == from_us
+    # Version 1 in the envelope (lists), as the skeleton wrote it, still reads.
+    v1, v1_from = validity._load(pickle.dumps({"v": 1, "state": {"from": T0, "columns": columns}}))
+    assert v1.equals(rows) and v1_from == T0
     with pytest.raises(CorruptLogError) as info:
-        validity._load(pickle.dumps({"v": 2, "state": {"anything": "new"}}))
-    refused(info.value, 2, 1)
+        validity._load(pickle.dumps({"v": 3, "state": {"anything": "new"}}))
+    refused(info.value, 3, 2)
+    assert "interval_aggregate" in str(info.value)
+
+
+def test_interval_aggregate_state_of_strings_and_an_altered_dtype() -> None:
+    """A column of strings stays a list; a numeric column whose stored dtype is not a number
+    (an altered state store) is refused by name, never read as objects."""
+    from pyspark_rowtime.windows import validity
+
+    rows = pd.DataFrame({"__t": [T0, T0 + 1], "__e": [T0 + 10, T0 + 11], "__in0": ["a", None]})
+    again, _ = validity._load(validity._save(rows, None))
+    assert again["__in0"].tolist() == ["a", None] and again["__t"].dtype == np.int64
+    plain = pickle.loads(validity._save(rows, None))
+    plain["state"]["columns"]["__t"] = ("|O", b"\x00" * 16)
+    with pytest.raises(CorruptLogError) as info:
+        validity._load(pickle.dumps(plain))
     assert "interval_aggregate" in str(info.value)
 
 

@@ -217,8 +217,9 @@ def _refused(what: str, found: object, highest: int) -> CorruptLogError:
     return newer_format(where, found, highest, CorruptLogError)
 
 
-#: The highest version any operator writes (each operator's own is its StateFormat's).
-HIGHEST_VERSION = 1
+#: The highest version any operator writes (each operator's own is its StateFormat's):
+#: interval_aggregate's 2.
+HIGHEST_VERSION = 2
 
 
 def load_operator_state(blob: bytes, what: str) -> Any:

@@ -256,7 +256,7 @@ def interval_step(
 
 @dataclass(frozen=True)
 class IntervalState:
-    """The state of one key (format version 1, ``INTERVAL_FORMAT``): the rows kept (the
+    """The state of one key (format version 2, ``INTERVAL_FORMAT``): the rows kept (the
     step's columns) and the change point the emitted stretches reached (``from``)."""
 
     rows: pd.DataFrame
@@ -264,15 +264,37 @@ class IntervalState:
 
 
 def _write_interval(state: IntervalState) -> dict[str, Any]:
-    # Plain lists, not pandas or numpy objects: read back admitting value types only. A dict,
-    # so always in the envelope: bare, a reader could not tell it from a newer envelope.
+    # Plain values, not pandas or numpy objects: read back admitting value types only. A
+    # numeric or boolean column is (its numpy dtype string, its bytes): a key holds every row
+    # of a micro-batch until Spark's watermark, one batch behind, reaches them, and a list of
+    # Python numbers per row cost more than the step itself to write and read back. Other
+    # columns (strings, a window's open flags) stay lists. A dict, so always in the envelope:
+    # bare, a reader could not tell it from a newer envelope.
     rows = state.rows
-    return {"from": state.from_us, "columns": {c: rows[c].tolist() for c in rows.columns}}
+    columns: dict[str, Any] = {}
+    for c in rows.columns:
+        values = rows[c].to_numpy()
+        if values.dtype.kind in "biuf":
+            columns[c] = (values.dtype.str, values.tobytes())
+        else:
+            columns[c] = values.tolist()
+    return {"from": state.from_us, "columns": columns}
 
 
 def _read_interval_v1(plain: dict[str, Any]) -> IntervalState:
     # In the envelope, or bare: the first interval_aggregate stored the dict without "v".
-    rows = pd.DataFrame(plain["columns"])
+    # Version 1 stored every column as a list; version 2 numeric ones as (dtype, bytes).
+    columns = {}
+    for c, stored in plain["columns"].items():
+        if isinstance(stored, tuple):
+            dtype, raw = stored
+            values = np.frombuffer(raw, dtype=np.dtype(dtype))
+            if values.dtype.kind not in "biuf":
+                raise ValueError(f"column {c} stored as {dtype}, not numbers")
+            columns[c] = values.copy()
+        else:
+            columns[c] = stored
+    rows = pd.DataFrame(columns)
     for c in ("__t", "__e"):
         rows[c] = rows[c].astype(np.int64)
     if "__open" in rows.columns:  # a window's rows (rows_window, while_window)
@@ -280,9 +302,10 @@ def _read_interval_v1(plain: dict[str, Any]) -> IntervalState:
     return IntervalState(rows, plain["from"])
 
 
-#: How ``interval_aggregate`` stores a key (``step.StateFormat``).
+#: How ``interval_aggregate`` stores a key (``step.StateFormat``): version 2 since its
+#: numeric columns are stored as bytes; version 1 (lists) is still read.
 INTERVAL_FORMAT = StateFormat(
-    "an interval_aggregate key", 1, _write_interval, {1: _read_interval_v1}
+    "an interval_aggregate key", 2, _write_interval, {1: _read_interval_v1, 2: _read_interval_v1}
 )
 
 
@@ -386,22 +409,20 @@ class IntervalLogic(KeyLogic[IntervalState]):
                     out[p.name] = objects
                 else:
                     out[p.name] = values
-            # Through a nullable Int64 Series: a plain int64 array goes through nanoseconds,
-            # which cannot hold infinity (Spark's largest timestamp, in year 9999).
-            for name, us_values in (("rowtime", result.starts), ("rowtime_end", result.ends)):
-                series = pd.Series(us_values, dtype="Int64")
-                out[name] = pd.to_datetime(series, unit="us", utc=True, cache=False)
-            out["__kept"] = pd.array([None] * n, dtype="Int64")
-            out["__discarded"] = pd.array([None] * n, dtype="Int64")
+            # The times as microseconds, which Spark turns into timestamps: a plain int64
+            # column is what Spark's worker converts fastest (and pandas' timestamps, in
+            # nanoseconds, cannot hold infinity, Spark's largest timestamp in year 9999).
+            out["__ts"] = result.starts
+            out["__te"] = result.ends
+            out["__kept"] = np.full(n, -1, dtype=np.int64)  # a result row
+            out["__discarded"] = np.zeros(n, dtype=np.int64)
             out_frames.append(pd.DataFrame(out))
-        # One more row carries the metrics (dropped after the observation).
+        # One more row carries the metrics (``__kept`` >= 0; dropped after the observation).
         metric: dict[str, Any] = {name: [value] for name, value in keys_out.items()}
         for p in self._aggs:
             metric[p.name] = [None]
-        metric["rowtime"] = pd.to_datetime(
-            pd.array([None], dtype="Int64"), unit="us", utc=True, cache=False
-        )
-        metric["rowtime_end"] = metric["rowtime"]
+        metric["__ts"] = [0]
+        metric["__te"] = [0]
         metric["__kept"] = [0 if result.rows is None else len(result.rows)]
         metric["__discarded"] = [result.discarded]
         out_frames.append(pd.DataFrame(metric))
@@ -590,8 +611,8 @@ def interval_aggregate(
         [
             *key_fields,
             *fields,
-            StructField("rowtime", TimestampType()),
-            StructField("rowtime_end", TimestampType()),
+            StructField("__ts", LongType()),
+            StructField("__te", LongType()),
             StructField("__kept", LongType()),
             StructField("__discarded", LongType()),
         ]
@@ -624,11 +645,14 @@ def interval_aggregate(
         metric_name=metric_name,
         metrics=[
             F.coalesce(F.max("__kept"), F.lit(0)).alias("max_rows_per_key"),
-            F.count("rowtime").alias("stretches"),
+            F.count(F.when(F.col("__kept") < 0, 1)).alias("stretches"),
             F.coalesce(F.sum("__discarded"), F.lit(0)).alias("discarded_rows"),
         ],
-        results=F.col("__kept").isNull(),
+        results=F.col("__kept") < 0,
     )
     return run_on_state_store(rows, IntervalLogic(config), plan).select(
-        *keys, *[p.name for p in plans], "rowtime", "rowtime_end"
+        *keys,
+        *[p.name for p in plans],
+        F.timestamp_micros("__ts").alias("rowtime"),
+        F.timestamp_micros("__te").alias("rowtime_end"),
     )
