@@ -387,45 +387,46 @@ class IntervalLogic(KeyLogic[IntervalState]):
             new = new.assign(__open=pd.Series([None] * len(new), dtype="object"))
         result = interval_step(self._aggs, old, from_us, new, watermark_ms, window=c.window)
         kept = None if result.rows is None else IntervalState(result.rows, result.from_us)
-        out_frames = []
         n = len(result.starts)
         keys_out = dict(zip(c.keys, key, strict=True))
-        if n:
-            out: dict[str, Any] = {name: [value] * n for name, value in keys_out.items()}
-            for p, (values, ok) in zip(self._aggs, result.values, strict=True):
-                if p.name in c.stamps:
-                    stamps = pd.Series(values.astype(np.int64), dtype="Int64")
-                    stamps[~ok] = pd.NA
-                    out[p.name] = pd.to_datetime(stamps, unit="us", utc=True, cache=False)
-                elif p.kind == "sum" and p.integral:
-                    column = pd.array(values, dtype="Int64")
-                    column[~ok] = pd.NA
-                    out[p.name] = column
-                elif values.dtype.kind == "f":
-                    out[p.name] = np.where(ok, values, np.nan)  # NaN goes to Spark as null
-                elif values.dtype.kind == "O":
-                    objects = values.copy()
-                    objects[~ok] = None
-                    out[p.name] = objects
-                else:
-                    out[p.name] = values
-            # The times as microseconds, which Spark turns into timestamps: a plain int64
-            # column is what Spark's worker converts fastest (and pandas' timestamps, in
-            # nanoseconds, cannot hold infinity, Spark's largest timestamp in year 9999).
-            out["__ts"] = result.starts
-            out["__te"] = result.ends
-            out["__kept"] = np.full(n, -1, dtype=np.int64)  # a result row
-            out["__discarded"] = np.zeros(n, dtype=np.int64)
-            out_frames.append(pd.DataFrame(out))
-        # One more row carries the metrics (``__kept`` >= 0; dropped after the observation).
-        metric: dict[str, Any] = {name: [value] for name, value in keys_out.items()}
-        for p in self._aggs:
-            metric[p.name] = [None]
-        metric["__ts"] = [0]
-        metric["__te"] = [0]
-        metric["__kept"] = [0 if result.rows is None else len(result.rows)]
-        metric["__discarded"] = [result.discarded]
-        out_frames.append(pd.DataFrame(metric))
+        # One more row carries the metrics (``__kept`` >= 0; a result row has -1), dropped
+        # after the observation. It is the last row of the results' own frame, its aggregates
+        # null in each column's own type: one frame of one type per column is what Spark's
+        # worker converts fastest (a frame apart would make every column objects).
+        out: dict[str, Any] = {name: [value] * (n + 1) for name, value in keys_out.items()}
+        for p, (values, ok) in zip(self._aggs, result.values, strict=True):
+            if not n:
+                out[p.name] = [None]
+                continue
+            null = np.array([None], dtype=object) if values.dtype.kind == "O" else values[:1]
+            values, ok = np.concatenate([values, null]), np.append(ok, False)
+            if p.name in c.stamps:
+                stamps = pd.Series(values.astype(np.int64), dtype="Int64")
+                stamps[~ok] = pd.NA
+                out[p.name] = pd.to_datetime(stamps, unit="us", utc=True, cache=False)
+            elif p.kind == "sum" and p.integral:
+                column = pd.array(values, dtype="Int64")
+                column[~ok] = pd.NA
+                out[p.name] = column
+            elif values.dtype.kind == "f":
+                out[p.name] = np.where(ok, values, np.nan)  # NaN goes to Spark as null
+            elif values.dtype.kind == "O":
+                values[~ok] = None
+                out[p.name] = values
+            else:
+                out[p.name] = values  # counts: never null (the metric row's is filtered)
+        # The times as microseconds, which Spark turns into timestamps: a plain int64 column
+        # is what Spark's worker converts fastest (and pandas' timestamps, in nanoseconds,
+        # cannot hold infinity, Spark's largest timestamp in year 9999).
+        out["__ts"] = np.append(result.starts, 0)
+        out["__te"] = np.append(result.ends, 0)
+        kept_col = np.full(n + 1, -1, dtype=np.int64)
+        kept_col[n] = 0 if result.rows is None else len(result.rows)
+        out["__kept"] = kept_col
+        discarded = np.zeros(n + 1, dtype=np.int64)
+        discarded[n] = result.discarded
+        out["__discarded"] = discarded
+        out_frames = [pd.DataFrame(out)]
         return KeyStep(out_frames, kept, result.timeout_ms)
 
 
