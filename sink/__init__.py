@@ -23,13 +23,13 @@ batch replayed after a crash leaves the target as if written once. A target belo
 query that first commits to it. ``get_rowtime_bound(path)``, ``rowtime clock`` and
 ``rowtime describe`` read either kind of target.
 
-Modules: ``spark`` (Spark's writer, thin), ``options``, ``target`` (the ``Target``
-protocol and the write-task skeleton every target shares), ``stream_target`` (with
-``contiguous``, a run's rows in one chunk per column, and ``spill``, sorted runs kept
-aside and merged), ``parquet_target``, the table targets (``table_target``, what they
-share; ``delta_target``, ``iceberg_target``; ``table_describe``, what ``rowtime
-describe`` says of them), ``task`` (row splitting, task reports), ``manifest`` (typed
-manifest entries), ``clock``, ``layout`` (the sink's files beside a target). The sink
-reaches streams only through ``pyspark_rowtime.streams.storage`` and never imports the
-reader (``tests/test_layers.py``).
+Modules: ``spark`` (Spark's writer, thin), ``options``, ``target`` (the ``Target`` protocol and
+the write-task skeleton every target shares), ``stream_target`` (with ``contiguous``, a run's
+rows in one chunk per column, ``spill``, sorted runs kept aside and merged, and ``merge``, the
+commit of one ordered partition merging the tasks' runs by rowtime ranges into staged runs it
+links), ``parquet_target``, the table targets (``table_target``, what they share;
+``delta_target``, ``iceberg_target``; ``table_describe``, what ``rowtime describe`` says of
+them), ``task`` (row splitting, task reports), ``manifest`` (typed manifest entries),
+``clock``, ``layout`` (the sink's files beside a target). The sink reaches streams only through
+``pyspark_rowtime.streams.storage`` and never imports the reader (``tests/test_layers.py``).
 """
