@@ -148,8 +148,8 @@ def test_interval_aggregate_is_the_relational_answer_and_restarts_reproduce_it(
 
 
 def test_interval_aggregate_state_stays_flat_on_a_long_stream(spark: Any, workdir: Path) -> None:
-    """One key, 15 rounds of 20 rows a second apart, each valid 3 s: the key keeps the rows
-    valid across the watermark and the round's rows, never the 300."""
+    """One key, 8 rounds of 20 rows a second apart, each valid 3 s: the key keeps the rows
+    valid across the watermark and the round's rows, never the 160."""
     location = workdir / "long"
     pr.create_stream(str(location), "i long, k string, v double", partitions=1)
     df = pr.interval_aggregate(
@@ -157,7 +157,7 @@ def test_interval_aggregate_state_stays_flat_on_a_long_stream(spark: Any, workdi
     )
     run = Run()
     query = start(df, workdir / "chk", run)
-    for r in range(15):
+    for r in range(8):
         rows = [({"i": r * 20 + j, "k": "x", "v": 1.0}, T0 + (r * 20 + j) * US) for j in range(20)]
         write_rows(location, 0, rows, bound_us=T0 + (r * 20 + 20) * US)
         drain(query, run)
@@ -167,7 +167,7 @@ def test_interval_aggregate_state_stays_flat_on_a_long_stream(spark: Any, workdi
         for p in run.progress
         if "interval_aggregate" in p.get("observedMetrics", {}) and p["numInputRows"]
     ]
-    assert len(kept) >= 10 and max(kept) <= 20 + 4, kept
+    assert len(kept) >= 5 and max(kept) <= 20 + 4, kept
     assert {r["n"] for r in run.records} == {1, 2, 3}  # up to 3 rows valid at once
 
 

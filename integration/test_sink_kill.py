@@ -26,11 +26,13 @@ other writer's, each once, read with delta-rs and pyiceberg.
 
 How many kills: in ``./dev test`` (and CI) two for a folder, the first aimed between commits
 and the second at a write task's staging (the fixed seed's first two draws; where it lands
-depends on timing, and the test prints what each kill interrupted), and one for S3, at a write
-task's staging (inside the sink's two phases, where a remote store's half-done writes are);
-the targets killed rotate with the backend (a folder: Delta, stream; S3: Parquet). ``./dev
-long`` (``ROWTIME_LONG=1``) adds Redis (its kill aimed at Iceberg, on Azure Blob) and runs six
-kills for a folder and four for the others: every target on every backend, in both phases.
+depends on timing, and the test prints what each kill interrupted). ``./dev long``
+(``ROWTIME_LONG=1``) adds Redis and S3, each killed at a write task's staging (inside the
+sink's two phases, where a remote store's half-done writes are), the targets killed rotating
+with the backend (a folder: Delta, stream; Redis: Iceberg; S3: Parquet), and runs six kills for
+a folder and four for the others: every target on every backend, in both phases. On every
+stop, the sink's protocol is crashed at each of its steps on Redis and S3 without Spark
+(``tests/test_sink_protocol.py``).
 """
 
 from __future__ import annotations
@@ -224,9 +226,10 @@ def where_it_died(work: Path, at: dict[str, str]) -> str:
 
 @pytest.mark.long_cases(
     "redis",
+    "s3",
     why=(
-        "CI kills the driver over a folder and over S3 (its tables on S3); Redis's steps "
-        "of the sink's protocol are crashed in tests/test_sink_protocol.py"
+        "CI kills the driver over a folder (its four targets there); the sink's protocol "
+        "is crashed at each of its steps on Redis and S3 in tests/test_sink_protocol.py"
     ),
 )
 def test_sigkill_the_driver_many_times_and_the_targets_hold_each_row_once(

@@ -1,4 +1,5 @@
-"""The soak test, short: ``integration/soak.py`` for 20 s in its own process (its own Spark).
+"""The soak test, short: ``integration/soak.py`` for 20 s in its own process (its own Spark),
+under ``./dev long`` (``ROWTIME_LONG=1``); CI runs the month mode and the failure checks.
 
 Four writer processes killed at random, heartbeats, random bounds and 1% disorder under
 ``adjust`` while a query reads and a sink writes; the script checks counts, clocks and memory
@@ -28,6 +29,11 @@ def said(done: subprocess.CompletedProcess[str]) -> str:
     return "\n".join([*figures, *(failed or [done.stderr[-4000:]])])
 
 
+@pytest.mark.skipif(
+    os.environ.get("ROWTIME_LONG") != "1",
+    reason="./dev long and ./dev soak run it: CI's soak is the month below (writers killed, one "
+    "restarted after a silence, retention, metrics), with the SPEC 7 check shown to fail here",
+)
 def test_a_short_soak_loses_nothing_and_stays_flat(tmp_path):
     env = {**os.environ, "PYSPARK_PYTHON": sys.executable, "TMPDIR": str(tmp_path)}
     done = subprocess.run(
