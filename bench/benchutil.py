@@ -32,6 +32,19 @@ def write_json(folder: str, name: str, doc: object) -> str:
     return path
 
 
+def timed(runs: list[dict[str, Any]], case: str, name: str, query: Callable[[], Any]) -> Any:
+    """``query``, each run's seconds, rows out and load kept in ``runs`` (for the JSON)."""
+
+    def run() -> tuple[float, int]:
+        before = os.getloadavg()[0]
+        seconds, out = query()
+        runs.append({"case": case, "query": name, "seconds": seconds, "rows_out": out,
+                     "load_before": before, "load_after": os.getloadavg()[0]})  # fmt: skip
+        return seconds, out
+
+    return run
+
+
 def best_of(fn: Callable[[], object], repeat: int = 3) -> float:
     """The fastest of ``repeat`` runs of ``fn``, in seconds."""
     best = float("inf")

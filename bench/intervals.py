@@ -48,10 +48,9 @@ import shutil
 import statistics
 import tempfile
 import time
-from collections.abc import Callable
 from typing import Any
 
-from benchutil import PARTITIONS, drain, interleaved, spark_session, write_json, write_stream
+from benchutil import PARTITIONS, drain, interleaved, spark_session, timed, write_json, write_stream
 from pyspark.sql import Window
 from pyspark.sql import functions as F
 
@@ -69,19 +68,6 @@ def run_batch(df: Any) -> tuple[float, int]:
     t0 = time.perf_counter()
     df.write.format("noop").mode("overwrite").save()
     return time.perf_counter() - t0, -1
-
-
-def timed(runs: list[dict[str, Any]], case: str, name: str, query: Callable[[], Any]) -> Any:
-    """``query``, each run's seconds, rows out and load kept in ``runs`` (for the JSON)."""
-
-    def run() -> tuple[float, int]:
-        before = os.getloadavg()[0]
-        seconds, out = query()
-        runs.append({"case": case, "query": name, "seconds": seconds, "rows_out": out,
-                     "load_before": before, "load_after": os.getloadavg()[0]})  # fmt: skip
-        return seconds, out
-
-    return run
 
 
 def verdicts(runs: list[dict[str, Any]], rows: int) -> dict[str, dict[str, Any]]:

@@ -37,10 +37,10 @@ import shutil
 import statistics
 import tempfile
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 from typing import Any
 
-from benchutil import PARTITIONS, drain, interleaved, spark_session, write_json, write_stream
+from benchutil import PARTITIONS, drain, interleaved, spark_session, timed, write_json, write_stream
 from pyspark.sql import functions as F
 
 import pyspark_rowtime as pr
@@ -68,19 +68,6 @@ def count_rows(batches: Iterator[Any]) -> Iterator[Any]:
     import pyarrow as pa
 
     yield pa.RecordBatch.from_pydict({"n": [sum(b.num_rows for b in batches)]})
-
-
-def timed(runs: list[dict[str, Any]], case: str, name: str, query: Callable[[], Any]) -> Any:
-    """``query``, each run's seconds, rows out and load kept in ``runs`` (for the JSON)."""
-
-    def run() -> tuple[float, int]:
-        before = os.getloadavg()[0]
-        seconds, out = query()
-        runs.append({"case": case, "query": name, "seconds": seconds, "rows_out": out,
-                     "load_before": before, "load_after": os.getloadavg()[0]})  # fmt: skip
-        return seconds, out
-
-    return run
 
 
 def verdicts(runs: list[dict[str, Any]], rows: int) -> dict[str, dict[str, Any]]:

@@ -44,6 +44,18 @@ from pyspark.sql.types import BooleanType, TimestampType
 import pyspark_rowtime as pr
 from pyspark_rowtime.bounds.bounds import END_OF_STREAM_US
 
+#: The reader's output tests over Redis and S3 run in ./dev long only (integration/conftest.py).
+REMOTE_IN_LONG = pytest.mark.long_cases(
+    "redis",
+    "s3",
+    why=(
+        "the reader computes this the same over any backend; the backend's part is "
+        "tests/test_storage_contract.py's on all four, and its restart, checksum and "
+        "skewed-partition tests run on Redis and S3 in CI"
+    ),
+)
+
+
 # -- 2. options ----------------------------------------------------------------------------------
 
 
@@ -178,15 +190,7 @@ def test_output_discarded_on_a_streaming_read_fails_at_start(
 # -- 3. output -----------------------------------------------------------------------------------
 
 
-@pytest.mark.long_cases(
-    "redis",
-    "s3",
-    why=(
-        "the reader computes this the same over any backend; the backend's part is "
-        "tests/test_storage_contract.py's on all four, and its restart, checksum and "
-        "skewed-partition tests run on Redis and S3 in CI"
-    ),
-)
+@REMOTE_IN_LONG
 @pytest.mark.spark_subset
 def test_output_is_payload_then_rowtime_and_is_bound_with_null_payload_on_bounds(
     spark: SparkSession, tmp_path: Path, stream_at: Callable[[str], str]
@@ -254,15 +258,7 @@ def sdp_stream(location: Path | str, **defaults: Any) -> Path | str:
     return location
 
 
-@pytest.mark.long_cases(
-    "redis",
-    "s3",
-    why=(
-        "the reader computes this the same over any backend; the backend's part is "
-        "tests/test_storage_contract.py's on all four, and its restart, checksum and "
-        "skewed-partition tests run on Redis and S3 in CI"
-    ),
-)
+@REMOTE_IN_LONG
 @pytest.mark.parametrize(("unit", "range_"), list(SDP_TABLE))
 def test_sdp_examples_come_out_of_spark_as_the_spec_table_says(
     spark: SparkSession, tmp_path: Path, unit: str, range_: int, stream_at: Callable[[str], str]
@@ -423,15 +419,7 @@ def windowed_counts(df: DataFrame, size: str = "10 seconds") -> DataFrame:
     return w.select(F.col("window.start").alias("start"), F.col("window.end").alias("end"), "count")
 
 
-@pytest.mark.long_cases(
-    "redis",
-    "s3",
-    why=(
-        "the reader computes this the same over any backend; the backend's part is "
-        "tests/test_storage_contract.py's on all four, and its restart, checksum and "
-        "skewed-partition tests run on Redis and S3 in CI"
-    ),
-)
+@REMOTE_IN_LONG
 @pytest.mark.spark_subset
 def test_a_bound_alone_closes_a_window_in_append_mode(
     spark: SparkSession, tmp_path: Path, stream_at: Callable[[str], str]
