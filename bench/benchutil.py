@@ -45,6 +45,33 @@ def timed(runs: list[dict[str, Any]], case: str, name: str, query: Callable[[], 
     return run
 
 
+def round_ratios(runs: list[dict[str, Any]], case: str, ours: str = "rowtime") -> list[float]:
+    """Spark's seconds over ``ours`` of each measured round of ``case`` (round 0, the warm-up,
+    left out), from the runs :func:`timed` kept."""
+    seconds = {q: [r["seconds"] for r in runs if r["case"] == case and r["query"] == q]
+               for q in ("spark", ours)}  # fmt: skip
+    return [s / o for s, o in zip(seconds["spark"][1:], seconds[ours][1:], strict=True)]
+
+
+def verdict(label: str, ratios: list[float], target: float) -> tuple[float, bool]:
+    """The median of ``ratios`` and whether it meets ``target``, printed as the benches print
+    it: ``label: ratio 0.83 (rounds 0.81, 0.86, 0.79), target >= 0.8: ok``."""
+    median = statistics.median(ratios)
+    ok = median >= target
+    rounds = ", ".join(f"{x:.2f}" for x in ratios)
+    print(f"{label}: ratio {median:.2f} (rounds {rounds}), target >= {target}: "
+          f"{'ok' if ok else 'MISS'}", flush=True)  # fmt: skip
+    return median, ok
+
+
+def run_meta(runs: list[dict[str, Any]], **fields: Any) -> dict[str, Any]:
+    """A result file's ``meta``: ``fields``, then the machine's cores, the lowest and highest
+    load the runs saw and the date (what ``tests/test_docs_pages.py`` reads)."""
+    loads = [x for r in runs for x in (r["load_before"], r["load_after"])]
+    return {**fields, "cpus": os.cpu_count(), "load_min": min(loads), "load_max": max(loads),
+            "when": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())}  # fmt: skip
+
+
 def best_of(fn: Callable[[], object], repeat: int = 3) -> float:
     """The fastest of ``repeat`` runs of ``fn``, in seconds."""
     best = float("inf")

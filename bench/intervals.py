@@ -50,7 +50,17 @@ import tempfile
 import time
 from typing import Any
 
-from benchutil import PARTITIONS, drain, interleaved, spark_session, timed, write_json, write_stream
+from benchutil import (
+    PARTITIONS,
+    drain,
+    interleaved,
+    round_ratios,
+    spark_session,
+    timed,
+    verdict,
+    write_json,
+    write_stream,
+)
 from pyspark.sql import Window
 from pyspark.sql import functions as F
 
@@ -77,13 +87,9 @@ def verdicts(runs: list[dict[str, Any]], rows: int) -> dict[str, dict[str, Any]]
     for case in dict.fromkeys(r["case"] for r in runs):
         seconds = {q: [r["seconds"] for r in runs if r["case"] == case and r["query"] == q]
                    for q in ("spark", "rowtime")}  # fmt: skip
-        ratios = [s / o for s, o in zip(seconds["spark"][1:], seconds["rowtime"][1:], strict=True)]
-        median = statistics.median(ratios)
+        ratios = round_ratios(runs, case)
         target = TARGETS[case]
-        ok = median >= target
-        print(f"{rows:,} rows, {case}: ratio {median:.2f} (rounds "
-              f"{', '.join(f'{x:.2f}' for x in ratios)}), target >= {target}: "
-              f"{'ok' if ok else 'MISS'}", flush=True)  # fmt: skip
+        median, ok = verdict(f"{rows:,} rows, {case}", ratios, target)
         rates = {q: statistics.median(rows / s for s in xs[1:]) for q, xs in seconds.items()}
         out[case] = {"ratio": median, "rounds": ratios, "target": target, "ok": ok,
                      "input_rows_per_s": rates}  # fmt: skip

@@ -59,7 +59,7 @@ import uuid
 from collections.abc import Iterator, Sequence
 from typing import Any
 
-from benchutil import drain, spark_session, write_json
+from benchutil import drain, run_meta, spark_session, write_json
 from pyspark.sql import functions as F
 from pyspark.sql.datasource import DataSourceStreamReader, InputPartition
 from reader import PARTITIONS, FloorReader, FloorSource, write_data
@@ -464,19 +464,9 @@ def main(argv: Sequence[str] | None = None) -> dict[str, Any]:
         if args.dir is None:
             shutil.rmtree(base, ignore_errors=True)
     summary = summarise(runs, cases, args.rows)
-    loads = [x for r in runs for x in (r["load_before"], r["load_after"])]
-    meta = {
-        "rows": args.rows,
-        "partitions": PARTITIONS,
-        "rounds": args.rounds,
-        "master": args.master,
-        "java_options": args.java_options,
-        "cpus": os.cpu_count(),
-        "load_min": min(loads),
-        "load_max": max(loads),
-        "when": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
-        "spark": spark_version,
-    }
+    meta = run_meta(runs, rows=args.rows, partitions=PARTITIONS, rounds=args.rounds,
+                    master=args.master, java_options=args.java_options)  # fmt: skip
+    meta["spark"] = spark_version
     print_table(summary, args.rows)
     print(f"load average (1 min) during the rounds: {meta['load_min']:.1f}-{meta['load_max']:.1f}")
     result = {"meta": meta, "summary": summary, "runs": runs}

@@ -40,7 +40,18 @@ import time
 from collections.abc import Iterator
 from typing import Any
 
-from benchutil import PARTITIONS, drain, interleaved, spark_session, timed, write_json, write_stream
+from benchutil import (
+    PARTITIONS,
+    drain,
+    interleaved,
+    round_ratios,
+    run_meta,
+    spark_session,
+    timed,
+    verdict,
+    write_json,
+    write_stream,
+)
 from pyspark.sql import functions as F
 
 import pyspark_rowtime as pr
@@ -77,14 +88,11 @@ def verdicts(runs: list[dict[str, Any]], rows: int) -> dict[str, dict[str, Any]]
     for case in dict.fromkeys(r["case"] for r in runs):
         seconds = {q: [r["seconds"] for r in runs if r["case"] == case and r["query"] == q]
                    for q in ("spark", "rowtime")}  # fmt: skip
-        ratios = [s / o for s, o in zip(seconds["spark"][1:], seconds["rowtime"][1:], strict=True)]
-        median = statistics.median(ratios)
-        ok = median >= TARGET
-        print(f"{case}: ratio {median:.2f} (rounds {', '.join(f'{x:.2f}' for x in ratios)}), "
-              f"target >= {TARGET}: {'ok' if ok else 'MISS'}")  # fmt: skip
+        ratios = round_ratios(runs, case)
+        median, ok = verdict(case, ratios, TARGET)
         ship = [r["seconds"] for r in runs if r["case"] == case and r["query"] == "ship"]
         if ship:
-            ceiling = [s / o for s, o in zip(seconds["spark"][1:], ship[1:], strict=True)]
+            ceiling = round_ratios(runs, case, ours="ship")
             rounds = ", ".join(f"{x:.2f}" for x in ceiling)
             print(f"{case}: every row to a Python worker and counted (ship): ratio "
                   f"{statistics.median(ceiling):.2f} (rounds {rounds}), the transfer alone: no "
@@ -161,18 +169,8 @@ def main() -> None:
         spark.stop()
         if args.dir is None:
             shutil.rmtree(base, ignore_errors=True)
-    loads = [x for r in runs for x in (r["load_before"], r["load_after"])]
-    meta = {
-        "rows": args.rows,
-        "partitions": PARTITIONS,
-        "rounds": args.rounds,
-        "batch": args.batch,
-        "master": "local[2]",
-        "cpus": os.cpu_count(),
-        "load_min": min(loads),
-        "load_max": max(loads),
-        "when": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
-    }
+    meta = run_meta(runs, rows=args.rows, partitions=PARTITIONS, rounds=args.rounds,
+                    batch=args.batch, master="local[2]")  # fmt: skip
     print(f"load average (1 min) during the rounds: {meta['load_min']:.1f}-{meta['load_max']:.1f}")
     if args.json:
         folder, name = os.path.split(os.path.abspath(args.json))
