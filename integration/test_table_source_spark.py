@@ -234,12 +234,16 @@ def test_three_hops_through_delta_and_iceberg_close_their_last_windows(spark, wo
     assert max(expected) == T0_US + 3 * HOUR_US  # the hour [2 h, 3 h): closed by clocks alone
 
 
+#: Why CI reads each table library on one object store (the other in ./dev long).
+ONE_STORE_A_LIBRARY = (
+    "CI reads a Delta table on S3 and an Iceberg table on Azure Blob: each library and each "
+    "store once"
+)
+
+
 @pytest.mark.long_cases(
     "az",
-    why=(
-        "CI reads a Delta table on S3 and an Iceberg table on Azure Blob: each library "
-        "and each store once"
-    ),
+    why=ONE_STORE_A_LIBRARY,
 )
 @pytest.mark.classic_only("the store does not depend on the mode; classic runs it")
 def test_a_delta_table_on_object_storage_is_read_by_spark(spark, workdir, object_server):
@@ -266,10 +270,7 @@ def test_a_delta_table_on_object_storage_is_read_by_spark(spark, workdir, object
 
 @pytest.mark.long_cases(
     "s3",
-    why=(
-        "CI reads a Delta table on S3 and an Iceberg table on Azure Blob: each library "
-        "and each store once"
-    ),
+    why=ONE_STORE_A_LIBRARY,
 )
 @pytest.mark.classic_only("the store does not depend on the mode; classic runs it")
 def test_an_iceberg_table_on_object_storage_is_read_by_spark(spark, workdir, object_server):
