@@ -46,8 +46,8 @@ def pytest_configure(config: pytest.Config) -> None:
     config.addinivalue_line(
         "markers",
         "long_cases(*ids, why): the cases of a parametrized test whose id has one of ids as a "
-        "part (split at '-') run only in ./dev long (ROWTIME_LONG=1); why says what covers "
-        "them in CI",
+        "part (split at '-') run only in ./dev long (ROWTIME_LONG=1), the whole test when no "
+        "id is given; why says what covers them in CI",
     )
     from xdist_plan import register_worker_times  # each xdist worker's minutes, at the end
 
@@ -125,19 +125,21 @@ def remote_repeats(items: list[pytest.Item]) -> list[pytest.Item]:
 def long_only_cases(items: list[pytest.Item]) -> list[pytest.Item]:
     """The cases a ``long_cases`` mark keeps for ``./dev long``: a case whose parameter id has
     one of the mark's ids among its parts (``redis`` matches ``[redis]`` and ``[redis-sec-1]``,
-    ``delta-az`` matches ``[delta-az]``). A mark without ``why`` is refused: a case left out
-    of CI must say what proves its behaviour there."""
+    ``delta-az`` matches ``[delta-az]``); a mark without ids keeps the whole test. A mark
+    without ``why`` is refused: a case left out of CI must say what proves its behaviour there."""
     from xdist_plan import case_has_part
 
     chosen = []
     for item in items:
         mark = item.get_closest_marker("long_cases")
-        spec = getattr(item, "callspec", None)
-        if mark is None or spec is None:
+        if mark is None:
             continue
         if not mark.kwargs.get("why"):
             raise pytest.UsageError(f"{item.nodeid}: long_cases needs why=")
-        if any(case_has_part(spec.id, wanted) for wanted in mark.args):
+        spec = getattr(item, "callspec", None)
+        if not mark.args:
+            chosen.append(item)
+        elif spec is not None and any(case_has_part(spec.id, wanted) for wanted in mark.args):
             chosen.append(item)
     return chosen
 

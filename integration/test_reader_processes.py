@@ -14,6 +14,7 @@ import textwrap
 from pathlib import Path
 from typing import Any
 
+import pytest
 from helpers import (
     Run,
     check_batches,
@@ -176,6 +177,13 @@ result = {
 """
 
 
+@pytest.mark.long_cases(
+    why=(
+        "integration/test_executor_lost.py's reader case runs the reader in "
+        "local-cluster[2,1,1024] and checks it against local mode, with an executor lost "
+        "mid-batch besides"
+    )
+)
 def test_local_cluster_gives_the_same_result_as_local_mode(
     spark: SparkSession, tmp_path: Path
 ) -> None:
