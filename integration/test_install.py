@@ -198,7 +198,8 @@ df = spark.readStream.format("rowtime").load(location)
 q = df.writeStream.format("memory").queryName("shell_rows").trigger(availableNow=True).start()
 q.awaitTermination()
 cols = "id", "unix_millis(rowtime) AS ms", "is_bound"
-records = lambda df: sorted((tuple(r) for r in df.selectExpr(*cols).collect()), key=repr)
+order = "is_bound", "ms", "id"
+records = lambda df: [tuple(r) for r in df.selectExpr(*cols).orderBy(*order).collect()]
 streamed = records(spark.table("shell_rows"))
 history = records(spark.read.format("rowtime").load(location))
 print("SHELL ROWS " + repr(streamed))
@@ -272,7 +273,7 @@ def test_python_pytest_and_the_pyspark_shell_started_in_the_clones_root_import_t
     # Aligned: the stream clock is partition 0's 1 s, so partition 1's row at 2 s waits; one
     # bound record carries that clock.
     rows = (
-        "[(20, 0, False), (21, 1000, False), (7, 0, False), (8, 1000, False), (None, 1000, True)]"
+        "[(7, 0, False), (20, 0, False), (8, 1000, False), (21, 1000, False), (None, 1000, True)]"
     )
     assert f"SHELL ROWS {rows}" in proc.stdout, out[-6000:]
     assert "SHELL SAME True" in proc.stdout, out[-6000:]
