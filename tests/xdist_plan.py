@@ -18,6 +18,8 @@ Without xdist (``ROWTIME_WORKERS=0``) only the order changes.
 
 from __future__ import annotations
 
+import os
+from collections.abc import Iterator
 from typing import Any
 
 import pytest
@@ -89,6 +91,72 @@ def make_scheduler(config: Any, log: Any) -> Any:
     return Scheduler(config, log)
 
 
+_TICKS = os.sysconf("SC_CLK_TCK") if hasattr(os, "sysconf") else 100
+
+
+def tree_cpu_s(root: int) -> float | None:
+    """The CPU seconds (user and system) of process ``root`` and every live process below it,
+    each with its waited-for children's (a JVM's reaped Python workers, a finished subprocess):
+    what a test run by ``root`` cost the machine, its Spark, workers, children and servers
+    included. None where there is no ``/proc``."""
+    parents: dict[int, int] = {}
+    times: dict[int, int] = {}
+    try:
+        names = os.listdir("/proc")
+    except OSError:
+        return None
+    for name in names:
+        if not name.isdigit():
+            continue
+        try:
+            with open(f"/proc/{name}/stat", "rb") as f:
+                fields = f.read().rsplit(b")", 1)[1].split()
+        except OSError:  # gone meanwhile
+            continue
+        pid = int(name)
+        parents[pid] = int(fields[1])
+        times[pid] = sum(int(x) for x in fields[11:15])  # utime, stime, cutime, cstime
+    if root not in times:
+        return None
+    children: dict[int, list[int]] = {}
+    for pid, ppid in parents.items():
+        children.setdefault(ppid, []).append(pid)
+    total, todo = 0, [root]
+    while todo:
+        pid = todo.pop()
+        total += times.get(pid, 0)
+        todo.extend(children.get(pid, ()))
+    return total / _TICKS
+
+
+class TreeCpu:
+    """In the process that runs the tests (an xdist worker, or pytest's own without xdist): the
+    CPU seconds each test cost, kept in its teardown report's ``user_properties`` as
+    ``("cpu_s", seconds)`` for :class:`WorkerTimes`. A server a session fixture started is
+    charged to the test that started it. On a machine whose cores are all busy (CI's two, with
+    two workers), a test's CPU seconds, not its wall seconds, are what it adds to the run: a
+    test waiting on a timeout lets the other worker go faster."""
+
+    name = "rowtime-tree-cpu"
+
+    def __init__(self) -> None:
+        self.start: float | None = None
+
+    @pytest.hookimpl(tryfirst=True)
+    def pytest_runtest_setup(self, item: pytest.Item) -> None:
+        self.start = tree_cpu_s(os.getpid())
+
+    @pytest.hookimpl(wrapper=True)
+    def pytest_runtest_teardown(self, item: pytest.Item, nextitem: Any) -> Iterator[None]:
+        try:
+            return (yield)
+        finally:
+            end = tree_cpu_s(os.getpid())
+            if self.start is not None and end is not None:
+                item.user_properties.append(("cpu_s", round(end - self.start, 2)))
+            self.start = None
+
+
 class WorkerTimes:
     """On xdist's controller: the seconds each worker spent in each unit (setup, call and
     teardown), printed at the end, so that CI's log shows whether the workers were even."""
@@ -99,6 +167,9 @@ class WorkerTimes:
         self.seconds: dict[str, dict[str, float]] = {}
         #: Seconds per file, whatever its unit: the own-processes unit's files one by one.
         self.files: dict[str, float] = {}
+        #: CPU seconds per file and per test (:class:`TreeCpu`, measured on the workers).
+        self.cpu: dict[str, float] = {}
+        self.cpu_by_test: dict[str, float] = {}
 
     @pytest.hookimpl
     def pytest_runtest_logreport(self, report: pytest.TestReport) -> None:
@@ -111,6 +182,10 @@ class WorkerTimes:
         units[unit] = units.get(unit, 0.0) + report.duration
         path = _file_of(report.nodeid)
         self.files[path] = self.files.get(path, 0.0) + report.duration
+        cpu = dict(report.user_properties).get("cpu_s") if report.when == "teardown" else None
+        if isinstance(cpu, (int, float)):
+            self.cpu[path] = self.cpu.get(path, 0.0) + cpu
+            self.cpu_by_test[report.nodeid] = cpu
 
     @pytest.hookimpl
     def pytest_terminal_summary(self, terminalreporter: Any) -> None:
@@ -132,10 +207,27 @@ class WorkerTimes:
                 "files, minutes (* own-processes): "
                 + ", ".join(f"{f}{'*' if f in own else ''} {s / 60:.1f}" for s, f in heavy)
             )
+        # What each file and the costliest tests cost the machine (TreeCpu): the figures to cut
+        # when CI's cores are saturated, as they are with two workers on two cores.
+        if self.cpu:
+            total = sum(self.cpu.values())
+            costly = sorted(((s, f) for f, s in self.cpu.items() if s >= 6), reverse=True)
+            terminalreporter.write_line(
+                f"CPU minutes of the tests' process trees: {total / 60:.1f}; files: "
+                + ", ".join(f"{f} {s / 60:.1f}" for s, f in costly)
+            )
+            top = sorted(self.cpu_by_test.items(), key=lambda kv: -kv[1])[:25]
+            terminalreporter.write_line(
+                "tests, CPU seconds: " + ", ".join(f"{t} {s:.0f}" for t, s in top)
+            )
 
 
 def register_worker_times(config: pytest.Config) -> None:
-    """Both conftests call this; the plugin is registered once, on the controller only."""
-    if hasattr(config, "workerinput") or config.pluginmanager.has_plugin(WorkerTimes.name):
+    """Both conftests call this: :class:`WorkerTimes` once, on the controller; :class:`TreeCpu`
+    on each xdist worker."""
+    if hasattr(config, "workerinput"):
+        if not config.pluginmanager.has_plugin(TreeCpu.name):
+            config.pluginmanager.register(TreeCpu(), TreeCpu.name)
         return
-    config.pluginmanager.register(WorkerTimes(), WorkerTimes.name)
+    if not config.pluginmanager.has_plugin(WorkerTimes.name):
+        config.pluginmanager.register(WorkerTimes(), WorkerTimes.name)
