@@ -44,6 +44,7 @@ from table_helpers import iceberg_catalog_env, iceberg_props, read_table, rows_o
 import pyspark_rowtime as pr
 from pyspark_rowtime.api import rowtime_bound_us
 from pyspark_rowtime.bounds.bounds import END_OF_STREAM_US
+from pyspark_rowtime.sink.layout import FolderSinkState
 
 PARTITIONS = 2
 ROUNDS = 6
@@ -416,6 +417,14 @@ def test_a_stream_target_holds_each_row_once_after_an_executor_is_lost(
     assert stream_rows(location) == lost["expected"]
     assert rowtime_bound_us(location) == END_OF_STREAM_US
     clocks_never_went_back(lost, case)
+    if case == "folder":
+        # The executors staged the segments, the retried task's too, and the driver's commits
+        # linked them into the target: no part of any batch was copied.
+        state = FolderSinkState(location)
+        entries = [state.entry(batch) for batch in state.batches()]
+        parts = [part for e in entries if e for part in e["parts"] if part["rows"]]
+        assert len(entries) >= 4 and parts, entries
+        assert all(part["mode"] == "link" for part in parts), parts
 
 
 def test_a_parquet_target_holds_each_row_once_after_an_executor_is_lost(

@@ -359,6 +359,11 @@ spark.stop()
 
 
 @pytest.mark.classic_only("runs its own local-cluster Spark (classic) in a child process")
+@pytest.mark.long_cases(
+    why="integration/test_executor_lost.py runs the same two queries (a stream target in a "
+    "folder, a Parquet target) in local-cluster[2,1,1024], an executor lost in each, and checks "
+    "that the committed parts were linked, not copied"
+)
 def test_in_local_cluster_executors_stage_segments_and_the_driver_links_them(workdir):
     import json
 
