@@ -329,6 +329,13 @@ def partition_clocks(location: Path | str) -> dict[int, list[int | None]]:
     return out
 
 
+@pytest.mark.long_cases(
+    "redis",
+    "s3",
+    why="the skew is aligned above the store (datasource/), the same code whatever the backend; "
+    "this file's restart and damaged-value tests run the reader over Redis and S3, and "
+    "tests/test_storage_contract.py holds the stores to the folder's behaviour",
+)
 def test_every_micro_batch_keeps_the_spec_7_invariants_with_skewed_partitions(
     spark: SparkSession, tmp_path: Path, stream_at: Callable[[str], str]
 ) -> None:
