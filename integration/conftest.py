@@ -65,8 +65,9 @@ def _java_ok() -> bool:
 #: The files ``./dev test`` runs again, whole, in a Spark Connect session
 #: (ROWTIME_SPARK_MODE=connect): what the mode can change. Under Connect the client holds no
 #: JVM and sends plans over gRPC, so what differs is the client side: every public function
-#: (``test_connect.py``), the query checks and the watermark's way through each query shape
-#: (``test_query_shapes.py``), and the README's and the docs' code blocks. Any other test runs
+#: (``test_connect.py``), the query checks and the watermark's way through one query shape of
+#: each kind a client sends (``test_query_shapes.py``: ``CONNECT_SHAPES``), and the README's and
+#: the docs' code blocks. Any other test runs
 #: there too when marked ``@pytest.mark.connect("what differs")``: an error raised in the
 #: server's Python that must reach the client whole, one pass of each sink target.
 #:
