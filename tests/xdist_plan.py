@@ -135,7 +135,10 @@ class TreeCpu:
     ``("cpu_s", seconds)`` for :class:`WorkerTimes`. A server a session fixture started is
     charged to the test that started it. On a machine whose cores are all busy (CI's two, with
     two workers), a test's CPU seconds, not its wall seconds, are what it adds to the run: a
-    test waiting on a timeout lets the other worker go faster."""
+    test waiting on a timeout lets the other worker go faster. What it misses: a process whose
+    parent died first (the JVM of a child driver the test SIGKILLed with its process group, the
+    Python workers of a Spark that stopped) is no longer below the worker when it ends, so the
+    tests that kill processes (``OWN_PROCESSES``) show less than they cost."""
 
     name = "rowtime-tree-cpu"
 
