@@ -130,12 +130,13 @@ def tree_cpu_s(root: int) -> float | None:
 
 
 class TreeCpu:
-    """In the process that runs the tests (an xdist worker, or pytest's own without xdist): the
-    CPU seconds each test cost, kept in its teardown report's ``user_properties`` as
-    ``("cpu_s", seconds)`` for :class:`WorkerTimes`. A server a session fixture started is
-    charged to the test that started it. On a machine whose cores are all busy (CI's two, with
-    two workers), a test's CPU seconds, not its wall seconds, are what it adds to the run: a
-    test waiting on a timeout lets the other worker go faster. What it misses: a process whose
+    """On each xdist worker (:func:`register_worker_times`; without xdist nothing prints the
+    figures): the CPU seconds each test cost, kept in its teardown report's ``user_properties``
+    as ``("cpu_s", seconds)`` for :class:`WorkerTimes`. A server a session fixture started stays
+    below the worker, so what it spends is charged to the tests that run while it serves. On a
+    machine whose cores are all busy (CI's two, with two workers), a test's CPU seconds, not its
+    wall seconds, are what it adds to the run: a test waiting on a timeout lets the other worker
+    go faster. What it misses: a process whose
     parent died first (the JVM of a child driver the test SIGKILLed with its process group, the
     Python workers of a Spark that stopped) is no longer below the worker when it ends, so the
     tests that kill processes (``OWN_PROCESSES``) show less than they cost."""
