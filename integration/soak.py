@@ -54,6 +54,10 @@ time, and:
   trimmed at all;
 * the restarted writer had rows discarded with reason ``idle``; ``rowtime trim`` and ``rowtime
   metrics`` always succeeded, and the metrics had ``rowtime_*`` series.
+
+A failed month keeps its streams and, beside them, what it takes to decide again offline: every
+committed row with its arrival (``source-rows.jsonl``, the whole log that retention cut) and
+each quarantine read's first kept offsets, trims and discarded ids (``quarantine-reads.json``).
 """
 
 from __future__ import annotations
@@ -723,6 +727,7 @@ def month(seconds: float, days: float = 30.0) -> int:
     query.processAllAvailable()
     discarded: set[tuple[str, str]] = set()
     judged_whole: set[str] = set()  # discarded by a read whose context no trim had removed
+    reads: list[dict[str, Any]] = []  # each quarantine read (kept with a failed run's streams)
 
     def read_quarantine() -> None:
         """The quarantine as a batch read now (the stream's kept records, with the query's
@@ -746,7 +751,8 @@ def month(seconds: float, days: float = 30.0) -> int:
         # its arrival, and may be judged against another clock (docs/limits.md, "idle.timeout
         # over a trimmed stream"). A row discarded only by such reads is counted apart.
         kept_now = open_stream(str(src))
-        lasts = [kept_now.trim_state(p).last_arrival_us for p in range(kept_now.meta.partitions)]
+        trims = [kept_now.trim_state(p) for p in range(kept_now.meta.partitions)]
+        lasts = [t.last_arrival_us for t in trims]
         context = max((a for a in lasts if a is not None), default=None)
         ledgers["source"].catch_up()
         arrivals = ledgers["source"].arrivals
@@ -755,6 +761,15 @@ def month(seconds: float, days: float = 30.0) -> int:
             a = arrivals.get(row.id)
             if context is None or a is None or a > context:
                 judged_whole.add(row.id)
+        # what each read saw, for the failure's report (which reads discarded a row, and
+        # from which first kept records they started)
+        reads.append({
+            "at_s": round(time.time() - wall0, 3),
+            "first_kept": [t.start for t in trims],
+            "trim_last_arrival_us": lasts,
+            "context_us": context,
+            "discarded": sorted(row.id for row in rows),
+        })  # fmt: skip
 
     wall0 = time.time()
     generation = 0
@@ -941,10 +956,34 @@ def month(seconds: float, days: float = 30.0) -> int:
     for f in failures:
         print(f"soak month: FAILED: {f}", file=sys.stderr)
     if failures:
+        keep_month_evidence(work, source, reads, ledgers["target"].copies)
         print(f"soak month: the streams are kept in {work}", file=sys.stderr)
     else:
         shutil.rmtree(work, ignore_errors=True)
     return 1 if failures else 0
+
+
+def keep_month_evidence(
+    work: Path, source: Ledger, reads: list[dict[str, Any]], target: Counter[str]
+) -> None:
+    """Beside a failed month's streams: every committed row of the source with its arrival
+    (``source-rows.jsonl``: the whole log, which retention has since cut, to decide again),
+    each quarantine read (``quarantine-reads.json``), and on stderr, for each row both in the
+    target and discarded, the reads that discarded it."""
+    with open(work / "source-rows.jsonl", "w") as f:
+        for i, (p, offset, rowtime) in source.rows.items():
+            row = {"id": i, "p": p, "offset": offset, "rowtime_us": rowtime}
+            f.write(json.dumps({**row, "arrival_us": source.arrivals.get(i)}) + "\n")
+    (work / "quarantine-reads.json").write_text(json.dumps(reads))
+    for read in reads:
+        both = [i for i in read["discarded"] if target.get(i)]
+        for i in both[:5]:
+            print(
+                f"soak month: row {i} (arrival {source.arrivals.get(i)}) was discarded by the "
+                f"read at {read['at_s']} s (first kept {read['first_kept']}, trims' last "
+                f"arrivals {read['trim_last_arrival_us']}) and is in the target",
+                file=sys.stderr,
+            )
 
 
 if __name__ == "__main__":
