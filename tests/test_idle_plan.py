@@ -512,3 +512,97 @@ def test_a_batch_read_whose_planning_a_trim_overtakes_plans_again() -> None:
     with serving(stream):
         got = _rows(cfg, batch_tasks(cfg))
     assert reads["n"] > 1 and got == want and any(got.values())
+
+
+# -- a read that starts at trimmed partitions (docs/limits.md, "idle.timeout over a trimmed
+# stream") --------------------------------------------------------------------------------------
+
+
+class TrimmedStream(MemoryStream):
+    """``MemoryStream`` whose partition ``p`` lost its first ``cuts[p]`` records to a trim: the
+    trim state holds what a trim stores of them (the largest rowtime and bound, the partition
+    clock after them and the last arrival), and nothing before the cut may be read."""
+
+    def __init__(self, records: list[list[Record]], created: int | None, cuts: list[int]):
+        super().__init__(records, created)
+        self.cuts = cuts
+        self.trims = []
+        for recs, cut in zip(records, cuts, strict=True):
+            gone = recs[:cut]
+            rows = [r.t for r in gone if not r.is_bound]
+            bounds = [r.t for r in gone if r.is_bound]
+            row_max, bound_max = max(rows, default=None), max(bounds, default=None)
+            self.trims.append(
+                TrimState(
+                    start=cut,
+                    row_max_us=row_max,
+                    bound_max_us=bound_max,
+                    clock_us=max((x for x in (row_max, bound_max) if x is not None), default=None),
+                    last_arrival_us=gone[-1].arrival if gone else None,
+                )
+                if cut
+                else TrimState()
+            )
+
+    def start_offset(self, partition: int) -> int:
+        return self.cuts[partition]
+
+    def trim_state(self, partition: int) -> TrimState:
+        return self.trims[partition]
+
+    def read(self, partition: int, start: int, end: int, columns: Any = None) -> pa.Table:
+        assert start >= self.cuts[partition], "read below the first kept record"
+        return super().read(partition, start, end, columns)
+
+
+def _trimmed_quarantine(
+    records: list[list[Record]], timeout: int, created: int | None, cuts: list[int]
+) -> set[tuple[int, int, str]]:
+    """(partition, offset, reason) of what a batch read of the trimmed stream discards."""
+    cfg = _config(DropPolicy(), timeout)
+    with serving(TrimmedStream(records, created, cuts)):
+        return {(p, o, why) for p, o, _t, why, _c in _quarantine(cfg, batch_tasks(cfg))}
+
+
+def test_a_read_after_trims_may_discard_as_idle_a_row_the_whole_log_keeps() -> None:
+    """What the limit is about, in the smallest case: partition 1's records (rowtimes 0, then
+    100) are trimmed; the read takes it at its cut (clock 100, last arrival 20) also at arrival
+    10, where the whole log had it at clock 0. The stream clock, which never goes back, is 60
+    in the read from then on, 30 in the whole log at arrival 25: partition 2's row of rowtime
+    40 is kept by the whole log and discarded as idle by the read, though it arrived after every
+    removed record (docs/limits.md)."""
+    timeout, created = 15, -100
+    records = [
+        [Record(0, 0, 60, False, 10)],
+        [Record(1, 0, 0, False, 0), Record(1, 1, 100, False, 20)],
+        [Record(2, 0, 30, False, 12), Record(2, 1, 40, False, 25)],
+    ]
+    whole = _reference(records, DropPolicy(), timeout, created)
+    assert {(p, o) for p, o, *_ in whole.discarded} == set()
+    got = _trimmed_quarantine(records, timeout, created, cuts=[0, 2, 0])
+    assert got == {(2, 0, "idle"), (2, 1, "idle")}  # both below the clock stored at the cut
+
+
+@given(case=silent_streams(), data=st.data())
+def test_a_read_after_trims_discards_more_only_below_the_clocks_the_trims_stored(
+    case: Any, data: Any
+) -> None:
+    """Whatever the cut of each partition, a read that starts at the first kept records
+    discards a row as idle that the whole log keeps only if its rowtime is below the highest
+    partition clock the trims stored (and no row at all differs without a trim): the soak's
+    accounting (integration/soak.py) and docs/limits.md rely on it."""
+    records, timeout, created = case
+    cuts = [data.draw(st.integers(0, len(recs))) for recs in records]
+    whole = _reference(records, DropPolicy(), timeout, created)
+    kept_whole = {(p, o, why) for p, o, _t, why, _c in whole.discarded if o >= cuts[p]}
+    got = _trimmed_quarantine(records, timeout, created, cuts)
+    trims = TrimmedStream(records, created, cuts).trims
+    clocks = [t.clock_us for t in trims if t.start and t.clock_us is not None]
+    extra = got - kept_whole
+    if not any(cuts):
+        assert got == kept_whole
+    rowtime = {(r.partition, r.offset): r.t for recs in records for r in recs}
+    for p, o, why in extra:
+        assert why == "idle" and clocks and rowtime[(p, o)] < max(clocks), (p, o, why, clocks)
+    event(f"rows the read discards and the whole log keeps: {min(len(extra), 2)}")
+    event(f"rows the whole log discards and the read keeps: {min(len(kept_whole - got), 2)}")
