@@ -598,9 +598,9 @@ def month_failures(
     ``clocks`` sampled clocks by name, ``disk`` (simulated day, bytes), and how many of the
     restarted writer's rows were discarded with reason ``idle``; ``skipped`` the offset ranges
     per source partition that a trim removed before a query had read them; ``judged_after_trim``
-    the rows discarded only by reads that ran after another partition's trim had removed
-    records that arrived after them (docs/limits.md: such a read may judge them against another
-    clock than the streaming query did). Returns the failures and the accounting: every
+    the rows discarded only by reads that started after trims, each with a rowtime below the
+    highest partition clock those trims stored (docs/limits.md: such a read may discard such a
+    row as idle where the streaming query kept it). Returns the failures and the accounting: every
     committed row is in the target, discarded with a reason, or beyond retention (in a range
     trimmed before a query read it), and none twice (but a row in the target that only such
     reads discarded, counted in ``in_target`` and apart in ``judged_after_trim``): the figures
@@ -726,7 +726,7 @@ def month(seconds: float, days: float = 30.0) -> int:
     )  # fmt: skip
     query.processAllAvailable()
     discarded: set[tuple[str, str]] = set()
-    judged_whole: set[str] = set()  # discarded by a read whose context no trim had removed
+    judged_whole: set[str] = set()  # discarded by a read that decides it as the whole log does
     reads: list[dict[str, Any]] = []  # each quarantine read (kept with a failed run's streams)
 
     def read_quarantine() -> None:
@@ -745,29 +745,31 @@ def month(seconds: float, days: float = 30.0) -> int:
                 if "first kept offset" not in str(e) or attempt == QUARANTINE_ATTEMPTS - 1:
                     raise
                 polls["reread"] += 1
-        # A read that starts after trims judges each partition's kept records from the state
-        # stored with its trim; a kept record that arrived before the last removed arrival of
-        # another partition (``context``) is judged without that partition's records around
-        # its arrival, and may be judged against another clock (docs/limits.md, "idle.timeout
-        # over a trimmed stream"). A row discarded only by such reads is counted apart.
+        # A read that starts after trims starts each partition from the state stored with its
+        # trim, without the stream clock's history before the cuts: it may discard as idle a
+        # row the streaming query kept, but only one whose rowtime is below the highest
+        # partition clock its trims stored (``below``; docs/limits.md, "idle.timeout over a
+        # trimmed stream", and tests/test_idle_plan.py prove the bound). A row discarded only
+        # by such reads is counted apart. The trims are read after the read (they only move
+        # on), so ``below`` may count a trim that came while the read ran: a second at most.
         kept_now = open_stream(str(src))
         trims = [kept_now.trim_state(p) for p in range(kept_now.meta.partitions)]
-        lasts = [t.last_arrival_us for t in trims]
-        context = max((a for a in lasts if a is not None), default=None)
+        cut_clocks = [t.clock_us for t in trims if t.start and t.clock_us is not None]
+        below = max(cut_clocks, default=None)
         ledgers["source"].catch_up()
-        arrivals = ledgers["source"].arrivals
+        rowtimes = ledgers["source"].rows
         for row in rows:
             discarded.add((row.id, row.reason))
-            a = arrivals.get(row.id)
-            if context is None or a is None or a > context:
+            known = rowtimes.get(row.id)
+            if below is None or known is None or known[2] >= below:
                 judged_whole.add(row.id)
         # what each read saw, for the failure's report (which reads discarded a row, and
         # from which first kept records they started)
         reads.append({
             "at_s": round(time.time() - wall0, 3),
             "first_kept": [t.start for t in trims],
-            "trim_last_arrival_us": lasts,
-            "context_us": context,
+            "trim_clocks_us": [t.clock_us for t in trims],
+            "below_us": below,
             "discarded": sorted(row.id for row in rows),
         })  # fmt: skip
 
@@ -979,9 +981,10 @@ def keep_month_evidence(
         both = [i for i in read["discarded"] if target.get(i)]
         for i in both[:5]:
             print(
-                f"soak month: row {i} (arrival {source.arrivals.get(i)}) was discarded by the "
-                f"read at {read['at_s']} s (first kept {read['first_kept']}, trims' last "
-                f"arrivals {read['trim_last_arrival_us']}) and is in the target",
+                f"soak month: row {i} (rowtime {source.rows.get(i, (0, 0, None))[2]}, arrival "
+                f"{source.arrivals.get(i)}) was discarded by the read at {read['at_s']} s "
+                f"(first kept {read['first_kept']}, trims' clocks {read['trim_clocks_us']}) "
+                "and is in the target",
                 file=sys.stderr,
             )
 

@@ -213,8 +213,8 @@ def test_the_month_accounting_fails_on_each_fault():
     for why, change in faults.items():
         failures, _ = check(**change)
         assert len(failures) == 1 and why in failures[0], (why, failures)
-    # In the target and discarded only by reads after another partition's trim had removed
-    # records that arrived after it (docs/limits.md): counted apart; by any other read: twice.
+    # In the target and discarded only by reads that started after trims, below the clocks
+    # those trims stored (docs/limits.md): counted apart; by any other read: twice.
     both = {"target": target + Counter(["2-2-0"])}
     failures, figures = check(**both, judged_after_trim={"2-2-0"})
     assert failures == [] and figures["judged_after_trim"] == 1 and figures["in_target"] == 8
