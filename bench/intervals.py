@@ -26,6 +26,9 @@ then its median.
   - ``spark``: Spark's stream-stream left outer join with the time-range condition of two
     overlapping intervals (``b.rowtime < a.rowtime + 100 ms AND a.rowtime < b.rowtime + 100 ms``) on
     ``with_watermark`` of each, then the intersection as columns.
+* **Left join, buckets**: the same two queries, ours defined with
+  ``spark.rowtime.state.buckets`` = ``--buckets`` (default 256): the 5,000 keys in that many
+  groups of Spark's state store (``windows/stateful.py``), for new checkpoints.
 
 Both sides of each comparison pay for the reader (a Python data source), so a ratio is the
 price of the operator on top of what the query already pays. Each case's ratio is printed beside
@@ -33,11 +36,12 @@ its target (issue 54: ``TARGETS``), at every size asked for: the cost per key an
 not decide the ratio at small sizes.
 
 Run: ``./dev bench intervals [--rows N[,N...]] [--rounds R] [--batch ROWS] [--cases
-aggregate,join] [--json FILE] [--jfr FILE] [--only CASE:QUERY]``. ``--rows 200000,1000000``
-measures each size in turn (new streams each); the JSON holds ``meta`` (``when``,
-``load_min``, ``load_max``, ``cpus``...), per size each case's ratios and every run's seconds
-with the load beside it. ``--only aggregate:rowtime`` runs that one query once per size and
-measures nothing (to profile it: py-spy on the workers, ``--jfr`` on the driver).
+aggregate,join,join-buckets] [--buckets N] [--json FILE] [--jfr FILE] [--only CASE:QUERY]``.
+``--rows 200000,1000000`` measures each size in turn (new streams each); the JSON holds
+``meta`` (``when``, ``load_min``, ``load_max``, ``cpus``...), per size each case's ratios and
+every run's seconds with the load beside it. ``--only aggregate:rowtime`` runs that one query
+once per size and measures nothing (to profile it: py-spy on the workers, ``--jfr`` on the
+driver).
 """
 
 from __future__ import annotations
@@ -68,9 +72,9 @@ import pyspark_rowtime as pr
 
 KEYS = 5_000
 #: Each case's target, ours / Spark's (issue 54).
-TARGETS = {"aggregate": 0.8, "left join": 1.0}
+TARGETS = {"aggregate": 0.8, "left join": 1.0, "left join, buckets": 1.0}
 #: The names ``--cases`` and ``--only`` take.
-CASE_NAMES = {"aggregate": "aggregate", "join": "left join"}
+CASE_NAMES = {"aggregate": "aggregate", "join": "left join", "join-buckets": "left join, buckets"}
 
 
 def run_batch(df: Any) -> tuple[float, int]:
@@ -171,6 +175,21 @@ def one_size(spark: Any, base: str, rows: int, args: Any) -> dict[str, Any]:
         )
         return drain(pr.overlap_join(left, right, "k", how="left"), base)
 
+    def join_buckets() -> tuple[float, int]:
+        # The same join with its 5,000 keys in --buckets groups of Spark's state store.
+        spark.conf.set("spark.rowtime.state.buckets", str(args.buckets))
+        try:
+            left = source(a, "100 milliseconds").select(
+                "k", "id", "v", "rowtime", "rowtime_end", "is_bound"
+            )
+            right = source(b, "100 milliseconds").select(
+                "k", "id", "v", "rowtime", "rowtime_end", "is_bound"
+            )
+            df = pr.overlap_join(left, right, "k", how="left")
+        finally:
+            spark.conf.unset("spark.rowtime.state.buckets")
+        return drain(df, base)
+
     def join_spark() -> tuple[float, int]:
         left = pr.with_watermark(source(a, "100 milliseconds")).select(
             F.col("k").alias("lk"),
@@ -204,6 +223,7 @@ def one_size(spark: Any, base: str, rows: int, args: Any) -> dict[str, Any]:
     queries = {
         "aggregate": {"spark": agg_spark, "rowtime": agg_ours},
         "left join": {"spark": join_spark, "rowtime": join_ours},
+        "left join, buckets": {"spark": join_spark, "rowtime": join_buckets},
     }
     if args.only:
         case, name = args.only
@@ -215,7 +235,7 @@ def one_size(spark: Any, base: str, rows: int, args: Any) -> dict[str, Any]:
         case: {name: timed(runs, case, name, q) for name, q in queries[case].items()}
         for case in args.cases
     }
-    rows_in = {"aggregate": rows, "left join": 2 * rows}
+    rows_in = {"aggregate": rows, "left join": 2 * rows, "left join, buckets": 2 * rows}
     interleaved(cases, args.rounds, {case: rows_in[case] for case in cases})
     summary = verdicts(runs, rows)
     loads = [x for r in runs for x in (r["load_before"], r["load_after"])]
@@ -228,7 +248,9 @@ def main() -> None:
     ap.add_argument("--rows", default="1000000", help="rows per stream, N or N,N,...")
     ap.add_argument("--rounds", type=int, default=3)
     ap.add_argument("--batch", type=int, default=1_000_000, help="maxRowsPerBatch")
-    ap.add_argument("--cases", default=",".join(CASE_NAMES), help="aggregate,join")
+    ap.add_argument("--cases", default=",".join(CASE_NAMES), help="aggregate,join,join-buckets")
+    ap.add_argument("--buckets", type=int, default=256,
+                    help="spark.rowtime.state.buckets of the join-buckets case")  # fmt: skip
     ap.add_argument("--only", default=None, help="CASE:QUERY (rowtime or spark), run once")
     ap.add_argument("--dir", default=None)
     ap.add_argument("--json", default=None, help="write the figures to this file")
@@ -272,6 +294,7 @@ def main() -> None:
         "rows": sizes,
         "partitions": PARTITIONS,
         "keys": KEYS,
+        "buckets": args.buckets,
         "rounds": args.rounds,
         "batch": args.batch,
         "master": "local[2]",

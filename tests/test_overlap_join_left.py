@@ -27,6 +27,7 @@ from pyspark_rowtime.windows.join import (
     _save,
     join_step,
 )
+from pyspark_rowtime.windows.stateful import as_frames
 
 Rows = list[tuple[int, int, str]]
 
@@ -174,7 +175,7 @@ def test_the_logic_over_spark_shaped_frames_equals_the_brute_force_answer(
             state = None if blob is None else logic.format.loads(blob)
             frames = iter([spark_frame(lft, rgt)] if lft or rgt else [])
             step = logic.step((7,), frames, state, watermark)
-            (out,) = step.frames
+            (out,) = as_frames(step.frames)
             records = out.to_dict("records")
             metric = records.pop()
             kept = 0 if step.state is None else len(step.state.left) + len(step.state.right)

@@ -72,7 +72,15 @@ from ..bounds.errors import OptionError
 from ..bounds.intervals import INFINITY_US
 from ..watermark import watermark_rowtime
 from .define import WindowDef, assign_ends, window_of
-from .stateful import KeyLogic, KeyStep, StatefulPlan, never_late, run_on_state_store
+from .stateful import (
+    KeyLogic,
+    KeyStep,
+    StatefulPlan,
+    key_column,
+    never_late,
+    rows_column,
+    run_on_state_store,
+)
 from .step import StateFormat
 
 if TYPE_CHECKING:
@@ -471,14 +479,14 @@ class JoinLogic(KeyLogic[JoinState]):
         kept_col = np.full(n + 1, -1, dtype=np.int64)
         kept_col[n] = count
         out: dict[str, Any] = {
-            name: [value] * (n + 1) for name, value in zip(c.keys, key, strict=True)
+            name: key_column(value, n + 1) for name, value in zip(c.keys, key, strict=True)
         }
-        out["__l"] = [*result.left_rows, None]
-        out["__r"] = [*result.right_rows, None]
+        out["__l"] = rows_column(result.left_rows, n + 1)
+        out["__r"] = rows_column(result.right_rows, n + 1)
         out["__ts"] = np.append(result.starts, 0)
         out["__te"] = np.append(result.ends, 0)
         out["__kept"] = kept_col
-        return KeyStep([pd.DataFrame(out)], kept, result.timeout_ms)
+        return KeyStep([out], kept, result.timeout_ms)
 
 
 def _names(left: list[str], right: list[str], keys: list[str]) -> tuple[list[str], list[str]]:

@@ -21,6 +21,21 @@ event-time timeout each step asks for, and the observed metrics, whose rows are 
 It is the one place that knows how Spark keeps the state: a faster way to run the steps goes
 here, and all three operators take it.
 
+**Keys by the bucket** (``spark.rowtime.state.buckets`` = ``B`` > 0, a session setting read
+when the query is defined; default 0, a group per key). Spark's worker pays for every group it
+calls: the key's rows sliced from Arrow into pandas, its state read and written, its output
+frame turned back into Arrow; with thousands of keys and a few rows each per micro-batch that
+cost, not the steps, decides the speed (profiled: issue 54). With ``B`` buckets the rows are
+grouped by ``pmod(xxhash64(keys), B)`` instead: one call per bucket and micro-batch runs the
+step of each of its keys that has rows, then of each it keeps whose timeout the watermark
+passed (as Spark would have called them), and stores them all in one value: each key's state
+in its operator's own format, with its timeout (``BUCKET_FORMAT``); the bucket's timeout is
+the earliest of its keys'. What comes out is what a group per key gives, row for row. The
+state store's key is then the bucket, so the layout is fixed for a checkpoint's life: a query
+started per key (every checkpoint of 0.1.0 and 0.2.0) goes on with 0, one started with ``B``
+goes on with ``B``; a bucket read with another ``B``, or a key's state read as a bucket (and
+back), stops the query with an error that says which setting the checkpoint needs.
+
 Why ``applyInPandasWithState`` (and not ``transformWithStateInPandas``): it runs on any state
 store provider (the other needs RocksDB and protobuf), and one event-time timer per key is all
 the operators' rules need. Spark wants one watermarked input column before it allows an
@@ -36,20 +51,30 @@ from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Generic, TypeVar
 
+import numpy as np
 import pandas as pd
 
-from .step import StateFormat
+from ..bounds.errors import CorruptLogError, OptionError
+from .step import StateFormat, load_values
 
 if TYPE_CHECKING:
     from pyspark.sql import Column, DataFrame
     from pyspark.sql.types import StructType
 
 __all__ = [
+    "BUCKETS_CONF",
+    "BUCKET_FORMAT",
+    "BucketState",
     "KeyLogic",
     "KeyStep",
     "StatefulPlan",
+    "as_frames",
+    "key_column",
     "never_late",
+    "rows_column",
     "run_on_state_store",
+    "state_buckets",
+    "step_bucket",
 ]
 
 S = TypeVar("S")
@@ -63,12 +88,13 @@ NEVER_LATE = 2**63 - 1
 @dataclass(frozen=True)
 class KeyStep(Generic[S]):
     """What one step decided for one key: the ``frames`` to emit (result rows and metric rows,
-    in the operator's output schema), the ``state`` to keep (None: nothing, the key's state is
-    removed) and ``timeout_ms``: wake the key once Spark's watermark is above it, even with no
-    rows (None: no timer; a kept state of the join and of ``interval_aggregate`` always has
-    one)."""
+    in the operator's output schema; each a DataFrame or its columns, a dict of name to array
+    as ``pd.DataFrame`` takes it, which a bucket of keys joins into one frame: ``as_frames``),
+    the ``state`` to keep (None: nothing, the key's state is removed) and ``timeout_ms``: wake
+    the key once Spark's watermark is above it, even with no rows (None: no timer; a kept state
+    of the join and of ``interval_aggregate`` always has one)."""
 
-    frames: list[pd.DataFrame]
+    frames: list[pd.DataFrame | dict[str, Any]]
     state: S | None
     timeout_ms: int | None
 
@@ -108,6 +134,54 @@ class StatefulPlan:
     results: Column
 
 
+def as_frames(items: Sequence[pd.DataFrame | dict[str, Any]]) -> list[pd.DataFrame]:
+    """What steps emitted, as the DataFrames Spark takes: the frames as they are, the column
+    dicts joined into one frame (each column's parts end to end, in the steps' order: one
+    frame per call, where a frame per key cost more than a key's step)."""
+    frames = [f for f in items if isinstance(f, pd.DataFrame)]
+    dicts = [f for f in items if not isinstance(f, pd.DataFrame)]
+    if len(dicts) == 1:
+        frames.append(pd.DataFrame(dicts[0]))
+    elif dicts:
+        merged: dict[str, Any] = {}
+        for name in dicts[0]:
+            parts = [d[name] for d in dicts]
+            if all(isinstance(p, np.ndarray) for p in parts):
+                merged[name] = np.concatenate(parts)
+            else:  # a list among them (a key pandas infers): one list, inferred once
+                merged[name] = [v for p in parts for v in p]
+        frames.append(pd.DataFrame(merged))
+    return frames
+
+
+def key_column(value: Any, size: int) -> Any:
+    """A key's value repeated ``size`` times, as a column of the frame a step emits: a numpy
+    array of the value's own type for a bool, a 64-bit integer, a float or a string (what
+    pandas would infer from a list, without inferring it per row, which cost more than the
+    step for a key of a few rows), else a list as before (pandas infers timestamps, decimals
+    and the rest)."""
+    if isinstance(value, (bool, np.bool_)):
+        return np.full(size, bool(value))
+    if isinstance(value, (int, np.integer)) and -(2**63) <= value < 2**63:
+        return np.full(size, value, dtype=np.int64)
+    if isinstance(value, (float, np.floating)):
+        return np.full(size, value, dtype=np.float64)
+    if isinstance(value, str):
+        column = np.empty(size, dtype=object)
+        column.fill(value)
+        return column
+    return [value] * size
+
+
+def rows_column(values: Sequence[Any], size: int) -> np.ndarray:
+    """``values`` (a struct column's rows: dicts, tuples or None) then None up to ``size``, as
+    one object array: pandas takes it as it is, where a list of dicts is inspected row by row.
+    ``np.fromiter`` keeps a tuple one element (an array built from a list would split it)."""
+    column = np.empty(size, dtype=object)  # None throughout
+    column[: len(values)] = np.fromiter(values, dtype=object, count=len(values))
+    return column
+
+
 def never_late() -> Column:
     """The column every operator's input carries so that Spark allows an event-time timeout
     and drops no row before the step (see the module)."""
@@ -116,16 +190,172 @@ def never_late() -> Column:
     return F.lit(NEVER_LATE).cast("long").alias("__never_late", metadata={WATERMARK_KEY: 1})
 
 
+#: The session setting that groups keys into buckets (see the module); 0: a group per key.
+BUCKETS_CONF = "spark.rowtime.state.buckets"
+#: The most buckets: more would be groups of about one key, as without them.
+MAX_BUCKETS = 1 << 20
+
+
+@dataclass(frozen=True)
+class BucketState:
+    """The stored state of one bucket (``BUCKET_FORMAT``): how many ``buckets`` the query was
+    started with, and for each key kept (the key's values, as Spark gives them to a step) its
+    state in its operator's own format and its timeout (ms; None: none)."""
+
+    buckets: int
+    keys: dict[tuple[Any, ...], tuple[bytes, int | None]]
+
+
+def _write_bucket(state: BucketState) -> dict[str, Any]:
+    return {"buckets": state.buckets, "keys": list(state.keys.items())}
+
+
+def _read_bucket(plain: Any) -> BucketState:
+    if not isinstance(plain, dict) or "buckets" not in plain:
+        raise _layout_error(per_key_found=True)
+    keys: dict[tuple[Any, ...], tuple[bytes, int | None]] = {}
+    for key, (blob, timeout) in plain["keys"]:
+        keys[tuple(key)] = (bytes(blob), None if timeout is None else int(timeout))
+    return BucketState(int(plain["buckets"]), keys)
+
+
+#: How a bucket of keys is stored (``step.StateFormat``).
+BUCKET_FORMAT = StateFormat("a bucket of keys", 1, _write_bucket, {1: _read_bucket})
+
+
+def _layout_error(*, per_key_found: bool, buckets: int = 0, found: int = 0) -> CorruptLogError:
+    if per_key_found:
+        return CorruptLogError(
+            f"this query's checkpoint keeps one state per key ({BUCKETS_CONF}=0, the default, "
+            f"and every checkpoint of 0.1.0 and 0.2.0), but the query was defined with "
+            f"{BUCKETS_CONF} set: the layout is fixed for a checkpoint's life; define the "
+            f"query with {BUCKETS_CONF}=0 to go on from it (or start a new checkpoint)"
+        )
+    if buckets == 0:
+        return CorruptLogError(
+            f"this query's checkpoint keeps its keys in {found} buckets ({BUCKETS_CONF}="
+            f"{found} when it started), but the query was defined with {BUCKETS_CONF}=0: the "
+            f"layout is fixed for a checkpoint's life; define the query with {BUCKETS_CONF}="
+            f"{found} to go on from it"
+        )
+    return CorruptLogError(
+        f"this query's checkpoint keeps its keys in {found} buckets ({BUCKETS_CONF}={found} "
+        f"when it started), but the query was defined with {BUCKETS_CONF}={buckets}: a key "
+        f"would be looked for in another bucket than its state; define the query with "
+        f"{BUCKETS_CONF}={found} to go on from it"
+    )
+
+
+def _is_bucket(blob: bytes) -> int | None:
+    """The ``buckets`` of a stored bucket (None: ``blob`` is no bucket)."""
+    try:
+        value = load_values(blob, "a bucket of keys")
+    except Exception:
+        return None
+    plain = value.get("state") if isinstance(value, dict) else None
+    if isinstance(plain, dict) and "buckets" in plain and "keys" in plain:
+        return int(plain["buckets"])
+    return None
+
+
+def state_buckets(spark: Any) -> int:
+    """``spark.rowtime.state.buckets`` of the session (0 when unset).
+
+    Raises:
+        OptionError: not a whole number in ``[0, MAX_BUCKETS]``.
+    """
+    raw = spark.conf.get(BUCKETS_CONF, "0")
+    text = "0" if raw is None else str(raw).strip()
+    try:
+        buckets = int(text)
+    except ValueError:
+        buckets = -1
+    if not 0 <= buckets <= MAX_BUCKETS:
+        raise OptionError(
+            f"{BUCKETS_CONF}={raw!r} must be a whole number from 0 (a state per key, the "
+            f"default) to {MAX_BUCKETS}, e.g. 256 for thousands of keys; it is fixed for a "
+            "checkpoint's life"
+        )
+    return buckets
+
+
+def _lookup(key: tuple[Any, ...]) -> tuple[Any, ...]:
+    # A key as a dict key: NaN (a null of a number column in pandas) equals itself here.
+    return tuple(None if isinstance(v, float) and v != v else v for v in key)
+
+
+def step_bucket(
+    logic: KeyLogic[Any],
+    keys: Sequence[str],
+    buckets: int,
+    frames: Iterator[pd.DataFrame],
+    stored: BucketState | None,
+    watermark_ms: int,
+) -> tuple[list[pd.DataFrame], BucketState | None, int | None]:
+    """One call for one bucket: the step of each of its keys with rows (in the order their
+    first rows came; each key's rows in arrival order), then of each key kept whose timeout the
+    watermark passed (Spark fires a timeout ``T`` once the watermark is above ``T``). Returns
+    the frames to emit, the bucket's state (None: no key kept) and its timeout (the earliest
+    of its keys'; None: none)."""
+    kept = dict(stored.keys) if stored is not None else {}
+    out: list[pd.DataFrame | dict[str, Any]] = []
+    fmt = logic.format
+
+    def run(key: tuple[Any, ...], rows: Iterator[pd.DataFrame], lookup: tuple[Any, ...]) -> None:
+        blob, _ = kept.pop(lookup, (None, None))
+        old = None if blob is None else fmt.loads(blob)
+        decided = logic.step(key, rows, old, watermark_ms)
+        out.extend(decided.frames)
+        if decided.state is not None:
+            kept[lookup] = (fmt.dumps(decided.state), decided.timeout_ms)
+
+    parts = [f for f in frames if len(f)]
+    stepped: set[tuple[Any, ...]] = set()
+    if parts:
+        frame = pd.concat(parts, ignore_index=True) if len(parts) > 1 else parts[0]
+        for _, rows in frame.groupby(list(keys), sort=False, dropna=False):
+            # The key as Spark gives it to a step: each key column's first value.
+            key = tuple(rows[c].iloc[0] for c in keys)
+            lookup = _lookup(key)
+            stepped.add(lookup)
+            rows.index = pd.RangeIndex(len(rows))  # a frame of its own: as Spark hands a key's
+            run(key, iter([rows]), lookup)
+    for lookup, (_, timeout) in list(kept.items()):
+        if lookup not in stepped and timeout is not None and watermark_ms > timeout:
+            run(lookup, iter([]), lookup)
+    if not kept:
+        return as_frames(out), None, None
+    timeouts = [t for _, t in kept.values() if t is not None]
+    return as_frames(out), BucketState(buckets, kept), min(timeouts) if timeouts else None
+
+
 def run_on_state_store(rows: DataFrame, logic: KeyLogic[Any], plan: StatefulPlan) -> DataFrame:
     """Run ``logic`` per key and micro-batch over ``rows`` on Spark's state store, observe the
-    plan's metrics and keep the result rows (output mode ``append``)."""
+    plan's metrics and keep the result rows (output mode ``append``); with
+    ``spark.rowtime.state.buckets`` set, per bucket of keys (see the module).
+
+    Raises:
+        OptionError: ``spark.rowtime.state.buckets`` is not a whole number in range.
+    """
+    from pyspark.sql import functions as F
     from pyspark.sql.streaming.state import GroupStateTimeout
-    from pyspark.sql.types import BinaryType, StructField, StructType
+    from pyspark.sql.types import ArrayType, BinaryType, MapType, StructField, StructType
 
     state_format = logic.format
+    buckets = state_buckets(rows.sparkSession)
+    keys = list(plan.group_by)
 
     def call(key: tuple, frames: Iterator[pd.DataFrame], state: Any) -> Iterator[pd.DataFrame]:
-        old = state_format.loads(state.get[0]) if state.exists else None
+        old = None
+        if state.exists:
+            blob = state.get[0]
+            try:
+                old = state_format.loads(blob)
+            except Exception:
+                found = _is_bucket(blob)
+                if found is not None:
+                    raise _layout_error(per_key_found=False, found=found) from None
+                raise
         decided = logic.step(key, frames, old, state.getCurrentWatermarkMs())
         if decided.state is None:
             if state.exists:
@@ -134,12 +364,46 @@ def run_on_state_store(rows: DataFrame, logic: KeyLogic[Any], plan: StatefulPlan
             state.update((state_format.dumps(decided.state),))
             if decided.timeout_ms is not None:
                 state.setTimeoutTimestamp(decided.timeout_ms)
-        yield from decided.frames
+        yield from as_frames(decided.frames)
 
-    stateful = rows.groupBy(*plan.group_by).applyInPandasWithState(
-        call,
+    def call_bucket(
+        bucket: tuple, frames: Iterator[pd.DataFrame], state: Any
+    ) -> Iterator[pd.DataFrame]:
+        stored = BUCKET_FORMAT.loads(state.get[0]) if state.exists else None
+        if stored is not None and stored.buckets != buckets:
+            raise _layout_error(per_key_found=False, buckets=buckets, found=stored.buckets)
+        watermark = state.getCurrentWatermarkMs()
+        out, kept, timeout = step_bucket(logic, keys, buckets, frames, stored, watermark)
+        if kept is None:
+            if state.exists:
+                state.remove()
+        else:
+            state.update((BUCKET_FORMAT.dumps(kept),))
+            if timeout is not None:
+                state.setTimeoutTimestamp(timeout)
+        yield from out
+
+    state_type = StructType([StructField(plan.state_field, BinaryType())])
+    nested = [
+        k for k in keys if isinstance(rows.schema[k].dataType, (ArrayType, MapType, StructType))
+    ]
+    if buckets and nested:
+        raise OptionError(
+            f"{BUCKETS_CONF}={buckets}: the key column(s) {nested} hold arrays, maps or structs, "
+            "which a bucket cannot tell apart by value; unset it (a state per key) or key by "
+            "plain columns"
+        )
+    if buckets:
+        bucket = F.pmod(F.xxhash64(*[F.col(k) for k in keys]), F.lit(buckets)).cast("int")
+        grouped = rows.withColumn("__bucket", bucket).groupBy("__bucket")
+        func: Any = call_bucket
+    else:
+        grouped = rows.groupBy(*keys)
+        func = call
+    stateful = grouped.applyInPandasWithState(
+        func,
         outputStructType=plan.output,
-        stateStructType=StructType([StructField(plan.state_field, BinaryType())]),
+        stateStructType=state_type,
         outputMode="append",
         timeoutConf=GroupStateTimeout.EventTimeTimeout,
     )

@@ -1,0 +1,104 @@
+"""Keys by the bucket on Spark (``spark.rowtime.state.buckets``, ``windows/stateful.py``).
+
+With the setting, the operators group their keys into buckets of Spark's state store: the left
+overlap join gives the brute force's answer (null rows in a batch whose watermark reached their
+end) across a restart from its checkpoint, ``interval_aggregate`` gives what it gives per key,
+row for row, and a checkpoint started with one bucket count refuses to go on with another,
+naming the setting it needs; a bad value is refused before anything starts.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from contextlib import contextmanager
+from pathlib import Path
+from typing import Any
+
+import pytest
+from helpers import plain, reader
+from test_intervals import check_left_join, make_rounds, run_rounds
+
+import pyspark_rowtime as pr
+from pyspark_rowtime.bounds.errors import OptionError
+from pyspark_rowtime.windows.stateful import BUCKETS_CONF
+
+
+@contextmanager
+def buckets(spark: Any, value: object) -> Iterator[None]:
+    """The session with ``spark.rowtime.state.buckets`` set while the query is defined."""
+    spark.conf.set(BUCKETS_CONF, str(value))
+    try:
+        yield
+    finally:
+        spark.conf.unset(BUCKETS_CONF)
+
+
+def left_join(spark: Any, a: Path, b: Path) -> Any:
+    left = reader(spark, a, **{"interval.duration": "1 second"})
+    right = reader(spark, b, **{"interval.count": "1"})
+    return pr.overlap_join(left, right, "k", how="left")
+
+
+def test_left_join_in_buckets_against_brute_force_with_a_restart(spark: Any, workdir: Path) -> None:
+    """Five keys in three buckets, a restart from the checkpoint after round 3: every pair
+    once, every left row that met none once, never before both clocks passed its end."""
+    rounds = [make_rounds(41, 2, n_rounds=6, keys=5), make_rounds(42, 1, n_rounds=6, keys=5)]
+    a, b = workdir / "a", workdir / "b"
+    pr.create_stream(str(a), "p int, i long, k string", partitions=2)
+    pr.create_stream(str(b), "p int, i long, k string", partitions=1)
+    with buckets(spark, 3):
+        df = left_join(spark, a, b)
+    run = run_rounds(df, [a, b], rounds, workdir / "chk", stop_after=3)
+    lrows = plain(spark.read.format("rowtime").option("interval.duration", "1").load(str(a)))
+    rrows = plain(spark.read.format("rowtime").option("interval.count", "1").load(str(b)))
+    check_left_join(
+        run, [r for r in lrows if not r["is_bound"]], [r for r in rrows if not r["is_bound"]]
+    )
+
+
+def test_interval_aggregate_in_buckets_gives_what_it_gives_per_key(
+    spark: Any, workdir: Path
+) -> None:
+    rounds = make_rounds(7, 2, n_rounds=5, keys=6)
+    results = []
+    for n in (0, 4):
+        loc = workdir / f"s{n}"
+        pr.create_stream(str(loc), "p int, i long, k string", partitions=2)
+        with buckets(spark, n):
+            df = pr.interval_aggregate(
+                reader(spark, loc, **{"interval.duration": "1500 milliseconds"}),
+                {"n": "count(*)", "total": "sum(i)", "first": "min(i)"},
+                partition_by="k",
+            )
+        run = run_rounds(df, loc, rounds, workdir / f"chk{n}", stop_after=2)
+        results.append(sorted(tuple(sorted(r.items())) for r in run.records))
+    assert results[0], "the scenario has stretches"
+    assert results[1] == results[0]
+
+
+def test_a_checkpoint_goes_on_with_its_own_bucket_count_only(spark: Any, workdir: Path) -> None:
+    rounds = [make_rounds(51, 2, n_rounds=2, keys=5), make_rounds(52, 1, n_rounds=2, keys=5)]
+    a, b = workdir / "a", workdir / "b"
+    pr.create_stream(str(a), "p int, i long, k string", partitions=2)
+    pr.create_stream(str(b), "p int, i long, k string", partitions=1)
+    with buckets(spark, 3):
+        run_rounds(left_join(spark, a, b), [a, b], [[r[0]] for r in rounds], workdir / "chk")
+    with buckets(spark, 5):
+        df = left_join(spark, a, b)
+    with pytest.raises(Exception, match=f"{BUCKETS_CONF}=3 to go on from it"):
+        run_rounds(df, [a, b], [[r[1]] for r in rounds], workdir / "chk")
+
+
+@pytest.mark.connect("the refusal is raised in the client, before a plan is sent")
+@pytest.mark.parametrize("value", ["-1", "many", str(2**21)])
+def test_a_bad_bucket_count_is_refused_before_starting(
+    spark: Any, workdir: Path, value: str
+) -> None:
+    loc = workdir / "s"
+    pr.create_stream(str(loc), "p int, i long, k string", partitions=1)
+    with buckets(spark, value), pytest.raises(OptionError, match=BUCKETS_CONF):
+        pr.overlap_join(
+            reader(spark, loc, **{"interval.count": "1"}),
+            reader(spark, loc, **{"interval.count": "1"}),
+            "k",
+        )
