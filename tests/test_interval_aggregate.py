@@ -22,6 +22,7 @@ from hypothesis import strategies as st
 
 from pyspark_rowtime.bounds.errors import OptionError
 from pyspark_rowtime.bounds.intervals import INFINITY_US, range_reduce, stretches
+from pyspark_rowtime.windows.stateful import as_frames
 from pyspark_rowtime.windows.validity import (
     _END_MS,
     INTERVAL_FORMAT,
@@ -273,7 +274,7 @@ def run_logic(batches: list[list[Row]], clocks: list[int]) -> list[Any]:
             state = None if blob is None else INTERVAL_FORMAT.loads(blob)
             frames = iter([frame(rows).assign(s="x", __never_late=2**63 - 1)] if rows else [])
             step = logic.step(("x",), frames, state, watermark)
-            emitted = [r for f in step.frames for r in f.to_dict("records")]
+            emitted = [r for f in as_frames(step.frames) for r in f.to_dict("records")]
             metric = emitted.pop()
             assert metric["__kept"] == (0 if step.state is None else len(step.state.rows))
             assert metric["__discarded"] == 0

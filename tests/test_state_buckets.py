@@ -12,6 +12,7 @@ from __future__ import annotations
 
 from typing import Any
 
+import numpy as np
 import pandas as pd
 import pytest
 from hypothesis import given, settings
@@ -24,9 +25,12 @@ from pyspark_rowtime.windows.join import _END_MS, JoinConfig, JoinLogic
 from pyspark_rowtime.windows.stateful import (
     BUCKET_FORMAT,
     BUCKETS_CONF,
+    MASKED_FROM_ROWS,
     BucketState,
     _is_bucket,
     as_frames,
+    key_column,
+    rows_column,
     step_bucket,
 )
 
@@ -170,3 +174,24 @@ def test_a_key_state_is_never_read_as_a_bucket_and_back() -> None:
     assert back.buckets == 16 and logic.format.loads(back.keys[(7,)][0]).left.rows == [
         {"name": "a"}
     ]
+
+
+def test_a_bucket_joins_its_keys_columns_exactly() -> None:
+    """One frame per call: the keys' columns end to end, a 64-bit integer beside a lone null
+    kept exact (not a float), a tuple kept one value; a large frame's integer and boolean
+    columns in pandas' masked types (Spark's worker would make them objects), same values."""
+    big = 2**60 + 1
+    (f,) = as_frames(
+        [
+            {"k": key_column("a", 1), "v": [None], "t": np.array([1])},
+            {"k": key_column("b", 1), "v": pd.array([big], dtype="Int64"), "t": np.array([2])},
+            {"k": key_column("c", 1), "v": rows_column([(1, 2)], 1), "t": np.array([3])},
+        ]
+    )
+    assert f.to_dict("list") == {"k": ["a", "b", "c"], "v": [None, big, (1, 2)], "t": [1, 2, 3]}
+    n = MASKED_FROM_ROWS
+    (f,) = as_frames([{"t": np.arange(n), "ok": np.arange(n) % 2 == 0, "x": np.ones(n)}])
+    assert [str(d) for d in f.dtypes] == ["Int64", "boolean", "float64"]
+    assert f["t"].tolist() == list(range(n)) and f["ok"].sum() == n // 2
+    (small,) = as_frames([{"t": np.arange(3)}])
+    assert small["t"].dtype == np.int64

@@ -134,23 +134,55 @@ class StatefulPlan:
     results: Column
 
 
+#: From this many rows on, ``as_frames`` gives a frame's integer and boolean columns pandas'
+#: masked types (see there); below it the conversion costs more than it saves.
+MASKED_FROM_ROWS = 1024
+
+
+def _masked(frame: dict[str, Any], rows: int) -> dict[str, Any]:
+    # Spark's worker joins a call's frames with an empty frame of None columns before turning
+    # them into Arrow, which makes every int64 or bool numpy column an object column, then
+    # converted value by value (330,000 rows of interval_aggregate: 0.16 s to join and convert
+    # as int64, 0.05 s as Int64). pandas' masked arrays keep their type there; made with an
+    # all-false mask, they share the values.
+    if rows < MASKED_FROM_ROWS:
+        return frame
+    out = {}
+    for name, column in frame.items():
+        if isinstance(column, np.ndarray) and column.dtype == np.int64:
+            column = pd.arrays.IntegerArray(column, np.zeros(len(column), dtype=bool))
+        elif isinstance(column, np.ndarray) and column.dtype == np.bool_:
+            column = pd.arrays.BooleanArray(column, np.zeros(len(column), dtype=bool))
+        out[name] = column
+    return out
+
+
 def as_frames(items: Sequence[pd.DataFrame | dict[str, Any]]) -> list[pd.DataFrame]:
     """What steps emitted, as the DataFrames Spark takes: the frames as they are, the column
     dicts joined into one frame (each column's parts end to end, in the steps' order: one
-    frame per call, where a frame per key cost more than a key's step)."""
+    frame per call, where a frame per key cost more than a key's step), its integer and
+    boolean columns masked from ``MASKED_FROM_ROWS`` rows on (``_masked``)."""
     frames = [f for f in items if isinstance(f, pd.DataFrame)]
     dicts = [f for f in items if not isinstance(f, pd.DataFrame)]
-    if len(dicts) == 1:
-        frames.append(pd.DataFrame(dicts[0]))
-    elif dicts:
-        merged: dict[str, Any] = {}
+    if not dicts:
+        return frames
+    merged: dict[str, Any] = dicts[0]
+    if len(dicts) > 1:
+        merged = {}
         for name in dicts[0]:
             parts = [d[name] for d in dicts]
             if all(isinstance(p, np.ndarray) for p in parts):
                 merged[name] = np.concatenate(parts)
-            else:  # a list among them (a key pandas infers): one list, inferred once
-                merged[name] = [v for p in parts for v in p]
-        frames.append(pd.DataFrame(merged))
+            else:
+                # A list or a pandas array among them (a key pandas infers, a step's lone
+                # null): one object column, each value as it is, as Spark's own join of the
+                # frames would make it (a list would let pandas turn ints beside None into
+                # floats).
+                merged[name] = pd.concat(
+                    [pd.Series(p, dtype=object) for p in parts], ignore_index=True
+                ).to_numpy()
+    rows = len(next(iter(merged.values()))) if merged else 0
+    frames.append(pd.DataFrame(_masked(merged, rows)))
     return frames
 
 

@@ -61,7 +61,14 @@ from ..bounds.intervals import INFINITY_US, range_reduce, stretches
 from ..watermark import watermark_rowtime
 from .aggregate import agg_calls, agg_columns, present_flag
 from .define import WindowDef, assign_ends, window_of
-from .stateful import KeyLogic, KeyStep, StatefulPlan, never_late, run_on_state_store
+from .stateful import (
+    KeyLogic,
+    KeyStep,
+    StatefulPlan,
+    key_column,
+    never_late,
+    run_on_state_store,
+)
 from .step import StateFormat
 
 if TYPE_CHECKING:
@@ -393,7 +400,7 @@ class IntervalLogic(KeyLogic[IntervalState]):
         # after the observation. It is the last row of the results' own frame, its aggregates
         # null in each column's own type: one frame of one type per column is what Spark's
         # worker converts fastest (a frame apart would make every column objects).
-        out: dict[str, Any] = {name: [value] * (n + 1) for name, value in keys_out.items()}
+        out: dict[str, Any] = {name: key_column(value, n + 1) for name, value in keys_out.items()}
         for p, (values, ok) in zip(self._aggs, result.values, strict=True):
             if not n:
                 out[p.name] = [None]
@@ -426,8 +433,7 @@ class IntervalLogic(KeyLogic[IntervalState]):
         discarded = np.zeros(n + 1, dtype=np.int64)
         discarded[n] = result.discarded
         out["__discarded"] = discarded
-        out_frames = [pd.DataFrame(out)]
-        return KeyStep(out_frames, kept, result.timeout_ms)
+        return KeyStep([out], kept, result.timeout_ms)
 
 
 def interval_aggregate(
