@@ -27,8 +27,14 @@ then its median.
     overlapping intervals (``b.rowtime < a.rowtime + 100 ms AND a.rowtime < b.rowtime + 100 ms``) on
     ``with_watermark`` of each, then the intersection as columns.
 * **Left join, buckets**: the same two queries, ours defined with
-  ``spark.rowtime.state.buckets`` = ``--buckets`` (default 256): the 5,000 keys in that many
+  ``spark.rowtime.state.buckets`` = ``--buckets`` (default 64): the 5,000 keys in that many
   groups of Spark's state store (``windows/stateful.py``), for new checkpoints.
+
+With ``--floors``, each case runs one more query, ``floor``: the operator's own plan with its
+step replaced by one that takes every row and emits nothing and keeps nothing
+(``ConsumeOnly``): what reading the rows, shuffling them and handing each group to Python costs
+before any step, the best any operator built on ``applyInPandasWithState`` with that grouping
+can do. Its ratio to Spark is printed beside the others, with no target.
 
 Both sides of each comparison pay for the reader (a Python data source), so a ratio is the
 price of the operator on top of what the query already pays. Each case's ratio is printed beside
@@ -36,7 +42,8 @@ its target (issue 54: ``TARGETS``), at every size asked for: the cost per key an
 not decide the ratio at small sizes.
 
 Run: ``./dev bench intervals [--rows N[,N...]] [--rounds R] [--batch ROWS] [--cases
-aggregate,join,join-buckets] [--buckets N] [--json FILE] [--jfr FILE] [--only CASE:QUERY]``.
+aggregate,join,join-buckets] [--buckets N] [--floors] [--json FILE] [--jfr FILE] [--only
+CASE:QUERY]``.
 ``--rows 200000,1000000`` measures each size in turn (new streams each); the JSON holds
 ``meta`` (``when``, ``load_min``, ``load_max``, ``cpus``...), per size each case's ratios and
 every run's seconds with the load beside it. ``--only aggregate:rowtime`` runs that one query
@@ -52,6 +59,8 @@ import shutil
 import statistics
 import tempfile
 import time
+from collections.abc import Iterator
+from contextlib import contextmanager
 from typing import Any
 
 from benchutil import (
@@ -69,12 +78,39 @@ from pyspark.sql import Window
 from pyspark.sql import functions as F
 
 import pyspark_rowtime as pr
+from pyspark_rowtime.windows import join as join_module
+from pyspark_rowtime.windows import validity as validity_module
+from pyspark_rowtime.windows.stateful import KeyLogic, KeyStep
 
 KEYS = 5_000
 #: Each case's target, ours / Spark's (issue 54).
 TARGETS = {"aggregate": 0.8, "left join": 1.0, "left join, buckets": 1.0}
 #: The names ``--cases`` and ``--only`` take.
 CASE_NAMES = {"aggregate": "aggregate", "join": "left join", "join-buckets": "left join, buckets"}
+
+
+class ConsumeOnly(KeyLogic[Any]):
+    """The ``floor`` queries' step: takes every frame, emits nothing, keeps nothing."""
+
+    def __init__(self, logic: KeyLogic[Any]) -> None:
+        self.format = logic.format
+
+    def step(self, key: Any, frames: Any, state: Any, watermark_ms: int) -> KeyStep[Any]:
+        for _ in frames:
+            pass
+        return KeyStep([], None, None)
+
+
+@contextmanager
+def consume_only(module: Any, name: str) -> Iterator[None]:
+    """While an operator is defined, its logic class ``module.name`` makes ``ConsumeOnly``
+    steps (the rest of its plan as it is)."""
+    real = getattr(module, name)
+    setattr(module, name, lambda config: ConsumeOnly(real(config)))
+    try:
+        yield
+    finally:
+        setattr(module, name, real)
 
 
 def run_batch(df: Any) -> tuple[float, int]:
@@ -97,6 +133,13 @@ def verdicts(runs: list[dict[str, Any]], rows: int) -> dict[str, dict[str, Any]]
         rates = {q: statistics.median(rows / s for s in xs[1:]) for q, xs in seconds.items()}
         out[case] = {"ratio": median, "rounds": ratios, "target": target, "ok": ok,
                      "input_rows_per_s": rates}  # fmt: skip
+        if any(r["case"] == case and r["query"] == "floor" for r in runs):
+            floor = round_ratios(runs, case, ours="floor")
+            out[case]["floor_ratio"] = statistics.median(floor)
+            out[case]["floor_rounds"] = floor
+            print(f"{rows:,} rows, {case}: the floor (no step) at "
+                  f"{statistics.median(floor):.2f} of Spark (rounds "
+                  f"{', '.join(f'{x:.2f}' for x in floor)}), no target", flush=True)  # fmt: skip
     return out
 
 
@@ -220,11 +263,22 @@ def one_size(spark: Any, base: str, rows: int, args: Any) -> dict[str, Any]:
         )
         return drain(joined, base)
 
+    def floor(query: Any, module: Any, name: str) -> Any:
+        def run() -> tuple[float, int]:
+            with consume_only(module, name):
+                return query()
+
+        return run
+
     queries = {
         "aggregate": {"spark": agg_spark, "rowtime": agg_ours},
         "left join": {"spark": join_spark, "rowtime": join_ours},
         "left join, buckets": {"spark": join_spark, "rowtime": join_buckets},
     }
+    if args.floors:
+        queries["aggregate"]["floor"] = floor(agg_ours, validity_module, "IntervalLogic")
+        queries["left join"]["floor"] = floor(join_ours, join_module, "JoinLogic")
+        queries["left join, buckets"]["floor"] = floor(join_buckets, join_module, "JoinLogic")
     if args.only:
         case, name = args.only
         seconds, out = queries[case][name]()
@@ -249,9 +303,10 @@ def main() -> None:
     ap.add_argument("--rounds", type=int, default=3)
     ap.add_argument("--batch", type=int, default=1_000_000, help="maxRowsPerBatch")
     ap.add_argument("--cases", default=",".join(CASE_NAMES), help="aggregate,join,join-buckets")
-    ap.add_argument("--buckets", type=int, default=256,
+    ap.add_argument("--floors", action="store_true", help="run each case's floor query too")
+    ap.add_argument("--buckets", type=int, default=64,
                     help="spark.rowtime.state.buckets of the join-buckets case")  # fmt: skip
-    ap.add_argument("--only", default=None, help="CASE:QUERY (rowtime or spark), run once")
+    ap.add_argument("--only", default=None, help="CASE:QUERY (rowtime, spark or floor), run once")
     ap.add_argument("--dir", default=None)
     ap.add_argument("--json", default=None, help="write the figures to this file")
     ap.add_argument("--jfr", default=None, help="record the JVM with JFR into this file")
@@ -264,9 +319,10 @@ def main() -> None:
     args.cases = [CASE_NAMES[c] for c in names]
     if args.only:
         case, _, name = args.only.partition(":")
-        if case not in CASE_NAMES or name not in ("rowtime", "spark"):
+        args.floors = args.floors or name == "floor"
+        if case not in CASE_NAMES or name not in ("rowtime", "spark", "floor"):
             ap.error(f"--only={args.only}: give CASE:QUERY, CASE of {list(CASE_NAMES)}, "
-                     "QUERY rowtime or spark")  # fmt: skip
+                     "QUERY rowtime, spark or floor")  # fmt: skip
         args.only = (CASE_NAMES[case], name)
     when = time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())
     root = args.dir or tempfile.mkdtemp(prefix="bench-intervals-")

@@ -15,7 +15,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from helpers import plain, reader
+from helpers import Run, drain, plain, reader, start, write_rows
 from test_intervals import check_left_join, make_rounds, run_rounds
 
 import pyspark_rowtime as pr
@@ -76,17 +76,46 @@ def test_interval_aggregate_in_buckets_gives_what_it_gives_per_key(
     assert results[1] == results[0]
 
 
+def run_only(df: Any, checkpoint: Path) -> None:
+    """Start ``df`` from ``checkpoint`` and drain it, writing nothing."""
+    run = Run()
+    query = start(df, checkpoint, run)
+    try:
+        drain(query, run)
+    finally:
+        query.stop()
+
+
 def test_a_checkpoint_goes_on_with_its_own_bucket_count_only(spark: Any, workdir: Path) -> None:
+    """Started with 3 buckets: refused with 5, naming 3, and refused per key (Spark: the state
+    store's key is not the same); started per key, as every checkpoint of 0.1.0 and 0.2.0:
+    refused in buckets. Nothing is committed by a refused batch."""
     rounds = [make_rounds(51, 2, n_rounds=2, keys=5), make_rounds(52, 1, n_rounds=2, keys=5)]
-    a, b = workdir / "a", workdir / "b"
-    pr.create_stream(str(a), "p int, i long, k string", partitions=2)
-    pr.create_stream(str(b), "p int, i long, k string", partitions=1)
+    first, second = [[r[0]] for r in rounds], [[r[1]] for r in rounds]
+    streams = []
+    for name in ("bucketed", "per-key"):
+        a, b = workdir / f"{name}_a", workdir / f"{name}_b"
+        pr.create_stream(str(a), "p int, i long, k string", partitions=2)
+        pr.create_stream(str(b), "p int, i long, k string", partitions=1)
+        streams.append((a, b))
+    (a, b), (c, d) = streams
     with buckets(spark, 3):
-        run_rounds(left_join(spark, a, b), [a, b], [[r[0]] for r in rounds], workdir / "chk")
+        run_rounds(left_join(spark, a, b), [a, b], first, workdir / "chk3")
     with buckets(spark, 5):
         df = left_join(spark, a, b)
     with pytest.raises(Exception, match=f"{BUCKETS_CONF}=3 to go on from it"):
-        run_rounds(df, [a, b], [[r[1]] for r in rounds], workdir / "chk")
+        run_rounds(df, [a, b], second, workdir / "chk3")
+    with pytest.raises(Exception, match="STATE_STORE_KEY_SCHEMA_NOT_COMPATIBLE"):
+        run_only(left_join(spark, a, b), workdir / "chk3")
+    with buckets(spark, 3):
+        run_only(left_join(spark, a, b), workdir / "chk3")  # its own count goes on
+
+    run_rounds(left_join(spark, c, d), [c, d], first, workdir / "chk0")
+    with buckets(spark, 3):
+        df = left_join(spark, c, d)
+    with pytest.raises(Exception, match="STATE_STORE_KEY_SCHEMA_NOT_COMPATIBLE"):
+        run_rounds(df, [c, d], second, workdir / "chk0")
+    run_only(left_join(spark, c, d), workdir / "chk0")
 
 
 @pytest.mark.connect("the refusal is raised in the client, before a plan is sent")
@@ -102,3 +131,33 @@ def test_a_bad_bucket_count_is_refused_before_starting(
             reader(spark, loc, **{"interval.count": "1"}),
             "k",
         )
+
+
+@pytest.mark.spark_subset
+@pytest.mark.parametrize("n", [0, 2])
+def test_a_large_call_gives_exact_stretches(spark: Any, workdir: Path, n: int) -> None:
+    """3,000 rows 1 ms apart, each valid 2 ms, and an end of stream: one call emits all 3,001
+    stretches (in pandas' masked integer types from 1,024 rows on, which every Spark the
+    project supports turns into its longs), each with the rows valid in it, exactly; with
+    buckets as without."""
+    loc = workdir / "s"
+    pr.create_stream(str(loc), "k string, i long", partitions=1)
+    t0 = 1_700_000_000 * 1_000_000
+    rows = [({"k": "x", "i": 2**40 + i}, t0 + i * 1000) for i in range(3000)]
+    write_rows(loc, 0, rows, end=True)
+    with buckets(spark, n):
+        df = pr.interval_aggregate(
+            reader(spark, loc, **{"interval.duration": "2 milliseconds"}),
+            {"n": "count(*)", "total": "sum(i)"},
+            partition_by="k",
+        )
+    run = Run()
+    query = start(df, workdir / "chk", run)
+    drain(query, run)
+    query.stop()
+    got = sorted((r["rowtime"], r["n"], r["total"]) for r in run.records)
+    expected = []
+    for j in range(3001):  # [t0 + j ms, t0 + (j + 1) ms): rows j - 1 and j
+        valid = [2**40 + i for i in (j - 1, j) if 0 <= i < 3000]
+        expected.append((t0 + j * 1000, len(valid), sum(valid)))
+    assert got == expected

@@ -33,8 +33,11 @@ in its operator's own format, with its timeout (``BUCKET_FORMAT``); the bucket's
 the earliest of its keys'. What comes out is what a group per key gives, row for row. The
 state store's key is then the bucket, so the layout is fixed for a checkpoint's life: a query
 started per key (every checkpoint of 0.1.0 and 0.2.0) goes on with 0, one started with ``B``
-goes on with ``B``; a bucket read with another ``B``, or a key's state read as a bucket (and
-back), stops the query with an error that says which setting the checkpoint needs.
+goes on with ``B``. A bucket read with another ``B`` stops the query with an error naming the
+``B`` the checkpoint needs; between a group per key and buckets, Spark refuses the checkpoint as
+the query starts (its state store's key is another), or, where the keys have the bucket's
+type, the first state read says which setting the checkpoint needs. The bucket of a key is
+Spark's ``xxhash64`` of the key columns (seed 42), the same in every release.
 
 Why ``applyInPandasWithState`` (and not ``transformWithStateInPandas``): it runs on any state
 store provider (the other needs RocksDB and protobuf), and one event-time timer per key is all
