@@ -21,30 +21,30 @@ event-time timeout each step asks for, and the observed metrics, whose rows are 
 It is the one place that knows how Spark keeps the state: a faster way to run the steps goes
 here, and all three operators take it.
 
-**Keys by the bucket** (``spark.rowtime.state.buckets`` = ``B`` > 0, a session setting read
-when the query is defined; default 0, a group per key). Spark's worker pays for every group it
-calls: the key's rows sliced from Arrow into pandas, its state read and written, its output
-frame turned back into Arrow; with thousands of keys and a few rows each per micro-batch that
-cost, not the steps, decides the speed (profiled: issue 54). With ``B`` buckets the rows are
-grouped by ``pmod(xxhash64(keys), B)`` instead: one call per bucket and micro-batch runs the
-step of each of its keys that has rows, then of each it keeps whose timeout the watermark
-passed (as Spark would have called them), and stores them all in one value: each key's state
-in its operator's own format, with its timeout (``BUCKET_FORMAT``); the bucket's timeout is
-the earliest of its keys'. What comes out is what a group per key gives, row for row. The
-state store's key is then the bucket, so the layout is fixed for a checkpoint's life: a query
-started per key (every checkpoint of 0.1.0 and 0.2.0) goes on with 0, one started with ``B``
-goes on with ``B``. A bucket read with another ``B`` stops the query with an error naming the
-``B`` the checkpoint needs; between a group per key and buckets, Spark refuses the checkpoint as
-the query starts (its state store's key is another), or, where the keys have the bucket's
-type, the first state read says which setting the checkpoint needs. The bucket of a key is
-Spark's ``xxhash64`` of the key columns (seed 42), the same in every release.
+**Keys by the bucket** (``spark.rowtime.state.buckets`` = ``B`` > 0, a session setting read when
+the query is defined; default 0, a group per key). Spark's worker pays for every group it calls:
+the key's rows sliced from Arrow into pandas, its state read and written, its output frame
+turned back into Arrow; with thousands of keys and a few rows each per micro-batch that cost,
+not the steps, decides the speed (the floors on docs/benchmarks.md). With ``B`` buckets the rows
+are grouped by ``pmod(xxhash64(keys), B)`` instead: one call per bucket and micro-batch runs the
+step of each of its keys that has rows, then of each it keeps whose timeout the watermark passed
+(as Spark would have called them), and stores them all in one value: each key's state in its
+operator's own format, with its timeout (``BUCKET_FORMAT``); the bucket's timeout is the
+earliest of its keys'. What comes out is what a group per key gives, row for row. The state
+store's key is then the bucket, so the layout is fixed for a checkpoint's life: a query started
+per key (every checkpoint of 0.1.0 and 0.2.0) goes on with 0, one started with ``B`` goes on
+with ``B``. A bucket read with another ``B`` stops the query with an error naming the ``B`` the
+checkpoint needs; between a group per key and buckets, Spark refuses the checkpoint as the query
+starts (its state store's key is another), or, where the keys have the bucket's type, the first
+state read says which setting the checkpoint needs. The bucket of a key is Spark's ``xxhash64``
+of the key columns (seed 42), the same in every release.
 
 Why ``applyInPandasWithState`` (and not ``transformWithStateInPandas``): it runs on any state
 store provider (the other needs RocksDB and protobuf), and one event-time timer per key is all
 the operators' rules need. Spark wants one watermarked input column before it allows an
 event-time timeout, and drops the rows whose marked column is at or below the watermark: each
-operator's input carries ``never_late``, which holds the mark and a value no watermark
-reaches, so every row reaches the step and the step decides what is late.
+operator's input carries ``never_late``, which holds the mark and a value no watermark reaches,
+so every row reaches the step and the step decides what is late.
 """
 
 from __future__ import annotations
@@ -145,9 +145,8 @@ MASKED_FROM_ROWS = 1024
 def _masked(frame: dict[str, Any], rows: int) -> dict[str, Any]:
     # Spark's worker joins a call's frames with an empty frame of None columns before turning
     # them into Arrow, which makes every int64 or bool numpy column an object column, then
-    # converted value by value (330,000 rows of interval_aggregate: 0.16 s to join and convert
-    # as int64, 0.05 s as Int64). pandas' masked arrays keep their type there; made with an
-    # all-false mask, they share the values.
+    # converted value by value (docs/benchmarks.md, validity intervals). pandas' masked arrays
+    # keep their type there; made with an all-false mask, they share the values.
     if rows < MASKED_FROM_ROWS:
         return frame
     out = {}
