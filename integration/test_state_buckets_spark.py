@@ -57,25 +57,46 @@ def test_left_join_in_buckets_against_brute_force_with_a_restart(spark: Any, wor
     )
 
 
-def test_interval_aggregate_in_buckets_gives_what_it_gives_per_key(
-    spark: Any, workdir: Path
-) -> None:
-    rounds = make_rounds(7, 2, n_rounds=5, keys=6)
-    results = []
-    for n in (0, 4):
+def emitted_per_key_and_in_buckets(
+    spark: Any, workdir: Path, counts: tuple[int, ...], rounds: Any, define: Any
+) -> list[list[tuple[Any, ...]]]:
+    """For each bucket count, ``define(stream)`` over a new stream of ``rounds`` (a restart
+    after round 2): every row it emitted with the watermark of the batch that emitted it, by
+    watermark, not batch number (a restart may run one more batch with no rows), a batch run
+    again after the restart counted once."""
+    out = []
+    for n in counts:
         loc = workdir / f"s{n}"
         pr.create_stream(str(loc), "p int, i long, k string", partitions=2)
         with buckets(spark, n):
-            df = pr.interval_aggregate(
-                reader(spark, loc, **{"interval.duration": "1500 milliseconds"}),
-                {"n": "count(*)", "total": "sum(i)", "first": "min(i)"},
-                partition_by="k",
-            )
+            df = define(loc)
         run = run_rounds(df, loc, rounds, workdir / f"chk{n}", stop_after=2)
-        by_batch = dict(run.batches)  # a batch run again after the restart: the same rows
-        results.append(sorted(tuple(sorted(r.items())) for rows in by_batch.values() for r in rows))
-    assert results[0], "the scenario has stretches"
-    assert results[1] == results[0]
+        watermark = {p["batchId"]: p["eventTime"]["watermark"] for p in run.progress}
+        out.append(
+            sorted(
+                (watermark[b], tuple(sorted(r.items())))
+                for b, rows in dict(run.batches).items()
+                for r in rows
+            )
+        )
+    return out
+
+
+def test_interval_aggregate_in_buckets_gives_what_it_gives_per_key(
+    spark: Any, workdir: Path
+) -> None:
+    def define(loc: Path) -> Any:
+        return pr.interval_aggregate(
+            reader(spark, loc, **{"interval.duration": "1500 milliseconds"}),
+            {"n": "count(*)", "total": "sum(i)", "first": "min(i)"},
+            partition_by="k",
+        )
+
+    per_key, bucketed = emitted_per_key_and_in_buckets(
+        spark, workdir, (0, 4), make_rounds(7, 2, n_rounds=5, keys=6), define
+    )
+    assert len({w for w, _ in per_key}) >= 3, "stretches come at several watermarks"
+    assert bucketed == per_key
 
 
 def run_only(df: Any, checkpoint: Path) -> None:
@@ -166,28 +187,21 @@ def test_a_large_call_gives_exact_stretches(spark: Any, workdir: Path, n: int) -
 
 
 def test_panes_in_buckets_give_what_they_give_per_key(spark: Any, workdir: Path) -> None:
-    """``time_interval_aggregate`` (sliding panes over six keys, a restart after round 2): the
-    same panes, with the same values, each emitted at the same watermark, per key and in
-    buckets (by watermark, not batch number: a restart may run one more batch with no rows)."""
-    rounds = make_rounds(11, 2, n_rounds=5, keys=6)
-    runs = []
-    for n in (0, 3):
-        loc = workdir / f"s{n}"
-        pr.create_stream(str(loc), "p int, i long, k string", partitions=2)
-        with buckets(spark, n):
-            df = pr.time_interval_aggregate(
-                reader(spark, loc),
-                F.count("*").alias("n"),
-                F.sum("i").alias("total"),
-                interval_duration=2,
-                creation_period=1,
-                partition_by="k",
-            )
-        run = run_rounds(df, loc, rounds, workdir / f"chk{n}", stop_after=2)
-        watermark = {p["batchId"]: p["eventTime"]["watermark"] for p in run.progress}
-        by_batch = dict(run.batches)  # a batch run again after the restart: the same rows
-        emitted = [(watermark[b], tuple(sorted(r.items()))) for b, rows in by_batch.items()
-                   for r in rows]  # fmt: skip
-        runs.append(sorted(emitted))
-    assert len({w for w, _ in runs[0]}) >= 3, "panes come at several watermarks"
-    assert runs[1] == runs[0]
+    """``time_interval_aggregate``, sliding panes over six keys: the same panes, with the same
+    values, each at the same watermark, per key and in buckets."""
+
+    def define(loc: Path) -> Any:
+        return pr.time_interval_aggregate(
+            reader(spark, loc),
+            F.count("*").alias("n"),
+            F.sum("i").alias("total"),
+            interval_duration=2,
+            creation_period=1,
+            partition_by="k",
+        )
+
+    per_key, bucketed = emitted_per_key_and_in_buckets(
+        spark, workdir, (0, 3), make_rounds(11, 2, n_rounds=5, keys=6), define
+    )
+    assert len({w for w, _ in per_key}) >= 3, "panes come at several watermarks"
+    assert bucketed == per_key
