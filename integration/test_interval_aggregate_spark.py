@@ -29,6 +29,7 @@ AGGS = {
     "mean": "avg(v)",
     "low": "min(v)",
     "high": "max(k)",
+    "first": "min(rowtime)",
 }
 
 
@@ -82,6 +83,7 @@ def relational(rows: list[dict[str, Any]], key: str | None) -> list[tuple[Any, .
                     sum(vs) / len(vs) if vs else None,
                     min(vs) if vs else None,
                     max(r["k"] for r in rs),
+                    min(r["rowtime"] for r in rs),
                 )
             )
     return sorted(out, key=repr)
@@ -99,6 +101,7 @@ def got_rows(run: Run, key: str | None) -> list[tuple[Any, ...]]:
             r["mean"],
             r["low"],
             r["high"],
+            r["first"],
         )
         for r in run.records
     )
@@ -143,6 +146,11 @@ def test_interval_aggregate_is_the_relational_answer_and_restarts_reproduce_it(
         # Each stretch once, only after the watermark reached its end.
         watermark = {p["batchId"]: p["eventTime"].get("watermark") for p in run.progress}
         assert all(watermark.get(b) for b, rows in run.batches if rows)
+        # The observed metric counts each stretch emitted, and no late row.
+        metrics = [p["observedMetrics"]["interval_aggregate"] for p in run.progress
+                   if "interval_aggregate" in p.get("observedMetrics", {})]  # fmt: skip
+        assert sum(m["stretches"] for m in metrics) == len(got)
+        assert sum(m["discarded_rows"] for m in metrics) == 0
         results.append(got)
     assert all(r == results[0] for r in results)
 
@@ -207,6 +215,7 @@ def test_interval_aggregate_takes_spark_columns_as_the_dict_gives_them(
         F.avg("v").alias("mean"),
         F.min("v").alias("low"),
         F.max("k").alias("high"),
+        F.min("rowtime").alias("first"),
     ]
     forms = {
         "dict": lambda df: pr.interval_aggregate(df, AGGS, partition_by="k"),

@@ -22,6 +22,7 @@ from hypothesis import strategies as st
 
 from pyspark_rowtime.bounds.errors import OptionError
 from pyspark_rowtime.bounds.intervals import INFINITY_US, range_reduce, stretches
+from pyspark_rowtime.windows import validity
 from pyspark_rowtime.windows.stateful import as_frames
 from pyspark_rowtime.windows.validity import (
     _END_MS,
@@ -261,8 +262,8 @@ def test_parse_aggs() -> None:
 def run_logic(batches: list[list[Row]], clocks: list[int]) -> list[Any]:
     """``run`` through the operator's logic, as ``stateful.run_on_state_store`` calls it: the
     key's rows as the frames Spark hands over, the state through ``INTERVAL_FORMAT``, and the
-    rows it emits read back as Spark reads them (``__kept`` < 0: a result; the last row of a
-    call carries the metrics)."""
+    rows it emits unpacked as the query does (each row's arrays side by side, ``inline``): at
+    least one row a call, the metrics on each."""
     columns = ("__t", "__e", "__in0", "__nn0", "__in1", "__nn1", "__in2", "__nn2")
     logic = IntervalLogic(IntervalConfig(tuple(AGGS), None, ("s",), columns, frozenset()))
     blob: bytes | None = None
@@ -275,14 +276,20 @@ def run_logic(batches: list[list[Row]], clocks: list[int]) -> list[Any]:
             frames = iter([frame(rows).assign(s="x", __never_late=2**63 - 1)] if rows else [])
             step = logic.step(("x",), frames, state, watermark)
             emitted = [r for f in as_frames(step.frames) for r in f.to_dict("records")]
-            metric = emitted.pop()
-            assert metric["__kept"] == (0 if step.state is None else len(step.state.rows))
-            assert metric["__discarded"] == 0
+            assert emitted, "a row a call, for the metrics"
+            kept = 0 if step.state is None else len(step.state.rows)
+            assert {r["__kept"] for r in emitted} == {kept}
+            assert sum(r["__discarded"] for r in emitted) == 0
             for r in emitted:
-                assert r["__kept"] < 0 and r["s"] == "x"
-                values = [r[a.name] for a in AGGS]
-                values = [None if v is None or v is pd.NA or v != v else v for v in values]
-                out.append((int(r["__ts"]), int(r["__te"]), values))
+                assert r["s"] == "x"
+                assert len(r["__ts"]) <= validity.PACK
+                assert len(r["__ts"]) or len(emitted) == 1, "an empty row only alone"
+                arrays = [r[a.name] for a in AGGS]
+                assert all(len(a) == len(r["__ts"]) for a in [r["__te"], *arrays])
+                for i, (ts, te) in enumerate(zip(r["__ts"], r["__te"], strict=True)):
+                    values = [a[i] for a in arrays]
+                    values = [None if v is None or v is pd.NA or v != v else v for v in values]
+                    out.append((int(ts), int(te), values))
             blob = None if step.state is None else INTERVAL_FORMAT.dumps(step.state)
             timeout = step.timeout_ms
         watermark = max(watermark, _END_MS if clock >= INFINITY_US else clock // 1000 - 1)
@@ -291,11 +298,18 @@ def run_logic(batches: list[list[Row]], clocks: list[int]) -> list[Any]:
 
 
 @settings(max_examples=25, deadline=None)  # the step's own property runs 300
-@given(streams())
-def test_the_logic_emits_the_relational_answer_as_plain_columns(
-    case: tuple[list[list[Row]], list[int]],
+@given(streams(), st.sampled_from([1, 2, 3, validity.PACK]))
+def test_the_logic_emits_the_relational_answer_packed(
+    case: tuple[list[list[Row]], list[int]], pack: int
 ) -> None:
-    """The rows the logic hands Spark (times as microseconds, a metric row per call) hold the
-    relational answer, as the step's own output does."""
+    """The rows the logic hands Spark (times as microseconds, up to ``PACK`` stretches a row,
+    one row at least a call) hold the relational answer, as the step's own output does,
+    whatever the size of the pieces."""
     batches, clocks = case
-    same(run_logic(batches, clocks), relational([r for b in batches for r in b]))
+    real = validity.PACK
+    validity.PACK = pack
+    try:
+        got = run_logic(batches, clocks)
+    finally:
+        validity.PACK = real
+    same(got, relational([r for b in batches for r in b]))

@@ -174,32 +174,51 @@ class IntervalStep:
 
 
 def _values(
-    agg: IntervalAgg, frame: pd.DataFrame, lo: np.ndarray, hi: np.ndarray, m: int, count: np.ndarray
+    agg: IntervalAgg,
+    frame: pd.DataFrame,
+    lo: np.ndarray,
+    hi: np.ndarray,
+    m: int,
+    count: np.ndarray,
+    shared: dict[tuple[str, str], Any],
 ) -> tuple[np.ndarray, np.ndarray]:
-    """One aggregate's value in each of ``m`` stretches, and where it is not null."""
+    """One aggregate's value in each of ``m`` stretches, and where it is not null. ``shared``
+    holds what aggregates over one input have in common (``sum(v)`` and ``avg(v)`` one sum, and
+    both the count of ``v``'s non-null values), computed once a call."""
     if agg.kind == "count" and agg.column is None:
         return count, np.ones(m, dtype=bool)
-    present = frame[agg.present].to_numpy(dtype=bool)
-    n = range_reduce("add", lo[present], hi[present], np.ones(int(present.sum()), np.int64), m)
+    assert agg.present is not None
+    if ("present", agg.present) not in shared:
+        present = frame[agg.present].to_numpy(dtype=bool)
+        everywhere = bool(present.all())
+        shared["present", agg.present] = None if everywhere else present
+        ones = np.ones(int(present.sum()), np.int64)
+        n = count if everywhere else range_reduce("add", lo[present], hi[present], ones, m)
+        shared["count", agg.present] = n
+    present = shared["present", agg.present]
+    n = shared["count", agg.present]
     if agg.kind == "count":
         return n, np.ones(m, dtype=bool)
     assert agg.column is not None
     column = frame[agg.column]
+    lo_p, hi_p = (lo, hi) if present is None else (lo[present], hi[present])
     if agg.kind in ("sum", "avg"):
-        v = column.to_numpy()[present]
-        v = v.astype(np.int64 if agg.integral else np.float64, copy=False)
-        total = range_reduce("add", lo[present], hi[present], v, m)
+        if ("sum", agg.column) not in shared:
+            v = column.to_numpy() if present is None else column.to_numpy()[present]
+            v = v.astype(np.int64 if agg.integral else np.float64, copy=False)
+            shared["sum", agg.column] = range_reduce("add", lo_p, hi_p, v, m)
+        total = shared["sum", agg.column]
         if agg.kind == "avg":
             return total / np.maximum(n, 1), n > 0
         return total, n > 0
     # min / max by rank: any ordered type (numbers, strings, timestamps as microseconds).
-    codes, uniques = pd.factorize(column[present], sort=True)
+    codes, uniques = pd.factorize(column if present is None else column[present], sort=True)
     ranks = np.asarray(codes, dtype=np.int64)
     values = np.asarray(uniques, dtype=object)
     if (ranks < 0).any():  # NaN (not null: Spark's NaN is a value, above every number)
         ranks[ranks < 0] = len(values)
         values = np.append(values, float("nan"))
-    best = range_reduce(agg.kind, lo[present], hi[present], ranks, m)
+    best = range_reduce(agg.kind, lo_p, hi_p, ranks, m)
     return values[np.where(n > 0, best, 0)] if len(values) else np.full(m, None), n > 0
 
 
@@ -243,8 +262,10 @@ def interval_step(
         count = range_reduce("add", lo, hi, np.ones(len(t), dtype=np.int64), m)
         some = np.flatnonzero(count > 0)  # instants with no valid row give no output
         starts, ends = points[:-1][some], points[1:][some]
+        shared: dict[tuple[str, str], Any] = {}
         values = [
-            (v[some], ok[some]) for v, ok in (_values(a, frame, lo, hi, m, count) for a in aggs)
+            (v[some], ok[some])
+            for v, ok in (_values(a, frame, lo, hi, m, count, shared) for a in aggs)
         ]
     reached = int(points[-1]) if len(points) else from_us
     keep = e > t
@@ -366,9 +387,40 @@ class IntervalConfig:
     stamps: frozenset[str]
 
 
+#: Stretches per output row: a step emits each aggregate's values (and the stretches' times) as
+#: arrays of up to this many, which Spark unpacks after the operator (``inline``). A row per
+#: stretch cost more in Spark's worker than the step itself: it pads each batch of output rows
+#: with as many empty state rows, and checks and converts them one by one. A bound, not one array
+#: per call, so that a batch of Spark's output rows stays bounded too.
+PACK = 256
+
+
+def _pieces(values: np.ndarray, rows: int) -> np.ndarray:
+    """``values`` as ``rows`` consecutive pieces of ``PACK`` (views, not copies): an object
+    column whose every value is one output row's array."""
+    column = np.empty(rows, dtype=object)
+    for i in range(rows):
+        column[i] = values[i * PACK : (i + 1) * PACK]
+    return column
+
+
+def _with_nulls(values: np.ndarray, ok: np.ndarray) -> np.ndarray:
+    """One aggregate's values with None (Spark's null) where ``ok`` is false: floats as NaN
+    (which Spark's worker turns into null), other types as objects."""
+    if ok.all():
+        return values
+    if values.dtype.kind == "f":
+        return np.where(ok, values, np.nan)
+    out = values.astype(object)  # a copy: ``values`` may be the step's own
+    out[~ok] = None
+    return out
+
+
 class IntervalLogic(KeyLogic[IntervalState]):
-    """One key's stretches: ``interval_step`` over its kept and new rows, then the
-    stretches it emits as rows, and one more row carrying the metrics (``__kept`` not null)."""
+    """One key's stretches: ``interval_step`` over its kept and new rows, then the stretches it
+    emits, packed: rows of up to ``PACK`` stretches, each aggregate and the stretches' times
+    (``__ts``, ``__te``, microseconds) as arrays; at least one row per call, which carries the
+    metrics (``__kept``: the rows kept, on every row; ``__discarded`` on the first)."""
 
     format = INTERVAL_FORMAT
 
@@ -394,44 +446,17 @@ class IntervalLogic(KeyLogic[IntervalState]):
             new = new.assign(__open=pd.Series([None] * len(new), dtype="object"))
         result = interval_step(self._aggs, old, from_us, new, watermark_ms, window=c.window)
         kept = None if result.rows is None else IntervalState(result.rows, result.from_us)
-        n = len(result.starts)
-        keys_out = dict(zip(c.keys, key, strict=True))
-        # One more row carries the metrics (``__kept`` >= 0; a result row has -1), dropped
-        # after the observation. It is the last row of the results' own frame, its aggregates
-        # null in each column's own type: one frame of one type per column is what Spark's
-        # worker converts fastest (a frame apart would make every column objects).
-        out: dict[str, Any] = {name: key_column(value, n + 1) for name, value in keys_out.items()}
+        rows = max(1, -(-len(result.starts) // PACK))
+        out: dict[str, Any] = {
+            name: key_column(value, rows) for name, value in zip(c.keys, key, strict=True)
+        }
         for p, (values, ok) in zip(self._aggs, result.values, strict=True):
-            if not n:
-                out[p.name] = [None]
-                continue
-            null = np.array([None], dtype=object) if values.dtype.kind == "O" else values[:1]
-            values, ok = np.concatenate([values, null]), np.append(ok, False)
-            if p.name in c.stamps:
-                stamps = pd.Series(values.astype(np.int64), dtype="Int64")
-                stamps[~ok] = pd.NA
-                out[p.name] = pd.to_datetime(stamps, unit="us", utc=True, cache=False)
-            elif p.kind == "sum" and p.integral:
-                column = pd.array(values, dtype="Int64")
-                column[~ok] = pd.NA
-                out[p.name] = column
-            elif values.dtype.kind == "f":
-                out[p.name] = np.where(ok, values, np.nan)  # NaN goes to Spark as null
-            elif values.dtype.kind == "O":
-                values[~ok] = None
-                out[p.name] = values
-            else:
-                out[p.name] = values  # counts: never null (the metric row's is filtered)
-        # The times as microseconds, which Spark turns into timestamps: a plain int64 column
-        # is what Spark's worker converts fastest (and pandas' timestamps, in nanoseconds,
-        # cannot hold infinity, Spark's largest timestamp in year 9999).
-        out["__ts"] = np.append(result.starts, 0)
-        out["__te"] = np.append(result.ends, 0)
-        kept_col = np.full(n + 1, -1, dtype=np.int64)
-        kept_col[n] = 0 if result.rows is None else len(result.rows)
-        out["__kept"] = kept_col
-        discarded = np.zeros(n + 1, dtype=np.int64)
-        discarded[n] = result.discarded
+            out[p.name] = _pieces(_with_nulls(values, ok), rows)
+        out["__ts"] = _pieces(result.starts, rows)
+        out["__te"] = _pieces(result.ends, rows)
+        out["__kept"] = np.full(rows, 0 if result.rows is None else len(result.rows), np.int64)
+        discarded = np.zeros(rows, dtype=np.int64)
+        discarded[0] = result.discarded
         out["__discarded"] = discarded
         return KeyStep([out], kept, result.timeout_ms)
 
@@ -488,6 +513,7 @@ def interval_aggregate(
     from pyspark.sql import DataFrame as SparkDataFrame
     from pyspark.sql import functions as F
     from pyspark.sql.types import (
+        ArrayType,
         BooleanType,
         ByteType,
         DoubleType,
@@ -550,6 +576,7 @@ def interval_aggregate(
     empty = df.sparkSession.createDataFrame([], df.schema)
     plans: list[IntervalAgg] = []
     inputs = []
+    columns_of: dict[tuple[str, str], tuple[str, str]] = {}
     fields = []
     for i, (name, kind, arg, expr) in enumerate(parsed):
         if arg is None:
@@ -578,13 +605,20 @@ def interval_aggregate(
             )
         if isinstance(dtype, TimestampType):
             value = F.unix_micros(value)
-        col, present = f"__in{i}", f"__nn{i}"
-        if kind in ("count", "sum", "avg"):
-            # Nulls as 0 plus a flag: pandas would turn an integer column with nulls to floats.
-            inputs.append(F.coalesce(value, F.lit(0)).alias(col))
+        # Aggregates of one expression take one input column (sum(v) and avg(v): one sum in
+        # the step, one count of the non-null values).
+        numeric_form = kind in ("count", "sum", "avg")
+        same = ("num" if numeric_form else "ord", repr(value))
+        if same in columns_of:
+            col, present = columns_of[same]
         else:
-            inputs.append(value.alias(col))
-        inputs.append(arg.isNotNull().alias(present))
+            col, present = columns_of.setdefault(same, (f"__in{i}", f"__nn{i}"))
+            if numeric_form:
+                # Nulls as 0 plus a flag: pandas would turn integers with nulls to floats.
+                inputs.append(F.coalesce(value, F.lit(0)).alias(col))
+            else:
+                inputs.append(value.alias(col))
+            inputs.append(arg.isNotNull().alias(present))
         plans.append(IntervalAgg(name, kind, col, present, isinstance(dtype, integral)))
         if kind == "count":
             out_type: Any = LongType()
@@ -614,20 +648,10 @@ def interval_aggregate(
         never_late(),  # every row reaches the step, which decides what is late
     )
     key_fields = [df.schema[k] for k in keys] or [StructField("__key", IntegerType(), False)]
-    out_schema = StructType(
-        [
-            *key_fields,
-            *fields,
-            StructField("__ts", LongType()),
-            StructField("__te", LongType()),
-            StructField("__kept", LongType()),
-            StructField("__discarded", LongType()),
-        ]
-    )
     step_cols = [
         "__t",
         "__e",
-        *[c for p in plans for c in (p.column, p.present) if c],
+        *dict.fromkeys(c for p in plans for c in (p.column, p.present) if c),
         *(["__open", "__g", "__on"] if window else []),
     ]
     stamp = {
@@ -637,6 +661,22 @@ def interval_aggregate(
         and arg is not None
         and isinstance(empty.select(arg.alias("x")).schema["x"].dataType, TimestampType)
     }
+    # The step's rows are packed (``IntervalLogic``): an array per aggregate and per time, the
+    # timestamps as microseconds, and the two metric columns.
+    packed = [
+        StructField(f.name, ArrayType(LongType() if f.name in stamp else f.dataType))
+        for f in fields
+    ]
+    out_schema = StructType(
+        [
+            *key_fields,
+            *packed,
+            StructField("__ts", ArrayType(LongType())),
+            StructField("__te", ArrayType(LongType())),
+            StructField("__kept", LongType()),
+            StructField("__discarded", LongType()),
+        ]
+    )
 
     config = IntervalConfig(
         tuple(plans),
@@ -652,14 +692,26 @@ def interval_aggregate(
         metric_name=metric_name,
         metrics=[
             F.coalesce(F.max("__kept"), F.lit(0)).alias("max_rows_per_key"),
-            F.count(F.when(F.col("__kept") < 0, 1)).alias("stretches"),
+            F.coalesce(F.sum(F.size("__ts")), F.lit(0)).alias("stretches"),
             F.coalesce(F.sum("__discarded"), F.lit(0)).alias("discarded_rows"),
         ],
-        results=F.col("__kept") < 0,
+        results=F.size("__ts") > 0,
     )
-    return run_on_state_store(rows, IntervalLogic(config), plan).select(
+    packed_names = [*(f.name for f in packed), "__ts", "__te"]
+    stretches_out = run_on_state_store(rows, IntervalLogic(config), plan).select(
+        *keys, F.inline(F.arrays_zip(*[F.col(n) for n in packed_names]))
+    )
+
+    def result(p: IntervalAgg) -> Column:
+        if p.name in stamp:
+            return F.timestamp_micros(p.name).alias(p.name)
+        if p.kind == "count":  # never null, as Spark's own count
+            return F.coalesce(F.col(p.name), F.lit(0)).alias(p.name)
+        return F.col(p.name)
+
+    return stretches_out.select(
         *keys,
-        *[p.name for p in plans],
+        *[result(p) for p in plans],
         F.timestamp_micros("__ts").alias("rowtime"),
         F.timestamp_micros("__te").alias("rowtime_end"),
     )
