@@ -191,6 +191,18 @@ def test_a_stretch_is_emitted_once_the_watermark_passes_its_end_and_not_before()
     assert result.rows is None
 
 
+def test_a_row_starting_at_the_watermark_ends_the_stretch_before_it_at_once() -> None:
+    """A row that starts exactly at the watermark (5 ms) cuts the stretch ``[0, 5 ms)``, which
+    no later row can change: it is emitted in this batch, not the next; the rows that start
+    after the watermark are kept, untouched."""
+    rows = [(0, 10_000, 1, None), (5000, 8000, 2, None), (6000, 9000, 3, None)]
+    result = interval_step(AGGS, None, None, frame(rows), 5)
+    assert [(a, b) for a, b, _ in result.stretches] == [(0, 5000)]
+    assert result.rows is not None and sorted(result.rows["__t"]) == [0, 5000, 6000]
+    result = interval_step(AGGS, result.rows, result.from_us, None, 9)
+    assert [(a, b) for a, b, _ in result.stretches] == [(5000, 6000), (6000, 8000), (8000, 9000)]
+
+
 def test_state_stays_flat_on_a_long_stream() -> None:
     """A time window of 10 ms over a row per ms, 20,000 rows in 200 batches: the key never
     keeps more than the rows of a window and a batch, however long the stream."""

@@ -171,8 +171,8 @@ def test_each_operator_writes_its_version_and_refuses_what_it_cannot_read(
     with pytest.raises(CorruptLogError) as damaged:
         fmt.loads(pickle.dumps({"v": 1, "state": 42}))
     assert operator in str(damaged.value) and "altered" in str(damaged.value)
-    # interval_aggregate writes version 2 (numeric columns as bytes); the others version 1.
-    assert fmt.version == (2 if operator == "interval_aggregate" else 1)
+    # interval_aggregate writes version 3 (numeric columns compressed); the others version 1.
+    assert fmt.version == (3 if operator == "interval_aggregate" else 1)
     assert pickle.loads(fmt.dumps(fmt.read[1](_PLAIN_V1[operator])))["v"] == fmt.version
 
 

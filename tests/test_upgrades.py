@@ -21,6 +21,7 @@ from sink_helpers import T0, make, records, run
 
 import pyspark_rowtime as pr
 from pyspark_rowtime.bounds.errors import CorruptLogError, OffsetError, RowtimeError
+from pyspark_rowtime.bounds.intervals import INFINITY_US
 from pyspark_rowtime.bounds.plan import StreamPosition
 from pyspark_rowtime.sink.layout import FolderSinkState
 from pyspark_rowtime.streams.local.log import open_stream
@@ -187,21 +188,51 @@ def test_interval_aggregate_state_gets_the_envelope_and_reads_the_bare_one() -> 
     rows, from_us = validity._load(pickle.dumps({"from": T0 - 5, "columns": columns}))
     assert rows["__t"].tolist() == [T0] and rows["__e"].tolist() == [T0 + 10] and from_us == T0 - 5
     blob = validity._save(rows, from_us)
-    # Now in the envelope the other operators' loader reads, in format version 2: numeric
-    # columns as (dtype, bytes).
-    assert pickle.loads(blob)["v"] == 2
+    # Now in the envelope the other operators' loader reads, in format version 3: numeric
+    # columns as (dtype, codec, size, compressed bytes).
+    assert pickle.loads(blob)["v"] == 3
     stored = load_operator_state(blob, "x")
     assert stored["from"] == T0 - 5 and set(stored["columns"]) == set(columns)
-    assert all(isinstance(v, tuple) for v in stored["columns"].values())
+    assert all(isinstance(v, tuple) and len(v) == 4 for v in stored["columns"].values())
     again, again_from = validity._load(blob)
     assert again.equals(rows) and again_from == from_us
     # Version 1 in the envelope (lists), as the skeleton wrote it, still reads.
     v1, v1_from = validity._load(pickle.dumps({"v": 1, "state": {"from": T0, "columns": columns}}))
     assert v1.equals(rows) and v1_from == T0
+    # Version 2, numeric columns as (dtype, raw bytes), as the release before wrote it.
+    raw = {c: (np.asarray(v).dtype.str, np.asarray(v).tobytes()) for c, v in columns.items()}
+    v2, v2_from = validity._load(pickle.dumps({"v": 2, "state": {"from": T0, "columns": raw}}))
+    assert v2.equals(rows) and v2_from == T0
     with pytest.raises(CorruptLogError) as info:
-        validity._load(pickle.dumps({"v": 3, "state": {"anything": "new"}}))
-    refused(info.value, 3, 2)
+        validity._load(pickle.dumps({"v": 4, "state": {"anything": "new"}}))
+    refused(info.value, 4, 3)
     assert "interval_aggregate" in str(info.value)
+
+
+def test_interval_aggregate_state_round_trips_exactly_compressed() -> None:
+    """Version 3 gives back every value it was given, ends at infinity and around the int64
+    limits included (``__e`` is stored as its distance from ``__t``, which wraps), and a
+    damaged column is refused by name, never read as other numbers."""
+    from pyspark_rowtime.windows import validity
+
+    rng = np.random.default_rng(7)
+    n = 5000
+    t = np.sort(rng.integers(-(2**62), 2**62, n))
+    e = np.where(rng.random(n) < 0.1, INFINITY_US, t + rng.integers(0, 10**9, n))
+    e[:3] = [2**63 - 1, -(2**63), 0]  # distances that wrap around
+    rows = pd.DataFrame(
+        {"__t": t, "__e": e, "__in0": rng.random(n), "__nn0": rng.random(n) < 0.5,
+         "__in1": rng.integers(-(2**63), 2**63 - 1, n), "__in2": ["a", None] * (n // 2)}
+    )  # fmt: skip
+    blob = validity._save(rows, 17)
+    again, from_us = validity._load(blob)
+    assert from_us == 17 and again.equals(rows)
+    assert len(blob) < rows.memory_usage(index=False, deep=False).sum()
+    plain = pickle.loads(blob)
+    dtype, codec, size, packed = plain["state"]["columns"]["__in0"]
+    plain["state"]["columns"]["__in0"] = (dtype, codec, size, packed[: len(packed) // 2])
+    with pytest.raises(CorruptLogError, match=r"interval_aggregate.*__in0.*decompress"):
+        validity._load(pickle.dumps(plain))
 
 
 def test_interval_aggregate_state_of_strings_and_an_altered_dtype() -> None:

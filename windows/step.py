@@ -218,8 +218,8 @@ def _refused(what: str, found: object, highest: int) -> CorruptLogError:
 
 
 #: The highest version any operator writes (each operator's own is its StateFormat's):
-#: interval_aggregate's 2.
-HIGHEST_VERSION = 2
+#: interval_aggregate's 3.
+HIGHEST_VERSION = 3
 
 
 def load_operator_state(blob: bytes, what: str) -> Any:

@@ -255,17 +255,21 @@ def interval_step(
     t = frame["__t"].to_numpy(dtype=np.int64)
     e = frame["__e"].to_numpy(dtype=np.int64)
     w_us = INFINITY_US if watermark_ms >= _END_MS else watermark_ms * 1000
-    points, lo, hi = stretches(t, e, from_us, w_us)
+    # Rows that start after the watermark change no stretch up to it: kept, not swept (a key
+    # holds the rows of the batch the watermark has not reached yet, as many as the rest).
+    near = t <= w_us
+    swept = frame if near.all() else frame[near].reset_index(drop=True)
+    points, lo, hi = stretches(t[near], e[near], from_us, w_us)
     m = len(points) - 1
     starts, ends, values = none, none, nothing
     if m > 0:
-        count = range_reduce("add", lo, hi, np.ones(len(t), dtype=np.int64), m)
+        count = range_reduce("add", lo, hi, np.ones(len(lo), dtype=np.int64), m)
         some = np.flatnonzero(count > 0)  # instants with no valid row give no output
         starts, ends = points[:-1][some], points[1:][some]
         shared: dict[tuple[str, str], Any] = {}
         values = [
             (v[some], ok[some])
-            for v, ok in (_values(a, frame, lo, hi, m, count, shared) for a in aggs)
+            for v, ok in (_values(a, swept, lo, hi, m, count, shared) for a in aggs)
         ]
     reached = int(points[-1]) if len(points) else from_us
     keep = e > t
@@ -284,45 +288,88 @@ def interval_step(
 
 @dataclass(frozen=True)
 class IntervalState:
-    """The state of one key (format version 2, ``INTERVAL_FORMAT``): the rows kept (the
+    """The state of one key (format version 3, ``INTERVAL_FORMAT``): the rows kept (the
     step's columns) and the change point the emitted stretches reached (``from``)."""
 
     rows: pd.DataFrame
     from_us: int | None
 
 
+#: The codec of version 3's numeric columns (pyarrow's; without it they are stored raw).
+_CODEC = "zstd"
+_PLAIN, _AFTER_T = "zstd", "zstd, minus __t"
+
+
 def _write_interval(state: IntervalState) -> dict[str, Any]:
     # Plain values, not pandas or numpy objects: read back admitting value types only. A
-    # numeric or boolean column is (its numpy dtype string, its bytes): a key holds every row
-    # of a micro-batch until Spark's watermark, one batch behind, reaches them, and a list of
-    # Python numbers per row cost more than the step itself to write and read back. Other
-    # columns (strings, a window's open flags) stay lists. A dict, so always in the envelope:
-    # bare, a reader could not tell it from a newer envelope.
+    # numeric or boolean column is (its numpy dtype string, its codec, its size, its bytes
+    # compressed), ``__e`` as its distance from ``__t`` (a fixed duration compresses to
+    # nothing): a key holds every row of a micro-batch until Spark's watermark, one batch
+    # behind, reaches them, and Spark's JVM hands the stored value back to Python a byte at a
+    # time (its pickler builds a string of them), which cost more than the step at millions of
+    # rows. Other columns (strings, a window's open flags) stay lists. A dict, so always in the
+    # envelope: bare, a reader could not tell it from a newer envelope.
+    import pyarrow as pa
+
     rows = state.rows
+    compress = pa.Codec.is_available(_CODEC)
+    starts = rows["__t"].to_numpy() if "__t" in rows.columns else None
     columns: dict[str, Any] = {}
     for c in rows.columns:
         values = rows[c].to_numpy()
-        if values.dtype.kind in "biuf":
-            columns[c] = (values.dtype.str, values.tobytes())
-        else:
+        if values.dtype.kind not in "biuf":
             columns[c] = values.tolist()
+            continue
+        if not compress:
+            columns[c] = (values.dtype.str, values.tobytes())  # as version 2
+            continue
+        codec = _PLAIN
+        if c == "__e" and starts is not None and values.dtype == starts.dtype == np.int64:
+            values, codec = values - starts, _AFTER_T  # wraps and unwraps exactly
+        raw = values.tobytes()
+        packed = pa.compress(raw, codec=_CODEC, asbytes=True)
+        columns[c] = (values.dtype.str, codec, len(raw), packed)
     return {"from": state.from_us, "columns": columns}
 
 
-def _read_interval_v1(plain: dict[str, Any]) -> IntervalState:
+def _numbers(c: str, stored: tuple[Any, ...], columns: dict[str, Any]) -> np.ndarray:
+    """A numeric column as version 2 ``(dtype, bytes)`` or 3 ``(dtype, codec, size, bytes)``
+    stored it (``__e`` of version 3 after ``__t``, which ``columns`` then holds)."""
+    import pyarrow as pa
+
+    codec = None
+    if len(stored) == 2:
+        dtype, raw = stored
+    else:
+        dtype, codec, size, packed = stored
+        if codec not in (_PLAIN, _AFTER_T):
+            raise ValueError(f"column {c} stored with codec {codec!r}")
+        try:
+            raw = pa.decompress(packed, decompressed_size=size, codec=_CODEC, asbytes=True)
+        except (OSError, pa.ArrowException) as e:
+            raise ValueError(f"column {c} does not decompress ({e})") from e
+    values = np.frombuffer(raw, dtype=np.dtype(dtype))
+    if values.dtype.kind not in "biuf":
+        raise ValueError(f"column {c} stored as {dtype}, not numbers")
+    if codec == _AFTER_T:
+        starts = columns.get("__t")
+        if not isinstance(starts, np.ndarray) or len(starts) != len(values):
+            raise ValueError(f"column {c} stored after __t, which is not beside it")
+        return values + starts
+    return values.copy()
+
+
+def _read_interval(plain: dict[str, Any]) -> IntervalState:
     # In the envelope, or bare: the first interval_aggregate stored the dict without "v".
-    # Version 1 stored every column as a list; version 2 numeric ones as (dtype, bytes).
-    columns = {}
-    for c, stored in plain["columns"].items():
-        if isinstance(stored, tuple):
-            dtype, raw = stored
-            values = np.frombuffer(raw, dtype=np.dtype(dtype))
-            if values.dtype.kind not in "biuf":
-                raise ValueError(f"column {c} stored as {dtype}, not numbers")
-            columns[c] = values.copy()
-        else:
-            columns[c] = stored
-    rows = pd.DataFrame(columns)
+    # Version 1 stored every column as a list; version 2 numeric ones as (dtype, bytes);
+    # version 3 compressed, with their size (``_write_interval``).
+    columns: dict[str, Any] = {}
+    stored_columns = plain["columns"]
+    order = sorted(stored_columns, key=lambda c: c != "__t")  # __t first: __e may need it
+    for c in order:
+        stored = stored_columns[c]
+        columns[c] = _numbers(c, stored, columns) if isinstance(stored, tuple) else stored
+    rows = pd.DataFrame({c: columns[c] for c in stored_columns})
     for c in ("__t", "__e"):
         rows[c] = rows[c].astype(np.int64)
     if "__open" in rows.columns:  # a window's rows (rows_window, while_window)
@@ -330,10 +377,13 @@ def _read_interval_v1(plain: dict[str, Any]) -> IntervalState:
     return IntervalState(rows, plain["from"])
 
 
-#: How ``interval_aggregate`` stores a key (``step.StateFormat``): version 2 since its
-#: numeric columns are stored as bytes; version 1 (lists) is still read.
+#: How ``interval_aggregate`` stores a key (``step.StateFormat``): version 3 since its
+#: numeric columns are compressed; versions 1 (lists) and 2 (raw bytes) are still read.
 INTERVAL_FORMAT = StateFormat(
-    "an interval_aggregate key", 2, _write_interval, {1: _read_interval_v1, 2: _read_interval_v1}
+    "an interval_aggregate key",
+    3,
+    _write_interval,
+    {1: _read_interval, 2: _read_interval, 3: _read_interval},
 )
 
 
