@@ -179,6 +179,41 @@ def test_interval_aggregate_state_stays_flat_on_a_long_stream(spark: Any, workdi
     assert {r["n"] for r in run.records} == {1, 2, 3}  # up to 3 rows valid at once
 
 
+def test_a_key_that_keeps_a_large_state_goes_on_after_a_restart(spark: Any, workdir: Path) -> None:
+    """4,000 rows of one key in one micro-batch, each valid 2.5 s: the key keeps them all until
+    the watermark reaches them, a state of about 100 KB, which Spark's state store keeps as
+    text (``stateful.to_store``); the query restarts from its checkpoint, reads it back and
+    ends with the relational answer."""
+    location = workdir / "large"
+    pr.create_stream(str(location), "i long, k string, v double", partitions=1)
+    df = pr.interval_aggregate(
+        reader(spark, location, **{"interval.duration": "2.5 seconds"}),
+        {"n": "count(*)", "n_v": "count(v)", "total": "sum(i)", "mean": "avg(v)",
+         "low": "min(v)", "high": "max(k)", "first": "min(rowtime)"},
+    )  # fmt: skip
+    rnd = random.Random(5)
+    first = [({"i": j, "k": "x", "v": rnd.random()}, T0 + j * 1000) for j in range(4000)]
+    later = [({"i": 4000 + j, "k": "x", "v": None}, T0 + 5 * US + j * US) for j in range(3)]
+    run = Run()
+    query = start(df, workdir / "chk", run)
+    write_rows(location, 0, first, bound_us=T0 + 4 * US)
+    drain(query, run)
+    query.stop()
+    kept = [p["observedMetrics"]["interval_aggregate"]["max_rows_per_key"] for p in run.progress
+            if "interval_aggregate" in p.get("observedMetrics", {})]  # fmt: skip
+    assert max(kept) >= 3000, kept  # the state the restart reads back is large
+    query = start(df, workdir / "chk", run)
+    write_rows(location, 0, later, bound_us=T0 + 9 * US, end=True)
+    drain(query, run)
+    query.stop()
+    every = plain(
+        spark.read.format("rowtime").option("interval.duration", "2.5 seconds").load(str(location))
+    )
+    want = relational([r for r in every if not r["is_bound"]], None)
+    assert len(want) > 4000
+    same(got_rows(run, None), want)
+
+
 def test_interval_aggregate_refuses_bad_arguments_before_starting(
     spark: Any, workdir: Path
 ) -> None:

@@ -39,7 +39,13 @@ from pyspark_rowtime.windows.join import (
     window_join_step,
 )
 from pyspark_rowtime.windows.step import PANES_FORMAT, AggPlan, merge_step, preaggregate
-from pyspark_rowtime.windows.validity import INTERVAL_FORMAT, IntervalAgg, _load, interval_step
+from pyspark_rowtime.windows.validity import (
+    INTERVAL_FORMAT,
+    IntervalAgg,
+    IntervalState,
+    _load,
+    interval_step,
+)
 
 S = 1_000_000
 T0 = 1_700_000_000 * S
@@ -205,3 +211,27 @@ def test_the_three_operators_run_on_the_state_store_through_one_shared_piece() -
             assert not used & {"applyInPandasWithState", "setTimeoutTimestamp", "observe"}, path
     for module in ("aggregate.py", "validity.py", "join.py"):
         assert "run_on_state_store" in _calls(WINDOWS / module), module
+
+
+def test_a_large_state_is_kept_as_base64_text_and_every_stored_form_reads() -> None:
+    """From ``ARMOR_FROM_BYTES`` on a state goes to Spark's state store as base64 text (the
+    fast path of the JVM's pickler, which hands it back to Python with every chunk of rows);
+    below it, and as every release stored it, the pickle itself; both read back the same.
+    Text that is neither is refused by name, never unpickled."""
+    from pyspark_rowtime.windows import stateful
+
+    small = INTERVAL_FORMAT.dumps(INTERVAL_FORMAT.read[1](_PLAIN_V1["interval_aggregate"]))
+    assert small[:1] == b"\x80" and stateful.to_store(small) == small
+    rows = pd.DataFrame({"__t": np.arange(10_000) * S, "__e": np.arange(10_000) * S + 3 * S,
+                         "__in0": np.random.default_rng(1).random(10_000)})  # fmt: skip
+    large = INTERVAL_FORMAT.dumps(IntervalState(rows, T0))
+    assert len(large) >= stateful.ARMOR_FROM_BYTES
+    stored = stateful.to_store(large)
+    assert stored.isascii() and stored != large
+    for kept in (stored, bytearray(stored), large, bytearray(small)):  # Spark hands bytearrays
+        back = stateful.from_store(kept, INTERVAL_FORMAT.what)
+        assert bytes(back) in (large, small)
+    again = INTERVAL_FORMAT.loads(stateful.from_store(stored, INTERVAL_FORMAT.what))
+    assert again.rows.equals(rows) and again.from_us == T0
+    with pytest.raises(CorruptLogError, match=r"interval_aggregate key.*neither a pickle"):
+        stateful.from_store(b"not*base64", INTERVAL_FORMAT.what)

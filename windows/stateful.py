@@ -49,6 +49,8 @@ so every row reaches the step and the step decides what is late.
 
 from __future__ import annotations
 
+import base64
+import binascii
 from abc import ABC, abstractmethod
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
@@ -280,6 +282,39 @@ def _layout_error(*, per_key_found: bool, buckets: int = 0, found: int = 0) -> C
     )
 
 
+#: From this many bytes on, a stored value is kept as base64 text (see ``to_store``).
+ARMOR_FROM_BYTES = 16 * 1024
+
+
+def to_store(blob: bytes) -> bytes:
+    """A state's bytes as kept in Spark's state store: from ``ARMOR_FROM_BYTES`` on, as base64
+    text. Spark's JVM hands the stored value back to Python with every chunk of a group's
+    rows (up to ``spark.sql.execution.arrow.maxRecordsPerBatch`` each), through a pickler that
+    builds a string of its bytes and encodes it as UTF-8 byte by byte unless every byte is
+    ASCII: for a key that keeps a micro-batch of rows, that cost more than the step. Text
+    takes the pickler's fast path at a third more bytes; what an operator's format wrote
+    (a pickle, whose first byte is 0x80, never a base64 character) is read either way."""
+    return base64.b64encode(blob) if len(blob) >= ARMOR_FROM_BYTES else blob
+
+
+def from_store(value: bytes, what: str) -> bytes:
+    """The bytes ``to_store`` kept (a pickle as every release stored it, or base64 text).
+
+    Raises:
+        CorruptLogError: text that is not base64 (an altered state store), naming ``what``.
+    """
+    if value[:1] == b"\x80":
+        return value
+    try:
+        return base64.b64decode(value, validate=True)
+    except (binascii.Error, ValueError) as e:
+        raise CorruptLogError(
+            f"the state of {what} in this query's checkpoint is neither a pickle nor base64 "
+            f"text ({e}): the checkpoint's state store was altered; restore the checkpoint "
+            "from a backup"
+        ) from e
+
+
 def _is_bucket(blob: bytes) -> int | None:
     """The ``buckets`` of a stored bucket (None: ``blob`` is no bucket)."""
     try:
@@ -382,7 +417,7 @@ def run_on_state_store(rows: DataFrame, logic: KeyLogic[Any], plan: StatefulPlan
     def call(key: tuple, frames: Iterator[pd.DataFrame], state: Any) -> Iterator[pd.DataFrame]:
         old = None
         if state.exists:
-            blob = state.get[0]
+            blob = from_store(state.get[0], state_format.what)
             try:
                 old = state_format.loads(blob)
             except Exception:
@@ -395,7 +430,7 @@ def run_on_state_store(rows: DataFrame, logic: KeyLogic[Any], plan: StatefulPlan
             if state.exists:
                 state.remove()
         else:
-            state.update((state_format.dumps(decided.state),))
+            state.update((to_store(state_format.dumps(decided.state)),))
             if decided.timeout_ms is not None:
                 state.setTimeoutTimestamp(decided.timeout_ms)
         yield from as_frames(decided.frames)
@@ -403,7 +438,9 @@ def run_on_state_store(rows: DataFrame, logic: KeyLogic[Any], plan: StatefulPlan
     def call_bucket(
         bucket: tuple, frames: Iterator[pd.DataFrame], state: Any
     ) -> Iterator[pd.DataFrame]:
-        stored = BUCKET_FORMAT.loads(state.get[0]) if state.exists else None
+        stored = None
+        if state.exists:
+            stored = BUCKET_FORMAT.loads(from_store(state.get[0], BUCKET_FORMAT.what))
         if stored is not None and stored.buckets != buckets:
             raise _layout_error(per_key_found=False, buckets=buckets, found=stored.buckets)
         watermark = state.getCurrentWatermarkMs()
@@ -412,7 +449,7 @@ def run_on_state_store(rows: DataFrame, logic: KeyLogic[Any], plan: StatefulPlan
             if state.exists:
                 state.remove()
         else:
-            state.update((BUCKET_FORMAT.dumps(kept),))
+            state.update((to_store(BUCKET_FORMAT.dumps(kept)),))
             if timeout is not None:
                 state.setTimeoutTimestamp(timeout)
         yield from out
