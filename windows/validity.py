@@ -55,6 +55,7 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 import pandas as pd
+import pyarrow as pa
 
 from ..bounds.errors import OptionError
 from ..bounds.intervals import INFINITY_US, range_reduce, stretches
@@ -309,8 +310,6 @@ def _write_interval(state: IntervalState) -> dict[str, Any]:
     # time (its pickler builds a string of them), which cost more than the step at millions of
     # rows. Other columns (strings, a window's open flags) stay lists. A dict, so always in the
     # envelope: bare, a reader could not tell it from a newer envelope.
-    import pyarrow as pa
-
     rows = state.rows
     compress = pa.Codec.is_available(_CODEC)
     starts = rows["__t"].to_numpy() if "__t" in rows.columns else None
@@ -335,8 +334,6 @@ def _write_interval(state: IntervalState) -> dict[str, Any]:
 def _numbers(c: str, stored: tuple[Any, ...], columns: dict[str, Any]) -> np.ndarray:
     """A numeric column as version 2 ``(dtype, bytes)`` or 3 ``(dtype, codec, size, bytes)``
     stored it (``__e`` of version 3 after ``__t``, which ``columns`` then holds)."""
-    import pyarrow as pa
-
     codec = None
     if len(stored) == 2:
         dtype, raw = stored
