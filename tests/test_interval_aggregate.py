@@ -277,7 +277,7 @@ def run_logic(batches: list[list[Row]], clocks: list[int]) -> list[Any]:
     rows it emits unpacked as the query does (each row's arrays side by side, ``inline``): at
     least one row a call, the metrics on each."""
     columns = ("__t", "__e", "__in0", "__nn0", "__in1", "__nn1", "__in2", "__nn2")
-    logic = IntervalLogic(IntervalConfig(tuple(AGGS), None, ("s",), columns, frozenset()))
+    logic = IntervalLogic(IntervalConfig(tuple(AGGS), None, ("s",), columns))
     blob: bytes | None = None
     timeout: int | None = None
     out: list[Any] = []

@@ -424,14 +424,13 @@ def _column_aggs(
 class IntervalConfig:
     """``interval_aggregate``'s checked parameters: the aggregates over the step's input
     columns, the window whose ends the step sets (None: the rows come with their ends), the
-    key columns, the columns the step takes, and the aggregates whose values are timestamps
-    (as microseconds in the step)."""
+    key columns and the columns the step takes (timestamps among them as microseconds, which
+    the query turns back after the step)."""
 
     aggs: tuple[IntervalAgg, ...]
     window: WindowDef | None
     keys: tuple[str, ...]
     step_columns: tuple[str, ...]
-    stamps: frozenset[str]
 
 
 #: Stretches per output row: a step emits each aggregate's values (and the stretches' times) as
@@ -624,6 +623,7 @@ def interval_aggregate(
     plans: list[IntervalAgg] = []
     inputs = []
     columns_of: dict[tuple[str, str], tuple[str, str]] = {}
+    stamp: set[str] = set()
     fields = []
     for i, (name, kind, arg, expr) in enumerate(parsed):
         if arg is None:
@@ -652,6 +652,8 @@ def interval_aggregate(
             )
         if isinstance(dtype, TimestampType):
             value = F.unix_micros(value)
+            if kind in ("min", "max"):
+                stamp.add(name)  # a timestamp out: microseconds in the step's arrays
         # Aggregates of one expression take one input column (sum(v) and avg(v): one sum in
         # the step, one count of the non-null values).
         numeric_form = kind in ("count", "sum", "avg")
@@ -701,13 +703,6 @@ def interval_aggregate(
         *dict.fromkeys(c for p in plans for c in (p.column, p.present) if c),
         *(["__open", "__g", "__on"] if window else []),
     ]
-    stamp = {
-        p.name
-        for p, (_, _, arg, _) in zip(plans, parsed, strict=True)
-        if p.kind in ("min", "max")
-        and arg is not None
-        and isinstance(empty.select(arg.alias("x")).schema["x"].dataType, TimestampType)
-    }
     # The step's rows are packed (``IntervalLogic``): an array per aggregate and per time, the
     # timestamps as microseconds, and the two metric columns.
     packed = [
@@ -730,7 +725,6 @@ def interval_aggregate(
         window,
         tuple(f.name for f in key_fields),
         tuple(step_cols),
-        frozenset(stamp),
     )
     plan = StatefulPlan(
         group_by=group_cols,
