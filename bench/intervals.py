@@ -59,12 +59,11 @@ import shutil
 import statistics
 import tempfile
 import time
-from collections.abc import Iterator
-from contextlib import contextmanager
 from typing import Any
 
 from benchutil import (
     PARTITIONS,
+    consume_only,
     drain,
     interleaved,
     round_ratios,
@@ -80,37 +79,12 @@ from pyspark.sql import functions as F
 import pyspark_rowtime as pr
 from pyspark_rowtime.windows import join as join_module
 from pyspark_rowtime.windows import validity as validity_module
-from pyspark_rowtime.windows.stateful import KeyLogic, KeyStep
 
 KEYS = 5_000
 #: Each case's target, ours / Spark's (issue 54).
 TARGETS = {"aggregate": 0.8, "left join": 1.0, "left join, buckets": 1.0}
 #: The names ``--cases`` and ``--only`` take.
 CASE_NAMES = {"aggregate": "aggregate", "join": "left join", "join-buckets": "left join, buckets"}
-
-
-class ConsumeOnly(KeyLogic[Any]):
-    """The ``floor`` queries' step: takes every frame, emits nothing, keeps nothing."""
-
-    def __init__(self, logic: KeyLogic[Any]) -> None:
-        self.format = logic.format
-
-    def step(self, key: Any, frames: Any, state: Any, watermark_ms: int) -> KeyStep[Any]:
-        for _ in frames:
-            pass
-        return KeyStep([], None, None)
-
-
-@contextmanager
-def consume_only(module: Any, name: str) -> Iterator[None]:
-    """While an operator is defined, its logic class ``module.name`` makes ``ConsumeOnly``
-    steps (the rest of its plan as it is)."""
-    real = getattr(module, name)
-    setattr(module, name, lambda config: ConsumeOnly(real(config)))
-    try:
-        yield
-    finally:
-        setattr(module, name, real)
 
 
 def run_batch(df: Any) -> tuple[float, int]:

@@ -18,6 +18,12 @@ shuffle and no state: what handing every row to Python costs alone, which any op
 runs in Python over every row pays; its ratio to Spark is printed beside the others, with no
 target.
 
+With ``--floors``, every case runs one more query, ``floor``: ours with its step replaced by one
+that takes every frame and emits and keeps nothing (``benchutil.ConsumeOnly``): the rows read,
+pre-aggregated in Python, shuffled and handed to Spark's ``applyInPandasWithState``, the best
+that plan can do before any step; its ratio to Spark is printed beside the others, with no
+target (the part of the gap that is Spark's stateful Python operator, not the step).
+
 Each round runs every case, its queries in alternating order, after one warm-up round
 (``benchutil.interleaved``); the figures are the median over rounds and the spread (min-max)
 of input rows/s. The ratio is rowtime / spark, per round, then its median; the target is
@@ -25,7 +31,7 @@ of input rows/s. The ratio is rowtime / spark, per round, then its median; the t
 ratio is the price of the window alone on top of what the query already pays.
 
 Run: ``./dev bench windows [--rows N] [--rounds R] [--batch ROWS] [--cases tumbling,sliding]
-[--ship] [--json FILE]``; the JSON holds ``meta`` (``when``, ``load_min``, ``load_max``,
+[--ship] [--floors] [--json FILE]``; the JSON holds ``meta`` (``when``, ``load_min``, ``load_max``,
 ``cpus``...), each case's ratios and every run's seconds with the load beside it.
 """
 
@@ -42,6 +48,7 @@ from typing import Any
 
 from benchutil import (
     PARTITIONS,
+    consume_only,
     drain,
     interleaved,
     round_ratios,
@@ -56,6 +63,7 @@ from pyspark.sql import functions as F
 
 import pyspark_rowtime as pr
 from pyspark_rowtime.watermark import watermark_rowtime
+from pyspark_rowtime.windows import aggregate as aggregate_module
 
 TARGET = 0.8
 #: Each case: (Spark's window() arguments after the column, ours' pane parameters).
@@ -103,6 +111,12 @@ def verdicts(runs: list[dict[str, Any]], rows: int) -> dict[str, dict[str, Any]]
         if ship:
             out[case]["ship_ratio"] = statistics.median(ceiling)
             out[case]["ship_rounds"] = ceiling
+        if any(r["case"] == case and r["query"] == "floor" for r in runs):
+            floor = round_ratios(runs, case, ours="floor")
+            out[case]["floor_ratio"] = statistics.median(floor)
+            out[case]["floor_rounds"] = floor
+            print(f"{case}: the floor (no step) at {statistics.median(floor):.2f} of Spark "
+                  f"(rounds {', '.join(f'{x:.2f}' for x in floor)}), no target")  # fmt: skip
     return out
 
 
@@ -114,6 +128,7 @@ def main() -> None:
     ap.add_argument("--cases", default=",".join(CASES), help=f"of: {', '.join(CASES)}")
     ap.add_argument("--dir", default=None)
     ap.add_argument("--ship", action="store_true", help="add the ship query (see above)")
+    ap.add_argument("--floors", action="store_true", help="add the floor query (see above)")
     ap.add_argument("--json", default=None, help="write the figures to this file")
     args = ap.parse_args()
     chosen = args.cases.split(",")
@@ -161,6 +176,15 @@ def main() -> None:
             for case, (window, panes) in CASES.items()
             if case in chosen
         }
+
+        def floor(panes: dict[str, object]) -> Any:
+            with consume_only(aggregate_module, "PanesLogic"):
+                return drain(ours(panes), base)
+
+        if args.floors:
+            for case, (_, panes) in CASES.items():
+                if case in cases:
+                    cases[case]["floor"] = timed(runs, case, "floor", lambda p=panes: floor(p))
         if args.ship and "tumbling" in cases:
             cases["tumbling"]["ship"] = timed(runs, "tumbling", "ship", lambda: drain(ship(), base))
         interleaved(cases, args.rounds, {case: args.rows for case in cases})
