@@ -223,6 +223,11 @@ def assign_panes_array(
         spec.interval_duration_us,
     )
     last = (t - offset) // period
+    if duration == period:
+        # Tumbling: every row in exactly one pane, ``last`` (``first`` equals it); the same
+        # pairs as below without expanding them, the common case of a window per pane.
+        start = last * period + offset
+        return np.arange(t.size, dtype=np.int64), start, start + duration
     first = (t - offset - duration) // period + 1
     counts = np.maximum(last - first + 1, 0)
     rows = np.repeat(np.arange(t.size, dtype=np.int64), counts)

@@ -180,6 +180,23 @@ def test_assign_panes_array_equals_the_scalar_function(
     assert list(zip(rows.tolist(), starts.tolist(), ends.tolist(), strict=True)) == expected
 
 
+@given(
+    st.integers(1, 5000),
+    st.integers(0, 5000),
+    st.lists(st.integers(-(10**12), 10**12), max_size=40),
+)
+def test_assign_panes_array_of_tumbling_panes_equals_the_scalar_function(
+    d: int, o: int, rowtimes: list[int]
+) -> None:
+    # Tumbling panes take a path of their own (one pane per row, nothing expanded), which the
+    # independent draws of the test above almost never reach.
+    spec = TimeIntervalSpec(d / S, None, 0, (o % d) / S)
+    rows, starts, ends = assign_panes_array(np.array(rowtimes, dtype=np.int64), spec)
+    expected = [(i, s, e) for i, t in enumerate(rowtimes) for s, e in assign_panes(t, spec)]
+    assert list(zip(rows.tolist(), starts.tolist(), ends.tolist(), strict=True)) == expected
+    assert rows.tolist() == list(range(len(rowtimes)))
+
+
 # ---------------------------------------------------------------------------------------------
 # Trigger policy
 

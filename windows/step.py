@@ -280,12 +280,19 @@ def _numbers(values: pd.Series, at: np.ndarray) -> np.ndarray | None:
 
 
 def _by_segment(
-    kind: str, values: pd.Series, at: np.ndarray, seg: np.ndarray, firsts: np.ndarray
+    kind: str,
+    values: pd.Series,
+    at: np.ndarray,
+    seg: np.ndarray,
+    firsts: np.ndarray,
+    v: np.ndarray | None = None,
 ) -> tuple[list[Any], np.ndarray]:
     """``kind`` (``sum``, ``min`` or ``max``) of the non-null ``values`` (rows ``at``) of each
     segment, and the number of non-null values per segment (a segment of nulls only: count 0,
-    value meaningless). Numbers reduce in numpy, in row order; anything else in pandas."""
-    v = _numbers(values, at)
+    value meaningless). Numbers reduce in numpy, in row order; anything else in pandas. ``v``:
+    ``_numbers(values, at)`` when the caller has it already."""
+    if v is None:
+        v = _numbers(values, at)
     if v is None:
         # Nulls out first: pandas' general reductions would compare None with the values.
         taken = values.take(at).reset_index(drop=True)
@@ -311,12 +318,19 @@ def _by_segment(
 
 
 def _best(
-    kind: str, order: pd.Series, at: np.ndarray, seg: np.ndarray, firsts: np.ndarray
+    kind: str,
+    order: pd.Series,
+    at: np.ndarray,
+    seg: np.ndarray,
+    firsts: np.ndarray,
+    o: np.ndarray | None = None,
 ) -> tuple[np.ndarray, np.ndarray, list[Any]]:
     """For ``max_by`` (``min_by``): per segment, the position in ``at`` of the row with the
     highest (lowest) non-null ordering, the first such row on ties, and its ordering; as
-    ``(segments, positions, orderings)`` for the segments that have one."""
-    o = _numbers(order, at)
+    ``(segments, positions, orderings)`` for the segments that have one. ``o``:
+    ``_numbers(order, at)`` when the caller has it already."""
+    if o is None:
+        o = _numbers(order, at)
     if o is None:
         taken = order.take(at).reset_index(drop=True)
         keep = taken.notna().to_numpy()
@@ -353,6 +367,14 @@ def _partials(
     skipped, as in Spark)."""
     k = sizes.size
     out: list[list[Any]] = [[] for _ in range(k)]
+    taken: dict[str, np.ndarray | None] = {}
+
+    def numbers(name: str) -> np.ndarray | None:
+        # Each input gathered once, however many aggregates read it (sum, max, max_by of v).
+        if name not in taken:
+            taken[name] = _numbers(df[name], at)
+        return taken[name]
+
     for a in aggs:
         if a.kind == "count":
             if a.inputs:  # the 0/1 column (never null) of the rows Spark's count counts
@@ -362,7 +384,8 @@ def _partials(
                 column = sizes.tolist()
         elif a.kind in ("sum", "avg", "min", "max"):
             kind = "sum" if a.kind == "avg" else a.kind
-            vs, present = _by_segment(kind, df[a.inputs[0]], at, seg, firsts)
+            vs, present = _by_segment(kind, df[a.inputs[0]], at, seg, firsts,
+                                      numbers(a.inputs[0]))  # fmt: skip
             if a.kind in ("sum", "avg"):
                 column = [[v if c else None, int(c)] for v, c in zip(vs, present, strict=True)]
             else:
@@ -370,7 +393,8 @@ def _partials(
         else:
             # max_by / min_by: the value at the highest (lowest) ordering; rows with a null
             # ordering do not take part, as in Spark. Ties keep the row that came first.
-            segs, positions, orders = _best(a.kind, df[a.inputs[1]], at, seg, firsts)
+            segs, positions, orders = _best(a.kind, df[a.inputs[1]], at, seg, firsts,
+                                            numbers(a.inputs[1]))  # fmt: skip
             values = df[a.inputs[0]].take(at[positions]).tolist()
             column = [None] * k
             for s, v, o in zip(segs.tolist(), values, orders, strict=True):
@@ -419,19 +443,21 @@ def pane_partials(
     the aggregates' inputs by name. Returns, for each partial row, the row whose key it
     carries, and the ``PARTIAL_COLUMNS`` as lists; the caller adds the key values (so a caller
     holding Arrow columns takes them without pandas)."""
-    rows, starts, ends = assign_panes_array(t, spec)
-    # Segments: by key, then pane, then arrival.
-    order, seg_of = _segment_order(codes[rows], starts, spec.creation_period_us)
-    rows, starts, ends, seg_of = rows[order], starts[order], ends[order], seg_of[order]
-    cut = np.flatnonzero(np.diff(seg_of) != 0) + 1
-    firsts = np.concatenate(([0], cut)) if rows.size else cut
-    sizes = np.diff(np.append(firsts, rows.size))
+    pair_rows, starts, ends = assign_panes_array(t, spec)
+    # Segments: by key, then pane, then arrival. Their ranks are dense and ascend in that
+    # order, so their sizes are a count and the pairs' ranks in order a repeat: of the pairs,
+    # only their rows are gathered (the starts and ends at each segment's first pair).
+    order, seg_of = _segment_order(codes[pair_rows], starts, spec.creation_period_us)
+    sizes = np.bincount(seg_of) if seg_of.size else np.zeros(0, dtype=np.int64)
+    firsts = np.cumsum(sizes) - sizes
+    rows = pair_rows[order]
     seg = np.repeat(np.arange(sizes.size, dtype=np.int64), sizes)
     parts = _partials(aggs, columns, rows, seg, firsts, sizes) if rows.size else []
     out: dict[str, list[Any]] = {}
     key_rows = rows[firsts].tolist()
-    out["__start"] = starts[firsts].tolist()
-    out["__end"] = ends[firsts].tolist()
+    heads = order[firsts]
+    out["__start"] = starts[heads].tolist()
+    out["__end"] = ends[heads].tolist()
     out["__n"] = sizes.tolist()
     out["__p"] = [pickle.dumps(p, protocol=pickle.HIGHEST_PROTOCOL) for p in parts]
     if spec.creation_period_us > spec.interval_duration_us:
