@@ -41,9 +41,11 @@ How it is built, and why:
   numbered by Arrow's hash tables and the (key, pane) segments are ordered by a radix sort:
   no pandas frame and no Python object per row (``_arrow_partials``, the same partials as
   ``step.preaggregate`` bit for bit); any other input (timestamps, decimals, strings...) takes
-  ``mapInPandas`` and Spark's own conversion of its values. What is left per row is Spark
-  handing it to the Python worker. ``./dev bench windows`` compares it with Spark's own
-  ``groupBy(window(...))`` (docs/benchmarks.md).
+  ``mapInPandas`` and Spark's own conversion of its values; tumbling panes are one pane a row,
+  never expanded. What is left is Spark's: handing each row to the Python worker, and per
+  micro-batch its stateful Python operator. ``./dev bench windows`` compares it with Spark's
+  own ``groupBy(window(...))``, and ``--floors`` with this plan under a step that keeps
+  nothing (docs/benchmarks.md).
 * **Spark's ``window()`` is not used** to assign panes: it refuses gaps
   (``creationPeriod > intervalDuration``) and offsets of ``creationPeriod`` or more, which IBM
   allows; ``assign_panes_array`` covers every case exactly, in microseconds.
