@@ -271,11 +271,12 @@ def test_parse_aggs() -> None:
             parse_aggs(bad)  # type: ignore[arg-type]
 
 
-def run_logic(batches: list[list[Row]], clocks: list[int]) -> list[Any]:
+def run_logic(batches: list[list[Row]], clocks: list[int], chunk: int | None = None) -> list[Any]:
     """``run`` through the operator's logic, as ``stateful.run_on_state_store`` calls it: the
-    key's rows as the frames Spark hands over, the state through ``INTERVAL_FORMAT``, and the
-    rows it emits unpacked as the query does (each row's arrays side by side, ``inline``): at
-    least one row a call, the metrics on each."""
+    key's rows as the frames Spark hands over (``chunk`` rows each, as Spark's
+    ``maxRecordsPerBatch`` cuts them; None: one frame), the state through ``INTERVAL_FORMAT``,
+    and the rows it emits unpacked as the query does (each row's arrays side by side,
+    ``inline``): at least one row a call, the metrics on each."""
     columns = ("__t", "__e", "__in0", "__nn0", "__in1", "__nn1", "__in2", "__nn2")
     logic = IntervalLogic(IntervalConfig(tuple(AGGS), None, ("s",), columns))
     blob: bytes | None = None
@@ -285,7 +286,11 @@ def run_logic(batches: list[list[Row]], clocks: list[int]) -> list[Any]:
     for rows, clock in zip(batches, clocks, strict=True):
         if rows or (blob is not None and timeout is not None and watermark > timeout):
             state = None if blob is None else INTERVAL_FORMAT.loads(blob)
-            frames = iter([frame(rows).assign(s="x", __never_late=2**63 - 1)] if rows else [])
+            full = frame(rows).assign(s="x", __never_late=2**63 - 1)
+            size = chunk or max(len(full), 1)
+            frames = iter(
+                [full.iloc[i : i + size].reset_index(drop=True) for i in range(0, len(full), size)]
+            )
             step = logic.step(("x",), frames, state, watermark)
             emitted = [r for f in as_frames(step.frames) for r in f.to_dict("records")]
             assert emitted, "a row a call, for the metrics"
@@ -310,18 +315,18 @@ def run_logic(batches: list[list[Row]], clocks: list[int]) -> list[Any]:
 
 
 @settings(max_examples=25, deadline=None)  # the step's own property runs 300
-@given(streams(), st.sampled_from([1, 2, 3, validity.PACK]))
+@given(streams(), st.sampled_from([1, 2, 3, validity.PACK]), st.sampled_from([None, 1, 2, 3]))
 def test_the_logic_emits_the_relational_answer_packed(
-    case: tuple[list[list[Row]], list[int]], pack: int
+    case: tuple[list[list[Row]], list[int]], pack: int, chunk: int | None
 ) -> None:
     """The rows the logic hands Spark (times as microseconds, up to ``PACK`` stretches a row,
     one row at least a call) hold the relational answer, as the step's own output does,
-    whatever the size of the pieces."""
+    whatever the size of the pieces and however Spark cuts a key's rows into frames."""
     batches, clocks = case
     real = validity.PACK
     validity.PACK = pack
     try:
-        got = run_logic(batches, clocks)
+        got = run_logic(batches, clocks, chunk)
     finally:
         validity.PACK = real
     same(got, relational([r for b in batches for r in b]))
