@@ -48,6 +48,7 @@ rows below its clock).
 
 from __future__ import annotations
 
+import array
 import re
 from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass
@@ -441,12 +442,26 @@ class IntervalConfig:
 PACK = 256
 
 
+#: The ``array`` type codes of the numpy kinds ``_pieces`` hands Spark as ``array.array``.
+_ARRAY_CODES = {"f": "d", "i": "q"}
+
+
 def _pieces(values: np.ndarray, rows: int) -> np.ndarray:
-    """``values`` as ``rows`` consecutive pieces of ``PACK`` (views, not copies): an object
-    column whose every value is one output row's array."""
+    """``values`` as ``rows`` consecutive pieces of ``PACK``: an object column whose every
+    value is one output row's array. Spark's worker copies each array into a list before
+    Arrow takes it (``list(value)``): from a numpy array that makes a numpy scalar object per
+    element, which Arrow then converts slowly; from an ``array.array`` (the doubles and 64-bit
+    integers, copied once as they are) it makes Python floats and ints, which it converts
+    faster: the conversion about a quarter cheaper, and still one chunk of Spark's output at
+    a time. Other values (objects: strings, None) go as views."""
+    code = _ARRAY_CODES.get(values.dtype.kind) if values.dtype.itemsize == 8 else None
+    source: Any = values
+    if code is not None:
+        source = array.array(code)
+        source.frombytes(values.tobytes())
     column = np.empty(rows, dtype=object)
     for i in range(rows):
-        column[i] = values[i * PACK : (i + 1) * PACK]
+        column[i] = source[i * PACK : (i + 1) * PACK]
     return column
 
 
@@ -460,6 +475,20 @@ def _with_nulls(values: np.ndarray, ok: np.ndarray) -> np.ndarray:
     out = values.astype(object)  # a copy: ``values`` may be the step's own
     out[~ok] = None
     return out
+
+
+def _step_rows(parts: list[pd.DataFrame], columns: list[str]) -> pd.DataFrame | None:
+    """A key's chunks of rows (Spark hands them up to ``maxRecordsPerBatch`` rows at a time)
+    as one frame of the step's ``columns``: numpy columns joined column by column, each copied
+    once (selecting the columns of each chunk, then joining the chunks, copied both); pandas'
+    own types (none here) as before, through ``pd.concat``."""
+    if not parts:
+        return None
+    if len(parts) == 1:
+        return parts[0][columns]
+    if all(isinstance(f[c].dtype, np.dtype) for f in parts for c in columns):
+        return pd.DataFrame({c: np.concatenate([f[c].to_numpy() for f in parts]) for c in columns})
+    return pd.concat([f[columns] for f in parts], ignore_index=True)
 
 
 class IntervalLogic(KeyLogic[IntervalState]):
@@ -484,10 +513,7 @@ class IntervalLogic(KeyLogic[IntervalState]):
     ) -> KeyStep[IntervalState]:
         c = self.config
         old, from_us = (None, None) if state is None else (state.rows, state.from_us)
-        parts = [f[self._columns] for f in frames if len(f)]
-        new = None
-        if parts:
-            new = pd.concat(parts, ignore_index=True) if len(parts) > 1 else parts[0]
+        new = _step_rows([f for f in frames if len(f)], self._columns)
         if new is not None and c.window is not None:
             new = new.assign(__open=pd.Series([None] * len(new), dtype="object"))
         result = interval_step(self._aggs, old, from_us, new, watermark_ms, window=c.window)
