@@ -16,6 +16,7 @@ from contextlib import contextmanager
 from typing import Any
 
 from pyspark_rowtime.windows.stateful import KeyLogic, KeyStep
+from pyspark_rowtime.windows.step import StateFormat
 
 #: The streams the window benchmarks write: 2 partitions, ~10,000 rows per second of event
 #: time each, from this instant.
@@ -247,12 +248,42 @@ class ConsumeOnly(KeyLogic[Any]):
         return KeyStep([], None, None)
 
 
+#: The state of a ``ConsumeThenWake`` key: the latest rowtime it took (ms).
+WAKE_FORMAT: StateFormat[int] = StateFormat("a floor key", 1, int, {1: int})
+
+
+class ConsumeThenWake(KeyLogic[int]):
+    """The ``wake`` queries' step: takes every frame and emits nothing, as ``ConsumeOnly``,
+    but keeps the latest rowtime a key took and asks to be woken once the watermark passes
+    it, then keeps nothing: the two calls per key (its rows, then its timer) that an operator
+    pays which emits something only once the watermark passes it (the left join's rows that
+    met nothing)."""
+
+    format = WAKE_FORMAT
+
+    def __init__(self, logic: KeyLogic[Any]) -> None:
+        pass
+
+    def step(self, key: Any, frames: Any, state: Any, watermark_ms: int) -> KeyStep[int]:
+        latest = None
+        for frame in frames:
+            if len(frame):
+                top = int(frame["__t"].max()) // 1000
+                latest = top if latest is None else max(latest, top)
+        if latest is None:  # the timer: the key is done
+            return KeyStep([], None, None)
+        latest = max(latest, state or latest)
+        return KeyStep([], latest, max(latest, watermark_ms + 1))
+
+
 @contextmanager
-def consume_only(module: Any, name: str) -> Iterator[None]:
-    """While an operator is defined, its logic class ``module.name`` makes ``ConsumeOnly``
-    steps (the rest of its plan as it is)."""
+def consume_only(
+    module: Any, name: str, logic: type[KeyLogic[Any]] = ConsumeOnly
+) -> Iterator[None]:
+    """While an operator is defined, its logic class ``module.name`` makes ``logic`` steps
+    (``ConsumeOnly``, or ``ConsumeThenWake``; the rest of its plan as it is)."""
     real = getattr(module, name)
-    setattr(module, name, lambda config: ConsumeOnly(real(config)))
+    setattr(module, name, lambda config: logic(real(config)))
     try:
         yield
     finally:

@@ -34,7 +34,11 @@ With ``--floors``, each case runs one more query, ``floor``: the operator's own 
 step replaced by one that takes every row and emits nothing and keeps nothing
 (``ConsumeOnly``): what reading the rows, shuffling them and handing each group to Python costs
 before any step, the best any operator built on ``applyInPandasWithState`` with that grouping
-can do. Its ratio to Spark is printed beside the others, with no target.
+can do. Its ratio to Spark is printed beside the others, with no target. The per-key join
+runs one more, ``wake`` (``ConsumeThenWake``): the same, but each key keeps its latest rowtime
+and is woken once the watermark passes it, as the left join must be to emit the rows that met
+nothing: two calls a key, the floor of any operator that emits at the watermark with a state
+per key.
 
 Both sides of each comparison pay for the reader (a Python data source), so a ratio is the
 price of the operator on top of what the query already pays. Each case's ratio is printed beside
@@ -63,6 +67,8 @@ from typing import Any
 
 from benchutil import (
     PARTITIONS,
+    ConsumeOnly,
+    ConsumeThenWake,
     consume_only,
     drain,
     interleaved,
@@ -114,6 +120,13 @@ def verdicts(runs: list[dict[str, Any]], rows: int) -> dict[str, dict[str, Any]]
             print(f"{rows:,} rows, {case}: the floor (no step) at "
                   f"{statistics.median(floor):.2f} of Spark (rounds "
                   f"{', '.join(f'{x:.2f}' for x in floor)}), no target", flush=True)  # fmt: skip
+        if any(r["case"] == case and r["query"] == "wake" for r in runs):
+            wake = round_ratios(runs, case, ours="wake")
+            out[case]["wake_ratio"] = statistics.median(wake)
+            out[case]["wake_rounds"] = wake
+            print(f"{rows:,} rows, {case}: the floor with a timer a key at "
+                  f"{statistics.median(wake):.2f} of Spark (rounds "
+                  f"{', '.join(f'{x:.2f}' for x in wake)}), no target", flush=True)  # fmt: skip
     return out
 
 
@@ -237,9 +250,9 @@ def one_size(spark: Any, base: str, rows: int, args: Any) -> dict[str, Any]:
         )
         return drain(joined, base)
 
-    def floor(query: Any, module: Any, name: str) -> Any:
+    def floor(query: Any, module: Any, name: str, logic: Any = ConsumeOnly) -> Any:
         def run() -> tuple[float, int]:
-            with consume_only(module, name):
+            with consume_only(module, name, logic):
                 return query()
 
         return run
@@ -253,6 +266,7 @@ def one_size(spark: Any, base: str, rows: int, args: Any) -> dict[str, Any]:
         queries["aggregate"]["floor"] = floor(agg_ours, validity_module, "IntervalLogic")
         queries["left join"]["floor"] = floor(join_ours, join_module, "JoinLogic")
         queries["left join, buckets"]["floor"] = floor(join_buckets, join_module, "JoinLogic")
+        queries["left join"]["wake"] = floor(join_ours, join_module, "JoinLogic", ConsumeThenWake)
     if args.only:
         case, name = args.only
         seconds, out = queries[case][name]()
@@ -280,7 +294,8 @@ def main() -> None:
     ap.add_argument("--floors", action="store_true", help="run each case's floor query too")
     ap.add_argument("--buckets", type=int, default=64,
                     help="spark.rowtime.state.buckets of the join-buckets case")  # fmt: skip
-    ap.add_argument("--only", default=None, help="CASE:QUERY (rowtime, spark or floor), run once")
+    ap.add_argument("--only", default=None,
+                    help="CASE:QUERY (rowtime, spark, floor or wake), run once")  # fmt: skip
     ap.add_argument("--dir", default=None)
     ap.add_argument("--json", default=None, help="write the figures to this file")
     ap.add_argument("--jfr", default=None, help="record the JVM with JFR into this file")
@@ -293,10 +308,10 @@ def main() -> None:
     args.cases = [CASE_NAMES[c] for c in names]
     if args.only:
         case, _, name = args.only.partition(":")
-        args.floors = args.floors or name == "floor"
-        if case not in CASE_NAMES or name not in ("rowtime", "spark", "floor"):
+        args.floors = args.floors or name in ("floor", "wake")
+        if case not in CASE_NAMES or name not in ("rowtime", "spark", "floor", "wake"):
             ap.error(f"--only={args.only}: give CASE:QUERY, CASE of {list(CASE_NAMES)}, "
-                     "QUERY rowtime, spark or floor")  # fmt: skip
+                     "QUERY rowtime, spark, floor or wake (wake: join only)")  # fmt: skip
         args.only = (CASE_NAMES[case], name)
     when = time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())
     root = args.dir or tempfile.mkdtemp(prefix="bench-intervals-")
