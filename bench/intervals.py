@@ -89,6 +89,8 @@ from pyspark_rowtime.windows import validity as validity_module
 KEYS = 5_000
 #: Each case's target, ours / Spark's (issue 54).
 TARGETS = {"aggregate": 0.8, "left join": 1.0, "left join, buckets": 1.0}
+#: The ``--floors`` queries, as the summary names them.
+FLOORS = {"floor": "the floor (no step)", "wake": "the floor with a timer a key"}
 #: The names ``--cases`` and ``--only`` take.
 CASE_NAMES = {"aggregate": "aggregate", "join": "left join", "join-buckets": "left join, buckets"}
 
@@ -113,20 +115,15 @@ def verdicts(runs: list[dict[str, Any]], rows: int) -> dict[str, dict[str, Any]]
         rates = {q: statistics.median(rows / s for s in xs[1:]) for q, xs in seconds.items()}
         out[case] = {"ratio": median, "rounds": ratios, "target": target, "ok": ok,
                      "input_rows_per_s": rates}  # fmt: skip
-        if any(r["case"] == case and r["query"] == "floor" for r in runs):
-            floor = round_ratios(runs, case, ours="floor")
-            out[case]["floor_ratio"] = statistics.median(floor)
-            out[case]["floor_rounds"] = floor
-            print(f"{rows:,} rows, {case}: the floor (no step) at "
-                  f"{statistics.median(floor):.2f} of Spark (rounds "
-                  f"{', '.join(f'{x:.2f}' for x in floor)}), no target", flush=True)  # fmt: skip
-        if any(r["case"] == case and r["query"] == "wake" for r in runs):
-            wake = round_ratios(runs, case, ours="wake")
-            out[case]["wake_ratio"] = statistics.median(wake)
-            out[case]["wake_rounds"] = wake
-            print(f"{rows:,} rows, {case}: the floor with a timer a key at "
-                  f"{statistics.median(wake):.2f} of Spark (rounds "
-                  f"{', '.join(f'{x:.2f}' for x in wake)}), no target", flush=True)  # fmt: skip
+        for query, what in FLOORS.items():
+            if not any(r["case"] == case and r["query"] == query for r in runs):
+                continue
+            floor = round_ratios(runs, case, ours=query)
+            out[case][f"{query}_ratio"] = statistics.median(floor)
+            out[case][f"{query}_rounds"] = floor
+            print(f"{rows:,} rows, {case}: {what} at {statistics.median(floor):.2f} of Spark "
+                  f"(rounds {', '.join(f'{x:.2f}' for x in floor)}), no target",
+                  flush=True)  # fmt: skip
     return out
 
 
